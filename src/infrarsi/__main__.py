@@ -1,0 +1,5 @@
+"""``python -m infrarsi`` runs the command-line interface."""
+
+from infrarsi.cli import main
+
+main()

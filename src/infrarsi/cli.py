@@ -1,0 +1,186 @@
+"""The ``infrarsi`` command line: one command per stage, plus workloads, trial and demo.
+
+Exit codes: 0 success (a trial that ended ``ok``); 1 a trial ran but did not end ``ok``;
+2 bad input (unknown workload, bad manifest, knob or patch refused) or a stage not built yet.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from infrarsi import units
+from infrarsi.trial import PatchRefused, TrialRecord, TrialStatus, prepare, run_trial
+from infrarsi.workloads import AssignmentError, ManifestError, all_reference, find
+from infrarsi.workloads import parse_assignments
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Make PyTorch training jobs measurably faster without changing what "
+                       "they compute.")
+out = Console()
+err = Console(stderr=True)
+if not out.is_terminal:  # logs and pipes: do not squeeze tables into 80 columns
+    out.width = 150
+DEFAULT_WORKDIR = Path(".infrarsi") / "trials"
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one error line (or a few) to stderr and exit with ``code``."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def workloads(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """List the bundled reference workloads with their knobs, scales and patch catalogs."""
+    manifests = all_reference()
+    if as_json:
+        print(json.dumps([_workload_summary(m) for m in manifests], indent=2))
+        return
+    for manifest in manifests:
+        table = Table(title=f"{manifest.name}: {manifest.description.strip()}", title_justify="left")
+        for column in ("knob", "type", "values", "baseline"):
+            table.add_column(column)
+        for knob in manifest.knobs:
+            table.add_row(knob.name, knob.type, ", ".join(map(str, knob.values)),
+                          str(knob.default) if knob.derive is None else f"= {knob.derive}")
+        out.print(table)
+        out.print("patches: " + ", ".join(p.id for p in manifest.patches))
+        out.print("scales: " + ", ".join(manifest.scales) + "\n")
+
+
+def _workload_summary(manifest) -> dict:
+    return {"name": manifest.name, "description": manifest.description.strip(),
+            "scales": sorted(manifest.scales),
+            "knobs": [k.model_dump(exclude_none=True) for k in manifest.knobs],
+            "constraints": [c.model_dump() for c in manifest.constraints],
+            "patches": [p.id for p in manifest.patches],
+            "patch_catalog": [p.model_dump() for p in manifest.patches],
+            "files": manifest.files.model_dump()}
+
+
+@app.command()
+def trial(
+    workload: str = typer.Argument(..., help="bundled workload name or path to workload.yaml"),
+    scale: str = typer.Option("tiny", help="scale preset: tiny, cpu or gpu"),
+    set_: list[str] = typer.Option([], "--set", help="KNOB=VALUE, repeatable"),
+    patch: list[str] = typer.Option([], "--patch", help="catalog patch id, repeatable"),
+    mem_cap: Optional[str] = typer.Option(None, "--mem-cap",
+                                          help="per-rank memory capacity, e.g. 300MiB or bytes"),
+    timeout: Optional[float] = typer.Option(None, help="seconds; default: the scale's"),
+    workdir: Path = typer.Option(DEFAULT_WORKDIR, help="where trial folders are written"),
+    as_json: bool = typer.Option(False, "--json", help="print the trial record as JSON"),
+) -> None:
+    """Run one isolated, measured trial of a workload under a knob assignment and patches."""
+    try:
+        manifest = find(workload)
+        cap = units.parse_bytes(mem_cap) if mem_cap is not None else None
+        spec = prepare(manifest, scale, parse_assignments(set_), patch,
+                       mem_cap_bytes=cap, timeout_s=timeout)
+    except (ManifestError, AssignmentError, PatchRefused, ValueError, KeyError) as exc:
+        fail(_message(exc))
+    with err.status(f"trial of {manifest.name} at scale {scale} ..."):
+        record = run_trial(spec, workdir)
+    if as_json:
+        print(json.dumps(trial_json(record), indent=2))
+    else:
+        print_trial(record)
+    raise typer.Exit(0 if record.status is TrialStatus.OK else 1)
+
+
+def _message(exc: BaseException) -> str:
+    return exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+
+
+def trial_json(record: TrialRecord) -> dict:
+    """The trial record as the JSON object ``infrarsi trial --json`` prints."""
+    return record.model_dump(mode="json")
+
+
+def print_trial(record: TrialRecord) -> None:
+    """A readable summary of one trial."""
+    colour = "green" if record.status is TrialStatus.OK else "red"
+    out.print(f"trial {record.trial_id}: [{colour}]{record.status.value}[/]  "
+              f"(cost {record.cost_s:.1f} s, folder {record.trial_dir})")
+    out.print("knobs: " + " ".join(f"{k}={v}" for k, v in record.knobs.items()))
+    out.print("patches: " + (", ".join(p.id for p in record.patches) or "none"))
+    if record.error:
+        out.print(f"[{colour}]error:[/] {record.error}", highlight=False)
+    m = record.metrics
+    if m is None:
+        return
+    table = Table(show_header=True)
+    for column in ("step_time_s", "tokens_per_s", "e2e_time_s", "peak_mem (per rank)",
+                   "loss first -> last"):
+        table.add_column(column)
+    table.add_row(f"{m.step_time_s:.4f}", f"{m.tokens_per_s:,.0f}", f"{m.e2e_time_s:.2f}",
+                  ", ".join(units.format_bytes(b) for b in m.peak_mem_bytes),
+                  f"{m.loss[0]:.4f} -> {m.loss[-1]:.4f}")
+    out.print(table)
+
+
+@app.command()
+def demo(
+    scale: str = typer.Option("tiny", help="scale preset"),
+    repeats: int = typer.Option(2, min=1, help="interleaved rounds of every candidate"),
+    workdir: Path = typer.Option(DEFAULT_WORKDIR, help="where trial folders are written"),
+) -> None:
+    """Baseline vs every catalog patch on dense-1node, interleaved; the best one, in a table."""
+    from infrarsi.demo import run_demo
+    run_demo(scale, repeats, workdir, out, err)
+
+
+def _not_built(stage: str, issue: str) -> None:
+    fail(f"'infrarsi {stage}' is not built yet ({issue}); nothing was run.")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def init() -> None:
+    """Stage 1: turn an instruction into a frozen task contract (not built yet)."""
+    _not_built("init", "the Init stage")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def doctor() -> None:
+    """Stage 2: profile the baseline, measure peak and noise, diagnose (not built yet)."""
+    _not_built("doctor", "the Doctor stage")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run() -> None:
+    """Stage 3: search knobs and patches with the step-time and memory models (not built yet)."""
+    _not_built("run", "the Run stage")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def apply() -> None:
+    """Stage 4: re-verify the best candidates and write the winning patch (not built yet)."""
+    _not_built("apply", "the Apply stage")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def report() -> None:
+    """Stage 4: write the auditable report of a run (not built yet)."""
+    _not_built("report", "the Report stage")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bank() -> None:
+    """Stage 5: inspect and query the experience bank (not built yet)."""
+    _not_built("bank", "the Experience Bank")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def optimize() -> None:
+    """All five stages from one instruction (not built yet)."""
+    _not_built("optimize", "it needs all five stages")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,117 @@
+"""Reading what a trial's ranks reported, and reducing it to the trial's metrics.
+
+Two sources: the probe's JSON lines (one file per rank) or, for scripts that cannot be edited,
+regexes over rank 0's stdout. Whatever is missing or inconsistent raises MetricsError with a
+sentence a person can act on; the runner turns it into the trial's status.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infrarsi.workloads.manifest import StdoutMetrics
+
+
+class MetricsError(ValueError):
+    """The ranks' reports are missing, truncated or inconsistent."""
+
+
+@dataclass
+class RankReport:
+    """One rank's steps (in order) and its end-of-run memory figures."""
+    rank: int
+    world_size: int = 1
+    steps: list[dict] = field(default_factory=list)
+    end: dict | None = None
+
+
+def read_probe_files(paths: list[Path]) -> list[RankReport]:
+    """Parse each rank's JSON-lines file written by ``infrarsi.probe``."""
+    reports = []
+    for path in sorted(paths):
+        report = RankReport(rank=-1)
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                raise MetricsError(f"{path.name} line {n} is not JSON: {line[:80]!r}") from None
+            if entry.get("kind") == "start":
+                report.rank = int(entry["rank"])
+                report.world_size = int(entry.get("world_size", 1))
+            elif entry.get("kind") == "step":
+                report.steps.append(entry)
+            elif entry.get("kind") == "end":
+                report.end = entry
+        reports.append(report)
+    return sorted(reports, key=lambda r: r.rank)
+
+
+def read_stdout(text: str, spec: StdoutMetrics) -> list[RankReport]:
+    """Steps read from rank 0's stdout by the manifest's regexes (memory measured from outside)."""
+    times = [float(m) for m in re.findall(spec.step_time_s, text)]
+    losses = [float(m) for m in re.findall(spec.loss, text)]
+    if len(times) != len(losses):
+        raise MetricsError(f"stdout regexes found {len(times)} step times and {len(losses)} "
+                           "losses; each step must print both")
+    steps = [{"step": i, "step_time_s": t, "loss": l, "tokens": None, "phases_s": {}}
+             for i, (t, l) in enumerate(zip(times, losses))]
+    return [RankReport(rank=0, steps=steps, end={})]
+
+
+@dataclass
+class Reduced:
+    """Per-step values over ranks: slowest rank's time, mean loss, tokens; and per-rank memory."""
+    step_times_s: list[float]
+    loss: list[float]
+    tokens: list[int | None]
+    phases_s: list[dict[str, float]]
+    peak_mem_bytes: list[int]
+    peak_vm_data_bytes: list[int]
+
+
+def reduce_ranks(reports: list[RankReport]) -> Reduced:
+    """Combine the ranks' reports step by step; MetricsError when ranks are missing or disagree."""
+    if not reports or not reports[0].steps:
+        raise MetricsError("the workload exited but reported no step")
+    world = reports[0].world_size
+    if sorted(r.rank for r in reports) != list(range(world)):
+        raise MetricsError(f"ranks {sorted(r.rank for r in reports)} reported metrics; "
+                           f"a world of {world} was started")
+    counts = {len(r.steps) for r in reports}
+    if len(counts) != 1:
+        raise MetricsError(f"ranks reported different numbers of steps: {sorted(counts)}")
+    per_step = list(zip(*(r.steps for r in reports)))
+    losses = [statistics.fmean(s["loss"] for s in step) for step in per_step]
+    for i, value in enumerate(losses):
+        if not math.isfinite(value):
+            raise MetricsError(f"the loss is not finite at step {i}: {value}")
+    return Reduced(
+        step_times_s=[max(s["step_time_s"] for s in step) for step in per_step],
+        loss=losses,
+        tokens=[step[0].get("tokens") for step in per_step],
+        phases_s=[_mean_phases(step) for step in per_step],
+        peak_mem_bytes=[int((r.end or {}).get("peak_mem_bytes", 0)) for r in reports],
+        peak_vm_data_bytes=[int((r.end or {}).get("peak_vm_data_bytes", 0)) for r in reports])
+
+
+def _mean_phases(step: tuple[dict, ...]) -> dict[str, float]:
+    names = sorted({name for s in step for name in s.get("phases_s", {})})
+    return {n: statistics.fmean(s.get("phases_s", {}).get(n, 0.0) for s in step) for n in names}
+
+
+def steady_phases(phases: list[dict[str, float]]) -> dict[str, float]:
+    """Mean seconds per step of each phase over the given (steady-state) steps."""
+    names = sorted({n for p in phases for n in p})
+    return {n: statistics.fmean(p.get(n, 0.0) for p in phases) for n in names} if phases else {}
+
+
+def cv(values: list[float]) -> float:
+    """Coefficient of variation (sample standard deviation over mean); 0 for fewer than 2."""
+    if len(values) < 2 or statistics.fmean(values) == 0:
+        return 0.0
+    return statistics.stdev(values) / statistics.fmean(values)

@@ -1,0 +1,97 @@
+"""The trial record: everything one measured run of a workload produced, complete and honest.
+
+Every trial ends in exactly one status. An ``oom`` is a right-censored observation of peak memory:
+it proves the configuration needs more than ``mem_cap_bytes`` per rank, which is kept as the
+censoring bound. Records are frozen once written and are stored as JSON beside the trial's logs.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RECORD_SCHEMA_VERSION = 1
+
+
+class TrialStatus(str, enum.Enum):
+    """How a trial ended."""
+    OK = "ok"              # ran to the end; metrics are valid
+    OOM = "oom"            # an allocation failed under the memory capacity (right-censored)
+    TIMEOUT = "timeout"    # did not finish within the time limit; killed
+    CRASH = "crash"        # failed for another reason; ``error`` holds the tail of the failure
+    INVALID = "invalid"    # finished, but computed something else than the workload (or refused)
+
+
+class PatchRef(BaseModel):
+    """A patch that was applied, identified by catalog id and the sha256 of its diff bytes."""
+    model_config = ConfigDict(frozen=True)
+    id: str
+    sha256: str
+
+
+class TrialMetrics(BaseModel):
+    """What an ``ok`` trial measured; times in seconds, memory in bytes, one entry per rank/step.
+
+    ``step_time_s`` is the median of the steady-state steps (the first ``warmup_steps`` steps are
+    excluded); a step's time is that of its slowest rank. ``e2e_time_s`` is measured by the
+    harness from outside, launch to exit: start-up, compile and every step. ``compile_time_s`` is
+    the warm-up steps' excess over steady state when the assignment turns ``compile`` on, else 0.
+    ``peak_mem_bytes`` is each rank's peak RSS on CPU (max reserved on CUDA); the CPU capacity
+    caps ``peak_vm_data_bytes`` (private writable memory, sampled at step ends).
+    """
+    step_time_s: float
+    step_time_cv: float = Field(description="coefficient of variation of steady-state steps")
+    e2e_time_s: float
+    train_time_s: float
+    startup_time_s: float
+    warmup_overhead_s: float
+    compile_time_s: float
+    tokens_per_step: int
+    tokens_per_s: float
+    peak_mem_bytes: list[int]
+    peak_vm_data_bytes: list[int] = []
+    outside_peak_rss_bytes: list[int] = Field([], description="per-rank peak RSS sampled by "
+                                              "the harness every 0.2 s")
+    loss: list[float]
+    step_times_s: list[float]
+    phases_s: dict[str, float] = Field({}, description="mean seconds per steady step, per phase")
+    unattributed_s: float = 0.0
+    steps: int
+    warmup_steps: int
+    ranks: int
+
+
+class TrialRecord(BaseModel):
+    """One trial, whatever its outcome: configuration, provenance, outcome, metrics and cost."""
+    schema_version: int = RECORD_SCHEMA_VERSION
+    trial_id: str
+    workload: str
+    scale: str
+    status: TrialStatus
+    knobs: dict[str, int | float | bool | str]
+    patches: list[PatchRef]
+    locked_files: dict[str, str] = Field(description="path -> sha256 in the trial's workspace")
+    contract_hash: str | None = None
+    mem_cap_bytes: int | None = Field(description="per-rank capacity; the censoring bound of "
+                                      "an oom")
+    timeout_s: float
+    started_unix_s: float
+    cost_s: float = Field(description="wall time the trial cost the harness, set-up included")
+    error: str | None = None
+    metrics: TrialMetrics | None = None
+    command: list[str] = []
+    returncode: int | None = None
+    trial_dir: str = ""
+
+    def save(self, path: Path) -> None:
+        """Write the record as JSON, atomically (a reader never sees half a record)."""
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(self.model_dump_json(indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> "TrialRecord":
+        """Read a record written by ``save``."""
+        return cls.model_validate_json(Path(path).read_text())

@@ -1,0 +1,209 @@
+"""One trial, start to end: the only place a trial's lifecycle lives and every outcome is sorted.
+
+``prepare`` checks the knob assignment and the patches before anything runs; ``run_trial`` makes a
+fresh workspace copy, applies the patches, launches the workload in isolation with a timeout and a
+per-rank memory capacity, and classifies the outcome into exactly one status of the record.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infrarsi.trial import classify, patching
+from infrarsi.trial.metrics import MetricsError, RankReport, read_probe_files, read_stdout
+from infrarsi.trial.process import run_isolated
+from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
+from infrarsi.workloads import expr, knobs
+from infrarsi.workloads.manifest import KnobValue, Manifest
+
+HOOKS_DIR = Path(__file__).resolve().parent / "_hooks"
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """A trial that passed every check that can be made before running: ready to launch."""
+    manifest: Manifest
+    scale: str
+    knobs: dict[str, KnobValue]
+    patches: tuple[str, ...] = ()
+    mem_cap_bytes: int | None = None
+    timeout_s: float | None = None
+    contract_hash: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def effective_timeout_s(self) -> float:
+        """The timeout given, or the scale preset's."""
+        return self.timeout_s or self.manifest.scale(self.scale).timeout_s
+
+    def params(self) -> dict[str, KnobValue]:
+        """Scale parameters and knobs together: the names templates and expressions may use."""
+        return {**self.manifest.scale(self.scale).params, **self.knobs}
+
+    def tokens_per_step(self) -> int:
+        """Tokens per optimizer step the workload fixes, from the manifest's invariant."""
+        return int(expr.evaluate(self.manifest.invariants.tokens_per_step, self.params()))
+
+
+def prepare(manifest: Manifest, scale: str, overrides: dict | None = None,
+            patches: list[str] | tuple[str, ...] = (), **options) -> TrialSpec:
+    """Validate knobs (AssignmentError) and patches (PatchRefused) without running anything."""
+    manifest.scale(scale)
+    assignment = knobs.resolve(manifest, scale, overrides or {})
+    for patch_id in patches:
+        try:
+            spec = manifest.patch(patch_id)
+        except KeyError as exc:
+            raise patching.PatchRefused(exc.args[0]) from None
+        refuse_patch(manifest, manifest.patch_path(spec.id))
+    _refuse_conflicts(manifest, list(patches))
+    return TrialSpec(manifest, scale, assignment, tuple(patches), **options)
+
+
+def refuse_patch(manifest: Manifest, diff_file: Path) -> None:
+    """PatchRefused naming every reason the diff may not be applied to this workload."""
+    reasons = patching.check_paths(Path(diff_file).read_text(), manifest.root,
+                                   manifest.files.editable, manifest.files.locked)
+    if reasons:
+        raise patching.PatchRefused(f"patch {Path(diff_file).name} refused: {'; '.join(reasons)}")
+
+
+def _refuse_conflicts(manifest: Manifest, patch_ids: list[str]) -> None:
+    if len(set(patch_ids)) != len(patch_ids):
+        raise patching.PatchRefused(f"a patch is listed twice: {patch_ids}")
+    for patch_id in patch_ids:
+        clash = set(manifest.patch(patch_id).conflicts) & set(patch_ids)
+        if clash:
+            raise patching.PatchRefused(f"patch {patch_id} conflicts with {sorted(clash)}")
+
+
+def new_trial_id(manifest: Manifest) -> str:
+    """A unique, sortable trial id."""
+    return f"{manifest.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
+    """Run one prepared trial in a fresh workspace under ``workdir``; always returns a record."""
+    t0, started = time.monotonic(), time.time()
+    trial_id = new_trial_id(spec.manifest)
+    trial_dir = Path(workdir).resolve() / trial_id
+    workspace = trial_dir / "workspace"
+    base = dict(trial_id=trial_id, workload=spec.manifest.name, scale=spec.scale,
+                knobs=spec.knobs, contract_hash=spec.contract_hash,
+                mem_cap_bytes=spec.mem_cap_bytes, timeout_s=spec.effective_timeout_s,
+                started_unix_s=started, trial_dir=str(trial_dir))
+    shutil.copytree(spec.manifest.root, workspace,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    refs = [PatchRef(id=p, sha256=patching.sha256_file(spec.manifest.patch_path(p)))
+            for p in spec.patches]
+    locked, problem = _apply_and_hash(spec, workspace)
+    base.update(patches=refs, locked_files=locked)
+    if problem is not None:
+        status, error = problem
+        record = TrialRecord(**base, status=status, error=error, cost_s=time.monotonic() - t0)
+    else:
+        record = _launch(spec, trial_dir, workspace, base, t0)
+    record.save(trial_dir / "record.json")
+    return record
+
+
+def _apply_and_hash(spec: TrialSpec, workspace: Path):
+    """Apply the patches, hash the locked files; (hashes, None) or (hashes, (status, error))."""
+    try:
+        for patch_id in spec.patches:
+            patching.apply(spec.manifest.patch_path(patch_id), workspace)
+    except patching.PatchFailed as exc:
+        return locked_hashes(spec.manifest, workspace), (TrialStatus.CRASH, str(exc))
+    locked = locked_hashes(spec.manifest, workspace)
+    source = locked_hashes(spec.manifest, spec.manifest.root)
+    changed = sorted(p for p in source if locked.get(p) != source[p])
+    if changed:
+        return locked, (TrialStatus.INVALID, f"locked files changed: {changed}")
+    return locked, None
+
+
+def locked_hashes(manifest: Manifest, root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` matching the manifest's locked globs."""
+    out = {}
+    for path in sorted(Path(root).rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and "__pycache__" not in rel and \
+                patching.matches(rel, manifest.files.locked):
+            out[rel] = patching.sha256_file(path)
+    return out
+
+
+def render(spec: TrialSpec, workspace: Path) -> tuple[list[str], dict[str, str]]:
+    """The launch command and the workload's own environment, templates filled in."""
+    fields = {k: int(v) if isinstance(v, bool) else v for k, v in spec.params().items()}
+    fields["workspace"] = str(workspace)
+    command = [part.format(**fields) for part in spec.manifest.launch.command]
+    command[0] = _resolve_program(command[0])
+    env = {k: v.format(**fields) for k, v in spec.manifest.launch.env.items()}
+    return command, env
+
+
+def _resolve_program(program: str) -> str:
+    """``python`` and ``torchrun`` mean the ones of the interpreter running InfraRSI."""
+    if program in ("python", "python3"):
+        return sys.executable
+    sibling = Path(sys.executable).parent / program
+    return str(sibling) if "/" not in program and sibling.exists() else program
+
+
+def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in THREAD_ENV and not k.startswith("INFRARSI_")}
+    env.update(workload_env)
+    env.update(spec.extra_env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOKS_DIR), env.get("PYTHONPATH")]))
+    env["INFRARSI_METRICS_FILE"] = str(trial_dir / "metrics.rank{rank}.jsonl")
+    env["INFRARSI_ERROR_FILE"] = str(trial_dir / "error.rank{rank}.jsonl")
+    if spec.mem_cap_bytes is not None:
+        env["INFRARSI_RANK_MEM_CAP_BYTES"] = str(spec.mem_cap_bytes)
+    return env
+
+
+def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
+            t0: float) -> TrialRecord:
+    command, workload_env = render(spec, workspace)
+    env = _trial_env(spec, trial_dir, workload_env)
+    if spec.mem_cap_bytes is not None and not _is_launcher(command):
+        env["INFRARSI_CAP_SELF"] = "1"
+    result = run_isolated(command, workspace, env, spec.effective_timeout_s,
+                          trial_dir / "stdout.log", trial_dir / "stderr.log", base["trial_id"],
+                          spec.mem_cap_bytes)
+    outcome = classify.outcome(result, trial_dir, spec)
+    if outcome.status is TrialStatus.OK:
+        outcome = _measure(spec, trial_dir, result, outcome)
+    return TrialRecord(**base, status=outcome.status, error=outcome.error,
+                       metrics=outcome.metrics, command=command,
+                       returncode=result.returncode, cost_s=time.monotonic() - t0)
+
+
+def _is_launcher(command: list[str]) -> bool:
+    return Path(command[0]).name == "torchrun" or "torch.distributed.run" in command
+
+
+def _measure(spec: TrialSpec, trial_dir: Path, result, outcome):
+    """Turn the ranks' reports into metrics, or into ``invalid``/``crash`` with the reason."""
+    try:
+        reports = _reports(spec, trial_dir)
+        return classify.measured(spec, reports, result)
+    except MetricsError as exc:
+        return classify.Outcome(TrialStatus.CRASH, f"metrics: {exc}")
+
+
+def _reports(spec: TrialSpec, trial_dir: Path) -> list[RankReport]:
+    how = spec.manifest.launch.metrics
+    if how == "probe":
+        return read_probe_files(list(trial_dir.glob("metrics.rank*.jsonl")))
+    return read_stdout((trial_dir / "stdout.log").read_text(errors="replace"), how)
+

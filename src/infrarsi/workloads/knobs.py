@@ -1,0 +1,83 @@
+"""Knob assignments: the baseline at a scale, overrides, derived knobs, and constraint checks.
+
+An assignment that breaks a constraint is rejected here, before anything runs, with an error
+that names the constraint, the reason the manifest gives, and the values that broke it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from infrarsi.workloads import expr
+from infrarsi.workloads.manifest import KnobValue, Manifest
+
+
+class AssignmentError(ValueError):
+    """A knob assignment that is not allowed: unknown knob, value out of domain, or a constraint."""
+
+
+def baseline(manifest: Manifest, scale: str) -> dict[str, KnobValue]:
+    """The baseline assignment at a scale: every knob at its default, derived knobs derived."""
+    return resolve(manifest, scale, {})
+
+
+def resolve(manifest: Manifest, scale: str, overrides: Mapping[str, Any]) -> dict[str, KnobValue]:
+    """Defaults, then the scale's defaults, then ``overrides``; derive the rest and check all."""
+    preset = manifest.scale(scale)
+    values: dict[str, KnobValue] = {}
+    for knob in manifest.knobs:
+        if knob.default is not None and knob.derive is None:
+            values[knob.name] = knob.coerce(knob.default)
+    for name, value in preset.knob_defaults.items():
+        values[name] = manifest.knob(name).coerce(value)
+    for name, value in overrides.items():
+        values[name] = _coerce_override(manifest, name, value)
+    env = {**preset.params, **values}
+    for knob in manifest.knobs:
+        if knob.name not in values and knob.derive is not None:
+            values[knob.name] = knob.coerce(expr.evaluate(knob.derive, env))
+            env[knob.name] = values[knob.name]
+    _check_constraints(manifest, {**preset.params, **values})
+    _check_domains(manifest, values)
+    return {k.name: values[k.name] for k in manifest.knobs}
+
+
+def parse_assignments(items: list[str]) -> dict[str, str]:
+    """``["micro_batch=4", "precision=bf16"]`` -> a dict; a malformed item names the fix."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise AssignmentError(f"--set {item!r}: write KNOB=VALUE, e.g. --set micro_batch=4")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _coerce_override(manifest: Manifest, name: str, value: Any) -> KnobValue:
+    try:
+        knob = manifest.knob(name)
+    except KeyError as exc:
+        raise AssignmentError(exc.args[0]) from None
+    try:
+        coerced = knob.coerce(value)
+    except ValueError as exc:
+        raise AssignmentError(f"knob {exc}") from None
+    if coerced not in knob.values:
+        raise AssignmentError(f"knob {name}={value!r} is outside its domain {knob.values}")
+    return coerced
+
+
+def _check_domains(manifest: Manifest, values: dict[str, KnobValue]) -> None:
+    for knob in manifest.knobs:
+        if values[knob.name] not in knob.values:
+            raise AssignmentError(f"knob {knob.name}={values[knob.name]!r} (derived by "
+                                  f"{knob.derive!r}) is outside its domain {knob.values}")
+
+
+def _check_constraints(manifest: Manifest, env: dict[str, Any]) -> None:
+    for constraint in manifest.constraints:
+        if not expr.evaluate(constraint.expr, env):
+            involved = {n: env[n] for n in sorted(expr.names(constraint.expr))}
+            shown = ", ".join(f"{k}={v}" for k, v in involved.items())
+            raise AssignmentError(f"constraint '{constraint.expr}' fails with {shown}: "
+                                  f"{constraint.why}")

@@ -1,0 +1,266 @@
+"""The workload manifest (``workload.yaml``): how to launch a training job, its knobs and patches.
+
+A manifest is written by hand, so it is validated strictly and every error names the field and
+says how to fix it. The typed models here are the only way a manifest is read.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from infrarsi.workloads import expr
+
+KnobValue = int | float | bool | str
+HARNESS_FIELDS = frozenset({"workspace"})
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be read or does not validate; the message names the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Knob(_Strict):
+    """One launch parameter: its type, its domain, and its baseline value (``default``)."""
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    type: Literal["int", "float", "bool", "choice"]
+    values: list[KnobValue] | None = None
+    default: KnobValue | None = None
+    derive: str | None = Field(None, description="expression giving the value when unset")
+    help: str = ""
+
+    @model_validator(mode="after")
+    def _check_domain(self) -> "Knob":
+        if self.type == "bool":
+            object.__setattr__(self, "values", [False, True])
+        if not self.values:
+            raise ValueError(f"knob {self.name!r}: give 'values', the list of allowed values")
+        if self.default is None and self.derive is None:
+            raise ValueError(f"knob {self.name!r}: give a 'default' (the baseline) or 'derive'")
+        if self.default is not None and self.coerce(self.default) not in self.values:
+            raise ValueError(f"knob {self.name!r}: default {self.default!r} is not in "
+                             f"values {self.values}")
+        if self.derive is not None:
+            expr.parse(self.derive)
+        return self
+
+    def coerce(self, value: Any) -> KnobValue:
+        """Turn a value given on the command line or in YAML into this knob's type."""
+        if self.type == "bool":
+            if isinstance(value, str):
+                if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                    raise ValueError(f"{self.name}: {value!r} is not a boolean (true/false)")
+                return value.lower() in ("1", "true", "yes", "on")
+            return bool(value)
+        if self.type == "int":
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(f"{self.name}: {value!r} is not an integer")
+            return int(value)
+        if self.type == "float":
+            return float(value)
+        return str(value)
+
+
+class Constraint(_Strict):
+    """A condition every knob assignment must meet, with the reason a person reads on failure."""
+    expr: str
+    why: str
+
+    @field_validator("expr")
+    @classmethod
+    def _parses(cls, text: str) -> str:
+        expr.parse(text)
+        return text
+
+
+class Scale(_Strict):
+    """A size preset: the workload's fixed parameters and how long a trial may take."""
+    params: dict[str, KnobValue]
+    knob_defaults: dict[str, KnobValue] = {}
+    warmup_steps: int = Field(ge=0)
+    timeout_s: float = Field(gt=0)
+
+    @field_validator("params")
+    @classmethod
+    def _has_steps(cls, params: dict[str, KnobValue]) -> dict[str, KnobValue]:
+        if "steps" not in params:
+            raise ValueError("params must include 'steps', the number of optimizer steps")
+        return params
+
+
+class StdoutMetrics(_Strict):
+    """Regexes (one capture group each) that read per-step metrics from rank 0's stdout."""
+    step_time_s: str
+    loss: str
+
+
+class Launch(_Strict):
+    """The launch command and environment, as templates over knobs and scale parameters."""
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = {}
+    metrics: Literal["probe"] | StdoutMetrics = "probe"
+
+
+class Invariants(_Strict):
+    """What must not change: tokens per optimizer step, and how far the loss may drift."""
+    tokens_per_step: str
+    loss_rtol: float = Field(gt=0, description="relative loss tolerance, point-wise per step")
+
+
+class Files(_Strict):
+    """Globs, relative to the workload folder, of files a patch may and may never touch."""
+    editable: list[str]
+    locked: list[str]
+
+
+class Prior(_Strict):
+    """Expected effect of a patch, as ratios to the baseline (0.8 = 20% lower)."""
+    step_time_ratio: float = Field(gt=0)
+    peak_mem_ratio: float = Field(gt=0)
+
+
+class PatchSpec(_Strict):
+    """A catalog entry: a unified diff shipped with the workload, with its metadata."""
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    file: str
+    title: str
+    category: Literal["kernel", "memory", "communication"]
+    prior: Prior
+    conflicts: list[str] = []
+
+
+class Manifest(_Strict):
+    """A workload: what to run, its knob space, its invariants, its files and its patch catalog."""
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    description: str
+    launch: Launch
+    scales: dict[str, Scale]
+    knobs: list[Knob] = Field(min_length=1)
+    constraints: list[Constraint] = []
+    invariants: Invariants
+    files: Files
+    patches: list[PatchSpec] = []
+    root: Path = Field(Path("."), exclude=True, description="folder the manifest was read from")
+
+    @model_validator(mode="after")
+    def _check_cross_fields(self) -> "Manifest":
+        _check_unique("knobs", [k.name for k in self.knobs])
+        _check_unique("patches", [p.id for p in self.patches])
+        patch_ids = {p.id for p in self.patches}
+        for i, patch in enumerate(self.patches):
+            for other in patch.conflicts:
+                if other not in patch_ids:
+                    raise ValueError(f"patches[{i}].conflicts: unknown patch id {other!r}")
+        for scale_name, scale in self.scales.items():
+            self._check_scale(scale_name, scale)
+        return self
+
+    def _check_scale(self, scale_name: str, scale: Scale) -> None:
+        knob_names = {k.name for k in self.knobs}
+        clash = knob_names & set(scale.params)
+        if clash:
+            raise ValueError(f"scales.{scale_name}.params: {sorted(clash)} are knobs, not params")
+        for name, value in scale.knob_defaults.items():
+            if name not in knob_names:
+                raise ValueError(f"scales.{scale_name}.knob_defaults: unknown knob {name!r}")
+            if self.knob(name).coerce(value) not in self.knob(name).values:
+                raise ValueError(f"scales.{scale_name}.knob_defaults.{name}: {value!r} not in "
+                                 f"values {self.knob(name).values}")
+        known = knob_names | set(scale.params) | HARNESS_FIELDS
+        for where, text in self._expressions():
+            unknown = expr.names(text) - known
+            if unknown:
+                raise ValueError(f"{where}: unknown name(s) {sorted(unknown)} at scale "
+                                 f"{scale_name!r}; known: {sorted(known)}")
+        for where, template in self._templates():
+            for field in _template_fields(template):
+                if field not in known:
+                    raise ValueError(f"{where}: unknown placeholder {{{field}}} at scale "
+                                     f"{scale_name!r}; known: {sorted(known)}")
+
+    def _expressions(self) -> list[tuple[str, str]]:
+        out = [(f"constraints[{i}].expr", c.expr) for i, c in enumerate(self.constraints)]
+        out += [(f"knobs.{k.name}.derive", k.derive) for k in self.knobs if k.derive]
+        return out + [("invariants.tokens_per_step", self.invariants.tokens_per_step)]
+
+    def _templates(self) -> list[tuple[str, str]]:
+        out = [(f"launch.command[{i}]", t) for i, t in enumerate(self.launch.command)]
+        return out + [(f"launch.env.{k}", v) for k, v in self.launch.env.items()]
+
+    def knob(self, name: str) -> Knob:
+        """The knob called ``name``; KeyError naming the known knobs otherwise."""
+        for knob in self.knobs:
+            if knob.name == name:
+                return knob
+        raise KeyError(f"unknown knob {name!r}; {self.name} has {[k.name for k in self.knobs]}")
+
+    def scale(self, name: str) -> Scale:
+        """The scale preset called ``name``; KeyError naming the known scales otherwise."""
+        if name not in self.scales:
+            raise KeyError(f"unknown scale {name!r}; {self.name} has {sorted(self.scales)}")
+        return self.scales[name]
+
+    def patch(self, patch_id: str) -> PatchSpec:
+        """The catalog entry ``patch_id``; KeyError naming the catalog otherwise."""
+        for patch in self.patches:
+            if patch.id == patch_id:
+                return patch
+        raise KeyError(f"unknown patch {patch_id!r}; {self.name} has "
+                       f"{[p.id for p in self.patches]}")
+
+    def patch_path(self, patch_id: str) -> Path:
+        """Where the diff of catalog patch ``patch_id`` lies on disk."""
+        return self.root / self.patch(patch_id).file
+
+
+def _check_unique(field: str, names: list[str]) -> None:
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"{field}: duplicate names {dupes}")
+
+
+def _template_fields(template: str) -> list[str]:
+    return [f for _, f, _, _ in string.Formatter().parse(template) if f]
+
+
+def _format_errors(path: Path, exc: ValidationError) -> str:
+    lines = [f"{path}: invalid workload manifest"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "required field is missing: add it"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field: remove it or check its spelling"
+        lines.append(f"  field '{loc}': {msg}")
+    return "\n".join(lines)
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read and validate a manifest file (or the ``workload.yaml`` inside a folder)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "workload.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: no such manifest") from None
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"{path}: a manifest is a YAML mapping with name, launch, knobs, ...")
+    try:
+        manifest = Manifest.model_validate({**data, "root": path.parent.resolve()})
+    except ValidationError as exc:
+        raise ManifestError(_format_errors(path, exc)) from None
+    for i, patch in enumerate(manifest.patches):
+        if not manifest.patch_path(patch.id).is_file():
+            raise ManifestError(f"{path}: field 'patches.{i}.file': {patch.file} does not exist")
+    return manifest
