@@ -31,7 +31,8 @@ DEFAULT_WORKDIR = Path(".infrarsi") / "trials"
 
 def fail(message: str, code: int = 2) -> None:
     """Print one error line (or a few) to stderr and exit with ``code``."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    err.print("[bold red]error:[/] ", end="")
+    err.print(message, markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -110,7 +111,8 @@ def print_trial(record: TrialRecord) -> None:
     out.print("knobs: " + " ".join(f"{k}={v}" for k, v in record.knobs.items()))
     out.print("patches: " + (", ".join(p.id for p in record.patches) or "none"))
     if record.error:
-        out.print(f"[{colour}]error:[/] {record.error}", highlight=False)
+        out.print(f"[{colour}]error:[/] ", end="")
+        out.print(record.error, markup=False, highlight=False)
     m = record.metrics
     if m is None:
         return

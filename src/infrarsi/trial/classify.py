@@ -89,7 +89,7 @@ def _metrics(spec: "TrialSpec", reduced, result: ProcessResult, tokens: int) -> 
     train_time = sum(reduced.step_times_s)
     phases = steady_phases(reduced.phases_s[warmup:])
     compile_on = str(spec.knobs.get("compile", "off")).lower() not in ("off", "false", "0")
-    ranks = len(reduced.peak_mem_bytes)
+    ranks = max(len(reduced.peak_mem_bytes), len(result.outside_peak_rss_bytes))
     outside = [result.outside_peak_rss_bytes.get(r, 0) for r in range(ranks)]
     return TrialMetrics(
         step_time_s=step_time, step_time_cv=cv(steady), e2e_time_s=result.wall_s,
@@ -105,6 +105,7 @@ def _metrics(spec: "TrialSpec", reduced, result: ProcessResult, tokens: int) -> 
 
 def _peaks(reported: list[int], outside: list[int]) -> list[int]:
     """Per-rank peak: what the rank reported, or the harness's sample where it reported none."""
+    reported = reported + [0] * (len(outside) - len(reported))
     return [rep if rep > 0 else out for rep, out in zip(reported, outside)]
 
 

@@ -1,0 +1,43 @@
+"""Shared fixtures: the bundled and toy workloads, a trial folder, and the real CLI."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infrarsi.trial.process import trial_processes
+from infrarsi.workloads import find, load_manifest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def dense():
+    """The dense-1node reference workload."""
+    return find("dense-1node")
+
+
+@pytest.fixture(scope="session")
+def toy():
+    """A toy workload that can train, hang, crash or allocate on request."""
+    return load_manifest(FIXTURES / "toy")
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``python -m infrarsi ARGS`` as a real process."""
+    return subprocess.run([sys.executable, "-m", "infrarsi", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=timeout)
+
+
+def cli_json(*args: str, cwd: Path | None = None) -> dict:
+    """Run the CLI with ``--json`` and parse its standard output."""
+    result = run_cli(*args, "--json", cwd=cwd)
+    assert result.stdout.strip(), f"no output; stderr:\n{result.stderr}"
+    return json.loads(result.stdout)
+
+
+def assert_no_leftovers(trial_id: str) -> None:
+    """No process of the trial is still alive."""
+    assert trial_processes(trial_id) == [], f"processes of {trial_id} survived"

@@ -1,0 +1,85 @@
+"""The command line as a user meets it: real processes, real exit codes and messages."""
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from conftest import run_cli
+
+STAGES = ["init", "doctor", "run", "apply", "report", "bank", "optimize"]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_stages_not_built_yet_exit_2_and_say_so(stage):
+    result = run_cli(stage, "anything")
+    assert result.returncode == 2
+    assert "not built yet" in result.stderr and "nothing was run" in result.stderr
+    assert result.stdout == ""
+
+
+def test_workloads_json_lists_knobs_and_patches():
+    result = run_cli("workloads", "--json")
+    assert result.returncode == 0, result.stderr
+    listing = {w["name"]: w for w in json.loads(result.stdout)}
+    dense = listing["dense-1node"]
+    knob_names = {k["name"] for k in dense["knobs"]}
+    assert {"nproc", "threads_per_rank", "micro_batch", "grad_accum", "precision",
+            "activation_checkpointing", "compile", "ddp_bucket_mb",
+            "gradient_as_bucket_view"} <= knob_names
+    assert {"sdpa_attention", "fused_adamw", "chunked_cross_entropy", "fused_qkv"} <= \
+        set(dense["patches"])
+
+
+def test_python_dash_m_and_help():
+    result = run_cli("--help")
+    assert result.returncode == 0 and "trial" in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "micro_batch=4", "--set", "grad_accum=2"], "tokens per optimizer step are fixed"),
+    (["--set", "precision=fp8"], "outside its domain"),
+    (["--set", "micro_batch"], "KNOB=VALUE"),
+    (["--mem-cap", "300M"], "is not a size"),
+    (["--scale", "huge"], "unknown scale 'huge'"),
+    (["--patch", "nope"], "unknown patch 'nope'"),
+])
+def test_bad_trial_input_is_refused_before_running(tmp_path, args, message):
+    result = run_cli("trial", "dense-1node", "--workdir", str(tmp_path), *args)
+    assert result.returncode == 2, result.stdout
+    assert message in result.stderr.replace("\n", " ")
+    assert not any(tmp_path.iterdir()), "nothing may run for refused input"
+
+
+def test_unknown_workload_is_named():
+    result = run_cli("trial", "no-such-workload")
+    assert result.returncode == 2 and "no workload 'no-such-workload'" in result.stderr
+
+
+def test_catalog_patch_touching_a_locked_file_is_refused(tmp_path, dense):
+    root = tmp_path / "w"
+    shutil.copytree(dense.root, root)
+    (root / "patches" / "evil.diff").write_text(
+        "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-x\n+y\n")
+    data = yaml.safe_load((root / "workload.yaml").read_text())
+    data["patches"].append({"id": "evil", "file": "patches/evil.diff", "title": "t",
+                            "category": "kernel",
+                            "prior": {"step_time_ratio": 0.5, "peak_mem_ratio": 1.0}})
+    (root / "workload.yaml").write_text(yaml.safe_dump(data))
+    trials = tmp_path / "trials"
+    result = run_cli("trial", str(root), "--patch", "evil", "--workdir", str(trials))
+    assert result.returncode == 2
+    assert "train.py: locked file" in result.stderr
+    assert not trials.exists()
+
+
+def test_bad_manifest_names_the_field(tmp_path, dense):
+    root = tmp_path / "w"
+    shutil.copytree(dense.root, root)
+    data = yaml.safe_load((root / "workload.yaml").read_text())
+    data["scales"]["tiny"]["warmup_steps"] = -1
+    (root / "workload.yaml").write_text(yaml.safe_dump(data))
+    result = run_cli("trial", str(root))
+    assert result.returncode == 2
+    assert "field 'scales.tiny.warmup_steps'" in result.stderr

@@ -1,0 +1,76 @@
+"""Every way a trial can end, on a toy job: each ends in exactly one status, leaving nothing."""
+
+import shutil
+
+import pytest
+
+from conftest import FIXTURES, assert_no_leftovers
+from infrarsi.trial import TrialStatus, prepare, run_trial
+from infrarsi.workloads import load_manifest
+
+pytestmark = pytest.mark.slow
+
+
+def _run(manifest, tmp_path, **knobs_and_options):
+    options = {k: knobs_and_options.pop(k) for k in ("mem_cap_bytes", "timeout_s")
+               if k in knobs_and_options}
+    record = run_trial(prepare(manifest, "tiny", knobs_and_options, **options), tmp_path)
+    assert_no_leftovers(record.trial_id)
+    assert (tmp_path / record.trial_id / "record.json").is_file()
+    return record
+
+
+def test_hang_ends_timeout(toy, tmp_path):
+    record = _run(toy, tmp_path, mode="hang", timeout_s=8)
+    assert record.status is TrialStatus.TIMEOUT
+    assert "no exit after 8 s" in record.error
+    assert record.metrics is None and 8 <= record.cost_s < 30
+
+
+def test_crash_ends_crash_with_the_error_tail(toy, tmp_path):
+    record = _run(toy, tmp_path, mode="crash")
+    assert record.status is TrialStatus.CRASH
+    assert "ValueError: toy crash at step 1" in record.error
+
+
+def test_pytorch_allocation_beyond_the_cap_is_oom(toy, tmp_path):
+    record = _run(toy, tmp_path, mode="alloc", alloc_mb=512, mem_cap_bytes=400 * 2**20)
+    assert record.status is TrialStatus.OOM
+    assert "DefaultCPUAllocator: can't allocate memory" in record.error
+    assert record.mem_cap_bytes == 400 * 2**20
+
+
+def test_same_allocation_under_a_larger_cap_is_ok(toy, tmp_path):
+    record = _run(toy, tmp_path, mode="alloc", alloc_mb=64, mem_cap_bytes=1024 * 2**20)
+    assert record.status is TrialStatus.OK, record.error
+    assert min(record.metrics.peak_mem_bytes) > 64 * 2**20
+
+
+def test_stray_grandchild_is_swept(toy, tmp_path):
+    record = _run(toy, tmp_path, mode="stray")
+    assert record.status is TrialStatus.OK, record.error
+
+
+def test_fewer_steps_is_invalid(toy, tmp_path):
+    record = _run(toy, tmp_path, mode="fewer_steps")
+    assert record.status is TrialStatus.INVALID
+    assert "ran 3 optimizer steps; the workload fixes 4" in record.error
+
+
+def test_tokens_per_step_differing_is_invalid(tmp_path):
+    root = tmp_path / "toy"
+    shutil.copytree(FIXTURES / "toy", root)
+    text = (root / "workload.yaml").read_text().replace("tokens: 32", "tokens: 64")
+    (root / "workload.yaml").write_text(text)
+    record = _run(load_manifest(root), tmp_path / "trials")
+    assert record.status is TrialStatus.INVALID
+    assert "tokens per optimizer step 32; the workload fixes 64" in record.error
+
+
+def test_metrics_read_from_stdout(tmp_path):
+    manifest = load_manifest(FIXTURES / "toy-stdout")
+    record = _run(manifest, tmp_path, mode="print")
+    assert record.status is TrialStatus.OK, record.error
+    assert len(record.metrics.loss) == 4
+    assert len(record.metrics.peak_mem_bytes) == 2  # both ranks, sampled from outside
+    assert record.metrics.peak_mem_bytes[0] > 0
