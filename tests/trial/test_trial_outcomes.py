@@ -49,6 +49,7 @@ def test_same_allocation_under_a_larger_cap_is_ok(toy, tmp_path):
 def test_stray_grandchild_is_swept(toy, tmp_path):
     record = _run(toy, tmp_path, mode="stray")
     assert record.status is TrialStatus.OK, record.error
+    assert any("were killed" in w for w in record.warnings), record.warnings
 
 
 def test_fewer_steps_is_invalid(toy, tmp_path):

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infrarsi.trial.metrics import RankReport, cv, reduce_ranks, steady_phases
+from infrarsi.trial.metrics import (MetricsError, RankReport, cv, read_probe_files, reduce_ranks,
+                                    steady_phases)
 from infrarsi.trial.process import ProcessResult, near_cap
 from infrarsi.trial.record import TrialMetrics, TrialStatus
 
@@ -36,6 +37,7 @@ class Outcome:
     status: TrialStatus
     error: str | None = None
     metrics: TrialMetrics | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def outcome(result: ProcessResult, trial_dir: Path, spec: "TrialSpec") -> Outcome:
@@ -60,9 +62,31 @@ def outcome(result: ProcessResult, trial_dir: Path, spec: "TrialSpec") -> Outcom
         return Outcome(TrialStatus.OOM, f"{_crash_text(result.returncode, rank_errors, output)}"
                        f"\n(native failure with {at_cap} at the capacity of "
                        f"{spec.mem_cap_bytes} bytes per rank)")
+    if result.returncode != 0 and not rank_errors and _every_rank_finished(trial_dir):
+        return Outcome(TrialStatus.OK, warnings=[
+            f"every rank wrote its last step and peak memory, then the job ended with "
+            f"{_exit_text(result.returncode)} during shutdown ({_teardown_hint(output)}); "
+            "the measurements are complete"])
     if result.returncode != 0:
         return Outcome(TrialStatus.CRASH, _crash_text(result.returncode, rank_errors, output))
     return Outcome(TrialStatus.OK)
+
+
+def _every_rank_finished(trial_dir: Path) -> bool:
+    """True when every rank of the world wrote the probe's end record."""
+    try:
+        reports = read_probe_files(list(trial_dir.glob("metrics.rank*.jsonl")))
+    except MetricsError:
+        return False
+    world = reports[0].world_size if reports else 0
+    ranks = sorted(r.rank for r in reports if r.end is not None)
+    return world > 0 and ranks == list(range(world))
+
+
+def _teardown_hint(output: str) -> str:
+    if "terminate called without an active exception" in output:
+        return "'terminate called without an active exception': a known gloo teardown race"
+    return "no Python error was raised"
 
 
 def measured(spec: "TrialSpec", reports: list[RankReport], result: ProcessResult) -> Outcome:
@@ -129,9 +153,12 @@ def _rank_errors(trial_dir: Path) -> list[dict]:
     return errors
 
 
+def _exit_text(returncode: int | None) -> str:
+    return f"signal {-returncode}" if returncode and returncode < 0 else f"exit code {returncode}"
+
+
 def _crash_text(returncode: int | None, rank_errors: list[dict], output: str) -> str:
-    code = f"killed by signal {-returncode}" if returncode and returncode < 0 \
-        else f"exit code {returncode}"
+    code = _exit_text(returncode)
     if rank_errors:
         first = rank_errors[0]
         return f"{code}; rank {first['rank']}: {_tail(first['traceback'])}"

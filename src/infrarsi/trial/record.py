@@ -80,6 +80,7 @@ class TrialRecord(BaseModel):
     started_unix_s: float
     cost_s: float = Field(description="wall time the trial cost the harness, set-up included")
     error: str | None = None
+    warnings: list[str] = Field([], description="what went wrong without changing the status")
     metrics: TrialMetrics | None = None
     command: list[str] = []
     returncode: int | None = None

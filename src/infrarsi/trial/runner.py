@@ -183,8 +183,11 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
     outcome = classify.outcome(result, trial_dir, spec)
     if outcome.status is TrialStatus.OK:
         outcome = _measure(spec, trial_dir, result, outcome)
+    if result.leftovers_killed:
+        outcome.warnings.append(f"{result.leftovers_killed} process(es) of the trial were still "
+                                "running after the launcher exited; they were killed")
     return TrialRecord(**base, status=outcome.status, error=outcome.error,
-                       metrics=outcome.metrics, command=command,
+                       metrics=outcome.metrics, warnings=outcome.warnings, command=command,
                        returncode=result.returncode, cost_s=time.monotonic() - t0)
 
 
@@ -195,10 +198,11 @@ def _is_launcher(command: list[str]) -> bool:
 def _measure(spec: TrialSpec, trial_dir: Path, result, outcome):
     """Turn the ranks' reports into metrics, or into ``invalid``/``crash`` with the reason."""
     try:
-        reports = _reports(spec, trial_dir)
-        return classify.measured(spec, reports, result)
+        measured = classify.measured(spec, _reports(spec, trial_dir), result)
     except MetricsError as exc:
-        return classify.Outcome(TrialStatus.CRASH, f"metrics: {exc}")
+        measured = classify.Outcome(TrialStatus.CRASH, f"metrics: {exc}")
+    measured.warnings[:0] = outcome.warnings
+    return measured
 
 
 def _reports(spec: TrialSpec, trial_dir: Path) -> list[RankReport]:
