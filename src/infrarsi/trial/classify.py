@@ -59,7 +59,7 @@ def outcome(result: ProcessResult, trial_dir: Path, spec: "TrialSpec") -> Outcom
         return Outcome(TrialStatus.OOM, f"{_line_around(output, match)}{_cap_note(spec)}")
     at_cap = _ranks_at_cap(result, spec.mem_cap_bytes)
     if result.returncode and at_cap:
-        return Outcome(TrialStatus.OOM, f"{_crash_text(result.returncode, rank_errors, output)}"
+        return Outcome(TrialStatus.OOM, f"{_crash_text(result, rank_errors, output)}"
                        f"\n(native failure with {at_cap} at the capacity of "
                        f"{spec.mem_cap_bytes} bytes per rank)")
     if result.returncode != 0 and not rank_errors and _every_rank_finished(trial_dir):
@@ -68,7 +68,7 @@ def outcome(result: ProcessResult, trial_dir: Path, spec: "TrialSpec") -> Outcom
             f"{_exit_text(result.returncode)} during shutdown ({_teardown_hint(output)}); "
             "the measurements are complete"])
     if result.returncode != 0:
-        return Outcome(TrialStatus.CRASH, _crash_text(result.returncode, rank_errors, output))
+        return Outcome(TrialStatus.CRASH, _crash_text(result, rank_errors, output))
     return Outcome(TrialStatus.OK)
 
 
@@ -157,8 +157,10 @@ def _exit_text(returncode: int | None) -> str:
     return f"signal {-returncode}" if returncode and returncode < 0 else f"exit code {returncode}"
 
 
-def _crash_text(returncode: int | None, rank_errors: list[dict], output: str) -> str:
-    code = _exit_text(returncode)
+def _crash_text(result: ProcessResult, rank_errors: list[dict], output: str) -> str:
+    code = _exit_text(result.returncode)
+    if result.failed_node is not None:
+        code = f"node {result.failed_node}'s launcher ended with {code}; the other nodes were ended"
     if rank_errors:
         first = rank_errors[0]
         return f"{code}; rank {first['rank']}: {_tail(first['traceback'])}"

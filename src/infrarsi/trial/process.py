@@ -39,6 +39,7 @@ class ProcessResult:
     outside_peak_rss_bytes: dict[int, int] = field(default_factory=dict)
     outside_peak_data_bytes: dict[int, int] = field(default_factory=dict)
     stalled_at_cap: str | None = None
+    failed_node: int | None = None
     leftovers_killed: int = 0
 
 
@@ -50,9 +51,9 @@ def near_cap(data_bytes: int, cap_bytes: int) -> bool:
 class _RankSampler(threading.Thread):
     """Samples every rank under the launcher: peak RSS and private memory, and stalls at the cap."""
 
-    def __init__(self, root_pid: int, mem_cap_bytes: int | None) -> None:
+    def __init__(self, root_pids: list[int], mem_cap_bytes: int | None) -> None:
         super().__init__(daemon=True)
-        self.root_pid = root_pid
+        self.root_pids = root_pids
         self.cap = mem_cap_bytes
         self.peaks: dict[int, int] = {}
         self.data_peaks: dict[int, int] = {}
@@ -70,10 +71,12 @@ class _RankSampler(threading.Thread):
         self.join(timeout=2)
 
     def _sample(self) -> None:
-        try:
-            children = psutil.Process(self.root_pid).children(recursive=True)
-        except psutil.Error:
-            return
+        children = []
+        for pid in self.root_pids:
+            try:
+                children += psutil.Process(pid).children(recursive=True)
+            except psutil.Error:
+                continue
         for child in children:
             try:
                 self._sample_one(child)
@@ -102,35 +105,55 @@ class _RankSampler(threading.Thread):
         self._progress[child.pid] = (cpu, now)
 
 
-def run_isolated(command: list[str], cwd: Path, env: dict[str, str], timeout_s: float,
-                 stdout: Path, stderr: Path, trial_id: str,
+def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]],
+                 timeout_s: float, stdout: Path, stderr: Path, trial_id: str,
                  mem_cap_bytes: int | None = None) -> ProcessResult:
-    """Run ``command`` to its end or its timeout; no process of the trial survives this call."""
-    env = {**env, TRIAL_ID_ENV: trial_id}
+    """Run one launcher per node to their end; no process of the trial survives this call.
+
+    The trial ends when every launcher has exited, when one exits with an error (the others
+    would wait forever for their peers, so they are ended), when a rank stalls at its memory
+    capacity, or at the timeout. All launchers append to the same two log files.
+    """
     t0 = time.monotonic()
-    with open(stdout, "wb") as out, open(stderr, "wb") as err:
-        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        sampler = _RankSampler(proc.pid, mem_cap_bytes)
+    with open(stdout, "ab") as out, open(stderr, "ab") as err:
+        procs = [subprocess.Popen(cmd, cwd=cwd, env={**env, TRIAL_ID_ENV: trial_id}, stdout=out,
+                                  stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+                 for cmd, env in zip(commands, envs)]
+        sampler = _RankSampler([p.pid for p in procs], mem_cap_bytes)
         sampler.start()
         try:
-            while proc.poll() is None and sampler.stalled is None \
-                    and time.monotonic() - t0 < timeout_s:
-                time.sleep(0.05)
+            failed = _wait(procs, sampler, t0, timeout_s)
         except BaseException:  # Ctrl-C or the tool being killed: never leave the trial behind
-            kill_trial(proc.pid, trial_id)
+            kill_trial([p.pid for p in procs if p.poll() is None], trial_id)
             raise
         finally:
             sampler.stop()
-        ended = proc.returncode is not None
-        killed = kill_trial(None if ended else proc.pid, trial_id)
-        proc.wait()
-    return ProcessResult(proc.returncode if ended else None,
-                         timed_out=not ended and sampler.stalled is None,
-                         wall_s=time.monotonic() - t0, outside_peak_rss_bytes=sampler.peaks,
-                         outside_peak_data_bytes=sampler.data_peaks,
-                         stalled_at_cap=None if ended else sampler.stalled,
-                         leftovers_killed=killed)
+        running = [p.pid for p in procs if p.poll() is None]
+        killed = kill_trial(running, trial_id)
+        for proc in procs:
+            proc.wait()
+    ended = failed is not None or not running
+    return ProcessResult(
+        returncode=failed.returncode if failed is not None else (0 if ended else None),
+        timed_out=not ended and sampler.stalled is None, wall_s=time.monotonic() - t0,
+        outside_peak_rss_bytes=sampler.peaks, outside_peak_data_bytes=sampler.data_peaks,
+        stalled_at_cap=None if ended else sampler.stalled,
+        failed_node=procs.index(failed) if failed is not None and len(procs) > 1 else None,
+        leftovers_killed=killed)
+
+
+def _wait(procs: list[subprocess.Popen], sampler: "_RankSampler", t0: float,
+          timeout_s: float) -> subprocess.Popen | None:
+    """Poll until all exit, one fails (returned), a rank stalls at its cap, or the timeout."""
+    while time.monotonic() - t0 < timeout_s and sampler.stalled is None:
+        codes = [p.poll() for p in procs]
+        failed = [p for p, code in zip(procs, codes) if code not in (None, 0)]
+        if failed:
+            return failed[0]
+        if all(code == 0 for code in codes):
+            return None
+        time.sleep(0.05)
+    return None
 
 
 def trial_processes(trial_id: str) -> list[psutil.Process]:
@@ -146,17 +169,17 @@ def trial_processes(trial_id: str) -> list[psutil.Process]:
     return found
 
 
-def kill_trial(root_pid: int | None, trial_id: str, grace_s: float = 3.0) -> int:
-    """End the launcher (unless already reaped: None), its descendants and any stray process
-    of the trial; returns how many were still live."""
+def kill_trial(root_pids: list[int], trial_id: str, grace_s: float = 3.0) -> int:
+    """End the launchers not yet reaped, their descendants and any stray process of the trial;
+    returns how many were still live."""
     procs: dict[int, psutil.Process] = {}
-    try:
-        if root_pid is not None:
-            root = psutil.Process(root_pid)
+    for pid in root_pids:
+        try:
+            root = psutil.Process(pid)
             for proc in [root, *root.children(recursive=True)]:
                 procs[proc.pid] = proc
-    except psutil.Error:
-        pass
+        except psutil.Error:
+            continue
     for proc in trial_processes(trial_id):
         procs.setdefault(proc.pid, proc)
     live = [p for p in procs.values() if _alive(p)]

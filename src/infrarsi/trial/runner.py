@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import time
 import uuid
@@ -140,14 +141,23 @@ def locked_hashes(manifest: Manifest, root: Path) -> dict[str, str]:
     return out
 
 
-def render(spec: TrialSpec, workspace: Path) -> tuple[list[str], dict[str, str]]:
-    """The launch command and the workload's own environment, templates filled in."""
+def render(spec: TrialSpec, workspace: Path, trial_id: str = "trial",
+           node_rank: int = 0, rdzv_port: int = 0) -> tuple[list[str], dict[str, str]]:
+    """One launcher's command and the workload's own environment, templates filled in."""
     fields = {k: int(v) if isinstance(v, bool) else v for k, v in spec.params().items()}
-    fields["workspace"] = str(workspace)
+    fields.update(workspace=str(workspace), node_rank=node_rank, nodes=spec.manifest.launch.nodes,
+                  rdzv_port=rdzv_port, trial_id=trial_id)
     command = [part.format(**fields) for part in spec.manifest.launch.command]
     command[0] = _resolve_program(command[0])
     env = {k: v.format(**fields) for k, v in spec.manifest.launch.env.items()}
     return command, env
+
+
+def free_port() -> int:
+    """A TCP port on loopback that is free now (the rendezvous of multi-node launches)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _resolve_program(program: str) -> str:
@@ -173,22 +183,27 @@ def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -
 
 def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
             t0: float) -> TrialRecord:
-    command, workload_env = render(spec, workspace)
-    env = _trial_env(spec, trial_dir, workload_env)
-    if spec.mem_cap_bytes is not None and not _is_launcher(command):
-        env["INFRARSI_CAP_SELF"] = "1"
-    result = run_isolated(command, workspace, env, spec.effective_timeout_s,
+    port = free_port()
+    rendered = [render(spec, workspace, base["trial_id"], node, port)
+                for node in range(spec.manifest.launch.nodes)]
+    commands = [command for command, _ in rendered]
+    envs = [_trial_env(spec, trial_dir, workload_env) for _, workload_env in rendered]
+    for env, command in zip(envs, commands):
+        if spec.mem_cap_bytes is not None and not _is_launcher(command):
+            env["INFRARSI_CAP_SELF"] = "1"
+    result = run_isolated(commands, workspace, envs, spec.effective_timeout_s,
                           trial_dir / "stdout.log", trial_dir / "stderr.log", base["trial_id"],
                           spec.mem_cap_bytes)
     outcome = classify.outcome(result, trial_dir, spec)
     if outcome.status is TrialStatus.OK:
         outcome = _measure(spec, trial_dir, result, outcome)
-    if result.leftovers_killed:
+    if result.leftovers_killed and outcome.status is TrialStatus.OK:
         outcome.warnings.append(f"{result.leftovers_killed} process(es) of the trial were still "
                                 "running after the launcher exited; they were killed")
     return TrialRecord(**base, status=outcome.status, error=outcome.error,
-                       metrics=outcome.metrics, warnings=outcome.warnings, command=command,
-                       returncode=result.returncode, cost_s=time.monotonic() - t0)
+                       metrics=outcome.metrics, warnings=outcome.warnings,
+                       command=commands[0], returncode=result.returncode,
+                       cost_s=time.monotonic() - t0)
 
 
 def _is_launcher(command: list[str]) -> bool:

@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from infrarsi.workloads import expr
 
 KnobValue = int | float | bool | str
-HARNESS_FIELDS = frozenset({"workspace"})
+# Filled in by the harness for each launcher: its folder, node index, node count, a free
+# rendezvous port on loopback, and the trial's id.
+HARNESS_FIELDS = frozenset({"workspace", "node_rank", "nodes", "rdzv_port", "trial_id"})
 
 
 class ManifestError(ValueError):
@@ -102,8 +104,12 @@ class StdoutMetrics(_Strict):
 
 
 class Launch(_Strict):
-    """The launch command and environment, as templates over knobs and scale parameters."""
+    """The launch command and environment, as templates over knobs and scale parameters.
+
+    ``nodes`` launchers are started, one per simulated node, each with its ``{node_rank}``.
+    """
     command: list[str] = Field(min_length=1)
+    nodes: int = Field(1, ge=1)
     env: dict[str, str] = {}
     metrics: Literal["probe"] | StdoutMetrics = "probe"
 
