@@ -1,7 +1,9 @@
 """Unified-diff patches: which paths they touch, whether they may touch them, and applying them.
 
 A patch is checked before anything runs: every path it names must stay inside the workspace,
-match an editable glob and no locked glob, and it may not create symlinks. Applying uses
+match an editable glob and no locked glob (nor link to a locked file), and it may not create
+symlinks. Workspaces are copies with links resolved, so a workload may share files with another
+through links: a patch then changes the trial's copy, never the shared file. Applying uses
 ``git apply`` (with repository discovery switched off, so an enclosing repository cannot change
 what it does), first with ``--check`` so a patch that does not fit changes nothing.
 """
@@ -92,11 +94,11 @@ def _path_reasons(path: str, root: Path, editable: list[str], locked: list[str])
     pure = PurePosixPath(path)
     if pure.is_absolute() or ".." in pure.parts:
         return [f"{path}: outside the workspace"]
+    names = {path}
     real = (root / pure).resolve()
-    if not real.is_relative_to(root.resolve()):
-        return [f"{path}: resolves outside the workspace (through a symlink)"]
-    rel = real.relative_to(root.resolve()).as_posix()
-    if matches(path, locked) or matches(rel, locked):
+    if real.is_relative_to(root.resolve()):  # a link inside the workload: judge its target too
+        names.add(real.relative_to(root.resolve()).as_posix())
+    if any(matches(name, locked) for name in names):
         return [f"{path}: locked file"]
     if not matches(path, editable):
         return [f"{path}: not an editable file (editable: {', '.join(editable)})"]
