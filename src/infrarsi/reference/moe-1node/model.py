@@ -4,7 +4,8 @@ Attention as in the dense model (separate key/query/value projections, materiali
 mask). Each block's MLP is a set of experts; the locked ``routing.py`` picks two per token, and
 this file dispatches tokens to them the common way: a loop over experts with boolean masks.
 With ``ep_size > 1`` each rank keeps only its share of the experts and tokens travel to their
-expert's rank and back with all-to-all. The loss adds the routers' load-balancing loss.
+expert's rank and back with all-to-all, in ``a2a_chunks`` rounds. The loss adds the routers'
+load-balancing loss.
 """
 
 import math
@@ -32,6 +33,7 @@ class GPTConfig:
     expert_hidden: int = 128
     ep_size: int = 1
     ep_rank: int = 0
+    a2a_chunks: int = 1
     activation_checkpointing: bool = False
 
 
@@ -84,6 +86,7 @@ class MoE(nn.Module):
         self.experts = nn.ModuleList(
             [Expert(config.n_embd, config.expert_hidden) for _ in range(config.n_experts)])
         self.ep_size, self.ep_rank = config.ep_size, config.ep_rank
+        self.a2a_chunks = config.a2a_chunks
         self.first_expert = 0
 
     def keep_local_experts(self):
@@ -97,7 +100,9 @@ class MoE(nn.Module):
         flat = x.view(-1, C)
         weights, experts, aux = self.router(flat)
         if self.ep_size > 1:
-            out = self._dispatch_all_to_all(flat, weights, experts)
+            parts = zip(flat.chunk(self.a2a_chunks), weights.chunk(self.a2a_chunks),
+                        experts.chunk(self.a2a_chunks))
+            out = torch.cat([self._dispatch_all_to_all(*part) for part in parts])
         else:
             out = self._run_experts(flat, weights, experts)
         return out.view(B, T, C), aux

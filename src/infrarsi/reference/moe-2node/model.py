@@ -1,0 +1,1 @@
+../moe-1node/model.py
