@@ -30,6 +30,11 @@ def test_workloads_json_lists_knobs_and_patches():
             "gradient_as_bucket_view"} <= knob_names
     assert {"sdpa_attention", "fused_adamw", "chunked_cross_entropy", "fused_qkv"} <= \
         set(dense["patches"])
+    assert set(listing) == {"dense-1node", "dense-2node", "moe-1node", "moe-2node"}
+    assert all(len(w["patches"]) >= 4 for w in listing.values())
+    assert "explicit_prefetch" in listing["dense-2node"]["patches"]
+    assert {"grouped_dispatch", "merged_all_to_all"} <= set(listing["moe-2node"]["patches"])
+    assert "expert_parallel" in {k["name"] for k in listing["moe-2node"]["knobs"]}
 
 
 def test_python_dash_m_and_help():

@@ -70,7 +70,8 @@ def trial(
     workload: str = typer.Argument(..., help="bundled workload name or path to workload.yaml"),
     scale: str = typer.Option("tiny", help="scale preset: tiny, cpu or gpu"),
     set_: list[str] = typer.Option([], "--set", help="KNOB=VALUE, repeatable"),
-    patch: list[str] = typer.Option([], "--patch", help="catalog patch id, repeatable"),
+    patch: list[str] = typer.Option([], "--patch",
+                                    help="catalog patch id or path to a .diff file, repeatable"),
     mem_cap: Optional[str] = typer.Option(None, "--mem-cap",
                                           help="per-rank memory capacity, e.g. 300MiB or bytes"),
     timeout: Optional[float] = typer.Option(None, help="seconds; default: the scale's"),
@@ -141,10 +142,18 @@ def _not_built(stage: str, issue: str) -> None:
     fail(f"'infrarsi {stage}' is not built yet ({issue}); nothing was run.")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def init() -> None:
-    """Stage 1: turn an instruction into a frozen task contract (not built yet)."""
-    _not_built("init", "the Init stage")
+@app.command()
+def init(
+    workload: str = typer.Argument(..., help="bundled workload name or path to workload.yaml"),
+    instruction: str = typer.Argument(..., help="what you want, in one sentence"),
+    scale: str = typer.Option("tiny", help="scale preset: tiny, cpu or gpu"),
+    output: Path = typer.Option(Path("contract.yaml"), "-o", "--output", help="contract file"),
+    yes: bool = typer.Option(False, "--yes", help="freeze without asking"),
+    as_json: bool = typer.Option(False, "--json", help="print the contract as JSON"),
+) -> None:
+    """Stage 1: turn an instruction into a frozen task contract."""
+    from infrarsi.init.cli import run_init
+    run_init(workload, instruction, scale, output, yes, as_json, out, err)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

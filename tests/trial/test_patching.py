@@ -65,7 +65,7 @@ def test_patch_touching_train_is_refused_before_anything_runs(tmp_path, dense):
     diff.write_text(TOUCH_TRAIN)
     with pytest.raises(PatchRefused, match="train.py: locked file"):
         refuse_patch(dense, diff)
-    with pytest.raises(PatchRefused, match="unknown patch 'evil'"):
+    with pytest.raises(PatchRefused, match="unknown patch .evil.: give a catalog id"):
         prepare(dense, "tiny", {}, ["evil"])
 
 
@@ -87,3 +87,14 @@ def test_a_patch_that_does_not_fit_changes_nothing(tmp_path, dense):
     with pytest.raises(PatchFailed, match="does not apply"):
         apply(dense.patch_path("sdpa_attention"), ws)
     assert (ws / "model.py").read_text() == "something else entirely\n"
+
+
+def test_a_diff_file_given_by_path_is_checked_like_a_catalog_patch(tmp_path, dense):
+    evil = tmp_path / "evil.diff"
+    evil.write_text(TOUCH_TRAIN)
+    with pytest.raises(PatchRefused, match="train.py: locked file"):
+        prepare(dense, "tiny", {}, [str(evil)])
+    ok = tmp_path / "mine.diff"
+    ok.write_text(dense.patch_path("fused_adamw").read_text())
+    spec = prepare(dense, "tiny", {}, [str(ok)])
+    assert [(p.id, p.catalog) for p in spec.patches] == [("mine", False)]

@@ -122,6 +122,7 @@ def _metrics(spec: "TrialSpec", reduced, result: ProcessResult, tokens: int) -> 
         tokens_per_step=tokens, tokens_per_s=tokens / step_time,
         peak_mem_bytes=_peaks(reduced.peak_mem_bytes, outside),
         peak_vm_data_bytes=reduced.peak_vm_data_bytes, outside_peak_rss_bytes=outside,
+        outside_train_span_s=result.outside_train_span_s,
         loss=reduced.loss, step_times_s=reduced.step_times_s, phases_s=phases,
         unattributed_s=max(0.0, step_time - sum(phases.values())) if phases else 0.0,
         steps=len(reduced.step_times_s), warmup_steps=warmup, ranks=ranks)

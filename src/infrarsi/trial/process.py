@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 
+from infrarsi.trial.watch import MetricsWatcher
+
 TRIAL_ID_ENV = "INFRARSI_TRIAL_ID"
 SAMPLE_PERIOD_S = 0.2
 STALL_S = 5.0
@@ -40,6 +42,7 @@ class ProcessResult:
     outside_peak_data_bytes: dict[int, int] = field(default_factory=dict)
     stalled_at_cap: str | None = None
     failed_node: int | None = None
+    outside_train_span_s: float | None = None
     leftovers_killed: int = 0
 
 
@@ -107,7 +110,8 @@ class _RankSampler(threading.Thread):
 
 def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]],
                  timeout_s: float, stdout: Path, stderr: Path, trial_id: str,
-                 mem_cap_bytes: int | None = None) -> ProcessResult:
+                 mem_cap_bytes: int | None = None,
+                 watch: MetricsWatcher | None = None) -> ProcessResult:
     """Run one launcher per node to their end; no process of the trial survives this call.
 
     The trial ends when every launcher has exited, when one exits with an error (the others
@@ -121,6 +125,8 @@ def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]
                  for cmd, env in zip(commands, envs)]
         sampler = _RankSampler([p.pid for p in procs], mem_cap_bytes)
         sampler.start()
+        if watch is not None:
+            watch.start()
         try:
             failed = _wait(procs, sampler, t0, timeout_s)
         except BaseException:  # Ctrl-C or the tool being killed: never leave the trial behind
@@ -128,6 +134,8 @@ def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]
             raise
         finally:
             sampler.stop()
+            if watch is not None:
+                watch.stop()
         running = [p.pid for p in procs if p.poll() is None]
         killed = kill_trial(running, trial_id)
         for proc in procs:
@@ -139,6 +147,7 @@ def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]
         outside_peak_rss_bytes=sampler.peaks, outside_peak_data_bytes=sampler.data_peaks,
         stalled_at_cap=None if ended else sampler.stalled,
         failed_node=procs.index(failed) if failed is not None and len(procs) > 1 else None,
+        outside_train_span_s=max(watch.spans_s().values(), default=None) if watch else None,
         leftovers_killed=killed)
 
 

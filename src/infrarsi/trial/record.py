@@ -25,10 +25,12 @@ class TrialStatus(str, enum.Enum):
 
 
 class PatchRef(BaseModel):
-    """A patch that was applied, identified by catalog id and the sha256 of its diff bytes."""
+    """A patch that was applied: its id, the sha256 of its diff bytes, the paths it touches."""
     model_config = ConfigDict(frozen=True)
     id: str
     sha256: str
+    catalog: bool = True
+    paths: list[str] = []
 
 
 class TrialMetrics(BaseModel):
@@ -54,6 +56,8 @@ class TrialMetrics(BaseModel):
     peak_vm_data_bytes: list[int] = []
     outside_peak_rss_bytes: list[int] = Field([], description="per-rank peak RSS sampled by "
                                               "the harness every 0.2 s")
+    outside_train_span_s: float | None = Field(None, description="seconds from a rank's first to "
+                                               "last metrics line, by the harness's clock")
     loss: list[float]
     step_times_s: list[float]
     phases_s: dict[str, float] = Field({}, description="mean seconds per steady step, per phase")

@@ -19,6 +19,7 @@ from pathlib import Path
 from infrarsi.trial import classify, patching
 from infrarsi.trial.metrics import MetricsError, RankReport, read_probe_files, read_stdout
 from infrarsi.trial.process import run_isolated
+from infrarsi.trial.watch import MetricsWatcher
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
 from infrarsi.workloads import expr, knobs
 from infrarsi.workloads.manifest import KnobValue, Manifest
@@ -28,12 +29,20 @@ THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @dataclass(frozen=True)
+class PatchSource:
+    """A patch to apply: a catalog entry of the workload, or a diff file a user dropped in."""
+    id: str
+    path: Path
+    catalog: bool
+
+
+@dataclass(frozen=True)
 class TrialSpec:
     """A trial that passed every check that can be made before running: ready to launch."""
     manifest: Manifest
     scale: str
     knobs: dict[str, KnobValue]
-    patches: tuple[str, ...] = ()
+    patches: tuple[PatchSource, ...] = ()
     mem_cap_bytes: int | None = None
     timeout_s: float | None = None
     contract_hash: str | None = None
@@ -55,17 +64,28 @@ class TrialSpec:
 
 def prepare(manifest: Manifest, scale: str, overrides: dict | None = None,
             patches: list[str] | tuple[str, ...] = (), **options) -> TrialSpec:
-    """Validate knobs (AssignmentError) and patches (PatchRefused) without running anything."""
+    """Validate knobs (AssignmentError) and patches (PatchRefused) without running anything.
+
+    Each patch is a catalog id of the workload or the path of a unified diff file.
+    """
     manifest.scale(scale)
     assignment = knobs.resolve(manifest, scale, overrides or {})
-    for patch_id in patches:
-        try:
-            spec = manifest.patch(patch_id)
-        except KeyError as exc:
-            raise patching.PatchRefused(exc.args[0]) from None
-        refuse_patch(manifest, manifest.patch_path(spec.id))
-    _refuse_conflicts(manifest, list(patches))
-    return TrialSpec(manifest, scale, assignment, tuple(patches), **options)
+    sources = tuple(patch_source(manifest, p) for p in patches)
+    for source in sources:
+        refuse_patch(manifest, source.path)
+    _refuse_conflicts(manifest, sources)
+    return TrialSpec(manifest, scale, assignment, sources, **options)
+
+
+def patch_source(manifest: Manifest, patch: str) -> PatchSource:
+    """Resolve a catalog id or a diff file path; PatchRefused naming the catalog otherwise."""
+    if any(p.id == patch for p in manifest.patches):
+        return PatchSource(patch, manifest.patch_path(patch), catalog=True)
+    path = Path(patch)
+    if path.suffix in (".diff", ".patch") and path.is_file():
+        return PatchSource(path.stem, path.resolve(), catalog=False)
+    raise patching.PatchRefused(f"unknown patch {patch!r}: give a catalog id of {manifest.name} "
+                                f"({', '.join(p.id for p in manifest.patches)}) or a .diff file")
 
 
 def refuse_patch(manifest: Manifest, diff_file: Path) -> None:
@@ -76,13 +96,15 @@ def refuse_patch(manifest: Manifest, diff_file: Path) -> None:
         raise patching.PatchRefused(f"patch {Path(diff_file).name} refused: {'; '.join(reasons)}")
 
 
-def _refuse_conflicts(manifest: Manifest, patch_ids: list[str]) -> None:
-    if len(set(patch_ids)) != len(patch_ids):
-        raise patching.PatchRefused(f"a patch is listed twice: {patch_ids}")
-    for patch_id in patch_ids:
-        clash = set(manifest.patch(patch_id).conflicts) & set(patch_ids)
-        if clash:
-            raise patching.PatchRefused(f"patch {patch_id} conflicts with {sorted(clash)}")
+def _refuse_conflicts(manifest: Manifest, sources: tuple[PatchSource, ...]) -> None:
+    ids = [s.id for s in sources]
+    if len(set(ids)) != len(ids):
+        raise patching.PatchRefused(f"a patch is listed twice: {ids}")
+    for source in sources:
+        if source.catalog:
+            clash = set(manifest.patch(source.id).conflicts) & set(ids)
+            if clash:
+                raise patching.PatchRefused(f"patch {source.id} conflicts with {sorted(clash)}")
 
 
 def new_trial_id(manifest: Manifest) -> str:
@@ -102,7 +124,8 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
                 started_unix_s=started, trial_dir=str(trial_dir))
     shutil.copytree(spec.manifest.root, workspace,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    refs = [PatchRef(id=p, sha256=patching.sha256_file(spec.manifest.patch_path(p)))
+    refs = [PatchRef(id=p.id, sha256=patching.sha256_file(p.path), catalog=p.catalog,
+                     paths=list(patching.diff_paths(p.path.read_text()).paths))
             for p in spec.patches]
     locked, problem = _apply_and_hash(spec, workspace)
     base.update(patches=refs, locked_files=locked)
@@ -118,8 +141,8 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
 def _apply_and_hash(spec: TrialSpec, workspace: Path):
     """Apply the patches, hash the locked files; (hashes, None) or (hashes, (status, error))."""
     try:
-        for patch_id in spec.patches:
-            patching.apply(spec.manifest.patch_path(patch_id), workspace)
+        for source in spec.patches:
+            patching.apply(source.path, workspace)
     except patching.PatchFailed as exc:
         return locked_hashes(spec.manifest, workspace), (TrialStatus.CRASH, str(exc))
     locked = locked_hashes(spec.manifest, workspace)
@@ -193,7 +216,7 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
             env["INFRARSI_CAP_SELF"] = "1"
     result = run_isolated(commands, workspace, envs, spec.effective_timeout_s,
                           trial_dir / "stdout.log", trial_dir / "stderr.log", base["trial_id"],
-                          spec.mem_cap_bytes)
+                          spec.mem_cap_bytes, MetricsWatcher(trial_dir, "metrics.rank*.jsonl"))
     outcome = classify.outcome(result, trial_dir, spec)
     if outcome.status is TrialStatus.OK:
         outcome = _measure(spec, trial_dir, result, outcome)

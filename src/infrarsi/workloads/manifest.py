@@ -117,7 +117,16 @@ class Launch(_Strict):
 class Invariants(_Strict):
     """What must not change: tokens per optimizer step, and how far the loss may drift."""
     tokens_per_step: str
-    loss_rtol: float = Field(gt=0, description="relative loss tolerance, point-wise per step")
+    loss_rtol: float = Field(gt=0, description="relative loss tolerance, point-wise per step, "
+                             "between two fp32 runs")
+    loss_rtol_bf16: float | None = Field(None, gt=0, description="the same when either run "
+                                         "computes in bf16 (looser); None = loss_rtol")
+
+    def rtol(self, *precisions: str) -> float:
+        """The loss tolerance between runs at these precisions."""
+        if "bf16" in precisions and self.loss_rtol_bf16 is not None:
+            return self.loss_rtol_bf16
+        return self.loss_rtol
 
 
 class Files(_Strict):

@@ -1,0 +1,117 @@
+"""The task contract: what may change, what must not, and how success is measured. Frozen.
+
+Written by Init from an instruction and the workload's baseline, confirmed by a person, then
+never edited: its hash is carried by every trial record, and a later stage refuses to run on a
+contract whose locked files no longer match their recorded sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from infrarsi.trial.patching import sha256_file
+
+CONTRACT_SCHEMA_VERSION = 1
+
+
+class ContractError(ValueError):
+    """A contract that cannot be read, does not validate, or no longer matches the workload."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Invariants(_Frozen):
+    """What the workload computes, taken from its baseline: a candidate must keep all of it."""
+    tokens_per_step: int = Field(gt=0, description="global batch in tokens per optimizer step")
+    steps: int = Field(gt=0)
+    seeds: dict[str, int]
+    data_fingerprint: str = Field(description="sha256 over the locked data code and the seeds")
+
+
+class Correctness(_Frozen):
+    """How far the loss may drift from the baseline's, relative."""
+    loss_tolerance: float = Field(gt=0, lt=1, description="relative, e.g. 0.005 = 0.5%")
+    last_k: int = Field(3, ge=1, description="steps averaged for the final-loss check")
+    pointwise: bool = Field(True, description="also check every step of the trajectory")
+
+
+class Budget(_Frozen):
+    """How much searching the person allows: trials and/or wall time (None = no limit)."""
+    trials: int | None = Field(None, gt=0)
+    wall_time_s: float | None = Field(None, gt=0)
+
+
+class NoisePolicy(_Frozen):
+    """Repeats and confidence the verifier uses; filled in by Doctor from measured noise."""
+    repeats: int | None = Field(None, ge=1)
+    confidence: float = Field(0.95, gt=0, lt=1)
+    min_detectable_effect: float | None = None
+
+
+class Contract(_Frozen):
+    """The frozen task contract of one optimisation job."""
+    schema_version: int = CONTRACT_SCHEMA_VERSION
+    workload: str
+    scale: str
+    instruction: str
+    objective: Literal["e2e_time", "tokens_per_s"] = "e2e_time"
+    invariants: Invariants
+    correctness: Correctness
+    mem_cap_bytes: int | None = Field(None, gt=0, description="per-rank capacity")
+    editable: list[str]
+    locked: dict[str, str] = Field(description="locked path -> sha256 at init time")
+    budget: Budget = Budget()
+    noise: NoisePolicy = NoisePolicy()
+    not_understood: list[str] = []
+    drafted_by: Literal["rules", "llm"] = "rules"
+    contract_hash: str = ""
+
+    def compute_hash(self) -> str:
+        """sha256 of the canonical JSON of every field but the hash itself."""
+        body = self.model_dump(mode="json", exclude={"contract_hash"})
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+    def sealed(self) -> "Contract":
+        """This contract with its hash filled in."""
+        return self.model_copy(update={"contract_hash": self.compute_hash()})
+
+    def check_locked(self, root: Path) -> None:
+        """ContractError naming every locked file under ``root`` that changed or is missing."""
+        changed = []
+        for rel, digest in self.locked.items():
+            path = Path(root) / rel
+            if not path.is_file():
+                changed.append(f"{rel} (missing)")
+            elif sha256_file(path) != digest:
+                changed.append(rel)
+        if changed:
+            raise ContractError(f"locked files no longer match the contract {self.contract_hash[:12]}"
+                                f": {', '.join(changed)}; run init again to make a new contract")
+
+    def save(self, path: Path) -> None:
+        """Write the contract as YAML."""
+        Path(path).write_text(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False,
+                                             allow_unicode=True))
+
+
+def load_contract(path: str | Path) -> Contract:
+    """Read a contract and check its hash: an edited contract is refused."""
+    path = Path(path)
+    try:
+        contract = Contract.model_validate(yaml.safe_load(path.read_text()))
+    except FileNotFoundError:
+        raise ContractError(f"{path}: no such contract") from None
+    except (ValidationError, yaml.YAMLError) as exc:
+        raise ContractError(f"{path}: invalid contract: {exc}") from None
+    if contract.contract_hash != contract.compute_hash():
+        raise ContractError(f"{path}: the contract was edited after init (hash mismatch); "
+                            "contracts are frozen: run init again")
+    return contract

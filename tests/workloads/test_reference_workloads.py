@@ -1,0 +1,56 @@
+"""Every reference workload at tiny scale: its baseline, each catalog patch and bf16, for real.
+
+A patch or knob may change how fast the workload runs, never what it computes: the loss
+trajectory must stay within the tolerance each manifest states (fp32 tight, bf16 looser).
+"""
+
+import pytest
+
+from infrarsi.trial import TrialStatus, prepare, run_trial
+from infrarsi.workloads import find, reference_names
+
+pytestmark = pytest.mark.slow
+CASES = [(w, p.id) for w in reference_names() for p in find(w).patches]
+
+
+def rel_drift(a, b):
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory):
+    """Baseline record per workload, run once and shared by the module's tests."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            workdir = tmp_path_factory.mktemp(name)
+            cache[name] = run_trial(prepare(find(name), "tiny"), workdir)
+        return cache[name]
+    return get
+
+
+@pytest.mark.parametrize("name", reference_names())
+def test_baseline_runs_on_two_or_more_ranks(baselines, name):
+    record = baselines(name)
+    assert record.status is TrialStatus.OK, record.error
+    assert record.metrics.ranks >= 2
+    assert len(record.metrics.loss) == find(name).scale("tiny").params["steps"]
+
+
+@pytest.mark.parametrize("name, patch_id", CASES)
+def test_patch_keeps_the_loss_within_tolerance(baselines, tmp_path, name, patch_id):
+    manifest = find(name)
+    record = run_trial(prepare(manifest, "tiny", {}, [patch_id]), tmp_path)
+    assert record.status is TrialStatus.OK, record.error
+    drift = rel_drift(record.metrics.loss, baselines(name).metrics.loss)
+    assert drift <= manifest.invariants.rtol("fp32"), f"{patch_id}: drift {drift:.2e}"
+
+
+@pytest.mark.parametrize("name", reference_names())
+def test_bf16_stays_within_the_looser_tolerance(baselines, tmp_path, name):
+    manifest = find(name)
+    record = run_trial(prepare(manifest, "tiny", {"precision": "bf16"}), tmp_path)
+    assert record.status is TrialStatus.OK, record.error
+    drift = rel_drift(record.metrics.loss, baselines(name).metrics.loss)
+    assert drift <= manifest.invariants.rtol("bf16", "fp32"), f"bf16 drift {drift:.2e}"
