@@ -11,6 +11,9 @@ from infrarsi.trial.process import trial_processes
 from infrarsi.workloads import find, load_manifest
 
 FIXTURES = Path(__file__).parent / "fixtures"
+INSTRUCTION_EN = ("Cut end-to-end time; keep loss within 0.5% and memory under 2 GiB per rank; "
+                  "don't touch the data pipeline; 20 trials")
+INSTRUCTION_ZH = "缩短端到端时间；loss 偏差不超过 0.5%，每卡显存不超过 2 GiB；不要修改数据管道；20 次试验"
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import yaml
 
 from conftest import run_cli
 
-STAGES = ["init", "doctor", "run", "apply", "report", "bank", "optimize"]
+STAGES = ["doctor", "run", "apply", "report", "bank", "optimize"]
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -88,3 +88,29 @@ def test_bad_manifest_names_the_field(tmp_path, dense):
     result = run_cli("trial", str(root))
     assert result.returncode == 2
     assert "field 'scales.tiny.warmup_steps'" in result.stderr
+
+
+def test_init_writes_the_must_show_contract(tmp_path):
+    instruction = ("Cut end-to-end time; keep loss within 0.5% and memory under 2 GiB per rank; "
+                   "don't touch the data pipeline; 20 trials")
+    result = run_cli("init", "dense-1node", instruction, "--scale", "tiny", "-o",
+                     str(tmp_path / "c.yaml"), "--yes", "--json")
+    assert result.returncode == 0, result.stderr
+    c = json.loads(result.stdout)
+    assert c["loss_tolerance"] == 0.005 and c["mem_cap_bytes"] == 2 * 2**30
+    assert c["budget_trials"] == 20 and "data.py" in c["locked"]
+    assert c["not_understood"] == [] and len(c["contract_hash"]) == 64
+    assert (tmp_path / "c.yaml").is_file()
+
+
+def test_init_lists_what_it_did_not_understand(tmp_path):
+    result = run_cli("init", "dense-1node", "Cut time; paint it blue", "-o",
+                     str(tmp_path / "c.yaml"), "--yes")
+    assert result.returncode == 0, result.stderr
+    assert "NOT understood" in result.stdout and "paint it blue" in result.stdout
+
+
+def test_init_without_yes_and_without_a_terminal_asks_for_yes(tmp_path):
+    result = run_cli("init", "dense-1node", "Cut time", "-o", str(tmp_path / "c.yaml"))
+    assert result.returncode == 2 and "--yes" in result.stderr
+    assert not (tmp_path / "c.yaml").exists()

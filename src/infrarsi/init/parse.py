@@ -14,7 +14,7 @@ from fnmatch import fnmatchcase
 
 from infrarsi.units import parse_bytes
 
-_CLAUSE_SPLIT = re.compile(r"[;；。，,、\n]|(?<!\d)\.(?!\d)|\band\b|\bbut\b|并且|同时|而且")
+_CLAUSE_SPLIT = re.compile(r"[;；。，,、\n]|\.(?=\s|$)|\band\b|\bbut\b|并且|同时|而且")
 _THROUGHPUT = re.compile(r"throughput|tokens?\s*(/|per)\s*s(ec(ond)?)?\b|tok/s|吞吐")
 _TIME = re.compile(r"\btime\b|faster|speed\s*up|accelerate|wall|e2e|end-to-end|time-to-train|"
                    r"时间|加速|提速|更快")

@@ -1,0 +1,57 @@
+"""The contract is frozen: hashed, refused when edited, and checked against the locked files."""
+
+import shutil
+
+import pytest
+import yaml
+
+from infrarsi.init import ContractError, load_contract, make_contract, read_instruction
+from infrarsi.init.build import workload_files
+from infrarsi.workloads import load_manifest
+from conftest import INSTRUCTION_EN as EN
+from conftest import INSTRUCTION_ZH as ZH
+
+
+def _contract(manifest, text):
+    return make_contract(manifest, "tiny", text, read_instruction(text, workload_files(manifest)))
+
+
+def test_english_and_chinese_give_the_same_contract(dense):
+    en, zh = _contract(dense, EN), _contract(dense, ZH)
+    skip = {"instruction", "contract_hash"}
+    assert en.model_dump(exclude=skip) == zh.model_dump(exclude=skip)
+    assert en.correctness.loss_tolerance == 0.005 and en.mem_cap_bytes == 2 * 2**30
+    assert en.budget.trials == 20 and {"data.py", "train.py"} <= set(en.locked)
+
+
+def test_invariants_come_from_the_baseline(dense):
+    c = _contract(dense, "make it fast")
+    assert c.invariants.tokens_per_step == 8 * 64 and c.invariants.steps == 8
+    assert c.invariants.seeds == {"seed": 1234} and len(c.invariants.data_fingerprint) == 64
+
+
+def test_locking_the_model_removes_it_from_the_editable_set(dense):
+    c = _contract(dense, "don't touch the model")
+    assert "model.py" in c.locked and c.editable == []
+
+
+def test_saved_contract_round_trips_and_an_edit_is_refused(dense, tmp_path):
+    c = _contract(dense, EN)
+    c.save(tmp_path / "c.yaml")
+    assert load_contract(tmp_path / "c.yaml") == c
+    data = yaml.safe_load((tmp_path / "c.yaml").read_text())
+    data["correctness"]["loss_tolerance"] = 0.5
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ContractError, match="edited after init"):
+        load_contract(tmp_path / "c.yaml")
+
+
+def test_a_changed_locked_file_is_refused(dense, tmp_path):
+    c = _contract(dense, EN)
+    root = tmp_path / "w"
+    shutil.copytree(dense.root, root)
+    c.check_locked(root)
+    (root / "data.py").write_text("# changed\n")
+    with pytest.raises(ContractError, match="data.py"):
+        c.check_locked(root)
+    assert load_manifest(root).name == "dense-1node"
