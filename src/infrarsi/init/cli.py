@@ -42,7 +42,7 @@ def run_init(workload: str, instruction: str, scale: str, output: Path, yes: boo
     files = workload_files(manifest)
     reading, drafted_by = read_instruction(instruction, files), "rules"
     if llm_configured():
-        reading, drafted_by = draft_reading(instruction, files, reading, err), "llm"
+        reading, drafted_by = draft_reading(instruction, files, reading, err)
     contract = make_contract(manifest, scale, instruction, reading, drafted_by)
     if as_json:
         print(json.dumps(contract_json(contract), indent=2, ensure_ascii=False))
