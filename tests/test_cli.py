@@ -114,3 +114,17 @@ def test_init_without_yes_and_without_a_terminal_asks_for_yes(tmp_path):
     result = run_cli("init", "dense-1node", "Cut time", "-o", str(tmp_path / "c.yaml"))
     assert result.returncode == 2 and "--yes" in result.stderr
     assert not (tmp_path / "c.yaml").exists()
+
+
+def test_trial_refuses_a_contract_whose_locked_files_changed(tmp_path, dense):
+    root = tmp_path / "w"
+    shutil.copytree(dense.root, root)
+    contract = tmp_path / "c.yaml"
+    assert run_cli("init", str(root), "memory under 2 GiB", "-o", str(contract),
+                   "--yes").returncode == 0
+    (root / "data.py").write_text((root / "data.py").read_text() + "\n# edited\n")
+    result = run_cli("trial", str(root), "--contract", str(contract), "--workdir",
+                     str(tmp_path / "trials"))
+    assert result.returncode == 2
+    assert "locked files no longer match" in result.stderr and "data.py" in result.stderr
+    assert not (tmp_path / "trials").exists()

@@ -76,14 +76,19 @@ def trial(
                                           help="per-rank memory capacity, e.g. 300MiB or bytes"),
     timeout: Optional[float] = typer.Option(None, help="seconds; default: the scale's"),
     workdir: Path = typer.Option(DEFAULT_WORKDIR, help="where trial folders are written"),
+    contract: Optional[Path] = typer.Option(None, help="run under this frozen contract: its "
+                                            "capacity, its hash on the record"),
     as_json: bool = typer.Option(False, "--json", help="print the trial record as JSON"),
 ) -> None:
     """Run one isolated, measured trial of a workload under a knob assignment and patches."""
     try:
         manifest = find(workload)
         cap = units.parse_bytes(mem_cap) if mem_cap is not None else None
-        spec = prepare(manifest, scale, parse_assignments(set_), patch,
-                       mem_cap_bytes=cap, timeout_s=timeout)
+        frozen = _checked_contract(contract, manifest) if contract else None
+        if frozen is not None and cap is None:
+            cap = frozen.mem_cap_bytes
+        spec = prepare(manifest, scale, parse_assignments(set_), patch, mem_cap_bytes=cap,
+                       timeout_s=timeout, contract_hash=frozen.contract_hash if frozen else None)
     except (ManifestError, AssignmentError, PatchRefused, ValueError, KeyError) as exc:
         fail(_message(exc))
     with err.status(f"trial of {manifest.name} at scale {scale} ..."):
@@ -93,6 +98,17 @@ def trial(
     else:
         print_trial(record)
     raise typer.Exit(0 if record.status is TrialStatus.OK else 1)
+
+
+def _checked_contract(path: Path, manifest):
+    """The contract at ``path``, refused when edited, for another workload, or stale."""
+    from infrarsi.init import load_contract
+
+    frozen = load_contract(path)
+    if frozen.workload != manifest.name:
+        raise ValueError(f"{path} is a contract for {frozen.workload}, not {manifest.name}")
+    frozen.check_locked(manifest.root)
+    return frozen
 
 
 def _message(exc: BaseException) -> str:
