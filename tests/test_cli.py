@@ -8,7 +8,7 @@ import yaml
 
 from conftest import run_cli
 
-STAGES = ["doctor", "run", "apply", "report", "bank", "optimize"]
+STAGES = ["run", "apply", "report", "bank", "optimize"]
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -172,10 +172,16 @@ def init(
     run_init(workload, instruction, scale, output, yes, as_json, out, err)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def doctor() -> None:
-    """Stage 2: profile the baseline, measure peak and noise, diagnose (not built yet)."""
-    _not_built("doctor", "the Doctor stage")
+@app.command()
+def doctor(
+    contract: Path = typer.Argument(..., help="contract.yaml written by init"),
+    repeats: int = typer.Option(3, min=2, help="baseline runs (noise needs at least 2)"),
+    workdir: Path = typer.Option(DEFAULT_WORKDIR, help="where trial folders are written"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Stage 2: profile the baseline, measure peak and noise, diagnose."""
+    from infrarsi.doctor.cli import run_doctor_command
+    run_doctor_command(contract, repeats, workdir, as_json, out, err)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

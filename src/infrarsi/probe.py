@@ -17,7 +17,8 @@ A loop adds three to five lines::
 
 Each rank writes JSON lines to the file the harness names in ``INFRARSI_METRICS_FILE`` (``{rank}``
 in the name is replaced by the rank). Line kinds: ``start``, ``step`` (wall time, loss, tokens,
-phase seconds) and ``end`` (peak memory). Phase times are wall-clock spans; on CUDA the device is
+phase seconds) and ``end`` (peak memory). When ``INFRARSI_PROFILE_FILE`` is set, rank 0 runs
+``torch.profiler`` over two steps from ``INFRARSI_PROFILE_STEP`` and writes the operators there. Phase times are wall-clock spans; on CUDA the device is
 synchronised at each phase boundary so a phase owns its kernels. ``comm`` is the exposed
 gradient communication: the time backward keeps running after the last gradient was produced.
 """
@@ -34,6 +35,9 @@ from typing import Iterator
 import torch
 
 METRICS_ENV = "INFRARSI_METRICS_FILE"
+PROFILE_ENV = "INFRARSI_PROFILE_FILE"        # rank 0 profiles operators into this JSON file
+PROFILE_STEP_ENV = "INFRARSI_PROFILE_STEP"   # first profiled step (after warm-up)
+PROFILE_STEPS = 2
 SCHEMA_VERSION = 1
 
 
@@ -98,6 +102,10 @@ class Probe:
         self._step_index = 0
         self._peak_vm_data = vm_data_bytes()
         self._last_grad_t: float | None = None
+        self._profile_path = os.environ.get(PROFILE_ENV) if self.rank == 0 else None
+        self._profile_start = int(os.environ.get(PROFILE_STEP_ENV, "2"))
+        self._profiler = None
+        self._profiled_s = 0.0
         if path:
             self._file = open(path.replace("{rank}", str(self.rank)), "a", buffering=1)
             self._write({"kind": "start", "schema_version": SCHEMA_VERSION, "rank": self.rank,
@@ -122,11 +130,13 @@ class Probe:
     def step(self, tokens: int) -> Iterator[Step]:
         """Measure one optimizer step that consumes ``tokens`` tokens over all ranks."""
         step = Step(self, tokens)
+        self._maybe_start_profiler()
         self._sync()
         t0 = time.perf_counter()
         yield step
         self._sync()
         wall_s = time.perf_counter() - t0
+        self._maybe_stop_profiler(wall_s)
         self._peak_vm_data = max(self._peak_vm_data, vm_data_bytes())
         self._write({"kind": "step", "step": self._step_index, "step_time_s": wall_s,
                      "loss": step.loss, "tokens": step.tokens, "phases_s": step.phases_s,
@@ -147,6 +157,29 @@ class Probe:
                      "unix_time_s": time.time()})
         self._file.close()
         self._file = None
+
+    def _maybe_start_profiler(self) -> None:
+        if self._profile_path and self._step_index == self._profile_start:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if self.device.type == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self._profiler = torch.profiler.profile(activities=activities)
+            self._profiler.__enter__()
+
+    def _maybe_stop_profiler(self, wall_s: float) -> None:
+        if self._profiler is None:
+            return
+        self._profiled_s += wall_s
+        if self._step_index + 1 < self._profile_start + PROFILE_STEPS:
+            return
+        self._profiler.__exit__(None, None, None)
+        ops = [{"name": e.key, "calls": e.count,
+                "self_cpu_s": e.self_cpu_time_total / 1e6,
+                "self_device_s": getattr(e, "self_device_time_total", 0) / 1e6}
+               for e in self._profiler.key_averages()]
+        with open(self._profile_path, "w") as f:
+            json.dump({"steps": PROFILE_STEPS, "wall_s": self._profiled_s, "ops": ops}, f)
+        self._profiler = None
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

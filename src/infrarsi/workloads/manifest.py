@@ -129,6 +129,13 @@ class Invariants(_Strict):
         return self.loss_rtol
 
 
+class Flops(_Strict):
+    """Model FLOPs per trained token (forward + backward), as an expression over the scale's
+    parameters and knobs, with the formula written out for people."""
+    per_token: str
+    formula: str
+
+
 class Files(_Strict):
     """Globs, relative to the workload folder, of files a patch may and may never touch."""
     editable: list[str]
@@ -160,6 +167,7 @@ class Manifest(_Strict):
     knobs: list[Knob] = Field(min_length=1)
     constraints: list[Constraint] = []
     invariants: Invariants
+    flops: Flops | None = None
     files: Files
     patches: list[PatchSpec] = []
     root: Path = Field(Path("."), exclude=True, description="folder the manifest was read from")
@@ -203,6 +211,8 @@ class Manifest(_Strict):
     def _expressions(self) -> list[tuple[str, str]]:
         out = [(f"constraints[{i}].expr", c.expr) for i, c in enumerate(self.constraints)]
         out += [(f"knobs.{k.name}.derive", k.derive) for k in self.knobs if k.derive]
+        if self.flops is not None:
+            out.append(("flops.per_token", self.flops.per_token))
         return out + [("invariants.tokens_per_step", self.invariants.tokens_per_step)]
 
     def _templates(self) -> list[tuple[str, str]]:

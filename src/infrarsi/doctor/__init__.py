@@ -1,0 +1,5 @@
+"""Stage 2, Doctor: measure the baseline, the hardware and the noise; diagnose before searching."""
+
+from infrarsi.doctor.run import DoctorError, build_report, run_doctor
+
+__all__ = ["DoctorError", "build_report", "run_doctor"]

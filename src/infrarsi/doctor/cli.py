@@ -1,0 +1,68 @@
+"""``infrarsi doctor``: run the measurements, print the report, store it, fill the noise policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from infrarsi.doctor.run import DoctorError, noise_policy, run_doctor
+from infrarsi.init.contract import ContractError, load_contract
+from infrarsi.units import format_bytes
+
+
+def run_doctor_command(contract_path: Path, repeats: int, workdir: Path, as_json: bool,
+                       out: Console, err: Console) -> None:
+    """Doctor the contract's baseline; the contract gets the measured noise policy."""
+    try:
+        contract = load_contract(contract_path)
+        with err.status("doctor: measuring the hardware and the baseline ...") as status:
+            report = run_doctor(contract, repeats, workdir, on_trial=lambda label, r: status.update(
+                f"doctor: {label} ended {r.status.value} ({r.cost_s:.1f} s)"))
+    except (ContractError, DoctorError, KeyError) as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2)
+    sealed = contract.model_copy(update={"noise": noise_policy(report)}).sealed()
+    sealed.save(contract_path)
+    report["contract_hash_after"] = sealed.contract_hash
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    (Path(workdir) / f"doctor-{sealed.contract_hash[:12]}.json").write_text(
+        json.dumps(report, indent=2))
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        show(report, out)
+    err.print(f"noise policy written to {contract_path} (contract {sealed.contract_hash[:12]})",
+              markup=False)
+
+
+def show(report: dict, out: Console) -> None:
+    """The report as a person reads it."""
+    step = report["step_time_s"]
+    mfu = f"{report['mfu_pct']:.1f}%" if report["mfu_pct"] is not None else "-"
+    out.print(f"[bold]{report['workload']}[/] at scale {report['scale']}: step_time_s "
+              f"{step:.4f}, tokens_per_s {report['tokens_per_s']:,.0f}, mfu {mfu} "
+              f"(fp32 peak {report['peak_flops']['fp32'] / 1e9:.0f} GFLOP/s, "
+              f"bf16 {report['peak_flops']['bf16'] / 1e9:.0f}), peak_mem "
+              + ", ".join(format_bytes(b) for b in report["peak_mem_bytes"]))
+    table = Table(title="phases (s per steady step, mean over ranks)", title_justify="left")
+    for col in ("phase", "seconds", "share"):
+        table.add_column(col)
+    for name, seconds in sorted(report["phases"].items(), key=lambda kv: -kv[1]):
+        table.add_row(name, f"{seconds:.4f}", f"{seconds / step:.0%}")
+    table.add_row("unattributed", f"{report['unattributed_s']:.4f}",
+                  f"{report['unattributed_s'] / step:.0%}")
+    out.print(table)
+    n = report["noise"]
+    out.print(f"noise: cv within a run {n['cv_within']:.1%}, between runs {n['cv_between']:.1%}; "
+              "minimum detectable speed-up " + ", ".join(
+                  f"{k} repeat(s) {v:.1f}%" for k, v in n["mde_pct"].items())
+              + f"; verifier repeats {n['recommended_repeats']}", markup=False)
+    out.print("top operators: " + ", ".join(
+        f"{o['name']} {o['share']:.0%}" for o in report["top_ops"][:5]), markup=False)
+    for i, d in enumerate(report["diagnosis"], 1):
+        out.print(f"{i}. {d['finding']} — {d['evidence']} -> {', '.join(d['suggests']) or '-'}",
+                  markup=False)

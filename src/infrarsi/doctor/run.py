@@ -1,0 +1,157 @@
+"""Doctor: measure the contract's baseline before searching.
+
+Repeated baseline runs (each a recorded trial), one profiled run for the top operators, the
+measured hardware peak, MFU, per-phase breakdown per rank, the noise of this machine and what it
+means for the verifier, and a ranked diagnosis. The result is one JSON document.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from infrarsi.doctor import noise
+from infrarsi.doctor.diagnose import Facts, diagnose
+from infrarsi.doctor.hardware import probe_hardware
+from infrarsi.init.contract import Contract, NoisePolicy
+from infrarsi.trial import TrialRecord, TrialStatus, prepare, run_trial
+from infrarsi.trial.metrics import read_probe_files
+from infrarsi.workloads import expr, find
+
+def _is_operator(name: str) -> bool:
+    """Operators (``aten::mm``, ``c10d::allreduce_``), not annotations of Python code."""
+    return "::" in name and not name.startswith(("ProfilerStep", "Optimizer."))
+TOP_OPS = 10
+
+
+class DoctorError(RuntimeError):
+    """The baseline cannot be measured (it does not run, or runs too few steps)."""
+
+
+def run_doctor(contract: Contract, repeats: int, workdir: Path,
+               before_run: Callable[[int], None] | None = None,
+               on_trial: Callable[[str, TrialRecord], None] | None = None) -> dict:
+    """Measure the baseline ``repeats`` times plus one profiled run; return the report."""
+    manifest = find(contract.workload)
+    contract.check_locked(manifest.root)
+    hardware = probe_hardware()
+    spec = prepare(manifest, contract.scale, {}, mem_cap_bytes=contract.mem_cap_bytes,
+                   contract_hash=contract.contract_hash)
+    runs = []
+    for i in range(repeats):
+        if before_run is not None:
+            before_run(i)
+        runs.append(_must_run(spec, workdir, on_trial, f"baseline run {i + 1}/{repeats}"))
+    profile = _profile(spec, workdir, runs[0], on_trial)
+    return build_report(contract, manifest, spec.knobs, hardware, runs, profile)
+
+
+def _must_run(spec, workdir: Path, on_trial, label: str) -> TrialRecord:
+    record = run_trial(spec, workdir)
+    if on_trial is not None:
+        on_trial(label, record)
+    if record.status is not TrialStatus.OK:
+        raise DoctorError(f"the baseline ended {record.status.value} ({label}): {record.error}")
+    return record
+
+
+def _profile(spec, workdir: Path, first: TrialRecord, on_trial) -> dict:
+    """One run with torch.profiler on rank 0 over two steady steps; its operator table."""
+    steps = first.metrics.steps
+    start = min(max(1, noise.warmup_steps(first.metrics.step_times_s)), max(0, steps - 2))
+    path = Path(workdir).resolve() / f"profile-{uuid.uuid4().hex[:8]}.json"
+    env = {"INFRARSI_PROFILE_FILE": str(path), "INFRARSI_PROFILE_STEP": str(start)}
+    profiled = dataclasses.replace(spec, extra_env=env)
+    _must_run(profiled, workdir, on_trial, "profiled run")
+    return json.loads(path.read_text()) if path.exists() else {"steps": 0, "wall_s": 0, "ops": []}
+
+
+def build_report(contract: Contract, manifest, knobs: dict, hardware: dict,
+                 runs: list[TrialRecord], profile: dict) -> dict:
+    """Every figure of the doctor's report, from the runs, the profile and the hardware."""
+    per_run = [_steady(r) for r in runs]
+    step_time = statistics.median(p["step_time_s"] for p in per_run)
+    phases_per_rank = _phases_per_rank(runs, per_run)
+    phases = {n: statistics.fmean(r[n] for r in phases_per_rank) for n in phases_per_rank[0]}
+    tokens_per_s = runs[0].metrics.tokens_per_step / step_time
+    mfu = _mfu(manifest, contract, knobs, hardware, tokens_per_s)
+    cv_between = noise.cv([p["step_time_s"] for p in per_run])
+    top = top_ops(profile, hardware["facts"]["device_type"])
+    peaks = [max(col) for col in zip(*(r.metrics.peak_mem_bytes for r in runs))]
+    facts = Facts(manifest, knobs, step_time, phases, {o["name"]: o["share"] for o in top},
+                  hardware["peak_flops"], hardware["facts"]["cores"],
+                  hardware["facts"]["device_type"], peaks, contract.mem_cap_bytes)
+    return {
+        "contract_hash": contract.contract_hash, "workload": manifest.name,
+        "scale": contract.scale, "knobs": knobs, "step_time_s": step_time,
+        "tokens_per_s": tokens_per_s, "phases": phases, "phases_per_rank": phases_per_rank,
+        "unattributed_s": step_time - sum(phases.values()),
+        "compile_time_s": statistics.median(r.metrics.compile_time_s for r in runs),
+        "e2e_time_s": statistics.median(r.metrics.e2e_time_s for r in runs),
+        **mfu, "peak_flops": hardware["peak_flops"], "peak_mem_bytes": peaks,
+        "hardware": hardware,
+        "noise": {"cv_within": statistics.median(p["cv"] for p in per_run),
+                  "cv_between": cv_between,
+                  "mde_pct": {str(n): 100 * noise.min_detectable_effect(cv_between, n)
+                              for n in (1, 3, 5)},
+                  "recommended_repeats": noise.recommended_repeats(cv_between),
+                  "method": "MDE = 1.96 * sqrt(2/n) * cv_between (normal approximation, 95%)"},
+        "runs": [{"trial_id": r.trial_id, "warmup_steps_detected": p["warmup"],
+                  "step_time_s": p["step_time_s"], "cv": p["cv"]} for r, p in zip(runs, per_run)],
+        "top_ops": top, "diagnosis": diagnose(facts)}
+
+
+def _steady(record: TrialRecord) -> dict:
+    times = record.metrics.step_times_s
+    warmup = noise.warmup_steps(times)
+    return {"warmup": warmup, "step_time_s": statistics.median(times[warmup:]),
+            "cv": noise.cv(times[warmup:])}
+
+
+def _phases_per_rank(runs: list[TrialRecord], per_run: list[dict]) -> list[dict]:
+    """Mean seconds per steady step of each phase, per rank, averaged over runs."""
+    sums: dict[int, dict[str, list[float]]] = {}
+    for record, steady in zip(runs, per_run):
+        reports = read_probe_files(list(Path(record.trial_dir).glob("metrics.rank*.jsonl")))
+        for report in reports:
+            for step in report.steps[steady["warmup"]:]:
+                for name, seconds in step["phases_s"].items():
+                    sums.setdefault(report.rank, {}).setdefault(name, []).append(seconds)
+    names = sorted({n for phases in sums.values() for n in phases})
+    return [{n: statistics.fmean(sums[r].get(n, [0.0])) for n in names} for r in sorted(sums)]
+
+
+def _mfu(manifest, contract: Contract, knobs: dict, hardware: dict, tokens_per_s: float) -> dict:
+    if manifest.flops is None:
+        return {"mfu_pct": None, "flops_per_token": None, "flops_formula": None}
+    params = {**manifest.scale(contract.scale).params, **knobs}
+    per_token = float(expr.evaluate(manifest.flops.per_token, params))
+    precision = knobs.get("precision", "fp32")
+    devices = hardware["facts"]["device_count"] if hardware["facts"]["device_type"] == "cuda" else 1
+    peak = hardware["peak_flops"].get(precision, hardware["peak_flops"]["fp32"]) * devices
+    return {"mfu_pct": 100 * per_token * tokens_per_s / peak, "flops_per_token": per_token,
+            "flops_formula": manifest.flops.formula,
+            "mfu_formula": f"flops_per_token * tokens_per_s / ({precision} peak x {devices})"}
+
+
+def top_ops(profile: dict, device_type: str) -> list[dict]:
+    """The operators with the most self time per step, with their share of the step."""
+    steps = max(profile.get("steps", 0), 1)
+    step_s = profile.get("wall_s", 0) / steps
+    key = "self_device_s" if device_type == "cuda" else "self_cpu_s"
+    ops = [o for o in profile.get("ops", []) if _is_operator(o["name"])]
+    ops.sort(key=lambda o: -o[key])
+    return [{"name": o["name"], "self_s_per_step": o[key] / steps, "calls_per_step":
+             o["calls"] / steps, "share": (o[key] / steps) / step_s if step_s else 0.0}
+            for o in ops[:TOP_OPS]]
+
+
+def noise_policy(report: dict) -> NoisePolicy:
+    """The contract's noise policy as Doctor measured it."""
+    n = report["noise"]["recommended_repeats"]
+    return NoisePolicy(repeats=n, confidence=0.95, min_detectable_effect=noise.min_detectable_effect(
+        report["noise"]["cv_between"], n))

@@ -1,0 +1,65 @@
+"""Doctor on every reference workload at tiny scale, for real; and noise that it must notice."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import run_cli
+from infrarsi.doctor import run_doctor
+from infrarsi.init import make_contract, read_instruction
+from infrarsi.init.build import workload_files
+from infrarsi.workloads import find, reference_names
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name", reference_names())
+def test_doctor_json_on_each_workload(tmp_path, name):
+    contract = tmp_path / "c.yaml"
+    assert run_cli("init", name, "cut time", "-o", str(contract), "--yes").returncode == 0
+    result = run_cli("doctor", str(contract), "--repeats", "2", "--workdir",
+                     str(tmp_path / "t"), "--json")
+    assert result.returncode == 0, result.stderr
+    r = json.loads(result.stdout)
+    attributed = sum(r["phases"].values())
+    assert abs(attributed - r["step_time_s"]) <= 0.15 * r["step_time_s"], r["phases"]
+    assert r["unattributed_s"] == pytest.approx(r["step_time_s"] - attributed)
+    assert {"forward", "backward", "optimizer", "data"} <= set(r["phases"])
+    assert 0 < r["mfu_pct"] < 100
+    assert set(r["peak_flops"]) == {"fp32", "bf16"} and len(r["peak_mem_bytes"]) >= 2
+    assert r["noise"]["cv_within"] >= 0 and r["noise"]["cv_between"] >= 0
+    assert set(r["noise"]["mde_pct"]) == {"1", "3", "5"}
+    assert r["noise"]["recommended_repeats"] >= 1
+    assert r["top_ops"] and all("::" in o["name"] for o in r["top_ops"])
+    knobs_and_patches = {k["name"] for k in find(name).knobs} | {p.id for p in find(name).patches}
+    assert any(set(d["suggests"]) & knobs_and_patches for d in r["diagnosis"])
+    frozen = contract.read_text()
+    assert "repeats: null" not in frozen  # the noise policy was filled in
+
+
+def _burner():
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+
+
+def test_a_noisy_machine_raises_the_minimum_detectable_effect(tmp_path, dense):
+    contract = make_contract(dense, "tiny", "cut time",
+                             read_instruction("cut time", workload_files(dense)))
+    quiet = run_doctor(contract, 4, tmp_path / "quiet")
+    burners = []
+
+    def noisy_half(i):
+        while burners:
+            burners.pop().kill()
+        if i % 2:
+            burners.extend(_burner())
+            time.sleep(0.5)
+    try:
+        noisy = run_doctor(contract, 4, tmp_path / "noisy", before_run=noisy_half)
+    finally:
+        for proc in burners:
+            proc.kill()
+    assert noisy["noise"]["mde_pct"]["3"] > quiet["noise"]["mde_pct"]["3"]
+    assert noisy["noise"]["cv_between"] > quiet["noise"]["cv_between"]
