@@ -34,7 +34,7 @@ def test_doctor_json_on_each_workload(tmp_path, name):
     assert set(r["noise"]["mde_pct"]) == {"1", "3", "5"}
     assert r["noise"]["recommended_repeats"] >= 1
     assert r["top_ops"] and all("::" in o["name"] for o in r["top_ops"])
-    knobs_and_patches = {k["name"] for k in find(name).knobs} | {p.id for p in find(name).patches}
+    knobs_and_patches = {k.name for k in find(name).knobs} | {p.id for p in find(name).patches}
     assert any(set(d["suggests"]) & knobs_and_patches for d in r["diagnosis"])
     frozen = contract.read_text()
     assert "repeats: null" not in frozen  # the noise policy was filled in
