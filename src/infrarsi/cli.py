@@ -7,6 +7,7 @@ Exit codes: 0 success (a trial that ended ``ok``); 1 a trial ran but did not end
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Optional
 
@@ -214,6 +215,12 @@ def optimize() -> None:
     _not_built("optimize", "it needs all five stages")
 
 
+def _terminate(signum, frame) -> None:
+    """SIGTERM ends the tool like Ctrl-C does: running trials are ended, nothing left behind."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Console-script entry point."""
+    signal.signal(signal.SIGTERM, _terminate)
     app()

@@ -75,3 +75,39 @@ def test_metrics_read_from_stdout(tmp_path):
     assert len(record.metrics.loss) == 4
     assert len(record.metrics.peak_mem_bytes) == 2  # both ranks, sampled from outside
     assert record.metrics.peak_mem_bytes[0] > 0
+
+
+def test_terminating_the_tool_ends_the_trial_it_was_running(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from infrarsi.trial.process import TRIAL_ID_ENV
+
+    tool = subprocess.Popen([sys.executable, "-m", "infrarsi", "trial", str(FIXTURES / "toy"),
+                             "--set", "mode=hang", "--workdir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def trial_procs():
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get(TRIAL_ID_ENV, "").startswith("toy-") and \
+                        proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    deadline = time.monotonic() + 30
+    while len(trial_procs()) < 3 and time.monotonic() < deadline:  # launcher and two ranks
+        time.sleep(0.2)
+    assert trial_procs(), "the trial never started"
+    tool.send_signal(signal.SIGTERM)
+    assert tool.wait(timeout=30) != 0
+    assert trial_procs() == []
+    (record,) = tmp_path.glob("toy-*/record.json")
+    assert '"status": "crash"' in record.read_text() and "interrupted" in record.read_text()

@@ -133,7 +133,13 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
         status, error = problem
         record = TrialRecord(**base, status=status, error=error, cost_s=time.monotonic() - t0)
     else:
-        record = _launch(spec, trial_dir, workspace, base, t0)
+        try:
+            record = _launch(spec, trial_dir, workspace, base, t0)
+        except BaseException as exc:  # the tool is stopped: the trial's processes are gone
+            TrialRecord(**base, status=TrialStatus.CRASH, cost_s=time.monotonic() - t0,
+                        error=f"interrupted: the tool was stopped ({type(exc).__name__}) "
+                              "and ended the trial").save(trial_dir / "record.json")
+            raise
     record.save(trial_dir / "record.json")
     return record
 
