@@ -86,7 +86,7 @@ class TrialRecord(BaseModel):
     error: str | None = None
     warnings: list[str] = Field([], description="what went wrong without changing the status")
     metrics: TrialMetrics | None = None
-    command: list[str] = []
+    commands: list[list[str]] = Field([], description="the launch command of each node")
     returncode: int | None = None
     trial_dir: str = ""
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from infrarsi.trial import classify, patching
 from infrarsi.trial.metrics import MetricsError, RankReport, read_probe_files, read_stdout
 from infrarsi.trial.process import run_isolated
-from infrarsi.trial.watch import MetricsWatcher
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
+from infrarsi.trial.watch import MetricsWatcher
 from infrarsi.workloads import expr, knobs
 from infrarsi.workloads.manifest import KnobValue, Manifest
 
@@ -231,7 +231,7 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
                                 "running after the launcher exited; they were killed")
     return TrialRecord(**base, status=outcome.status, error=outcome.error,
                        metrics=outcome.metrics, warnings=outcome.warnings,
-                       command=commands[0], returncode=result.returncode,
+                       commands=commands, returncode=result.returncode,
                        cost_s=time.monotonic() - t0)
 
 
