@@ -54,7 +54,7 @@ def fingerprint(facts: dict) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def peak_flops(dtype: torch.dtype, device: str, size: int = 2048, repeats: int = 5) -> float:
+def peak_flops(dtype: torch.dtype, device: str, size: int = 2048, repeats: int = 10) -> float:
     """Best FLOP/s of ``repeats`` square matmuls of ``size`` (after one warm-up)."""
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
