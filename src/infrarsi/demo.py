@@ -73,8 +73,9 @@ def _print(manifest, records: dict, out: Console, repeats: int) -> None:
     if best is None:
         out.print("no patch beat the baseline within the loss tolerance in this run")
     else:
-        out.print(f"best: [bold]{'+'.join(best)}[/], {base['median'] / best_time:.2f}x faster per step than the "
-                  f"baseline. Single-machine timings are noisy: compare the spread.")
+        speedup = base["median"] / best_time
+        out.print(f"best: [bold]{'+'.join(best)}[/], {speedup:.2f}x faster per step than the "
+                  "baseline. Single-machine timings are noisy: compare the spread.")
 
 
 def _row(manifest, patches: tuple, runs: list[TrialRecord], base: dict) -> tuple[list, bool]:
