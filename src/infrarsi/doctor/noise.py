@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import statistics
 
+from infrarsi.trial.metrics import cv  # noqa: F401  (re-exported: the doctor's noise measure)
+
 Z_95 = 1.959964  # two-sided 95% normal quantile
 TARGET_EFFECT = 0.05  # the verifier should resolve a 5% speed-up
 MAX_REPEATS = 10
@@ -27,13 +29,6 @@ def warmup_steps(step_times_s: list[float]) -> int:
             break
         count += 1
     return count
-
-
-def cv(values: list[float]) -> float:
-    """Coefficient of variation (sample standard deviation / mean); 0 for fewer than 2 values."""
-    if len(values) < 2:
-        return 0.0
-    return statistics.stdev(values) / statistics.fmean(values)
 
 
 def min_detectable_effect(cv_between: float, repeats: int) -> float:
