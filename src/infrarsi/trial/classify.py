@@ -1,9 +1,12 @@
 """Sorting a finished trial into exactly one status, with the evidence for it.
 
-Order matters: a timeout is a timeout whatever else happened; an allocation failure anywhere
-(reported by a rank's error hook, or seen in the output, even at import) is an ``oom``; any other
-non-zero exit is a ``crash`` with the error's tail; a clean exit is measured, and becomes
-``invalid`` when it computed something other than the workload (steps or tokens per step differ).
+Order matters. A rank that ran out of memory is an ``oom`` whatever followed (its peers may
+then hang until the timeout): the kernel recorded an OOM kill in the rank's memory cgroup, or
+the rank raised an allocation error (PyTorch's allocator, ``MemoryError``, CUDA's OOM) — at
+import, in process-group set-up or in a tensor allocation alike. Nothing else is an ``oom``.
+Then a timeout is a timeout; any other non-zero exit is a ``crash`` with the error's tail; a
+clean exit is measured, and becomes ``invalid`` when it computed something other than the
+workload (steps or tokens per step differ).
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infrarsi.trial.metrics import (MetricsError, RankReport, cv, read_probe_files, reduce_ranks,
-                                    steady_phases)
-from infrarsi.trial.process import ProcessResult, near_cap
+from infrarsi.trial.memcg import RankMemory
+from infrarsi.trial.metrics import (MetricsError, RankReport, cv, read_probe_files, read_stdout,
+                                    reduce_ranks, steady_phases)
+from infrarsi.trial.process import ProcessResult
 from infrarsi.trial.record import TrialMetrics, TrialStatus
 
 if TYPE_CHECKING:
@@ -40,31 +44,20 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
 
 
-def outcome(result: ProcessResult, trial_dir: Path, spec: "TrialSpec") -> Outcome:
-    """Status from how the processes ended: timeout, oom, crash, or ok (to be measured)."""
+def outcome(result: ProcessResult, trial_dir: Path, spec: "TrialSpec",
+            memory: dict[int, RankMemory] | None = None) -> Outcome:
+    """Status from how the processes ended: oom, timeout, crash, or ok (to be measured)."""
     output = _read(trial_dir / "stderr.log") + _read(trial_dir / "stdout.log")
+    rank_errors = _rank_errors(trial_dir)
+    oom = _oom(result, spec, memory or {}, rank_errors, output)
+    if oom is not None:
+        return Outcome(TrialStatus.OOM, oom)
     if result.timed_out:
         return Outcome(TrialStatus.TIMEOUT, f"no exit after {spec.effective_timeout_s:g} s; "
                        f"killed. Output tail:\n{_tail(output)}")
-    rank_errors = _rank_errors(trial_dir)
-    oom = [e for e in rank_errors if e.get("oom")]
-    if oom:
-        first = oom[0]
-        return Outcome(TrialStatus.OOM, f"rank {first['rank']}: {first['type']}: "
-                       f"{first['message'][-500:]}{_cap_note(spec)}")
-    if result.stalled_at_cap:
-        return Outcome(TrialStatus.OOM, f"{result.stalled_at_cap}; ended early")
-    match = OOM_PATTERNS.search(output) if result.returncode else None
-    if match:
-        return Outcome(TrialStatus.OOM, f"{_line_around(output, match)}{_cap_note(spec)}")
-    at_cap = _ranks_at_cap(result, spec.mem_cap_bytes)
-    if result.returncode and at_cap:
-        return Outcome(TrialStatus.OOM, f"{_crash_text(result, rank_errors, output)}"
-                       f"\n(native failure with {at_cap} at the capacity of "
-                       f"{spec.mem_cap_bytes} bytes per rank)")
-    if result.returncode != 0 and not rank_errors and _every_rank_finished(trial_dir):
+    if result.returncode != 0 and not rank_errors and _every_rank_finished(trial_dir, spec):
         return Outcome(TrialStatus.OK, warnings=[
-            f"every rank wrote its last step and peak memory, then the job ended with "
+            f"every step was reported, then the job ended with "
             f"{_exit_text(result.returncode)} during shutdown ({_teardown_hint(output)}); "
             "the measurements are complete"])
     if result.returncode != 0:
@@ -72,9 +65,31 @@ def outcome(result: ProcessResult, trial_dir: Path, spec: "TrialSpec") -> Outcom
     return Outcome(TrialStatus.OK)
 
 
-def _every_rank_finished(trial_dir: Path) -> bool:
-    """True when every rank of the world wrote the probe's end record."""
+def _oom(result: ProcessResult, spec: "TrialSpec", memory: dict[int, RankMemory],
+         rank_errors: list[dict], output: str) -> str | None:
+    """Why the trial is an ``oom``, or None when no rank ran out of memory."""
+    killed = {rank: mem for rank, mem in memory.items() if mem.oom_kills}
+    if killed and (result.returncode != 0 or result.timed_out):
+        rank, mem = next(iter(killed.items()))
+        return (f"rank {rank} ran out of memory: the kernel ended it when its memory reached "
+                f"{mem.peak_bytes} bytes{_cap_note(spec)}")
+    errors = [e for e in rank_errors if e.get("oom")]
+    if errors:
+        first = errors[0]
+        return (f"rank {first['rank']}: {first['type']}: {first['message'][-500:]}"
+                f"{_cap_note(spec)}")
+    match = OOM_PATTERNS.search(output) if result.returncode else None
+    return f"{_line_around(output, match)}{_cap_note(spec)}" if match else None
+
+
+def _every_rank_finished(trial_dir: Path, spec: "TrialSpec") -> bool:
+    """True when the job reported every step: each rank wrote the probe's end record, or rank
+    0's stdout holds every step's line."""
+    how = spec.manifest.launch.metrics
     try:
+        if how != "probe":
+            steps = read_stdout(_read(trial_dir / "stdout.log"), how)[0].steps
+            return len(steps) == int(spec.manifest.scale(spec.scale).params["steps"])
         reports = read_probe_files(list(trial_dir.glob("metrics.rank*.jsonl")))
     except MetricsError:
         return False
@@ -89,7 +104,8 @@ def _teardown_hint(output: str) -> str:
     return "no Python error was raised"
 
 
-def measured(spec: "TrialSpec", reports: list[RankReport], result: ProcessResult) -> Outcome:
+def measured(spec: "TrialSpec", reports: list[RankReport], result: ProcessResult,
+             memory: dict[int, RankMemory] | None = None) -> Outcome:
     """Metrics of a clean run, or ``invalid`` when steps or tokens per step differ."""
     reduced = reduce_ranks(reports)
     preset = spec.manifest.scale(spec.scale)
@@ -102,10 +118,18 @@ def measured(spec: "TrialSpec", reports: list[RankReport], result: ProcessResult
     if wrong:
         return Outcome(TrialStatus.INVALID, f"tokens per optimizer step {wrong[0]}; the "
                        f"workload fixes {tokens}")
-    return Outcome(TrialStatus.OK, metrics=_metrics(spec, reduced, result, tokens))
+    too_long = [t for t in reduced.step_times_s if t > result.wall_s]
+    if too_long:
+        raise MetricsError(f"a reported step took {too_long[0]:g} s, longer than the whole trial "
+                           f"({result.wall_s:.1f} s): check the unit of the step-time pattern "
+                           "(e.g. unit: ms)")
+    peaks, source, warnings = _peaks(reports, reduced, result, memory)
+    return Outcome(TrialStatus.OK, metrics=_metrics(spec, reduced, result, tokens, peaks, source),
+                   warnings=warnings)
 
 
-def _metrics(spec: "TrialSpec", reduced, result: ProcessResult, tokens: int) -> TrialMetrics:
+def _metrics(spec: "TrialSpec", reduced, result: ProcessResult, tokens: int,
+             peaks: list[int | None], source: str) -> TrialMetrics:
     warmup = min(spec.manifest.scale(spec.scale).warmup_steps, len(reduced.step_times_s) - 1)
     steady = reduced.step_times_s[warmup:]
     step_time = statistics.median(steady)
@@ -113,34 +137,48 @@ def _metrics(spec: "TrialSpec", reduced, result: ProcessResult, tokens: int) -> 
     train_time = sum(reduced.step_times_s)
     phases = steady_phases(reduced.phases_s[warmup:])
     compile_on = str(spec.knobs.get("compile", "off")).lower() not in ("off", "false", "0")
-    ranks = max(len(reduced.peak_mem_bytes), len(result.outside_peak_rss_bytes))
-    outside = [result.outside_peak_rss_bytes.get(r, 0) for r in range(ranks)]
+    timing = result.outside_timing
     return TrialMetrics(
         step_time_s=step_time, step_time_cv=cv(steady), e2e_time_s=result.wall_s,
         train_time_s=train_time, startup_time_s=max(0.0, result.wall_s - train_time),
         warmup_overhead_s=overhead, compile_time_s=overhead if compile_on else 0.0,
         tokens_per_step=tokens, tokens_per_s=tokens / step_time,
-        peak_mem_bytes=_peaks(reduced.peak_mem_bytes, outside),
-        peak_vm_data_bytes=reduced.peak_vm_data_bytes, outside_peak_rss_bytes=outside,
-        outside_train_span_s=result.outside_train_span_s,
+        peak_mem_bytes=peaks, peak_mem_source=source,
+        reported_peak_mem_bytes=reduced.reported_peak_mem_bytes,
+        outside_peak_rss_bytes=[result.outside_peak_rss_bytes.get(r) for r in range(len(peaks))],
+        outside_train_span_s=timing.span_s if timing else None,
+        outside_span_steps=timing.steps if timing else None,
         loss=reduced.loss, step_times_s=reduced.step_times_s, phases_s=phases,
         unattributed_s=max(0.0, step_time - sum(phases.values())) if phases else 0.0,
-        steps=len(reduced.step_times_s), warmup_steps=warmup, ranks=ranks)
+        steps=len(reduced.step_times_s), warmup_steps=warmup, ranks=len(peaks))
 
 
-def _peaks(reported: list[int], outside: list[int]) -> list[int]:
-    """Per-rank peak: what the rank reported, or the harness's sample where it reported none."""
-    reported = reported + [0] * (len(outside) - len(reported))
-    return [rep if rep > 0 else out for rep, out in zip(reported, outside)]
+def _peaks(reports: list[RankReport], reduced, result: ProcessResult,
+           memory: dict[int, RankMemory] | None) -> tuple[list[int | None], str, list[str]]:
+    """Per-rank peak memory as the harness measured it, its source, and what is unknown.
 
-
-def _ranks_at_cap(result: ProcessResult, cap: int | None) -> str:
-    """Which ranks' sampled private memory reached the capacity, as text ('' when none)."""
-    if cap is None:
-        return ""
-    ranks = [f"rank {r} ({b} bytes)" for r, b in sorted(result.outside_peak_data_bytes.items())
-             if near_cap(b, cap)]
-    return ", ".join(ranks)
+    CUDA: the device's max reserved memory the rank reports (the capacity is the device's).
+    CPU: the kernel's peak charge of the rank's memory cgroup; where no cgroup can be made,
+    the peak RSS the harness sampled from outside. A rank whose peak is unknown is None.
+    """
+    world = max([reports[0].world_size if reports else 1, len(reports),
+                 len(memory or {}), len(result.outside_peak_rss_bytes)])
+    if reports and reports[0].device.startswith("cuda"):
+        reported = reduced.reported_peak_mem_bytes
+        peaks = [reported[r] if r < len(reported) and reported[r] > 0 else None
+                 for r in range(world)]
+        source = "cuda_max_reserved"
+    elif memory is not None:
+        peaks = [memory[r].peak_bytes if r in memory and memory[r].peak_bytes > 0 else None
+                 for r in range(world)]
+        source = "memcg"
+    else:
+        peaks = [result.outside_peak_rss_bytes.get(r) for r in range(world)]
+        source = "rss_sampled"
+    missing = [r for r, p in enumerate(peaks) if p is None]
+    warnings = [f"peak memory of rank(s) {missing} was not measured ({source}): recorded as "
+                "null"] if missing else []
+    return peaks, source, warnings
 
 
 def _rank_errors(trial_dir: Path) -> list[dict]:

@@ -26,6 +26,7 @@ class RankReport:
     """One rank's steps (in order) and its end-of-run memory figures."""
     rank: int
     world_size: int = 1
+    device: str = "cpu"
     steps: list[dict] = field(default_factory=list)
     end: dict | None = None
 
@@ -43,6 +44,7 @@ def read_probe_files(paths: list[Path]) -> list[RankReport]:
             if entry.get("kind") == "start":
                 report.rank = int(entry["rank"])
                 report.world_size = int(entry.get("world_size", 1))
+                report.device = str(entry.get("device", "cpu"))
             elif entry.get("kind") == "step":
                 report.steps.append(entry)
             elif entry.get("kind") == "end":
@@ -52,15 +54,34 @@ def read_probe_files(paths: list[Path]) -> list[RankReport]:
 
 
 def read_stdout(text: str, spec: StdoutMetrics) -> list[RankReport]:
-    """Steps read from rank 0's stdout by the manifest's regexes (memory measured from outside)."""
-    times = [float(m) for m in re.findall(spec.step_time_s, text)]
-    losses = [float(m) for m in re.findall(spec.loss, text)]
+    """Steps read from rank 0's stdout by the manifest's regexes, numbers in their stated units."""
+    times = _numbers(text, spec.step_time)
+    losses = _numbers(text, spec.loss)
     if len(times) != len(losses):
-        raise MetricsError(f"stdout regexes found {len(times)} step times and {len(losses)} "
+        raise MetricsError(f"stdout patterns found {len(times)} step times and {len(losses)} "
                            "losses; each step must print both")
-    steps = [{"step": i, "step_time_s": t, "loss": l, "tokens": None, "phases_s": {}}
-             for i, (t, l) in enumerate(zip(times, losses))]
+    tokens = _numbers(text, spec.tokens_per_step) if spec.tokens_per_step else []
+    if len(tokens) == 1:  # printed once at start-up, as most scripts do
+        tokens = tokens * len(times)
+    if tokens and len(tokens) != len(times):
+        raise MetricsError(f"stdout patterns found {len(tokens)} tokens-per-step values for "
+                           f"{len(times)} steps; print it once, once per step, or not at all")
+    tokens = [int(t) for t in tokens] or [None] * len(times)
+    steps = [{"step": i, "step_time_s": t, "loss": l, "tokens": n, "phases_s": {}}
+             for i, (t, l, n) in enumerate(zip(times, losses, tokens))]
     return [RankReport(rank=0, steps=steps, end={})]
+
+
+def _numbers(text: str, pattern) -> list[float]:
+    factor = pattern.scale_to_base()
+    out = []
+    for match in re.findall(pattern.pattern, text):
+        try:
+            out.append(float(match) * factor)
+        except ValueError:
+            raise MetricsError(f"pattern {pattern.pattern!r} captured {match!r}, not a "
+                               "number") from None
+    return out
 
 
 @dataclass
@@ -70,8 +91,7 @@ class Reduced:
     loss: list[float]
     tokens: list[int | None]
     phases_s: list[dict[str, float]]
-    peak_mem_bytes: list[int]
-    peak_vm_data_bytes: list[int]
+    reported_peak_mem_bytes: list[int]
 
 
 def reduce_ranks(reports: list[RankReport]) -> Reduced:
@@ -95,8 +115,7 @@ def reduce_ranks(reports: list[RankReport]) -> Reduced:
         loss=losses,
         tokens=[step[0].get("tokens") for step in per_step],
         phases_s=[_mean_phases(step) for step in per_step],
-        peak_mem_bytes=[int((r.end or {}).get("peak_mem_bytes", 0)) for r in reports],
-        peak_vm_data_bytes=[int((r.end or {}).get("peak_vm_data_bytes", 0)) for r in reports])
+        reported_peak_mem_bytes=[int((r.end or {}).get("peak_mem_bytes", 0)) for r in reports])
 
 
 def _mean_phases(step: tuple[dict, ...]) -> dict[str, float]:

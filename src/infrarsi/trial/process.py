@@ -2,13 +2,17 @@
 
 The launcher starts in its own session. Launchers such as torchrun start each rank in a session
 of its own too, so killing a process group is not enough: every process of a trial carries the
-trial's id in its environment, and the harness ends the launcher's descendants and then sweeps
-for any process still carrying the id. While the trial runs, a sampler records the peak RSS of
-each rank from outside.
+trial's id and its owner (the harness process) in its environment, and the harness ends the
+launcher's descendants and then sweeps for any process still carrying the id. Every launcher is
+started with a parent-death signal (and every rank sets its own, see the bootstrap hook), so a
+trial dies with the tool even when the tool is killed with SIGKILL; whatever still survives is
+swept by :func:`sweep_orphans` before the next trial starts. While the trial runs, a sampler
+records each rank's peak RSS from outside (the figure used where no memory cgroup exists).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -19,50 +23,35 @@ from pathlib import Path
 
 import psutil
 
-from infrarsi.trial.watch import MetricsWatcher
+from infrarsi.trial.watch import MetricsWatcher, OutsideTiming
 
 TRIAL_ID_ENV = "INFRARSI_TRIAL_ID"
+OWNER_ENV = "INFRARSI_TRIAL_OWNER"  # "<pid>:<start time>" of the harness process that owns it
 SAMPLE_PERIOD_S = 0.2
-STALL_S = 5.0
-STALL_CPU_FRACTION = 0.02  # below this share of one core over STALL_S, a rank is idle
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass
 class ProcessResult:
-    """How the launcher ended: its exit code (None when killed) and what was seen from outside.
-
-    ``stalled_at_cap`` is set when a rank sat at its memory capacity, nearly idle, for
-    ``STALL_S`` seconds (a native allocation failure that deadlocked it); the trial was then
-    ended early instead of waiting for the timeout.
-    """
+    """How the launcher ended: its exit code (None when killed) and what was seen from outside."""
     returncode: int | None
     timed_out: bool
     wall_s: float
     outside_peak_rss_bytes: dict[int, int] = field(default_factory=dict)
-    outside_peak_data_bytes: dict[int, int] = field(default_factory=dict)
-    stalled_at_cap: str | None = None
     failed_node: int | None = None
-    outside_train_span_s: float | None = None
+    outside_timing: OutsideTiming | None = None
     leftovers_killed: int = 0
 
 
-def near_cap(data_bytes: int, cap_bytes: int) -> bool:
-    """True when private memory is within one thread stack (or 5%) of the capacity."""
-    return data_bytes >= cap_bytes - max(16 * 2**20, cap_bytes // 20)
-
-
 class _RankSampler(threading.Thread):
-    """Samples every rank under the launcher: peak RSS and private memory, and stalls at the cap."""
+    """Samples the peak RSS of every rank under the launchers (ranks known by their RANK)."""
 
-    def __init__(self, root_pids: list[int], mem_cap_bytes: int | None) -> None:
+    def __init__(self, root_pids: list[int]) -> None:
         super().__init__(daemon=True)
         self.root_pids = root_pids
-        self.cap = mem_cap_bytes
         self.peaks: dict[int, int] = {}
-        self.data_peaks: dict[int, int] = {}
-        self.stalled: str | None = None
         self._ranks: dict[int, int | None] = {}
-        self._progress: dict[int, tuple[float, float]] = {}  # pid -> (cpu s, window start)
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -88,47 +77,59 @@ class _RankSampler(threading.Thread):
 
     def _sample_one(self, child: psutil.Process) -> None:
         if child.pid not in self._ranks:
-            rank = child.environ().get("RANK")
+            env = child.environ()
+            rank = env.get("RANK", "0" if env.get("INFRARSI_CAP_SELF") == "1" else None)
             self._ranks[child.pid] = int(rank) if rank is not None else None
         rank = self._ranks[child.pid]
-        if rank is None:
-            return
-        with child.oneshot():
-            mem, cpu = child.memory_info(), sum(child.cpu_times()[:2])
-        self.peaks[rank] = max(self.peaks.get(rank, 0), mem.rss)
-        self.data_peaks[rank] = max(self.data_peaks.get(rank, 0), mem.data)
-        now = time.monotonic()
-        cpu0, t0 = self._progress.setdefault(child.pid, (cpu, now))
-        if now - t0 < STALL_S:
-            return
-        idle = (cpu - cpu0) / (now - t0) < STALL_CPU_FRACTION
-        if idle and self.cap and near_cap(mem.data, self.cap):
-            self.stalled = (f"rank {rank} stalled for {now - t0:.0f} s with {mem.data} bytes "
-                            f"of private memory at its capacity of {self.cap} bytes")
-        self._progress[child.pid] = (cpu, now)
+        if rank is not None:
+            rss = child.memory_info().rss
+            if rss > 0:
+                self.peaks[rank] = max(self.peaks.get(rank, 0), rss)
+
+
+def owner_tag(pid: int | None = None) -> str:
+    """``<pid>:<start time>`` of a process: the owner mark a trial's processes carry."""
+    proc = psutil.Process(pid or os.getpid())
+    return f"{proc.pid}:{proc.create_time():.2f}"
+
+
+def owner_alive(tag_or_pid: str | int) -> bool:
+    """True when the owning harness process (by tag, or by pid alone) is still running."""
+    pid, _, created = str(tag_or_pid).partition(":")
+    try:
+        proc = psutil.Process(int(pid))
+        return not created or f"{proc.create_time():.2f}" == created
+    except (psutil.Error, ValueError):
+        return False
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]],
                  timeout_s: float, stdout: Path, stderr: Path, trial_id: str,
-                 mem_cap_bytes: int | None = None,
                  watch: MetricsWatcher | None = None) -> ProcessResult:
     """Run one launcher per node to their end; no process of the trial survives this call.
 
     The trial ends when every launcher has exited, when one exits with an error (the others
-    would wait forever for their peers, so they are ended), when a rank stalls at its memory
-    capacity, or at the timeout. All launchers append to the same two log files.
+    would wait forever for their peers, so they are ended), or at the timeout. All launchers
+    append to the same two log files. Call it from a thread that outlives the trial: the
+    parent-death signal follows the thread that started the launcher.
     """
     t0 = time.monotonic()
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
-        procs = [subprocess.Popen(cmd, cwd=cwd, env={**env, TRIAL_ID_ENV: trial_id}, stdout=out,
-                                  stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        tags = {TRIAL_ID_ENV: trial_id, OWNER_ENV: owner_tag()}
+        procs = [subprocess.Popen(cmd, cwd=cwd, env={**env, **tags}, stdout=out, stderr=err,
+                                  stdin=subprocess.DEVNULL, start_new_session=True,
+                                  preexec_fn=_die_with_parent)
                  for cmd, env in zip(commands, envs)]
-        sampler = _RankSampler([p.pid for p in procs], mem_cap_bytes)
+        sampler = _RankSampler([p.pid for p in procs])
         sampler.start()
         if watch is not None:
             watch.start()
         try:
-            failed = _wait(procs, sampler, t0, timeout_s)
+            failed = _wait(procs, t0, timeout_s)
         except BaseException:  # Ctrl-C or the tool being killed: never leave the trial behind
             kill_trial([p.pid for p in procs if p.poll() is None], trial_id)
             raise
@@ -143,18 +144,16 @@ def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]
     ended = failed is not None or not running
     return ProcessResult(
         returncode=failed.returncode if failed is not None else (0 if ended else None),
-        timed_out=not ended and sampler.stalled is None, wall_s=time.monotonic() - t0,
-        outside_peak_rss_bytes=sampler.peaks, outside_peak_data_bytes=sampler.data_peaks,
-        stalled_at_cap=None if ended else sampler.stalled,
+        timed_out=not ended, wall_s=time.monotonic() - t0,
+        outside_peak_rss_bytes=sampler.peaks,
         failed_node=procs.index(failed) if failed is not None and len(procs) > 1 else None,
-        outside_train_span_s=max(watch.spans_s().values(), default=None) if watch else None,
+        outside_timing=watch.timing() if watch else None,
         leftovers_killed=killed)
 
 
-def _wait(procs: list[subprocess.Popen], sampler: "_RankSampler", t0: float,
-          timeout_s: float) -> subprocess.Popen | None:
-    """Poll until all exit, one fails (returned), a rank stalls at its cap, or the timeout."""
-    while time.monotonic() - t0 < timeout_s and sampler.stalled is None:
+def _wait(procs: list[subprocess.Popen], t0: float, timeout_s: float) -> subprocess.Popen | None:
+    """Poll until all exit, one fails (returned), or the timeout."""
+    while time.monotonic() - t0 < timeout_s:
         codes = [p.poll() for p in procs]
         failed = [p for p, code in zip(procs, codes) if code not in (None, 0)]
         if failed:
@@ -165,17 +164,35 @@ def _wait(procs: list[subprocess.Popen], sampler: "_RankSampler", t0: float,
     return None
 
 
-def trial_processes(trial_id: str) -> list[psutil.Process]:
-    """Every live process whose environment carries this trial's id."""
+def trial_processes(trial_id: str | None = None) -> list[psutil.Process]:
+    """Every live process whose environment carries this trial's id (any trial's when None)."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.pid != os.getpid() and proc.environ().get(TRIAL_ID_ENV) == trial_id:
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
+            tag = proc.environ().get(TRIAL_ID_ENV) if proc.pid != os.getpid() else None
+            if tag is not None and (trial_id is None or tag == trial_id) and \
+                    proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
         except psutil.Error:
             continue
     return found
+
+
+def sweep_orphans() -> int:
+    """Kill every trial process whose owning harness is gone (a tool killed mid-trial); how
+    many were still live. Trials of other running tools are left alone."""
+    orphans = []
+    for proc in trial_processes():
+        try:
+            owner = proc.environ().get(OWNER_ENV)
+        except psutil.Error:
+            continue
+        if owner is None or not owner_alive(owner):
+            orphans.append(proc)
+    for proc in orphans:
+        _signal(proc, signal.SIGKILL)
+    psutil.wait_procs(orphans, timeout=3)
+    return len(orphans)
 
 
 def kill_trial(root_pids: list[int], trial_id: str, grace_s: float = 3.0) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-RECORD_SCHEMA_VERSION = 1
+RECORD_SCHEMA_VERSION = 2
 
 
 class TrialStatus(str, enum.Enum):
@@ -40,8 +40,11 @@ class TrialMetrics(BaseModel):
     excluded); a step's time is that of its slowest rank. ``e2e_time_s`` is measured by the
     harness from outside, launch to exit: start-up, compile and every step. ``compile_time_s`` is
     the warm-up steps' excess over steady state when the assignment turns ``compile`` on, else 0.
-    ``peak_mem_bytes`` is each rank's peak RSS on CPU (max reserved on CUDA); the CPU capacity
-    caps ``peak_vm_data_bytes`` (private writable memory, sampled at step ends).
+    ``peak_mem_bytes`` is each rank's peak as the harness measured it (``peak_mem_source``):
+    on the CPU the kernel's high-water mark of the rank's memory cgroup — the very quantity the
+    capacity limits, shared memory included — and on CUDA the device's max reserved memory;
+    ``None`` for a rank whose peak could not be measured. ``reported_peak_mem_bytes`` is what
+    the ranks' own probe said (the rank's RSS on CPU), kept for comparison only.
     """
     step_time_s: float
     step_time_cv: float = Field(description="coefficient of variation of steady-state steps")
@@ -52,12 +55,15 @@ class TrialMetrics(BaseModel):
     compile_time_s: float
     tokens_per_step: int
     tokens_per_s: float
-    peak_mem_bytes: list[int]
-    peak_vm_data_bytes: list[int] = []
-    outside_peak_rss_bytes: list[int] = Field([], description="per-rank peak RSS sampled by "
-                                              "the harness every 0.2 s")
-    outside_train_span_s: float | None = Field(None, description="seconds from a rank's first to "
-                                               "last metrics line, by the harness's clock")
+    peak_mem_bytes: list[int | None]
+    peak_mem_source: str = Field("memcg", description="memcg, cuda_max_reserved or rss_sampled")
+    reported_peak_mem_bytes: list[int] = []
+    outside_peak_rss_bytes: list[int | None] = Field([], description="per-rank peak RSS sampled "
+                                                     "by the harness every 0.2 s")
+    outside_train_span_s: float | None = Field(None, description="seconds the harness saw a "
+                                               "rank train, by its own clock")
+    outside_span_steps: int | None = Field(None, description="how many of the last reported "
+                                           "steps that span covers")
     loss: list[float]
     step_times_s: list[float]
     phases_s: dict[str, float] = Field({}, description="mean seconds per steady step, per phase")
@@ -65,6 +71,11 @@ class TrialMetrics(BaseModel):
     steps: int
     warmup_steps: int
     ranks: int
+
+    @property
+    def max_peak_mem_bytes(self) -> int | None:
+        """The largest measured per-rank peak (None when no rank's peak is known)."""
+        return max((b for b in self.peak_mem_bytes if b is not None), default=None)
 
 
 class TrialRecord(BaseModel):

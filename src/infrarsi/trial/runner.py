@@ -2,7 +2,8 @@
 
 ``prepare`` checks the knob assignment and the patches before anything runs; ``run_trial`` makes a
 fresh workspace copy, applies the patches, launches the workload in isolation with a timeout and a
-per-rank memory capacity, and classifies the outcome into exactly one status of the record.
+per-rank memory capacity (each rank in its own memory cgroup, see ``memcg``), and classifies the
+outcome into exactly one status of the record.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infrarsi.trial import classify, patching
+from infrarsi.trial import classify, memcg, patching
 from infrarsi.trial.metrics import MetricsError, RankReport, read_probe_files, read_stdout
-from infrarsi.trial.process import run_isolated
+from infrarsi.trial.process import owner_alive, run_isolated, sweep_orphans
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
 from infrarsi.trial.watch import MetricsWatcher
 from infrarsi.workloads import expr, knobs
@@ -69,12 +70,34 @@ def prepare(manifest: Manifest, scale: str, overrides: dict | None = None,
     Each patch is a catalog id of the workload or the path of a unified diff file.
     """
     manifest.scale(scale)
+    _check_options(**options)
     assignment = knobs.resolve(manifest, scale, overrides or {})
     sources = tuple(patch_source(manifest, p) for p in patches)
     for source in sources:
         refuse_patch(manifest, source.path)
     _refuse_conflicts(manifest, sources)
     return TrialSpec(manifest, scale, assignment, sources, **options)
+
+
+class CapacityUnavailable(ValueError):
+    """A per-rank memory capacity was asked for where it cannot be enforced."""
+
+
+def _check_options(mem_cap_bytes: int | None = None, timeout_s: float | None = None,
+                   **_) -> None:
+    """ValueError naming the option when a capacity or timeout cannot be honoured."""
+    if timeout_s is not None and not timeout_s > 0:
+        raise ValueError(f"timeout {timeout_s:g} s: give a positive number of seconds")
+    if mem_cap_bytes is None:
+        return
+    if mem_cap_bytes <= 0:
+        raise ValueError(f"memory capacity {mem_cap_bytes} bytes: give a positive size")
+    try:
+        memcg.detect()
+    except memcg.MemcgUnavailable as exc:
+        raise CapacityUnavailable(f"a per-rank memory capacity needs a writable memory cgroup, "
+                                  f"and {exc}; run without --mem-cap to measure the peak only"
+                                  ) from None
 
 
 def patch_source(manifest: Manifest, patch: str) -> PatchSource:
@@ -115,6 +138,7 @@ def new_trial_id(manifest: Manifest) -> str:
 def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
     """Run one prepared trial in a fresh workspace under ``workdir``; always returns a record."""
     t0, started = time.monotonic(), time.time()
+    swept = sweep_orphans()
     trial_id = new_trial_id(spec.manifest)
     trial_dir = Path(workdir).resolve() / trial_id
     workspace = trial_dir / "workspace"
@@ -135,6 +159,9 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
     else:
         try:
             record = _launch(spec, trial_dir, workspace, base, t0)
+            if swept:
+                record.warnings.append(f"{swept} process(es) of earlier trials whose tool was "
+                                       "killed were still running; they were killed first")
         except BaseException as exc:  # the tool is stopped: the trial's processes are gone
             TrialRecord(**base, status=TrialStatus.CRASH, cost_s=time.monotonic() - t0,
                         error=f"interrupted: the tool was stopped ({type(exc).__name__}) "
@@ -176,7 +203,10 @@ def render(spec: TrialSpec, workspace: Path, trial_id: str = "trial",
     fields = {k: int(v) if isinstance(v, bool) else v for k, v in spec.params().items()}
     fields.update(workspace=str(workspace), node_rank=node_rank, nodes=spec.manifest.launch.nodes,
                   rdzv_port=rdzv_port, trial_id=trial_id)
-    command = [part.format(**fields) for part in spec.manifest.launch.command]
+    flags = {f"{{{k.name}}}": k.flag if spec.knobs.get(k.name) else None
+             for k in spec.manifest.knobs if k.flag is not None}
+    command = [flags[part] if part in flags else part.format(**fields)
+               for part in spec.manifest.launch.command if flags.get(part, "") is not None]
     command[0] = _resolve_program(command[0])
     env = {k: v.format(**fields) for k, v in spec.manifest.launch.env.items()}
     return command, env
@@ -202,6 +232,7 @@ def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -
            if k not in THREAD_ENV and not k.startswith("INFRARSI_")}
     env.update(workload_env)
     env.update(spec.extra_env)
+    env["PYTHONUNBUFFERED"] = "1"  # lines reach the log, and the harness's clock, as printed
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOKS_DIR), env.get("PYTHONPATH")]))
     env["INFRARSI_METRICS_FILE"] = str(trial_dir / "metrics.rank{rank}.jsonl")
     env["INFRARSI_ERROR_FILE"] = str(trial_dir / "error.rank{rank}.jsonl")
@@ -218,14 +249,25 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
     commands = [command for command, _ in rendered]
     envs = [_trial_env(spec, trial_dir, workload_env) for _, workload_env in rendered]
     for env, command in zip(envs, commands):
-        if spec.mem_cap_bytes is not None and not _is_launcher(command):
-            env["INFRARSI_CAP_SELF"] = "1"
-    result = run_isolated(commands, workspace, envs, spec.effective_timeout_s,
-                          trial_dir / "stdout.log", trial_dir / "stderr.log", base["trial_id"],
-                          spec.mem_cap_bytes, MetricsWatcher(trial_dir, "metrics.rank*.jsonl"))
-    outcome = classify.outcome(result, trial_dir, spec)
+        if not _is_launcher(command):
+            env["INFRARSI_CAP_SELF"] = "1"  # a plain launch: the one process is rank 0
+    hierarchy = memcg.available()
+    if hierarchy is not None:
+        memcg.sweep_stale(hierarchy, owner_alive)
+    cgroup = memcg.TrialCgroup(hierarchy, base["trial_id"]) if hierarchy else None
+    try:
+        for env in envs:
+            env.update(cgroup.env() if cgroup else {})
+        result = run_isolated(commands, workspace, envs, spec.effective_timeout_s,
+                              trial_dir / "stdout.log", trial_dir / "stderr.log",
+                              base["trial_id"], _watcher(spec, trial_dir))
+        memory = cgroup.ranks() if cgroup else None
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+    outcome = classify.outcome(result, trial_dir, spec, memory)
     if outcome.status is TrialStatus.OK:
-        outcome = _measure(spec, trial_dir, result, outcome)
+        outcome = _measure(spec, trial_dir, result, outcome, memory)
     if result.leftovers_killed and outcome.status is TrialStatus.OK:
         outcome.warnings.append(f"{result.leftovers_killed} process(es) of the trial were still "
                                 "running after the launcher exited; they were killed")
@@ -235,14 +277,21 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
                        cost_s=time.monotonic() - t0)
 
 
+def _watcher(spec: TrialSpec, trial_dir: Path) -> MetricsWatcher:
+    how = spec.manifest.launch.metrics
+    if how == "probe":
+        return MetricsWatcher.for_probe(trial_dir)
+    return MetricsWatcher.for_stdout(trial_dir, how.step_time.pattern)
+
+
 def _is_launcher(command: list[str]) -> bool:
     return Path(command[0]).name == "torchrun" or "torch.distributed.run" in command
 
 
-def _measure(spec: TrialSpec, trial_dir: Path, result, outcome):
+def _measure(spec: TrialSpec, trial_dir: Path, result, outcome, memory):
     """Turn the ranks' reports into metrics, or into ``invalid``/``crash`` with the reason."""
     try:
-        measured = classify.measured(spec, _reports(spec, trial_dir), result)
+        measured = classify.measured(spec, _reports(spec, trial_dir), result, memory)
     except MetricsError as exc:
         measured = classify.Outcome(TrialStatus.CRASH, f"metrics: {exc}")
     measured.warnings[:0] = outcome.warnings

@@ -1,31 +1,61 @@
-"""Watching the ranks' metrics files from outside, to time the training the ranks report.
+"""Watching what the ranks report from outside, to time the training by the harness's clock.
 
 A rank reports its own step times; a forged metrics line or a patched clock would make them
-look shorter than they were. The harness therefore notes *when* each rank's ``start`` and
-``end`` lines appear, by its own clock: the span between them bounds the training time the
-rank may claim (see ``infrarsi.verify``).
+look shorter than they were. The harness therefore notes *when* each step's line appears —
+a probe file's ``step`` lines, or the stdout lines a manifest's step-time pattern matches —
+and when a probe's ``start`` line appears. The span between them bounds the training time the
+ranks may claim (see ``infrarsi.verify``). Lines are timed as they arrive, to the polling period.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 POLL_S = 0.02
 
 
-class MetricsWatcher(threading.Thread):
-    """Polls files matching ``pattern`` in ``folder``; first ``start``/last line times per file."""
+@dataclass
+class OutsideTiming:
+    """The span the harness saw a rank train, and how many of the reported steps it covers.
 
-    def __init__(self, folder: Path, pattern: str) -> None:
+    A probe's span runs from its ``start`` line to its last step (every step inside); a stdout
+    span runs from the first step line to the last (the steps after the first).
+    """
+    span_s: float
+    steps: int
+    arrivals_s: list[float] = field(default_factory=list)
+
+
+class MetricsWatcher(threading.Thread):
+    """Polls files matching ``pattern`` in ``folder``; times start and step lines per file."""
+
+    def __init__(self, folder: Path, pattern: str, is_step: Callable[[bytes], bool],
+                 is_start: Callable[[bytes], bool] | None = None) -> None:
         super().__init__(daemon=True)
         self.folder, self.pattern = folder, pattern
+        self.is_step, self.is_start = is_step, is_start
         self.t0 = time.monotonic()
         self.started_s: dict[str, float] = {}
-        self.last_line_s: dict[str, float] = {}
+        self.steps_s: dict[str, list[float]] = {}
         self._offsets: dict[str, int] = {}
         self._halt = threading.Event()
+
+    @classmethod
+    def for_probe(cls, folder: Path) -> "MetricsWatcher":
+        """Watch the probe's per-rank JSON-lines files."""
+        return cls(folder, "metrics.rank*.jsonl", lambda line: b'"kind": "step"' in line,
+                   lambda line: b'"kind": "start"' in line)
+
+    @classmethod
+    def for_stdout(cls, folder: Path, step_pattern: str) -> "MetricsWatcher":
+        """Watch ``stdout.log`` for the lines the step-time pattern matches."""
+        regex = re.compile(step_pattern.encode())
+        return cls(folder, "stdout.log", lambda line: regex.search(line) is not None)
 
     def run(self) -> None:
         while not self._halt.wait(POLL_S):
@@ -46,15 +76,25 @@ class MetricsWatcher(threading.Thread):
             except OSError:
                 continue
             complete = new[:new.rfind(b"\n") + 1]
-            if not complete:
-                continue
-            now = time.monotonic() - self.t0
-            self._offsets[path.name] = self._offsets.get(path.name, 0) + len(complete)
-            if b'"kind": "start"' in complete:
-                self.started_s.setdefault(path.name, now)
-            self.last_line_s[path.name] = now
+            if complete:
+                self._offsets[path.name] = self._offsets.get(path.name, 0) + len(complete)
+                self._note(path.name, complete.splitlines(), time.monotonic() - self.t0)
 
-    def spans_s(self) -> dict[str, float]:
-        """Seconds between a file's start line and its last line, as seen from outside."""
-        return {name: self.last_line_s[name] - start for name, start in self.started_s.items()
-                if name in self.last_line_s}
+    def _note(self, name: str, lines: list[bytes], now: float) -> None:
+        for line in lines:
+            if self.is_start is not None and self.is_start(line):
+                self.started_s.setdefault(name, now)
+            elif self.is_step(line):
+                self.steps_s.setdefault(name, []).append(now)
+
+    def timing(self) -> OutsideTiming | None:
+        """The longest span of any watched file, or None when no step was seen."""
+        spans = []
+        for name, arrivals in self.steps_s.items():
+            if self.is_start is not None and name in self.started_s:
+                spans.append(OutsideTiming(arrivals[-1] - self.started_s[name], len(arrivals),
+                                           arrivals))
+            elif self.is_start is None and len(arrivals) > 1:
+                spans.append(OutsideTiming(arrivals[-1] - arrivals[0], len(arrivals) - 1,
+                                           arrivals))
+        return max(spans, key=lambda t: t.span_s, default=None)

@@ -1,17 +1,21 @@
 """Rank bootstrap, imported by every Python process of a trial (the harness puts it on PYTHONPATH).
 
-In a rank (a process with ``LOCAL_RANK`` set by the launcher) or when ``INFRARSI_CAP_SELF`` is
-set, it caps private writable memory with RLIMIT_DATA at ``INFRARSI_RANK_MEM_CAP_BYTES`` before
-anything else is imported, so an allocation beyond the capacity fails inside PyTorch as a CUDA
-OOM would. It also records any uncaught exception of the process, classified as an allocation
-failure or not, into ``INFRARSI_ERROR_FILE`` (``{rank}`` replaced), for the harness to read.
+In a rank (a process with ``LOCAL_RANK`` set by the launcher, or the single process of a plain
+launch, marked ``INFRARSI_CAP_SELF``) it first moves the process into its own memory cgroup
+``$INFRARSI_MEMCG_DIR/rank<RANK>``, with the capacity ``INFRARSI_RANK_MEM_CAP_BYTES`` as its limit,
+before anything else is imported: the harness reads the rank's peak memory and any OOM kill
+from there (see ``infrarsi.trial.memcg``). A rank's own child processes stay in its cgroup.
+Every process of a trial asks the kernel to kill it when its parent dies, so a trial never
+outlives the tool that started it. It also records any uncaught exception of a rank, classified
+as an allocation failure or not, into ``INFRARSI_ERROR_FILE`` (``{rank}`` replaced).
 Only the standard library is used here: it runs before the workload's imports.
 """
 
+import ctypes
 import faulthandler
 import json
 import os
-import resource
+import signal
 import sys
 import threading
 import traceback
@@ -20,14 +24,55 @@ _OOM_MARKERS = ("can't allocate memory", "cannot allocate memory", "out of memor
                 "failed to map segment", "bad_alloc", "unable to allocate")
 
 
+_JOINED_ENV = "INFRARSI_MEMCG_JOINED"
+_PR_SET_PDEATHSIG = 1
+_LIMIT_FILES = {"1": ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
+                "2": ("memory.max", "memory.swap.max")}
+
+
 def _is_rank():
     return "LOCAL_RANK" in os.environ or os.environ.get("INFRARSI_CAP_SELF") == "1"
 
 
-def _cap_memory():
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _join_memcg():
+    """Move this rank into its own memory cgroup, limited to the capacity; once per rank."""
+    base = os.environ.get("INFRARSI_MEMCG_DIR")
+    if not base or not _is_rank() or os.environ.get(_JOINED_ENV):
+        return
     cap = os.environ.get("INFRARSI_RANK_MEM_CAP_BYTES")
-    if cap and _is_rank():
-        resource.setrlimit(resource.RLIMIT_DATA, (int(cap), int(cap)))
+    path = os.path.join(base, "rank" + os.environ.get("RANK", "0"))
+    try:
+        os.makedirs(path, exist_ok=True)
+        if cap:
+            memory, swap = _LIMIT_FILES[os.environ.get("INFRARSI_MEMCG_VERSION", "1")]
+            _write(os.path.join(path, memory), cap)
+            if os.path.exists(os.path.join(path, swap)):  # no swapping past the capacity
+                _write(os.path.join(path, swap), cap if swap.endswith("in_bytes") else "0")
+        _write(os.path.join(path, "cgroup.procs"), "0")
+    except OSError as exc:
+        if cap:  # a capacity that cannot be enforced must not pass unnoticed
+            sys.stderr.write(f"infrarsi: cannot enforce the memory capacity: {path}: {exc}\n")
+            os._exit(97)
+        return
+    os.environ[_JOINED_ENV] = "1"
+
+
+def _die_with_parent():
+    """The kernel sends SIGKILL when the parent ends (the tool, or a rank's launcher)."""
+    if "INFRARSI_TRIAL_ID" not in os.environ:
+        return
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent ended before the request was made
+        os._exit(1)
 
 
 def _is_oom(exc):
@@ -63,7 +108,8 @@ def _thread_excepthook(args):
     _previous_thread_excepthook(args)
 
 
-_cap_memory()
+_join_memcg()
+_die_with_parent()
 if _is_rank():
     faulthandler.enable()  # a native abort still shows the Python stack it happened in
 _previous_excepthook = sys.excepthook
