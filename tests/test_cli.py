@@ -128,3 +128,26 @@ def test_trial_refuses_a_contract_whose_locked_files_changed(tmp_path, dense):
     assert result.returncode == 2
     assert "locked files no longer match" in result.stderr and "data.py" in result.stderr
     assert not (tmp_path / "trials").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["init", "dense-1node", "memory under 0 GiB", "--yes"], "more than 0 bytes"),
+    (["init", "dense-1node", "loss within 150%", "--yes"], "below 100%"),
+    (["trial", "dense-1node", "--timeout", "-1"], "positive number of seconds"),
+    (["trial", "dense-1node", "--mem-cap", "0"], "positive size"),
+    (["validate", "/nonexistent/workload.yaml"], "no workload"),
+    (["doctor", "/nonexistent/contract.yaml"], "no such contract")])
+def test_bad_input_exits_2_with_a_message_never_a_traceback(tmp_path, args, message):
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_validate_and_show_a_users_manifest():
+    from conftest import FIXTURES
+    result = run_cli("validate", str(FIXTURES / "foreign"))
+    assert result.returncode == 0 and "ok: foreign-lm" in result.stdout
+    listing = json.loads(run_cli("workloads", str(FIXTURES / "foreign"), "--json").stdout)
+    assert [w["name"] for w in listing] == ["foreign-lm"]
+    assert {"name": "bf16", "role": "precision", "type": "bool", "flag": "--bf16"}.items() <= \
+        next(k for k in listing[0]["knobs"] if k["name"] == "bf16").items()

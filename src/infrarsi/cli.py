@@ -38,22 +38,53 @@ def fail(message: str, code: int = 2) -> None:
 
 
 @app.command()
-def workloads(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """List the bundled reference workloads with their knobs, scales and patch catalogs."""
-    manifests = all_reference()
+def workloads(
+    workload: Optional[str] = typer.Argument(None, help="a bundled name or the path of a "
+                                             "workload.yaml (default: every bundled workload)"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Show workloads with their knobs, scales and patch catalogs: the bundled ones, or one."""
+    try:
+        manifests = [find(workload)] if workload else all_reference()
+    except ManifestError as exc:
+        fail(str(exc))
     if as_json:
         print(json.dumps([_workload_summary(m) for m in manifests], indent=2))
         return
     for manifest in manifests:
-        table = Table(title=f"{manifest.name}: {manifest.description.strip()}", title_justify="left")
-        for column in ("knob", "type", "values", "baseline"):
-            table.add_column(column)
-        for knob in manifest.knobs:
-            table.add_row(knob.name, knob.type, ", ".join(map(str, knob.values)),
-                          str(knob.default) if knob.derive is None else f"= {knob.derive}")
-        out.print(table)
-        out.print("patches: " + ", ".join(p.id for p in manifest.patches))
-        out.print("scales: " + ", ".join(manifest.scales) + "\n")
+        _print_workload(manifest)
+
+
+@app.command()
+def validate(path: str = typer.Argument(..., help="a workload.yaml or the folder holding it")
+             ) -> None:
+    """Check a workload manifest: exit 0 and a summary, or exit 2 naming every bad field."""
+    try:
+        manifest = find(path)
+    except ManifestError as exc:
+        fail(str(exc))
+    how = "probe" if manifest.launch.metrics == "probe" else "stdout patterns"
+    out.print(f"ok: {manifest.name} ({manifest.path}): {len(manifest.knobs)} knobs, "
+              f"{len(manifest.patches)} patches, scales {', '.join(manifest.scales)}, "
+              f"metrics from {how}", markup=False)
+    untagged = [k.name for k in manifest.knobs if k.role is None]
+    if untagged:
+        out.print(f"note: knobs without a role are never suggested by the diagnosis: "
+                  f"{', '.join(untagged)}", markup=False)
+
+
+def _print_workload(manifest) -> None:
+    table = Table(title=f"{manifest.name}: {manifest.description.strip()}", title_justify="left")
+    for column in ("knob", "role", "type", "values", "baseline"):
+        table.add_column(column)
+    for knob in manifest.knobs:
+        table.add_row(knob.name, knob.role or "-", knob.type + (f" ({knob.flag})" if knob.flag
+                                                                else ""),
+                      ", ".join(map(str, knob.values)),
+                      str(knob.default) if knob.derive is None else f"= {knob.derive}")
+    out.print(table)
+    out.print("patches: " + (", ".join(p.id for p in manifest.patches) or "none"))
+    out.print("scales: " + ", ".join(manifest.scales) + "\n")
 
 
 def _workload_summary(manifest) -> dict:
@@ -92,6 +123,8 @@ def trial(
                        timeout_s=timeout, contract_hash=frozen.contract_hash if frozen else None)
     except (ManifestError, AssignmentError, PatchRefused, ValueError, KeyError) as exc:
         fail(_message(exc))
+    except Exception as exc:  # a contract or manifest problem we did not foresee: no traceback
+        fail(f"{type(exc).__name__}: {exc}")
     with err.status(f"trial of {manifest.name} at scale {scale} ..."):
         record = run_trial(spec, workdir)
     if as_json:
@@ -103,7 +136,7 @@ def trial(
 
 def _checked_contract(path: Path, manifest):
     """The contract at ``path``, refused when edited, for another workload, or stale."""
-    from infrarsi.init import load_contract
+    from infrarsi.contract import load_contract
 
     frozen = load_contract(path)
     if frozen.workload != manifest.name:
@@ -139,7 +172,8 @@ def print_trial(record: TrialRecord) -> None:
                    "loss first -> last"):
         table.add_column(column)
     table.add_row(f"{m.step_time_s:.4f}", f"{m.tokens_per_s:,.0f}", f"{m.e2e_time_s:.2f}",
-                  ", ".join(units.format_bytes(b) for b in m.peak_mem_bytes),
+                  ", ".join(units.format_bytes(b) if b is not None else "unknown"
+                            for b in m.peak_mem_bytes),
                   f"{m.loss[0]:.4f} -> {m.loss[-1]:.4f}")
     out.print(table)
 

@@ -16,6 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infrarsi.trial.patching import sha256_file
+from infrarsi.workloads import Manifest, find
+from infrarsi.workloads.registry import is_reference
 
 CONTRACT_SCHEMA_VERSION = 1
 
@@ -60,6 +62,9 @@ class Contract(_Frozen):
     """The frozen task contract of one optimisation job."""
     schema_version: int = CONTRACT_SCHEMA_VERSION
     workload: str
+    workload_path: str | None = Field(None, description="the manifest file of a workload that "
+                                      "is not bundled, absolute: found from any directory")
+    manifest_sha256: str = Field("", description="sha256 of the manifest at init time")
     scale: str
     instruction: str
     objective: Literal["e2e_time", "tokens_per_s"] = "e2e_time"
@@ -83,6 +88,18 @@ class Contract(_Frozen):
         """This contract with its hash filled in."""
         return self.model_copy(update={"contract_hash": self.compute_hash()})
 
+    def manifest(self) -> Manifest:
+        """The contract's workload, found by path (or bundled name); ContractError when it is
+        gone or its manifest changed since init."""
+        try:
+            manifest = find(self.workload_path or self.workload)
+        except ValueError as exc:
+            raise ContractError(f"the contract's workload cannot be loaded: {exc}") from None
+        if self.manifest_sha256 and manifest_sha256(manifest) != self.manifest_sha256:
+            raise ContractError(f"the manifest {manifest.path} changed since the contract "
+                                f"{self.contract_hash[:12]} was made; run init again")
+        return manifest
+
     def check_locked(self, root: Path) -> None:
         """ContractError naming every locked file under ``root`` that changed or is missing."""
         changed = []
@@ -100,6 +117,16 @@ class Contract(_Frozen):
         """Write the contract as YAML."""
         Path(path).write_text(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False,
                                              allow_unicode=True))
+
+
+def manifest_sha256(manifest: Manifest) -> str:
+    """sha256 of the manifest file's bytes."""
+    return sha256_file(manifest.path)
+
+
+def workload_path(manifest: Manifest) -> str | None:
+    """Where a contract finds this workload again: None for a bundled one (found by name)."""
+    return None if is_reference(manifest) else str(manifest.path)
 
 
 def load_contract(path: str | Path) -> Contract:

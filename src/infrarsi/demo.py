@@ -49,7 +49,7 @@ def _summary(runs: list[TrialRecord]) -> dict | None:
     times = [r.metrics.step_time_s for r in ok]
     return {"median": statistics.median(times), "min": min(times), "max": max(times),
             "tokens_per_s": statistics.median(r.metrics.tokens_per_s for r in ok),
-            "peak": max(max(r.metrics.peak_mem_bytes) for r in ok), "loss": ok[0].metrics.loss}
+            "peak": max((r.metrics.max_peak_mem_bytes or 0) for r in ok), "loss": ok[0].metrics.loss}
 
 
 def _print(manifest, records: dict, out: Console, repeats: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from infrarsi.init.contract import Contract
+from infrarsi.contract import Contract
 from infrarsi.trial.patching import matches
 from infrarsi.trial.record import TrialRecord, TrialStatus
 
@@ -71,8 +71,14 @@ def _memory(contract: Contract, baseline: TrialRecord, cand: TrialRecord) -> lis
     cap = contract.mem_cap_bytes
     if cap is None:
         return []
-    over = [f"rank {r}: {b} bytes" for r, b in enumerate(cand.metrics.peak_mem_bytes) if b > cap]
-    return [f"peak memory over the capacity of {cap} bytes on {', '.join(over)}"] if over else []
+    peaks = cand.metrics.peak_mem_bytes
+    over = [f"rank {r}: {b} bytes" for r, b in enumerate(peaks) if b is not None and b > cap]
+    unknown = [r for r, b in enumerate(peaks) if b is None]
+    out = [f"peak memory over the capacity of {cap} bytes on {', '.join(over)}"] if over else []
+    if unknown:
+        out.append(f"peak memory of rank(s) {unknown} was not measured: the capacity of {cap} "
+                   "bytes cannot be checked")
+    return out
 
 
 def _locked(contract: Contract, baseline: TrialRecord, cand: TrialRecord) -> list[str]:
@@ -94,9 +100,11 @@ def _timing(contract: Contract, baseline: TrialRecord, cand: TrialRecord) -> lis
     m = cand.metrics
     if m.outside_train_span_s is None:
         return ["no outside timing of the training was recorded"]
+    covered = m.step_times_s[len(m.step_times_s) - (m.outside_span_steps or m.steps):]
+    reported = sum(covered)
     floor = m.outside_train_span_s * (1 - TIMING_SLACK_FRACTION) - TIMING_SLACK_S
-    if m.train_time_s < floor:
-        return [f"reported step times add up to {m.train_time_s:.3f} s but the harness saw the "
+    if reported < floor:
+        return [f"reported step times add up to {reported:.3f} s but the harness saw the "
                 f"training take {m.outside_train_span_s:.3f} s: a faked timer or forged metrics"]
     return []
 

@@ -12,13 +12,22 @@ def test_warmup_never_takes_more_than_half():
 
 
 def test_more_repeats_detect_smaller_effects():
-    assert min_detectable_effect(0.1, 1) > min_detectable_effect(0.1, 3) > \
-        min_detectable_effect(0.1, 5)
-    assert abs(min_detectable_effect(0.1, 2) - 0.196) < 1e-3
+    assert min_detectable_effect(0.1, 1, 3) > min_detectable_effect(0.1, 3, 3) > \
+        min_detectable_effect(0.1, 5, 3)
+
+
+def test_mde_is_students_t_at_80_percent_power():
+    # df = (3 runs - 1) + 2 * (2 - 1) = 4: t(0.975, 4) = 2.7764, t(0.8, 4) = 0.9410
+    assert abs(min_detectable_effect(0.1, 2, 3) - (2.7764 + 0.9410) * 0.1) < 1e-3
+    # fewer measured runs: less known about the noise, a larger effect needed
+    assert min_detectable_effect(0.1, 3, 2) > min_detectable_effect(0.1, 3, 10)
+    # a very well measured noise tends to the normal figure, 1.96 + 0.84
+    assert abs(min_detectable_effect(0.1, 2, 10_000) - (1.95996 + 0.84162) * 0.1) < 1e-3
 
 
 def test_recommended_repeats():
-    assert recommended_repeats(0.01) == 1
-    assert recommended_repeats(0.03) == 3
-    assert recommended_repeats(1.0) == 10
+    assert recommended_repeats(0.005, 3) == 1  # (4.303 + 1.061) * sqrt(2) * 0.005 = 0.038
+    assert recommended_repeats(0.01, 3) == 2   # n = 1 gives 0.076 > 0.05
+    assert recommended_repeats(0.03, 3) == 7
+    assert recommended_repeats(1.0, 3) == 10
     assert cv([1.0]) == 0.0 and abs(cv([1.0, 3.0]) - 0.7071) < 1e-3

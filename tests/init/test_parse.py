@@ -52,3 +52,36 @@ def test_unparsed_clauses_are_listed_not_dropped():
 
 def test_clauses_keep_decimals_whole():
     assert clauses("within 0.5% and 2.5 GiB. Done") == ["within 0.5%", "2.5 GiB", "Done"]
+
+
+@pytest.mark.parametrize("text, trials", [
+    ("twenty-five trials", 25), ("twenty five trials", 25), ("1,000 trials", 1000),
+    ("a hundred and twenty trials", 120), ("run one thousand two hundred trials", 1200),
+    ("一百次试验", 100), ("二十五次试验", 25), ("两千零五次试验", 2005), ("12 runs", 12)])
+def test_numbers_in_words_and_with_separators(text, trials):
+    r = read_instruction(text, FILES)
+    assert r.budget_trials == trials and r.not_understood == [] and r.problems == []
+
+
+@pytest.mark.parametrize("text, seconds", [("half an hour", 1800), ("two hours", 7200),
+                                           ("1.5 hours", 5400), ("半小时", 1800)])
+def test_durations(text, seconds):
+    assert read_instruction(text, FILES).budget_wall_time_s == seconds
+
+
+@pytest.mark.parametrize("text", ["run a few trials", "lots of trials", "一二次试验"])
+def test_numbers_that_are_not_numbers_are_not_understood(text):
+    r = read_instruction(text, FILES)
+    assert r.budget_trials is None and r.not_understood == [text]
+
+
+def test_a_size_is_a_memory_capacity_even_without_the_word_memory():
+    assert read_instruction("at most 2 GiB per rank", FILES).mem_cap_bytes == 2 * 2**30
+
+
+@pytest.mark.parametrize("text, says", [
+    ("memory under 0 GiB", "more than 0 bytes"), ("loss within 150%", "below 100%"),
+    ("0 trials", "at least 1"), ("zero trials", "at least 1")])
+def test_out_of_range_values_name_the_clause_and_the_range(text, says):
+    r = read_instruction(text, FILES)
+    assert len(r.problems) == 1 and repr(text) in r.problems[0] and says in r.problems[0]

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infrarsi.doctor.run import DoctorError, noise_policy, run_doctor
-from infrarsi.init.contract import ContractError, load_contract
+from infrarsi.contract import ContractError, load_contract
 from infrarsi.units import format_bytes
 
 
@@ -22,7 +22,7 @@ def run_doctor_command(contract_path: Path, repeats: int, workdir: Path, as_json
         with err.status("doctor: measuring the hardware and the baseline ...") as status:
             report = run_doctor(contract, repeats, workdir, on_trial=lambda label, r: status.update(
                 f"doctor: {label} ended {r.status.value} ({r.cost_s:.1f} s)"))
-    except (ContractError, DoctorError, KeyError) as exc:
+    except (ContractError, DoctorError, KeyError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2)
     sealed = contract.model_copy(update={"noise": noise_policy(report)}).sealed()
@@ -47,7 +47,27 @@ def show(report: dict, out: Console) -> None:
               f"{step:.4f}, tokens_per_s {report['tokens_per_s']:,.0f}, mfu {mfu} "
               f"(fp32 peak {report['peak_flops']['fp32'] / 1e9:.0f} GFLOP/s, "
               f"bf16 {report['peak_flops']['bf16'] / 1e9:.0f}), peak_mem "
-              + ", ".join(format_bytes(b) for b in report["peak_mem_bytes"]))
+              + ", ".join(format_bytes(b) for b in report["peak_mem_bytes"])
+              + f" ({report['peak_mem_source']})")
+    if report["phases"]:
+        _phase_table(report, out)
+    for what, why in report.get("not_measured", {}).items():
+        out.print(f"{what}: {why}", markup=False)
+    n = report["noise"]
+    out.print(f"noise ({n['objective']}, {n['runs']} runs): cv within a run {n['cv_within']:.1%}, "
+              f"between runs {n['cv_between']:.1%}; minimum detectable speed-up (95%, power 80%) "
+              + ", ".join(f"{k} repeat(s) {v:.1f}%" for k, v in n["mde_pct"].items())
+              + f"; verifier repeats {n['recommended_repeats']}", markup=False)
+    if report["top_ops"]:
+        out.print("top operators: " + ", ".join(
+            f"{o['name']} {o['share']:.0%}" for o in report["top_ops"][:5]), markup=False)
+    for i, d in enumerate(report["diagnosis"], 1):
+        suggests = ", ".join(d["suggests"]) or f"(no knob or patch with role {d['roles']})"
+        out.print(f"{i}. {d['finding']} — {d['evidence']} -> {suggests}", markup=False)
+
+
+def _phase_table(report: dict, out: Console) -> None:
+    step = report["step_time_s"]
     table = Table(title="phases (s per steady step, mean over ranks)", title_justify="left")
     for col in ("phase", "seconds", "share"):
         table.add_column(col)
@@ -56,13 +76,3 @@ def show(report: dict, out: Console) -> None:
     table.add_row("unattributed", f"{report['unattributed_s']:.4f}",
                   f"{report['unattributed_s'] / step:.0%}")
     out.print(table)
-    n = report["noise"]
-    out.print(f"noise: cv within a run {n['cv_within']:.1%}, between runs {n['cv_between']:.1%}; "
-              "minimum detectable speed-up " + ", ".join(
-                  f"{k} repeat(s) {v:.1f}%" for k, v in n["mde_pct"].items())
-              + f"; verifier repeats {n['recommended_repeats']}", markup=False)
-    out.print("top operators: " + ", ".join(
-        f"{o['name']} {o['share']:.0%}" for o in report["top_ops"][:5]), markup=False)
-    for i, d in enumerate(report["diagnosis"], 1):
-        out.print(f"{i}. {d['finding']} — {d['evidence']} -> {', '.join(d['suggests']) or '-'}",
-                  markup=False)

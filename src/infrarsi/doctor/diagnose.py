@@ -1,11 +1,16 @@
 """From measurements to a ranked diagnosis: each finding with its evidence (numbers) and the knobs
-and catalog patches that address it. Rules only name knobs and patches the workload has.
+and catalog patches that address it.
+
+Findings speak in roles (threads, attention, communication, memory saver ...), and suggest the
+knobs and patches the manifest tags with those roles, whatever the workload calls them. A
+finding whose role no knob or patch carries is still reported, with the role to tag.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from infrarsi.workloads import precision_of
 from infrarsi.workloads.manifest import Manifest
 
 ATTENTION_OPS = {"aten::softmax", "aten::_softmax", "aten::masked_fill", "aten::masked_fill_",
@@ -13,8 +18,6 @@ ATTENTION_OPS = {"aten::softmax", "aten::_softmax", "aten::masked_fill", "aten::
 DISPATCH_OPS = {"aten::nonzero", "aten::index", "aten::index_put_", "aten::_index_put_impl_",
                 "aten::any", "aten::index_add_", "aten::masked_select"}
 MATMUL_OPS = {"aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear"}
-COMM_KNOBS = ("accum_no_sync", "ddp_bucket_mb", "gradient_as_bucket_view",
-              "reshard_after_forward", "a2a_chunks", "expert_parallel")
 
 
 @dataclass
@@ -23,16 +26,21 @@ class Finding:
     finding: str
     evidence: str
     suggests: list[str]
+    roles: list[str]
     share: float = field(default=0.0, repr=False)
 
     def as_dict(self) -> dict:
-        return {"finding": self.finding, "evidence": self.evidence, "suggests": self.suggests,
-                "share_of_step": round(self.share, 4)}
+        out = {"finding": self.finding, "evidence": self.evidence, "suggests": self.suggests,
+               "roles": self.roles, "share_of_step": round(self.share, 4)}
+        if not self.suggests:
+            out["note"] = (f"no knob or patch of this workload has role(s) {self.roles}: tag the "
+                           "ones that address it in the manifest")
+        return out
 
 
 @dataclass
 class Facts:
-    """What the rules look at."""
+    """What the rules look at. ``op_shares`` and ``phases_s`` are empty when not measured."""
     manifest: Manifest
     knobs: dict
     step_time_s: float
@@ -41,7 +49,7 @@ class Facts:
     peak_flops: dict[str, float]
     cores: int
     device_type: str
-    peak_mem_bytes: list[int]
+    peak_mem_bytes: list[int | None]
     mem_cap_bytes: int | None
 
 
@@ -53,12 +61,18 @@ def diagnose(facts: Facts) -> list[dict]:
     return [f.as_dict() for f in sorted(findings, key=lambda f: -f.share)]
 
 
-def _has_patch(facts: Facts, patch_id: str) -> bool:
-    return any(p.id == patch_id for p in facts.manifest.patches)
+def by_role(facts: Facts, *roles: str, patches: bool = True) -> list[str]:
+    """Knobs (and catalog patches) of the workload that carry any of ``roles``."""
+    out = []
+    for role in roles:
+        out += facts.manifest.knobs_with_role(role)
+        out += facts.manifest.patches_with_role(role) if patches else []
+    return list(dict.fromkeys(out))
 
 
-def _knobs(facts: Facts, *names: str) -> list[str]:
-    return [n for n in names if n in facts.knobs]
+def _finding(facts: Facts, text: str, evidence: str, roles: tuple[str, ...],
+             share: float) -> Finding:
+    return Finding(text, evidence, by_role(facts, *roles), list(roles), share)
 
 
 def _ops_share(facts: Facts, names: set[str]) -> float:
@@ -71,104 +85,109 @@ def _phase_share(facts: Facts, phase: str) -> float:
 
 def _attention(facts: Facts) -> Finding | None:
     share = _ops_share(facts, ATTENTION_OPS)
-    if share < 0.02 or not _has_patch(facts, "sdpa_attention"):
+    if share < 0.02:
         return None
-    return Finding("attention materialises the T x T scores (mask, softmax)",
-                   f"{share:.0%} of the step in softmax/mask operators", ["sdpa_attention"], share)
+    return _finding(facts, "attention materialises the T x T scores (mask, softmax)",
+                    f"{share:.0%} of the step in softmax/mask operators", ("attention",), share)
 
 
 def _optimizer(facts: Facts) -> Finding | None:
     share = _phase_share(facts, "optimizer")
     if share < 0.05:
         return None
-    suggests = ["fused_adamw"] if _has_patch(facts, "fused_adamw") else []
-    return Finding("optimizer step with the single-tensor AdamW",
-                   f"optimizer {share:.0%} of the step", suggests, share) if suggests else None
+    return _finding(facts, "optimizer step is a large share of the step",
+                    f"optimizer {share:.0%} of the step", ("optimizer",), share)
 
 
 def _communication(facts: Facts) -> Finding | None:
     share = _phase_share(facts, "comm")
     if share < 0.05:
         return None
-    patches = [p.id for p in facts.manifest.patches if p.category == "communication"]
-    suggests = patches + _knobs(facts, *COMM_KNOBS)
-    return Finding("exposed communication: ranks wait for gradients or tokens",
-                   f"exposed communication {share:.0%} of the step "
-                   f"({facts.phases_s.get('comm', 0):.4f} s)", suggests, share) if suggests else None
+    found = _finding(facts, "exposed communication: ranks wait for gradients or tokens",
+                     f"exposed communication {share:.0%} of the step "
+                     f"({facts.phases_s.get('comm', 0):.4f} s)", ("communication",), share)
+    category = [p.id for p in facts.manifest.patches if p.category == "communication"]
+    found.suggests = list(dict.fromkeys(found.suggests + category))
+    return found
 
 
 def _threads(facts: Facts) -> Finding | None:
-    if facts.device_type != "cpu" or "threads_per_rank" not in facts.knobs:
+    threads_knobs = facts.manifest.knobs_with_role("threads")
+    if facts.device_type != "cpu" or not threads_knobs:
         return None
-    nproc = int(facts.knobs.get("nproc", 1))
-    world = nproc * facts.manifest.launch.nodes
-    threads = int(facts.knobs["threads_per_rank"]) or (1 if nproc > 1 else facts.cores)
+    ranks_knobs = facts.manifest.knobs_with_role("ranks")
+    per_node = int(facts.knobs.get(ranks_knobs[0], 1)) if ranks_knobs else 1
+    world = per_node * facts.manifest.launch.nodes
+    threads = int(facts.knobs.get(threads_knobs[0], 0)) or (1 if world > 1 else facts.cores)
     if world * threads == facts.cores:
         return None
-    word = "oversubscribed" if world * threads > facts.cores else "idle cores"
-    share = 0.3 if world * threads > facts.cores else 0.1
-    return Finding(f"threads: {word}",
-                   f"{world} rank(s) x {threads} intra-op thread(s) on {facts.cores} core(s)",
-                   _knobs(facts, "threads_per_rank", "nproc"), share)
+    over = world * threads > facts.cores
+    return _finding(facts, f"threads: {'oversubscribed' if over else 'idle cores'}",
+                    f"{world} rank(s) x {threads} intra-op thread(s) on {facts.cores} core(s)",
+                    ("threads", "ranks"), 0.3 if over else 0.1)
 
 
 def _dispatch(facts: Facts) -> Finding | None:
     share = _ops_share(facts, DISPATCH_OPS)
-    if share < 0.03 or not _has_patch(facts, "grouped_dispatch"):
+    if share < 0.03:
         return None
-    return Finding("MoE dispatch loops over experts with boolean masks",
-                   f"{share:.0%} of the step in index/mask/nonzero operators",
-                   ["grouped_dispatch"], share)
+    return _finding(facts, "MoE dispatch loops over experts with boolean masks",
+                    f"{share:.0%} of the step in index/mask/nonzero operators", ("dispatch",),
+                    share)
 
 
 def _matmuls(facts: Facts) -> Finding | None:
     share = _ops_share(facts, MATMUL_OPS)
-    if share < 0.2 or not _has_patch(facts, "fused_qkv"):
+    if share < 0.2:
         return None
-    return Finding("matmuls dominate; query, key and value are three separate GEMMs",
-                   f"{share:.0%} of the step in matmul operators", ["fused_qkv"], share * 0.2)
+    return _finding(facts, "matmuls dominate; fewer, larger GEMMs use the hardware better",
+                    f"{share:.0%} of the step in matmul operators", ("matmul",), share * 0.2)
 
 
 def _micro_batch(facts: Facts) -> Finding | None:
-    accum = int(facts.knobs.get("grad_accum", 1))
-    if accum <= 1 or "micro_batch" not in facts.knobs:
+    accum_knobs = facts.manifest.knobs_with_role("grad_accum")
+    accum = int(facts.knobs.get(accum_knobs[0], 1)) if accum_knobs else 1
+    if accum <= 1:
         return None
-    return Finding("small micro-batches: per-call overhead repeated every micro-step",
-                   f"{accum} micro-steps of {facts.knobs['micro_batch']} sequence(s) per step",
-                   _knobs(facts, "micro_batch", "accum_no_sync"), 0.05 * (accum - 1) / accum)
+    return _finding(facts, "small micro-batches: per-call overhead repeated every micro-step",
+                    f"{accum} micro-steps per optimizer step", ("micro_batch",),
+                    0.05 * (accum - 1) / accum)
 
 
 def _precision(facts: Facts) -> Finding | None:
     ratio = facts.peak_flops.get("bf16", 0) / max(facts.peak_flops.get("fp32", 1), 1)
-    if facts.knobs.get("precision") != "fp32" or ratio < 1.2:
+    if precision_of(facts.manifest, facts.knobs) != "fp32" or ratio < 1.2:
         return None
-    return Finding("fp32 compute on hardware that is faster in bf16",
-                   f"measured bf16 matmul peak {ratio:.1f}x the fp32 peak",
-                   _knobs(facts, "precision", "fsdp_param_dtype"), 0.05)
+    return _finding(facts, "fp32 compute on hardware that is faster in bf16",
+                    f"this host's measured bf16 matmul peak is {ratio:.1f}x its fp32 peak",
+                    ("precision",), 0.05)
 
 
 def _compile(facts: Facts) -> Finding | None:
-    if facts.knobs.get("compile") != "off":
+    knobs = facts.manifest.knobs_with_role("compile")
+    if knobs and str(facts.knobs.get(knobs[0])).lower() not in ("off", "false", "0", "none"):
         return None
-    return Finding("eager execution: no graph compilation",
-                   "compile=off; compilation costs start-up time the e2e objective pays",
-                   ["compile"], 0.01)
+    return _finding(facts, "eager execution: no graph compilation",
+                    "compile is off; compilation costs start-up time the e2e objective pays",
+                    ("compile",), 0.01)
 
 
 def _memory(facts: Facts) -> Finding | None:
     cap = facts.mem_cap_bytes
-    if not cap or max(facts.peak_mem_bytes, default=0) < 0.8 * cap:
+    known = [b for b in facts.peak_mem_bytes if b is not None]
+    if not cap or max(known, default=0) < 0.8 * cap:
         return None
-    savers = [p.id for p in facts.manifest.patches if p.category == "memory"]
-    used = max(facts.peak_mem_bytes) / cap
-    return Finding("peak memory close to the capacity",
-                   f"peak {used:.0%} of the {cap} bytes per rank",
-                   savers + _knobs(facts, "activation_checkpointing", "micro_batch"), 0.02)
+    found = _finding(facts, "peak memory close to the capacity",
+                     f"peak {max(known) / cap:.0%} of the {cap} bytes per rank",
+                     ("memory_saver", "activation_checkpointing", "micro_batch"), 0.02)
+    category = [p.id for p in facts.manifest.patches if p.category == "memory"]
+    found.suggests = list(dict.fromkeys(category + found.suggests))
+    return found
 
 
 def _data(facts: Facts) -> Finding | None:
     share = _phase_share(facts, "data")
     if share < 0.1:
         return None
-    return Finding("data loading on the critical path", f"data {share:.0%} of the step",
-                   _knobs(facts, "micro_batch"), share)
+    return _finding(facts, "data loading on the critical path", f"data {share:.0%} of the step",
+                    ("data", "micro_batch"), share)

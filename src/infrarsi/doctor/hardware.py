@@ -1,72 +1,67 @@
-"""What this machine can do, measured: matmul peak per precision, memory bandwidth, and the
-collective bandwidth of the distributed backend. Cached per machine fingerprint.
+"""What this host can do, measured: matmul peak per precision, memory bandwidth, and the
+collective bandwidth of the distributed backend. Cached per host fingerprint.
 
-The peak is the best of a few large matmuls, with every core (CPU) or on one device (GPU):
-the honest denominator of model-FLOPs utilisation is what this hardware reaches, not a
-datasheet number.
+The peak is the best of several matmuls at several sizes, after a warm-up, with the threads the
+measurement states: the honest denominator of model-FLOPs utilisation is what this hardware
+reaches, not a datasheet number. Each dtype has a time cap: a dtype that is orders of magnitude
+slower here (bf16 on a CPU without a bf16 path) is measured on a small matrix in seconds and
+said to be so, instead of taking minutes. Cache files are written atomically, one per
+fingerprint, so concurrent Doctors on different hosts (or the same one) never mix their facts.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import torch
 
+from infrarsi.host import fingerprint, machine_facts
+
 CACHE_DIR = Path(os.environ.get("INFRARSI_CACHE", Path.home() / ".cache" / "infrarsi"))
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 COMM_PROBE = Path(__file__).with_name("_comm_probe.py")
+SIZES = (256, 512, 1024, 2048)
+DTYPE_TIME_CAP_S = 6.0
 
 
-def machine_facts() -> dict:
-    """Device, counts, capacity and software versions: what identifies this machine."""
-    cuda = torch.cuda.is_available()
-    return {"device": torch.cuda.get_device_name(0) if cuda else _cpu_name(),
-            "device_type": "cuda" if cuda else "cpu",
-            "device_count": torch.cuda.device_count() if cuda else 1,
-            "cores": psutil.cpu_count(logical=False) or os.cpu_count(),
-            "logical_cores": os.cpu_count(),
-            "memory_bytes": (torch.cuda.get_device_properties(0).total_memory if cuda
-                             else psutil.virtual_memory().total),
-            "torch": torch.__version__, "cuda": torch.version.cuda,
-            "python": platform.python_version(), "platform": platform.platform()}
+def peak_flops(dtype: torch.dtype, device: str, sizes=SIZES,
+               time_cap_s: float = DTYPE_TIME_CAP_S) -> dict:
+    """Best FLOP/s of square matmuls over ``sizes`` (ascending), within ``time_cap_s``.
+
+    Each size gets one warm-up and then as many timed repeats as fit (at most 5); a size whose
+    single matmul would not leave room for a few repeats ends the climb. Returns the best
+    ``flops_per_s``, the size it was reached at, and whether the cap stopped the climb early.
+    """
+    start, best, best_size, capped = time.perf_counter(), 0.0, 0, False
+    for size in sizes:
+        a = torch.randn(size, size, device=device).to(dtype)
+        b = torch.randn(size, size, device=device).to(dtype)
+        one = _time_mm(a, b, device)  # the warm-up, which also tells the cost of one
+        left = time_cap_s - (time.perf_counter() - start)
+        if one * 3 > left:
+            capped = True
+            if not best:  # even the smallest size is this slow: its one run is the figure
+                best, best_size = 2 * size**3 / one, size
+            break
+        for _ in range(int(min(5, left / one / 2))):
+            flops = 2 * size**3 / _time_mm(a, b, device)
+            if flops > best:
+                best, best_size = flops, size
+    return {"flops_per_s": best, "size": best_size, "capped": capped}
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
-
-
-def fingerprint(facts: dict) -> str:
-    """A short hash of the machine facts: a cached probe is reused only on the same machine."""
-    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def peak_flops(dtype: torch.dtype, device: str, size: int = 2048, repeats: int = 10) -> float:
-    """Best FLOP/s of ``repeats`` square matmuls of ``size`` (after one warm-up)."""
-    a = torch.randn(size, size, device=device).to(dtype)
-    b = torch.randn(size, size, device=device).to(dtype)
-    best = float("inf")
-    for i in range(repeats + 1):
-        _sync(device)
-        t0 = time.perf_counter()
-        torch.mm(a, b)
-        _sync(device)
-        if i:
-            best = min(best, time.perf_counter() - t0)
-    return 2 * size**3 / best
+def _time_mm(a: torch.Tensor, b: torch.Tensor, device: str) -> float:
+    _sync(device)
+    t0 = time.perf_counter()
+    torch.mm(a, b)
+    _sync(device)
+    return max(time.perf_counter() - t0, 1e-9)
 
 
 def memory_bandwidth(device: str, megabytes: int = 256, repeats: int = 5) -> float:
@@ -100,22 +95,50 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def probe_hardware(refresh: bool = False) -> dict:
-    """The measured hardware profile of this machine, from the cache when it is there."""
-    facts = machine_facts()
-    key = fingerprint(facts)
-    path = CACHE_DIR / f"hardware-{key}.json"
-    if path.exists() and not refresh:
-        cached = json.loads(path.read_text())
-        if cached.get("cache_version") == CACHE_VERSION:
-            return cached
-    device = "cuda" if facts["device_type"] == "cuda" else "cpu"
-    profile = {"cache_version": CACHE_VERSION, "fingerprint": key, "facts": facts,
-               "measured_unix_s": time.time(), "threads": torch.get_num_threads(),
-               "peak_flops": {"fp32": peak_flops(torch.float32, device),
-                              "bf16": peak_flops(torch.bfloat16, device)},
-               "memory_bandwidth_bytes_per_s": memory_bandwidth(device),
-               "comm": comm_bandwidth()}
+def cache_path(key: str) -> Path:
+    """The cache file of the host with fingerprint ``key``."""
+    return CACHE_DIR / f"hardware-{key}.json"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(profile, indent=2))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def measure(threads: int | None = None) -> dict:
+    """Measure this host now, with ``threads`` intra-op threads (default: every core)."""
+    facts = machine_facts(threads or os.cpu_count())
+    device = "cuda" if facts["device_type"] == "cuda" else "cpu"
+    previous = torch.get_num_threads()
+    torch.set_num_threads(facts["threads"])
+    try:
+        detail = {name: peak_flops(dtype, device)
+                  for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+        bandwidth = memory_bandwidth(device)
+    finally:
+        torch.set_num_threads(previous)
+    return {"cache_version": CACHE_VERSION, "fingerprint": fingerprint(facts), "facts": facts,
+            "measured_unix_s": time.time(), "threads": facts["threads"],
+            "peak_flops": {name: d["flops_per_s"] for name, d in detail.items()},
+            "peak_flops_detail": detail, "memory_bandwidth_bytes_per_s": bandwidth,
+            "comm": comm_bandwidth()}
+
+
+def probe_hardware(refresh: bool = False, threads: int | None = None) -> dict:
+    """The measured profile of this host, from its own cache file when it is there."""
+    key = fingerprint(machine_facts(threads or os.cpu_count()))
+    path = cache_path(key)
+    if path.exists() and not refresh:
+        try:
+            cached = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            cached = {}
+        if cached.get("cache_version") == CACHE_VERSION and cached.get("fingerprint") == key:
+            return cached
+    profile = measure(threads)
+    write_atomically(path, json.dumps(profile, indent=2))
     return profile

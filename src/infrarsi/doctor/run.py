@@ -17,10 +17,10 @@ from typing import Callable
 from infrarsi.doctor import noise
 from infrarsi.doctor.diagnose import Facts, diagnose
 from infrarsi.doctor.hardware import probe_hardware
-from infrarsi.init.contract import Contract, NoisePolicy
+from infrarsi.contract import Contract, NoisePolicy
 from infrarsi.trial import TrialRecord, TrialStatus, prepare, run_trial
 from infrarsi.trial.metrics import read_probe_files
-from infrarsi.workloads import expr, find
+from infrarsi.workloads import expr, precision_of
 
 def _is_operator(name: str) -> bool:
     """Operators (``aten::mm``, ``c10d::allreduce_``), not annotations of Python code."""
@@ -35,18 +35,25 @@ class DoctorError(RuntimeError):
 def run_doctor(contract: Contract, repeats: int, workdir: Path,
                before_run: Callable[[int], None] | None = None,
                on_trial: Callable[[str, TrialRecord], None] | None = None) -> dict:
-    """Measure the baseline ``repeats`` times plus one profiled run; return the report."""
-    manifest = find(contract.workload)
+    """Measure the baseline ``repeats`` times plus one profiled run; return the report.
+
+    Every finished trial is noted in ``doctor-progress-<contract>.json`` under ``workdir`` as
+    it ends (its record is already saved in its trial folder), so nothing measured is lost
+    when a later run fails or the tool is stopped.
+    """
+    manifest = contract.manifest()
     contract.check_locked(manifest.root)
     hardware = probe_hardware()
     spec = prepare(manifest, contract.scale, {}, mem_cap_bytes=contract.mem_cap_bytes,
                    contract_hash=contract.contract_hash)
+    progress = _Progress(Path(workdir) / f"doctor-progress-{contract.contract_hash[:12]}.json",
+                         on_trial)
     runs = []
     for i in range(repeats):
         if before_run is not None:
             before_run(i)
-        runs.append(_must_run(spec, workdir, on_trial, f"baseline run {i + 1}/{repeats}"))
-    profile = _profile(spec, workdir, runs[0], on_trial)
+        runs.append(_must_run(spec, workdir, progress, f"baseline run {i + 1}/{repeats}"))
+    profile = _profile(spec, workdir, runs[0], progress) if _has_probe(manifest) else None
     report = build_report(contract, manifest, spec.knobs, hardware, runs, profile)
     if (report["mfu_pct"] or 0) > 100:  # the cached peak was measured on a busy machine
         hardware = probe_hardware(refresh=True)
@@ -56,56 +63,91 @@ def run_doctor(contract: Contract, repeats: int, workdir: Path,
     return report
 
 
-def _must_run(spec, workdir: Path, on_trial, label: str) -> TrialRecord:
+class _Progress:
+    """Notes each finished trial in a JSON file (written atomically) and tells the screen."""
+
+    def __init__(self, path: Path, on_trial) -> None:
+        self.path, self.on_trial, self.trials = path, on_trial, []
+
+    def __call__(self, label: str, record: TrialRecord) -> None:
+        self.trials.append({"label": label, "trial_id": record.trial_id,
+                            "status": record.status.value, "trial_dir": record.trial_dir})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"trials": self.trials}, indent=2))
+        tmp.replace(self.path)
+        if self.on_trial is not None:
+            self.on_trial(label, record)
+
+
+def _has_probe(manifest) -> bool:
+    return manifest.launch.metrics == "probe"
+
+
+def _must_run(spec, workdir: Path, progress, label: str) -> TrialRecord:
     record = run_trial(spec, workdir)
-    if on_trial is not None:
-        on_trial(label, record)
+    progress(label, record)
     if record.status is not TrialStatus.OK:
         raise DoctorError(f"the baseline ended {record.status.value} ({label}): {record.error}")
     return record
 
 
-def _profile(spec, workdir: Path, first: TrialRecord, on_trial) -> dict:
+def _profile(spec, workdir: Path, first: TrialRecord, progress) -> dict:
     """One run with torch.profiler on rank 0 over two steady steps; its operator table."""
     steps = first.metrics.steps
     start = min(max(1, noise.warmup_steps(first.metrics.step_times_s)), max(0, steps - 2))
     path = Path(workdir).resolve() / f"profile-{uuid.uuid4().hex[:8]}.json"
     env = {"INFRARSI_PROFILE_FILE": str(path), "INFRARSI_PROFILE_STEP": str(start)}
     profiled = dataclasses.replace(spec, extra_env=env)
-    _must_run(profiled, workdir, on_trial, "profiled run")
+    _must_run(profiled, workdir, progress, "profiled run")
     return json.loads(path.read_text()) if path.exists() else {"steps": 0, "wall_s": 0, "ops": []}
 
 
+NOT_MEASURED = "not measured (stdout metrics: the script reports step times and losses only)"
+
+
 def build_report(contract: Contract, manifest, knobs: dict, hardware: dict,
-                 runs: list[TrialRecord], profile: dict) -> dict:
-    """Every figure of the doctor's report, from the runs, the profile and the hardware."""
+                 runs: list[TrialRecord], profile: dict | None) -> dict:
+    """Every figure of the doctor's report, from the runs, the profile and the hardware.
+
+    ``profile`` is None for a workload read from stdout: its phases and top operators are
+    reported as not measured."""
     per_run = [_steady(r) for r in runs]
     step_time = statistics.median(p["step_time_s"] for p in per_run)
     phases_per_rank = _phases_per_rank(runs, per_run)
-    phases = {n: statistics.fmean(r[n] for r in phases_per_rank) for n in phases_per_rank[0]}
+    phases = {n: statistics.fmean(r[n] for r in phases_per_rank) for n in phases_per_rank[0]} \
+        if phases_per_rank else {}
     tokens_per_s = runs[0].metrics.tokens_per_step / step_time
     mfu = _mfu(manifest, contract, knobs, hardware, tokens_per_s)
-    cv_between = noise.cv([p["step_time_s"] for p in per_run])
-    top = top_ops(profile, hardware["facts"]["device_type"])
-    peaks = [max(col) for col in zip(*(r.metrics.peak_mem_bytes for r in runs))]
+    objective = [r.metrics.e2e_time_s for r in runs] if contract.objective == "e2e_time" \
+        else [p["step_time_s"] for p in per_run]
+    cv_between = noise.cv(objective)
+    runs_n = len(runs)
+    top = top_ops(profile, hardware["facts"]["device_type"]) if profile is not None else []
+    peaks = [max((b for b in col if b is not None), default=None)
+             for col in zip(*(r.metrics.peak_mem_bytes for r in runs))]
     facts = Facts(manifest, knobs, step_time, phases, {o["name"]: o["share"] for o in top},
                   hardware["peak_flops"], hardware["facts"]["cores"],
                   hardware["facts"]["device_type"], peaks, contract.mem_cap_bytes)
+    not_measured = {} if phases else {"phases": NOT_MEASURED, "top_ops": NOT_MEASURED}
     return {
         "contract_hash": contract.contract_hash, "workload": manifest.name,
         "scale": contract.scale, "knobs": knobs, "step_time_s": step_time,
         "tokens_per_s": tokens_per_s, "phases": phases, "phases_per_rank": phases_per_rank,
-        "unattributed_s": step_time - sum(phases.values()),
+        "unattributed_s": step_time - sum(phases.values()) if phases else None,
+        "not_measured": not_measured,
         "compile_time_s": statistics.median(r.metrics.compile_time_s for r in runs),
         "e2e_time_s": statistics.median(r.metrics.e2e_time_s for r in runs),
         **mfu, "peak_flops": hardware["peak_flops"], "peak_mem_bytes": peaks,
+        "peak_mem_source": runs[0].metrics.peak_mem_source,
         "hardware": hardware,
         "noise": {"cv_within": statistics.median(p["cv"] for p in per_run),
                   "cv_between": cv_between,
-                  "mde_pct": {str(n): 100 * noise.min_detectable_effect(cv_between, n)
+                  "objective": contract.objective, "runs": runs_n,
+                  "mde_pct": {str(n): 100 * noise.min_detectable_effect(cv_between, n, runs_n)
                               for n in (1, 3, 5)},
-                  "recommended_repeats": noise.recommended_repeats(cv_between),
-                  "method": "MDE = 1.96 * sqrt(2/n) * cv_between (normal approximation, 95%)"},
+                  "recommended_repeats": noise.recommended_repeats(cv_between, runs_n),
+                  "method": noise.METHOD},
         "runs": [{"trial_id": r.trial_id, "warmup_steps_detected": p["warmup"],
                   "step_time_s": p["step_time_s"], "cv": p["cv"]} for r, p in zip(runs, per_run)],
         "top_ops": top, "diagnosis": diagnose(facts)}
@@ -136,7 +178,7 @@ def _mfu(manifest, contract: Contract, knobs: dict, hardware: dict, tokens_per_s
         return {"mfu_pct": None, "flops_per_token": None, "flops_formula": None}
     params = {**manifest.scale(contract.scale).params, **knobs}
     per_token = float(expr.evaluate(manifest.flops.per_token, params))
-    precision = knobs.get("precision", "fp32")
+    precision = precision_of(manifest, knobs)
     devices = hardware["facts"]["device_count"] if hardware["facts"]["device_type"] == "cuda" else 1
     peak = hardware["peak_flops"].get(precision, hardware["peak_flops"]["fp32"]) * devices
     return {"mfu_pct": 100 * per_token * tokens_per_s / peak, "flops_per_token": per_token,
@@ -159,5 +201,6 @@ def top_ops(profile: dict, device_type: str) -> list[dict]:
 def noise_policy(report: dict) -> NoisePolicy:
     """The contract's noise policy as Doctor measured it."""
     n = report["noise"]["recommended_repeats"]
-    return NoisePolicy(repeats=n, confidence=0.95, min_detectable_effect=noise.min_detectable_effect(
-        report["noise"]["cv_between"], n))
+    return NoisePolicy(repeats=n, confidence=1 - noise.ALPHA,
+                       min_detectable_effect=noise.min_detectable_effect(
+                           report["noise"]["cv_between"], n, report["noise"]["runs"]))

@@ -10,7 +10,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from infrarsi.init.contract import Budget, Contract, Correctness, Invariants
+from infrarsi.contract import (Budget, Contract, Correctness, Invariants, manifest_sha256,
+                               workload_path)
 from infrarsi.init.parse import Reading
 from infrarsi.trial.patching import matches, sha256_file
 from infrarsi.trial.runner import TrialSpec
@@ -36,7 +37,8 @@ def make_contract(manifest: Manifest, scale: str, instruction: str, reading: Rea
     editable = [g for g in manifest.files.editable
                 if not any(matches(f, [g]) for f in reading.lock)]
     contract = Contract(
-        workload=manifest.name, scale=scale, instruction=instruction,
+        workload=manifest.name, workload_path=workload_path(manifest),
+        manifest_sha256=manifest_sha256(manifest), scale=scale, instruction=instruction,
         objective=reading.objective or "e2e_time",
         invariants=baseline_invariants(manifest, scale),
         correctness=Correctness(loss_tolerance=reading.loss_tolerance

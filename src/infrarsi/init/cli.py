@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infrarsi.init.build import make_contract, workload_files
-from infrarsi.init.contract import Contract
+from infrarsi.contract import Contract
 from infrarsi.init.llm import draft_reading, llm_configured
 from infrarsi.init.parse import read_instruction
 from infrarsi.units import format_bytes
@@ -43,6 +43,10 @@ def run_init(workload: str, instruction: str, scale: str, output: Path, yes: boo
     reading, drafted_by = read_instruction(instruction, files), "rules"
     if llm_configured():
         reading, drafted_by = draft_reading(instruction, files, reading, err)
+    if reading.problems:
+        for problem in reading.problems:
+            err.print(f"error: {problem}", markup=False)
+        raise typer.Exit(2)
     contract = make_contract(manifest, scale, instruction, reading, drafted_by)
     if as_json:
         print(json.dumps(contract_json(contract), indent=2, ensure_ascii=False))

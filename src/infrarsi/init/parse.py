@@ -12,9 +12,13 @@ import re
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
+from infrarsi.init.numbers import ZH_NUMERAL, parse_number
 from infrarsi.units import parse_bytes
 
-_CLAUSE_SPLIT = re.compile(r"[;；。，,、\n]|\.(?=\s|$)|\band\b|\bbut\b|并且|同时|而且")
+# Clauses end at punctuation and conjunctions, but not inside a number: "1,000" keeps its comma
+# and "a hundred and twenty" its "and".
+_CLAUSE_SPLIT = re.compile(r"[;；。，、\n]|(?<!\d),|,(?!\d{3}(?!\d))|\.(?=\s|$)|"
+                           r"(?<!hundred )(?<!thousand )\band\b|\bbut\b|并且|同时|而且")
 _THROUGHPUT = re.compile(r"throughput|tokens?\s*(/|per)\s*s(ec(ond)?)?\b|tok/s|吞吐")
 _TIME = re.compile(r"\btime\b|faster|speed\s*up|accelerate|wall|e2e|end-to-end|time-to-train|"
                    r"时间|加速|提速|更快")
@@ -25,17 +29,11 @@ _PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*(%|percent|个百分点)")
 _FRACTION = re.compile(r"(?<![\d.])(0\.\d+)(?![\d%])")
 _NEGATION = re.compile(r"don'?t|do not|never|without|must not|leave|不要|别|勿|禁止|不得|不能")
 _TOUCH = re.compile(r"touch|change|modify|edit|alone|修改|改动|改|动")
-_TRIALS = re.compile(r"(\d+|[a-z]+|[一二两三四五六七八九十百]+)\s*(?:trials?|runs?|experiments?|"
-                     r"次试验|次实验|个试验|次)")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?|[a-z]+|[一二两三四五六七八九十半]+)\s*(?:个)?\s*"
+_NUMBER = r"(\d[\d,]*(?:\.\d+)?|(?:[a-z]+[\s-]+)*[a-z]+|[{ZH}]+|半)"
+_TRIALS = re.compile(_NUMBER.replace("{ZH}", ZH_NUMERAL) +
+                     r"\s*(?:trials?|runs?|experiments?|次试验|次实验|个试验|次)")
+_DURATION = re.compile(_NUMBER.replace("{ZH}", ZH_NUMERAL) + r"\s*(?:个)?\s*"
                        r"(hours?|hrs?|h\b|minutes?|mins?|小时|钟头|分钟)")
-_EN_NUMBERS = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty".split())}
-_EN_NUMBERS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "hundred": 100,
-                    "a": 1, "an": 1, "half": 0.5})
-_ZH_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
-              "九": 9, "半": 0.5}
 _DATA_WORDS = re.compile(r"data\s*(pipeline|loader|loading|set)?|dataloader|数据")
 _MODEL_WORDS = re.compile(r"\bmodel\b|模型")
 
@@ -51,6 +49,7 @@ class Reading:
     budget_wall_time_s: float | None = None
     understood: list[tuple[str, str]] = field(default_factory=list)
     not_understood: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # understood, but out of range
 
 
 def clauses(instruction: str) -> list[str]:
@@ -62,7 +61,10 @@ def read_instruction(instruction: str, files: list[str]) -> Reading:
     """Read every clause; ``files`` are the workload's files, for "don't touch X" clauses."""
     reading = Reading()
     for clause in clauses(instruction):
+        known = len(reading.problems)
         meanings = _read_clause(clause, files, reading)
+        reading.problems[known:] = [p.replace(repr(clause.lower()), repr(clause), 1)
+                                    for p in reading.problems[known:]]
         if meanings:
             reading.understood.append((clause, "; ".join(meanings)))
         else:
@@ -94,15 +96,18 @@ def _read_objective(text: str, files: list[str], reading: Reading) -> str | None
 
 
 def _read_memory(text: str, files: list[str], reading: Reading) -> str | None:
-    if not _MEMORY.search(text):
-        return None
+    """A size with a unit ("2 GiB", "40GB") is a per-rank memory capacity."""
     for number, unit in _SIZE.findall(text):
         if not unit:
             continue
         try:
-            reading.mem_cap_bytes = parse_bytes(f"{number}{unit}")
+            size = parse_bytes(f"{number}{unit}")
         except ValueError:
             continue
+        if size <= 0:
+            reading.problems.append(f"{text!r}: a memory capacity must be more than 0 bytes")
+            return "memory capacity (out of range)"
+        reading.mem_cap_bytes = size
         return f"memory capacity {reading.mem_cap_bytes} bytes per rank"
     return None
 
@@ -112,11 +117,16 @@ def _read_loss(text: str, files: list[str], reading: Reading) -> str | None:
         return None
     percent = _PERCENT.search(text)
     if percent:
-        reading.loss_tolerance = float(percent.group(1)) / 100
+        tolerance = float(percent.group(1)) / 100
     elif _FRACTION.search(text):
-        reading.loss_tolerance = float(_FRACTION.search(text).group(1))
+        tolerance = float(_FRACTION.search(text).group(1))
     else:
         return None
+    if not 0 < tolerance < 1:
+        reading.problems.append(f"{text!r}: a loss tolerance must be above 0% and below 100% "
+                                f"(read {tolerance:.0%})")
+        return "loss tolerance (out of range)"
+    reading.loss_tolerance = tolerance
     return f"loss tolerance {reading.loss_tolerance:g} (relative)"
 
 
@@ -137,31 +147,35 @@ def _read_lock(text: str, files: list[str], reading: Reading) -> str | None:
 
 def _read_budget(text: str, files: list[str], reading: Reading) -> str | None:
     trials = _TRIALS.search(text)
-    if trials and _number(trials.group(1)) is not None:
-        reading.budget_trials = int(_number(trials.group(1)))
+    count = _number(trials.group(1)) if trials else None
+    if count is not None:
+        if count < 1 or not float(count).is_integer():
+            reading.problems.append(f"{text!r}: a trial budget is a whole number of at least 1 "
+                                    f"(read {count:g})")
+            return "budget (out of range)"
+        reading.budget_trials = int(count)
         return f"budget {reading.budget_trials} trials"
     duration = _DURATION.search(text)
-    if duration and _number(duration.group(1)) is not None:
+    amount = _number(duration.group(1)) if duration else None
+    if amount is not None:
         unit = duration.group(2)
+        if amount <= 0:
+            reading.problems.append(f"{text!r}: a time budget must be more than 0 (read "
+                                    f"{amount:g} {unit})")
+            return "budget (out of range)"
         per = 60.0 if unit.startswith(("min", "分")) else 3600.0
-        reading.budget_wall_time_s = _number(duration.group(1)) * per
+        reading.budget_wall_time_s = amount * per
         return f"budget {reading.budget_wall_time_s:g} s of wall time"
     return None
 
 
-def _number(word: str) -> float | None:
-    """'20' -> 20, 'two' -> 2, '两' -> 2, '二十' -> 20; None when it is not a number."""
-    if re.fullmatch(r"\d+(\.\d+)?", word):
-        return float(word)
-    if word in _EN_NUMBERS:
-        return float(_EN_NUMBERS[word])
-    if word and all(ch in _ZH_DIGITS or ch in "十百" for ch in word):
-        return _zh_number(word)
+def _number(words: str) -> float | None:
+    """The longest tail of ``words`` that is a whole number ("run twenty-five" -> 25)."""
+    parts = words.split()
+    if words == "半" or parts[-2:] in (["half", "an"], ["half", "a"]) or parts[-1:] == ["half"]:
+        return 0.5
+    for start in range(len(parts)):
+        value = parse_number(" ".join(parts[start:]))
+        if value is not None:
+            return value
     return None
-
-
-def _zh_number(word: str) -> float:
-    if "十" not in word:
-        return float(_ZH_DIGITS[word[0]]) if len(word) == 1 else float("nan")
-    tens, _, ones = word.partition("十")
-    return float(_ZH_DIGITS.get(tens, 1) * 10 + (_ZH_DIGITS.get(ones, 0) if ones else 0))

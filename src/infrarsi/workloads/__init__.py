@@ -1,8 +1,9 @@
 """Workloads: manifests, knob assignments, and the bundled reference workloads."""
 
-from infrarsi.workloads.knobs import AssignmentError, baseline, parse_assignments, resolve
+from infrarsi.workloads.knobs import (AssignmentError, baseline, parse_assignments, precision_of,
+                                      resolve)
 from infrarsi.workloads.manifest import Manifest, ManifestError, load_manifest
 from infrarsi.workloads.registry import all_reference, find, reference_names
 
 __all__ = ["AssignmentError", "Manifest", "ManifestError", "all_reference", "baseline", "find",
-           "load_manifest", "parse_assignments", "reference_names", "resolve"]
+           "load_manifest", "parse_assignments", "precision_of", "reference_names", "resolve"]

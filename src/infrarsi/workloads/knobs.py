@@ -81,3 +81,20 @@ def _check_constraints(manifest: Manifest, env: dict[str, Any]) -> None:
             shown = ", ".join(f"{k}={v}" for k, v in involved.items())
             raise AssignmentError(f"constraint '{constraint.expr}' fails with {shown}: "
                                   f"{constraint.why}")
+
+
+def precision_of(manifest: Manifest, values: Mapping[str, Any]) -> str:
+    """The compute precision an assignment runs in (``fp32``, ``bf16`` or ``fp16``): the lowest
+    that a knob with role ``precision`` selects — a choice's value, or a true bool knob (whose
+    name or flag says which; ``bf16`` when it does not)."""
+    for name in manifest.knobs_with_role("precision"):
+        knob, value = manifest.knob(name), values.get(name)
+        if knob.type == "bool":
+            text = f"{knob.name} {knob.flag or ''}".lower() if value else ""
+        else:
+            text = str(value).lower()
+        if "fp16" in text or "half" in text:
+            return "fp16"
+        if "bf16" in text or (knob.type == "bool" and value):
+            return "bf16"
+    return "fp32"

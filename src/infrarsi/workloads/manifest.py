@@ -6,6 +6,7 @@ says how to fix it. The typed models here are the only way a manifest is read.
 
 from __future__ import annotations
 
+import re
 import string
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from infrarsi.workloads import expr
 
 KnobValue = int | float | bool | str
+# What a knob or patch is for, in words the diagnosis speaks: a finding names roles, and the
+# knobs and patches of any workload that carry them are what it suggests.
+Role = Literal["ranks", "threads", "micro_batch", "grad_accum", "precision", "compile",
+               "activation_checkpointing", "attention", "communication", "memory_saver",
+               "optimizer", "dispatch", "data", "matmul", "other"]
 # Filled in by the harness for each launcher: its folder, node index, node count, a free
 # rendezvous port on loopback, and the trial's id.
 HARNESS_FIELDS = frozenset({"workspace", "node_rank", "nodes", "rdzv_port", "trial_id"})
@@ -36,10 +42,17 @@ class Knob(_Strict):
     values: list[KnobValue] | None = None
     default: KnobValue | None = None
     derive: str | None = Field(None, description="expression giving the value when unset")
+    flag: str | None = Field(None, pattern=r"^-", description="bool knobs only: the switch "
+                             "(e.g. --bf16) the command holds when true and lacks when false; "
+                             "write the knob as its own command item, '{name}'")
+    role: Role | None = Field(None, description="what the knob is for, for the diagnosis")
     help: str = ""
 
     @model_validator(mode="after")
     def _check_domain(self) -> "Knob":
+        if self.flag is not None and self.type != "bool":
+            raise ValueError(f"knob {self.name!r}: 'flag' is for bool knobs; this one is "
+                             f"{self.type}")
         if self.type == "bool":
             object.__setattr__(self, "values", [False, True])
         if not self.values:
@@ -97,10 +110,53 @@ class Scale(_Strict):
         return params
 
 
+class StdoutPattern(_Strict):
+    """A regex with exactly one capture group, and the unit of the number it captures."""
+    pattern: str
+    unit: Literal["s", "ms", "us"] = "s"
+
+    @field_validator("pattern")
+    @classmethod
+    def _one_group(cls, pattern: str) -> str:
+        try:
+            groups = re.compile(pattern).groups
+        except re.error as exc:
+            raise ValueError(f"{pattern!r} is not a valid regex: {exc}") from None
+        if groups != 1:
+            raise ValueError(f"{pattern!r} has {groups} capture groups; give exactly one, "
+                             "around the number, e.g. 'loss ([0-9.]+)'")
+        return pattern
+
+    def scale_to_base(self) -> float:
+        """Factor from the captured number to the base unit (seconds for times)."""
+        return {"s": 1.0, "ms": 1e-3, "us": 1e-6}[self.unit]
+
+
 class StdoutMetrics(_Strict):
-    """Regexes (one capture group each) that read per-step metrics from rank 0's stdout."""
-    step_time_s: str
-    loss: str
+    """Regexes that read per-step metrics from rank 0's stdout, for scripts not instrumented.
+
+    A bare string is a pattern whose number is in seconds (``step_time_s: "time ([0-9.]+)"``);
+    ``step_time: {pattern: "time ([0-9.]+)ms", unit: ms}`` states another unit.
+    ``tokens_per_step`` (optional) lets the harness check the workload invariant.
+    """
+    step_time: StdoutPattern
+    loss: StdoutPattern
+    tokens_per_step: StdoutPattern | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "step_time_s" in data:
+            if "step_time" in data:
+                raise ValueError("give either step_time_s (seconds) or step_time, not both")
+            data["step_time"] = data.pop("step_time_s")
+        for key in ("step_time", "loss", "tokens_per_step"):
+            if isinstance(data.get(key), str):
+                data[key] = {"pattern": data[key]}
+        return data
 
 
 class Launch(_Strict):
@@ -154,6 +210,7 @@ class PatchSpec(_Strict):
     file: str
     title: str
     category: Literal["kernel", "memory", "communication"]
+    roles: list[Role] = Field([], description="what the patch addresses, for the diagnosis")
     prior: Prior
     conflicts: list[str] = []
 
@@ -171,6 +228,7 @@ class Manifest(_Strict):
     files: Files
     patches: list[PatchSpec] = []
     root: Path = Field(Path("."), exclude=True, description="folder the manifest was read from")
+    source: Path | None = Field(None, exclude=True, description="the manifest file read")
 
     @model_validator(mode="after")
     def _check_cross_fields(self) -> "Manifest":
@@ -183,7 +241,26 @@ class Manifest(_Strict):
                     raise ValueError(f"patches[{i}].conflicts: unknown patch id {other!r}")
         for scale_name, scale in self.scales.items():
             self._check_scale(scale_name, scale)
+        self._check_flags()
         return self
+
+    def _check_flags(self) -> None:
+        for knob in self.knobs:
+            if knob.flag is None:
+                continue
+            for where, template in self._templates():
+                if f"{{{knob.name}}}" in template and template != f"{{{knob.name}}}":
+                    raise ValueError(f"{where}: flag knob {knob.name!r} must be a command item "
+                                     f"of its own, '{{{knob.name}}}' (it renders as "
+                                     f"{knob.flag} or nothing), not {template!r}")
+
+    def knobs_with_role(self, role: str) -> list[str]:
+        """Names of the knobs that carry ``role``."""
+        return [k.name for k in self.knobs if k.role == role]
+
+    def patches_with_role(self, role: str) -> list[str]:
+        """Ids of the catalog patches that carry ``role``."""
+        return [p.id for p in self.patches if role in p.roles]
 
     def _check_scale(self, scale_name: str, scale: Scale) -> None:
         knob_names = {k.name for k in self.knobs}
@@ -218,6 +295,11 @@ class Manifest(_Strict):
     def _templates(self) -> list[tuple[str, str]]:
         out = [(f"launch.command[{i}]", t) for i, t in enumerate(self.launch.command)]
         return out + [(f"launch.env.{k}", v) for k, v in self.launch.env.items()]
+
+    @property
+    def path(self) -> Path:
+        """The manifest file."""
+        return self.root / "workload.yaml" if self.source is None else self.source
 
     def knob(self, name: str) -> Knob:
         """The knob called ``name``; KeyError naming the known knobs otherwise."""
@@ -257,8 +339,11 @@ def _template_fields(template: str) -> list[str]:
 
 def _format_errors(path: Path, exc: ValidationError) -> str:
     lines = [f"{path}: invalid workload manifest"]
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    errors = exc.errors()
+    for err in errors:
+        if _other_branch(err, errors):
+            continue
+        loc = ".".join(str(p) for p in err["loc"] if not _branch_name(p)) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "missing":
             msg = "required field is missing: add it"
@@ -266,6 +351,19 @@ def _format_errors(path: Path, exc: ValidationError) -> str:
             msg = "unknown field: remove it or check its spelling"
         lines.append(f"  field '{loc}': {msg}")
     return "\n".join(lines)
+
+
+def _branch_name(part) -> bool:
+    """A location part naming a branch of a union (``StdoutMetrics``, ``literal['probe']``)."""
+    return isinstance(part, str) and (part[:1].isupper() or part.startswith("literal["))
+
+
+def _other_branch(err: dict, errors: list[dict]) -> bool:
+    """True for a union branch's literal mismatch when another branch says more."""
+    if err["type"] != "literal_error" or not err["loc"] or not _branch_name(err["loc"][-1]):
+        return False
+    prefix = err["loc"][:-1]
+    return any(e is not err and e["loc"][:len(prefix)] == prefix for e in errors)
 
 
 def load_manifest(path: str | Path) -> Manifest:
@@ -282,7 +380,8 @@ def load_manifest(path: str | Path) -> Manifest:
     if not isinstance(data, dict):
         raise ManifestError(f"{path}: a manifest is a YAML mapping with name, launch, knobs, ...")
     try:
-        manifest = Manifest.model_validate({**data, "root": path.parent.resolve()})
+        manifest = Manifest.model_validate({**data, "root": path.parent.resolve(),
+                                            "source": path.resolve()})
     except ValidationError as exc:
         raise ManifestError(_format_errors(path, exc)) from None
     for i, patch in enumerate(manifest.patches):

@@ -28,3 +28,8 @@ def find(name_or_path: str) -> Manifest:
 def all_reference() -> list[Manifest]:
     """Every bundled reference workload, validated."""
     return [find(name) for name in reference_names()]
+
+
+def is_reference(manifest: Manifest) -> bool:
+    """True for a bundled reference workload."""
+    return manifest.root.resolve().parent == REFERENCE_DIR
