@@ -25,8 +25,9 @@ def test_doctor_json_on_each_workload(tmp_path, name):
     assert result.returncode == 0, result.stderr
     r = json.loads(result.stdout)
     attributed = sum(r["phases"].values())
-    assert abs(attributed - r["step_time_s"]) <= 0.15 * r["step_time_s"], r["phases"]
-    assert r["unattributed_s"] == pytest.approx(r["step_time_s"] - attributed)
+    # the phases are the slowest rank's at each step, compared with the mean of those steps
+    assert abs(attributed - r["phase_step_time_s"]) <= 0.05 * r["phase_step_time_s"], r["phases"]
+    assert r["unattributed_s"] == pytest.approx(r["phase_step_time_s"] - attributed)
     assert {"forward", "backward", "optimizer", "data"} <= set(r["phases"])
     assert 0 < r["mfu_pct"] < 100
     assert set(r["peak_flops"]) == {"fp32", "bf16"} and len(r["peak_mem_bytes"]) >= 2

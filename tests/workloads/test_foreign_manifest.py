@@ -76,3 +76,16 @@ def test_every_reference_knob_and_patch_has_a_role():
     for manifest in all_reference():
         assert all(k.role for k in manifest.knobs), manifest.name
         assert all(p.roles for p in manifest.patches), manifest.name
+
+
+def test_a_step_longer_than_the_whole_trial_is_refused_naming_the_unit(foreign):
+    from infrarsi.trial.classify import measured
+    from infrarsi.trial.process import ProcessResult
+    spec = prepare(foreign, "tiny", {})
+    lines = "".join(f"iter {i}: loss 5.0, time 1041.91\n" for i in range(6))  # ms, read as s
+    seconds = foreign.launch.metrics.model_copy(update={
+        "step_time": foreign.launch.metrics.step_time.model_copy(
+            update={"pattern": "time ([0-9.]+)", "unit": "s"})})
+    reports = read_stdout(lines, seconds)
+    with pytest.raises(MetricsError, match="longer than the whole trial.*unit: ms"):
+        measured(spec, reports, ProcessResult(returncode=0, timed_out=False, wall_s=9.0))

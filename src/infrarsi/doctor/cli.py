@@ -67,8 +67,9 @@ def show(report: dict, out: Console) -> None:
 
 
 def _phase_table(report: dict, out: Console) -> None:
-    step = report["step_time_s"]
-    table = Table(title="phases (s per steady step, mean over ranks)", title_justify="left")
+    step = report["phase_step_time_s"]
+    table = Table(title=f"phases (s per steady step of the slowest rank; mean step {step:.4f} s)",
+                  title_justify="left")
     for col in ("phase", "seconds", "share"):
         table.add_column(col)
     for name, seconds in sorted(report["phases"].items(), key=lambda kv: -kv[1]):

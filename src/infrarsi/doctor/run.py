@@ -19,7 +19,7 @@ from infrarsi.doctor.diagnose import Facts, diagnose
 from infrarsi.doctor.hardware import probe_hardware
 from infrarsi.contract import Contract, NoisePolicy
 from infrarsi.trial import TrialRecord, TrialStatus, prepare, run_trial
-from infrarsi.trial.metrics import read_probe_files
+from infrarsi.trial.metrics import critical, read_probe_files
 from infrarsi.workloads import expr, precision_of
 
 def _is_operator(name: str) -> bool:
@@ -115,8 +115,7 @@ def build_report(contract: Contract, manifest, knobs: dict, hardware: dict,
     per_run = [_steady(r) for r in runs]
     step_time = statistics.median(p["step_time_s"] for p in per_run)
     phases_per_rank = _phases_per_rank(runs, per_run)
-    phases = {n: statistics.fmean(r[n] for r in phases_per_rank) for n in phases_per_rank[0]} \
-        if phases_per_rank else {}
+    phases, phase_step_s = _critical_phases(runs, per_run)
     tokens_per_s = runs[0].metrics.tokens_per_step / step_time
     mfu = _mfu(manifest, contract, knobs, hardware, tokens_per_s)
     objective = [r.metrics.e2e_time_s for r in runs] if contract.objective == "e2e_time" \
@@ -134,7 +133,8 @@ def build_report(contract: Contract, manifest, knobs: dict, hardware: dict,
         "contract_hash": contract.contract_hash, "workload": manifest.name,
         "scale": contract.scale, "knobs": knobs, "step_time_s": step_time,
         "tokens_per_s": tokens_per_s, "phases": phases, "phases_per_rank": phases_per_rank,
-        "unattributed_s": step_time - sum(phases.values()) if phases else None,
+        "phase_step_time_s": phase_step_s,
+        "unattributed_s": phase_step_s - sum(phases.values()) if phases else None,
         "not_measured": not_measured,
         "compile_time_s": statistics.median(r.metrics.compile_time_s for r in runs),
         "e2e_time_s": statistics.median(r.metrics.e2e_time_s for r in runs),
@@ -158,6 +158,25 @@ def _steady(record: TrialRecord) -> dict:
     warmup = noise.warmup_steps(times)
     return {"warmup": warmup, "step_time_s": statistics.median(times[warmup:]),
             "cv": noise.cv(times[warmup:])}
+
+
+def _rank_steps(record: TrialRecord) -> list[tuple[dict, ...]]:
+    """Each step's entries of every rank, from the probe files of a trial."""
+    reports = read_probe_files(list(Path(record.trial_dir).glob("metrics.rank*.jsonl")))
+    return list(zip(*(r.steps for r in reports))) if reports else []
+
+
+def _critical_phases(runs: list[TrialRecord], per_run: list[dict]) -> tuple[dict, float | None]:
+    """Mean phases of the slowest rank at each steady step, and the mean of those steps' times:
+    the phases add up to that mean, less what ran outside every phase."""
+    entries = [critical(step) for record, steady in zip(runs, per_run)
+               for step in _rank_steps(record)[steady["warmup"]:]]
+    if not entries:
+        return {}, None
+    names = sorted({n for e in entries for n in e.get("phases_s", {})})
+    phases = {n: statistics.fmean(e.get("phases_s", {}).get(n, 0.0) for e in entries)
+              for n in names}
+    return phases, statistics.fmean(e["step_time_s"] for e in entries)
 
 
 def _phases_per_rank(runs: list[TrialRecord], per_run: list[dict]) -> list[dict]:

@@ -149,7 +149,7 @@ def _metrics(spec: "TrialSpec", reduced, result: ProcessResult, tokens: int,
         outside_train_span_s=timing.span_s if timing else None,
         outside_span_steps=timing.steps if timing else None,
         loss=reduced.loss, step_times_s=reduced.step_times_s, phases_s=phases,
-        unattributed_s=max(0.0, step_time - sum(phases.values())) if phases else 0.0,
+        unattributed_s=statistics.fmean(steady) - sum(phases.values()) if phases else 0.0,
         steps=len(reduced.step_times_s), warmup_steps=warmup, ranks=len(peaks))
 
 

@@ -86,7 +86,8 @@ def _numbers(text: str, pattern) -> list[float]:
 
 @dataclass
 class Reduced:
-    """Per-step values over ranks: slowest rank's time, mean loss, tokens; and per-rank memory."""
+    """Per-step values over ranks: the slowest rank's time and phases, mean loss, tokens; and
+    what each rank reported of its memory."""
     step_times_s: list[float]
     loss: list[float]
     tokens: list[int | None]
@@ -114,13 +115,14 @@ def reduce_ranks(reports: list[RankReport]) -> Reduced:
         step_times_s=[max(s["step_time_s"] for s in step) for step in per_step],
         loss=losses,
         tokens=[step[0].get("tokens") for step in per_step],
-        phases_s=[_mean_phases(step) for step in per_step],
+        phases_s=[critical(step).get("phases_s", {}) for step in per_step],
         reported_peak_mem_bytes=[int((r.end or {}).get("peak_mem_bytes", 0)) for r in reports])
 
 
-def _mean_phases(step: tuple[dict, ...]) -> dict[str, float]:
-    names = sorted({name for s in step for name in s.get("phases_s", {})})
-    return {n: statistics.fmean(s.get("phases_s", {}).get(n, 0.0) for s in step) for n in names}
+def critical(step: tuple[dict, ...]) -> dict:
+    """The slowest rank's entry of one step: the step's time is its time, so its phases are
+    the ones that add up to the step."""
+    return max(step, key=lambda s: s["step_time_s"])
 
 
 def steady_phases(phases: list[dict[str, float]]) -> dict[str, float]:

@@ -66,8 +66,10 @@ class TrialMetrics(BaseModel):
                                            "steps that span covers")
     loss: list[float]
     step_times_s: list[float]
-    phases_s: dict[str, float] = Field({}, description="mean seconds per steady step, per phase")
-    unattributed_s: float = 0.0
+    phases_s: dict[str, float] = Field({}, description="mean seconds per steady step, per "
+                                       "phase, of the slowest rank at each step")
+    unattributed_s: float = Field(0.0, description="mean steady step time minus the phases: "
+                                  "time outside every phase")
     steps: int
     warmup_steps: int
     ranks: int
