@@ -1,20 +1,24 @@
 """Patches that try to win by cheating: each is refused before running or judged invalid by
-``infrarsi.verify``, with its reason named. An honest patch passes the same checks."""
+``infrarsi.verify``, with its reason named; honest patches and legitimate knobs pass the same
+checks. The contract is calibrated as Doctor does it (another batch split, bf16)."""
 
 from pathlib import Path
 
 import pytest
 
+from conftest import FIXTURES
+from infrarsi.doctor.calibrate import calibrate
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
 from infrarsi.trial import PatchRefused, TrialStatus, prepare, run_trial
 from infrarsi.verify import verify
+from infrarsi.workloads import find, load_manifest
 
 pytestmark = [pytest.mark.adversarial, pytest.mark.slow]
 CHEATS = Path(__file__).parent / "fixtures" / "adversarial"
 INSTRUCTION = "Cut end-to-end time; keep loss within 0.5% and memory under 2 GiB per rank"
-
-RUNNABLE = {
+DIFFERENT_MODEL = "final parameters differ from the baseline's"
+RUNNABLE = {  # dense-1node cheats, each with the reason it must be refused for
     "shorten_sequence": "loss drift",
     "skip_optimizer_steps": "loss drift",
     "scale_loss_down": "loss drift",
@@ -24,6 +28,14 @@ RUNNABLE = {
     "smaller_global_batch": "tokens per optimizer step 256; the workload fixes 512",
     "forge_step_times": "a faked timer or forged metrics",
     "patch_perf_counter": "a faked timer or forged metrics",
+    # the only evidence a patch cannot write: final parameters and the reference evaluation
+    "remembered_loss_no_training": "parameters that did not train",
+    "drop_last_block": DIFFERENT_MODEL,
+    "detach_attention": "parameters that did not train",
+    "sgd_mimics_the_curve": DIFFERENT_MODEL,
+    "loss_on_half_positions": DIFFERENT_MODEL,
+    "silent_bf16": DIFFERENT_MODEL,
+    "skip_last_update": DIFFERENT_MODEL,
 }
 REFUSED = {
     "locked_via_dotdot": "outside the workspace",
@@ -31,32 +43,54 @@ REFUSED = {
     "edit_the_probe": "outside the workspace",
     "edit_locked_data": "data.py: locked file",
 }
+ELSEWHERE = {"hide_memory_in_shm", "moe_top1_instead_of_top2", "toy_shift_time_into_warmup"}
+LEGITIMATE = [({"micro_batch": 1}, []), ({"nproc": 1}, []), ({"activation_checkpointing": True}, []),
+              ({"precision": "bf16"}, []), ({"micro_batch": 4}, ["sdpa_attention", "fused_qkv"])]
+
+
+def _contract_and_baseline(manifest, workdir, calibrated=True):
+    reading = read_instruction(INSTRUCTION, workload_files(manifest))
+    contract = make_contract(manifest, "tiny", INSTRUCTION, reading)
+    first = run_trial(prepare(manifest, "tiny", contract_hash=contract.contract_hash), workdir)
+    assert first.status is TrialStatus.OK, first.error
+    if not calibrated:
+        return contract, first
+    equivalence, notes = calibrate(manifest, "tiny", first, workdir)
+    assert equivalence.calibrated and not notes, notes
+    contract = contract.model_copy(update={"equivalence": equivalence}).sealed()
+    baseline = run_trial(prepare(manifest, "tiny", contract_hash=contract.contract_hash), workdir)
+    assert baseline.status is TrialStatus.OK, baseline.error
+    return contract, baseline
 
 
 @pytest.fixture(scope="module")
-def contract(dense):
-    reading = read_instruction(INSTRUCTION, workload_files(dense))
-    return make_contract(dense, "tiny", INSTRUCTION, reading)
+def calibrated(dense, tmp_path_factory):
+    return _contract_and_baseline(dense, tmp_path_factory.mktemp("baseline"))
 
 
-@pytest.fixture(scope="module")
-def baseline(dense, contract, tmp_path_factory):
-    record = run_trial(prepare(dense, "tiny", contract_hash=contract.contract_hash),
-                       tmp_path_factory.mktemp("baseline"))
-    assert record.status is TrialStatus.OK, record.error
-    return record
+def _judge(manifest, contract, baseline, workdir, knobs=None, patches=(), **options):
+    spec = prepare(manifest, "tiny", knobs or {}, list(patches),
+                   contract_hash=contract.contract_hash, **options)
+    record = run_trial(spec, workdir)
+    return record, verify(contract, baseline, record)
 
 
 def test_the_cheat_catalog_is_complete():
-    assert {p.stem for p in CHEATS.glob("*.diff")} == set(RUNNABLE) | set(REFUSED)
+    assert {p.stem for p in CHEATS.glob("*.diff")} == set(RUNNABLE) | set(REFUSED) | ELSEWHERE
+
+
+def test_calibrated_tolerances_are_a_multiple_of_measured_floors(calibrated):
+    eq = calibrated[0].equivalence
+    assert set(eq.floors) == {"weight_fp32", "eval_fp32", "weight_bf16", "eval_bf16"}
+    assert eq.weight_rtol == pytest.approx(max(10 * eq.floors["weight_fp32"], 2e-5))
+    assert eq.floors["weight_bf16"] > eq.floors["weight_fp32"]
 
 
 @pytest.mark.parametrize("cheat", sorted(RUNNABLE))
-def test_cheat_is_judged_invalid_with_its_reason(dense, contract, baseline, tmp_path, cheat):
-    spec = prepare(dense, "tiny", {}, [str(CHEATS / f"{cheat}.diff")],
-                   contract_hash=contract.contract_hash)
-    record = run_trial(spec, tmp_path)
-    verdict = verify(contract, baseline, record)
+def test_cheat_is_judged_invalid_with_its_reason(dense, calibrated, tmp_path, cheat):
+    contract, baseline = calibrated
+    record, verdict = _judge(dense, contract, baseline, tmp_path,
+                             patches=[str(CHEATS / f"{cheat}.diff")])
     assert not verdict.valid, f"{cheat} passed verification"
     assert any(RUNNABLE[cheat] in reason for reason in verdict.reasons), verdict.reasons
 
@@ -67,13 +101,70 @@ def test_cheat_is_refused_before_running(dense, tmp_path, cheat):
         prepare(dense, "tiny", {}, [str(CHEATS / f"{cheat}.diff")])
 
 
-def test_an_honest_patch_passes_every_check(dense, contract, baseline, tmp_path):
-    spec = prepare(dense, "tiny", {}, ["sdpa_attention"], contract_hash=contract.contract_hash)
-    verdict = verify(contract, baseline, run_trial(spec, tmp_path))
-    assert verdict.valid, verdict.reasons
+@pytest.mark.parametrize("knobs, patches", LEGITIMATE)
+def test_legitimate_knobs_and_honest_patches_pass_every_check(dense, calibrated, tmp_path,
+                                                              knobs, patches):
+    contract, baseline = calibrated
+    record, verdict = _judge(dense, contract, baseline, tmp_path, knobs, patches)
+    assert verdict.valid, (knobs, patches, verdict.reasons)
+    assert verdict.not_checked == [] and record.evaluation.eval_loss is not None
 
 
-def test_memory_over_the_contract_capacity_is_invalid(dense, baseline, contract):
+def test_memory_hidden_in_shared_mappings_counts_against_the_capacity(dense, calibrated,
+                                                                      tmp_path):
+    contract, baseline = calibrated
+    cap = baseline.metrics.max_peak_mem_bytes + 150 * 2**20
+    record, verdict = _judge(dense, contract, baseline, tmp_path,
+                             patches=[str(CHEATS / "hide_memory_in_shm.diff")], mem_cap_bytes=cap)
+    assert record.status is TrialStatus.OOM and not verdict.valid
+    assert "ran out of memory" in verdict.reasons[0]
+
+
+def test_static_screen_flags_are_shown_in_the_verdict(dense, calibrated, tmp_path):
+    contract, baseline = calibrated
+    record, verdict = _judge(dense, contract, baseline, tmp_path,
+                             patches=[str(CHEATS / "patch_perf_counter.diff")])
+    assert any("monkeypatches a module attribute" in f for f in verdict.flags), verdict.flags
+
+
+def test_memory_over_the_contract_capacity_is_invalid(calibrated):
+    contract, baseline = calibrated
     small = contract.model_copy(update={"mem_cap_bytes": 100 * 2**20}).sealed()
-    verdict = verify(small, baseline, baseline.model_copy(update={"contract_hash": None}))
+    verdict = verify(small, baseline, baseline)
     assert any("peak memory over the capacity" in r for r in verdict.reasons), verdict.reasons
+
+
+def test_a_record_without_the_contract_hash_is_refused(calibrated):
+    contract, baseline = calibrated
+    verdict = verify(contract, baseline, baseline.model_copy(update={"contract_hash": None}))
+    assert any("did not run under the contract" in r for r in verdict.reasons), verdict.reasons
+
+
+def test_a_user_diff_named_like_a_catalog_patch_is_never_shown_as_it(dense, tmp_path):
+    lookalike = tmp_path / "sdpa_attention.diff"
+    lookalike.write_text(dense.patch_path("sdpa_attention").read_text())
+    (source,) = prepare(dense, "tiny", {}, [str(lookalike)]).patches
+    assert (source.id, source.catalog) == ("sdpa_attention.diff", False)
+
+
+def test_moe_top1_instead_of_top2_is_refused(tmp_path):
+    moe = find("moe-1node")
+    contract, baseline = _contract_and_baseline(moe, tmp_path, calibrated=False)
+    record, verdict = _judge(moe, contract, baseline, tmp_path,
+                             patches=[str(CHEATS / "moe_top1_instead_of_top2.diff")])
+    assert not verdict.valid
+    assert any(DIFFERENT_MODEL in r for r in verdict.reasons), verdict.reasons
+
+
+def test_time_moved_into_the_warmup_step_is_refused_and_ranks_on_the_harness_clock(tmp_path):
+    toy = load_manifest(FIXTURES / "toy")
+    contract = make_contract(toy, "tiny", "cut time", read_instruction("cut time", []))
+    run = lambda patches=(): run_trial(prepare(  # noqa: E731
+        toy, "tiny", {"sleep_ms": 200}, list(patches), contract_hash=contract.contract_hash),
+        tmp_path)
+    baseline, cheat = run(), run([str(CHEATS / "toy_shift_time_into_warmup.diff")])
+    verdict = verify(contract, baseline, cheat)
+    assert not verdict.valid
+    assert any("time moved between steps" in r for r in verdict.reasons), verdict.reasons
+    assert cheat.metrics.step_time_s < 0.7 * baseline.metrics.step_time_s  # what it claims
+    assert cheat.metrics.harness_step_time_s > 0.8 * baseline.metrics.harness_step_time_s

@@ -213,10 +213,14 @@ def doctor(
     repeats: int = typer.Option(3, min=2, help="baseline runs (noise needs at least 2)"),
     workdir: Path = typer.Option(DEFAULT_WORKDIR, help="where trial folders are written"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+    calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate",
+                                   help="measure the noise floor of what is learned (another "
+                                        "batch split, bf16) and set the equivalence "
+                                        "tolerances from it"),
 ) -> None:
-    """Stage 2: profile the baseline, measure peak and noise, diagnose."""
+    """Stage 2: profile the baseline, measure peak, noise and tolerances, diagnose."""
     from infrarsi.doctor.cli import run_doctor_command
-    run_doctor_command(contract, repeats, workdir, as_json, out, err)
+    run_doctor_command(contract, repeats, workdir, as_json, out, err, calibrate)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

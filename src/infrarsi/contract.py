@@ -39,10 +39,44 @@ class Invariants(_Frozen):
 
 
 class Correctness(_Frozen):
-    """How far the loss may drift from the baseline's, relative."""
+    """How far the loss may drift from the baseline's, relative. The final-loss check compares
+    what was learned (the fall of the loss), the point-wise check the loss itself."""
     loss_tolerance: float = Field(gt=0, lt=1, description="relative, e.g. 0.005 = 0.5%")
+    loss_tolerance_bf16: float | None = Field(None, gt=0, lt=1, description="the same when "
+                                              "either run computes in bf16; None = the above")
     last_k: int = Field(3, ge=1, description="steps averaged for the final-loss check")
     pointwise: bool = Field(True, description="also check every step of the trajectory")
+
+    def loss_rtol(self, bf16: bool) -> float:
+        """The loss tolerance for a comparison that does (or does not) involve bf16."""
+        return (self.loss_tolerance_bf16 or self.loss_tolerance) if bf16 else self.loss_tolerance
+
+
+class Equivalence(_Frozen):
+    """How close a candidate's learning must stay to the baseline's, judged on the harness's
+    own evidence: the final parameters' distance from the baseline's as a share of the
+    baseline's learned update, ``|W_c - W_b| / |W_b - W_0|``, and the held-out loss difference
+    as a share of the baseline's held-out improvement, ``|E_c - E_b| / (E_0 - E_b)``.
+
+    Doctor calibrates them (``calibrated``) as a multiple of this baseline's measured floors.
+    Until then the defaults are loose, from measurements on the reference workloads at tiny
+    scale: honest changes moved the weights by up to 1.8e-2 (an MoE micro-batch change: its
+    balancing loss is taken per micro-batch) and 8.9e-2 in bf16, the held-out loss by up to
+    8.6e-4 (2.1e-3 in bf16); the cheats tried moved the held-out loss by 0.29 to 1.0.
+    """
+    weight_rtol: float = Field(5e-2, gt=0)
+    weight_rtol_bf16: float = Field(3e-1, gt=0)
+    eval_rtol: float = Field(5e-3, gt=0)
+    eval_rtol_bf16: float = Field(2e-2, gt=0)
+    calibrated: bool = False
+    floors: dict[str, float] = Field({}, description="the measured noise floors behind them")
+    multiple: dict[str, float] = Field({}, description="tolerance = multiple x floor, by "
+                                       "precision")
+
+    def tolerances(self, bf16: bool) -> tuple[float, float]:
+        """(weight, eval) tolerance for a comparison that does (or does not) involve bf16."""
+        return (self.weight_rtol_bf16, self.eval_rtol_bf16) if bf16 else \
+            (self.weight_rtol, self.eval_rtol)
 
 
 class Budget(_Frozen):
@@ -70,6 +104,7 @@ class Contract(_Frozen):
     objective: Literal["e2e_time", "tokens_per_s"] = "e2e_time"
     invariants: Invariants
     correctness: Correctness
+    equivalence: Equivalence = Equivalence()
     mem_cap_bytes: int | None = Field(None, gt=0, description="per-rank capacity")
     editable: list[str]
     locked: dict[str, str] = Field(description="locked path -> sha256 at init time")

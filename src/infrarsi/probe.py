@@ -21,6 +21,7 @@ phase seconds) and ``end`` (peak memory). When ``INFRARSI_PROFILE_FILE`` is set,
 ``torch.profiler`` over two steps from ``INFRARSI_PROFILE_STEP`` and writes the operators there. Phase times are wall-clock spans; on CUDA the device is
 synchronised at each phase boundary so a phase owns its kernels. ``comm`` is the exposed
 gradient communication: the time backward keeps running after the last gradient was produced.
+``save_weights`` saves the initial and final parameters where ``INFRARSI_WEIGHTS_DIR`` says.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Iterator
 import torch
 
 METRICS_ENV = "INFRARSI_METRICS_FILE"
+WEIGHTS_ENV = "INFRARSI_WEIGHTS_DIR"         # where the loop saves initial and final weights
 PROFILE_ENV = "INFRARSI_PROFILE_FILE"        # rank 0 profiles operators into this JSON file
 PROFILE_STEP_ENV = "INFRARSI_PROFILE_STEP"   # first profiled step (after warm-up)
 PROFILE_STEPS = 2
@@ -60,6 +62,19 @@ def vm_data_bytes() -> int:
 def peak_rss_bytes() -> int:
     """Peak resident set size of this process since it started (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def save_weights(name: str, params: dict[str, torch.Tensor]) -> None:
+    """Save parameters (name -> tensor) as ``<name>.pt`` where the harness asks; a no-op when
+    it does not. The loop calls it on one rank with the full, unsharded parameters: the
+    harness compares them with the baseline's and evaluates them with the reference code."""
+    folder = os.environ.get(WEIGHTS_ENV)
+    if not folder:
+        return
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.pt.tmp")
+    torch.save({k: v.detach().to("cpu", copy=True) for k, v in params.items()}, tmp)
+    os.replace(tmp, os.path.join(folder, f"{name}.pt"))
 
 
 class Step:

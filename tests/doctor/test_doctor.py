@@ -37,8 +37,11 @@ def test_doctor_json_on_each_workload(tmp_path, name):
     assert r["top_ops"] and all("::" in o["name"] for o in r["top_ops"])
     knobs_and_patches = {k.name for k in find(name).knobs} | {p.id for p in find(name).patches}
     assert any(set(d["suggests"]) & knobs_and_patches for d in r["diagnosis"])
+    eq = r["equivalence"]  # calibrated on another batch split and bf16
+    assert eq["calibrated"] and {"weight_fp32", "weight_bf16"} <= set(eq["floors"]), eq
     frozen = contract.read_text()
     assert "repeats: null" not in frozen  # the noise policy was filled in
+    assert "calibrated: true" in frozen
 
 
 def _burner():
@@ -48,7 +51,7 @@ def _burner():
 def test_a_noisy_machine_raises_the_minimum_detectable_effect(tmp_path, dense):
     contract = make_contract(dense, "tiny", "cut time",
                              read_instruction("cut time", workload_files(dense)))
-    quiet = run_doctor(contract, 4, tmp_path / "quiet")
+    quiet = run_doctor(contract, 4, tmp_path / "quiet", calibrate_tolerances=False)
     burners = []
 
     def noisy_half(i):
@@ -58,7 +61,8 @@ def test_a_noisy_machine_raises_the_minimum_detectable_effect(tmp_path, dense):
             burners.extend(_burner())
             time.sleep(0.5)
     try:
-        noisy = run_doctor(contract, 4, tmp_path / "noisy", before_run=noisy_half)
+        noisy = run_doctor(contract, 4, tmp_path / "noisy", before_run=noisy_half,
+                           calibrate_tolerances=False)
     finally:
         for proc in burners:
             proc.kill()

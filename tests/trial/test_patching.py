@@ -97,4 +97,4 @@ def test_a_diff_file_given_by_path_is_checked_like_a_catalog_patch(tmp_path, den
     ok = tmp_path / "mine.diff"
     ok.write_text(dense.patch_path("fused_adamw").read_text())
     spec = prepare(dense, "tiny", {}, [str(ok)])
-    assert [(p.id, p.catalog) for p in spec.patches] == [("mine", False)]
+    assert [(p.id, p.catalog) for p in spec.patches] == [("mine.diff", False)]

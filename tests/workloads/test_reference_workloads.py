@@ -36,6 +36,8 @@ def test_baseline_runs_on_two_or_more_ranks(baselines, name):
     assert record.status is TrialStatus.OK, record.error
     assert record.metrics.ranks >= 2
     assert len(record.metrics.loss) == find(name).scale("tiny").params["steps"]
+    ev = record.evaluation  # full parameters gathered (FSDP2, expert parallel) and evaluated
+    assert ev.error is None and ev.initial_eval_loss > ev.eval_loss > 0, ev
 
 
 @pytest.mark.parametrize("name, patch_id", CASES)
@@ -45,6 +47,14 @@ def test_patch_keeps_the_loss_within_tolerance(baselines, tmp_path, name, patch_
     assert record.status is TrialStatus.OK, record.error
     drift = rel_drift(record.metrics.loss, baselines(name).metrics.loss)
     assert drift <= manifest.invariants.rtol("fp32"), f"{patch_id}: drift {drift:.2e}"
+    _same_held_out_loss(record, baselines(name), manifest.invariants.rtol("fp32"))
+
+
+def _same_held_out_loss(record, baseline, rtol):
+    """The harness evaluated the saved parameters with the unpatched model code."""
+    ours, ref = record.evaluation, baseline.evaluation
+    assert ours.error is None and ours.layout_problems == [], ours
+    assert abs(ours.eval_loss / ref.eval_loss - 1) <= rtol, (ours.eval_loss, ref.eval_loss)
 
 
 @pytest.mark.parametrize("name", reference_names())
@@ -54,3 +64,4 @@ def test_bf16_stays_within_the_looser_tolerance(baselines, tmp_path, name):
     assert record.status is TrialStatus.OK, record.error
     drift = rel_drift(record.metrics.loss, baselines(name).metrics.loss)
     assert drift <= manifest.invariants.rtol("bf16", "fp32"), f"bf16 drift {drift:.2e}"
+    _same_held_out_loss(record, baselines(name), manifest.invariants.rtol("bf16", "fp32"))

@@ -10,22 +10,25 @@ from rich.console import Console
 from rich.table import Table
 
 from infrarsi.doctor.run import DoctorError, noise_policy, run_doctor
-from infrarsi.contract import ContractError, load_contract
+from infrarsi.contract import ContractError, Equivalence, load_contract
 from infrarsi.units import format_bytes
 
 
 def run_doctor_command(contract_path: Path, repeats: int, workdir: Path, as_json: bool,
-                       out: Console, err: Console) -> None:
+                       out: Console, err: Console, calibrate: bool = True) -> None:
     """Doctor the contract's baseline; the contract gets the measured noise policy."""
     try:
         contract = load_contract(contract_path)
         with err.status("doctor: measuring the hardware and the baseline ...") as status:
             report = run_doctor(contract, repeats, workdir, on_trial=lambda label, r: status.update(
-                f"doctor: {label} ended {r.status.value} ({r.cost_s:.1f} s)"))
+                f"doctor: {label} ended {r.status.value} ({r.cost_s:.1f} s)"),
+                calibrate_tolerances=calibrate)
     except (ContractError, DoctorError, KeyError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2)
-    sealed = contract.model_copy(update={"noise": noise_policy(report)}).sealed()
+    sealed = contract.model_copy(update={
+        "noise": noise_policy(report),
+        "equivalence": Equivalence.model_validate(report["equivalence"])}).sealed()
     sealed.save(contract_path)
     report["contract_hash_after"] = sealed.contract_hash
     Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -35,8 +38,8 @@ def run_doctor_command(contract_path: Path, repeats: int, workdir: Path, as_json
         print(json.dumps(report, indent=2))
     else:
         show(report, out)
-    err.print(f"noise policy written to {contract_path} (contract {sealed.contract_hash[:12]})",
-              markup=False)
+    err.print(f"noise policy and equivalence tolerances written to {contract_path} (contract "
+              f"{sealed.contract_hash[:12]})", markup=False)
 
 
 def show(report: dict, out: Console) -> None:
@@ -61,6 +64,14 @@ def show(report: dict, out: Console) -> None:
     if report["top_ops"]:
         out.print("top operators: " + ", ".join(
             f"{o['name']} {o['share']:.0%}" for o in report["top_ops"][:5]), markup=False)
+    eq = report.get("equivalence", {})
+    if eq:
+        floors = ", ".join(f"{k} {v:.1e}" for k, v in eq["floors"].items()) or "not measured"
+        out.print(f"equivalence: noise floors {floors}; tolerances weights {eq['weight_rtol']:.1e} "
+                  f"(bf16 {eq['weight_rtol_bf16']:.1e}), held-out {eq['eval_rtol']:.1e} (bf16 "
+                  f"{eq['eval_rtol_bf16']:.1e}) of what the baseline learned", markup=False)
+    for note in report.get("equivalence_notes", []):
+        out.print(f"note: {note}", markup=False)
     for i, d in enumerate(report["diagnosis"], 1):
         suggests = ", ".join(d["suggests"]) or f"(no knob or patch with role {d['roles']})"
         out.print(f"{i}. {d['finding']} — {d['evidence']} -> {suggests}", markup=False)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from infrarsi.doctor import noise
+from infrarsi.doctor.calibrate import calibrate
 from infrarsi.doctor.diagnose import Facts, diagnose
 from infrarsi.doctor.hardware import probe_hardware
 from infrarsi.contract import Contract, NoisePolicy
@@ -34,8 +35,10 @@ class DoctorError(RuntimeError):
 
 def run_doctor(contract: Contract, repeats: int, workdir: Path,
                before_run: Callable[[int], None] | None = None,
-               on_trial: Callable[[str, TrialRecord], None] | None = None) -> dict:
-    """Measure the baseline ``repeats`` times plus one profiled run; return the report.
+               on_trial: Callable[[str, TrialRecord], None] | None = None,
+               calibrate_tolerances: bool = True) -> dict:
+    """Measure the baseline ``repeats`` times, one profiled run and the calibration runs (another
+    split of the batch, bf16); return the report.
 
     Every finished trial is noted in ``doctor-progress-<contract>.json`` under ``workdir`` as
     it ends (its record is already saved in its trial folder), so nothing measured is lost
@@ -54,7 +57,17 @@ def run_doctor(contract: Contract, repeats: int, workdir: Path,
             before_run(i)
         runs.append(_must_run(spec, workdir, progress, f"baseline run {i + 1}/{repeats}"))
     profile = _profile(spec, workdir, runs[0], progress) if _has_probe(manifest) else None
+    if calibrate_tolerances:
+        equivalence, notes = calibrate(
+            manifest, contract.scale, runs[0], workdir, run=lambda label, variant: _ran(
+                variant, workdir, progress, label),
+            mem_cap_bytes=contract.mem_cap_bytes, contract_hash=contract.contract_hash)
+    else:
+        equivalence = contract.equivalence
+        notes = ["tolerances not calibrated (--no-calibrate): the contract's stay"]
     report = build_report(contract, manifest, spec.knobs, hardware, runs, profile)
+    report["equivalence"] = equivalence.model_dump(mode="json")
+    report["equivalence_notes"] = notes
     if (report["mfu_pct"] or 0) > 100:  # the cached peak was measured on a busy machine
         hardware = probe_hardware(refresh=True)
         report = build_report(contract, manifest, spec.knobs, hardware, runs, profile)
@@ -84,9 +97,14 @@ def _has_probe(manifest) -> bool:
     return manifest.launch.metrics == "probe"
 
 
-def _must_run(spec, workdir: Path, progress, label: str) -> TrialRecord:
+def _ran(spec, workdir: Path, progress, label: str) -> TrialRecord:
     record = run_trial(spec, workdir)
     progress(label, record)
+    return record
+
+
+def _must_run(spec, workdir: Path, progress, label: str) -> TrialRecord:
+    record = _ran(spec, workdir, progress, label)
     if record.status is not TrialStatus.OK:
         raise DoctorError(f"the baseline ended {record.status.value} ({label}): {record.error}")
     return record

@@ -41,8 +41,9 @@ def make_contract(manifest: Manifest, scale: str, instruction: str, reading: Rea
         manifest_sha256=manifest_sha256(manifest), scale=scale, instruction=instruction,
         objective=reading.objective or "e2e_time",
         invariants=baseline_invariants(manifest, scale),
-        correctness=Correctness(loss_tolerance=reading.loss_tolerance
-                                or manifest.invariants.loss_rtol),
+        correctness=Correctness(
+            loss_tolerance=reading.loss_tolerance or manifest.invariants.loss_rtol,
+            loss_tolerance_bf16=reading.loss_tolerance or manifest.invariants.rtol("bf16")),
         mem_cap_bytes=reading.mem_cap_bytes, editable=editable,
         locked={f: sha256_file(manifest.root / f) for f in locked_files},
         budget=Budget(trials=reading.budget_trials, wall_time_s=reading.budget_wall_time_s),

@@ -148,9 +148,17 @@ def _metrics(spec: "TrialSpec", reduced, result: ProcessResult, tokens: int,
         outside_peak_rss_bytes=[result.outside_peak_rss_bytes.get(r) for r in range(len(peaks))],
         outside_train_span_s=timing.span_s if timing else None,
         outside_span_steps=timing.steps if timing else None,
+        harness_step_times_s=timing.step_times_s if timing else [],
+        harness_step_time_s=_steady_median(timing.step_times_s[warmup:]) if timing else None,
+        harness_tail_s=result.wall_s - timing.last_step_at_s if timing else None,
         loss=reduced.loss, step_times_s=reduced.step_times_s, phases_s=phases,
         unattributed_s=statistics.fmean(steady) - sum(phases.values()) if phases else 0.0,
         steps=len(reduced.step_times_s), warmup_steps=warmup, ranks=len(peaks))
+
+
+def _steady_median(times: list[float | None]) -> float | None:
+    known = [t for t in times if t is not None]
+    return statistics.median(known) if known else None
 
 
 def _peaks(reports: list[RankReport], reduced, result: ProcessResult,

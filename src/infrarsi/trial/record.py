@@ -31,6 +31,8 @@ class PatchRef(BaseModel):
     sha256: str
     catalog: bool = True
     paths: list[str] = []
+    flags: list[str] = Field([], description="lines the static screen flags, with why "
+                             "(shown, not decisive)")
 
 
 class TrialMetrics(BaseModel):
@@ -64,6 +66,13 @@ class TrialMetrics(BaseModel):
                                                "rank train, by its own clock")
     outside_span_steps: int | None = Field(None, description="how many of the last reported "
                                            "steps that span covers")
+    harness_step_times_s: list[float | None] = Field([], description="each step's time by the "
+                                                     "harness's clock (its metrics line's "
+                                                     "arrival, slowest rank), to 10 ms")
+    harness_step_time_s: float | None = Field(None, description="median of the steady steps' "
+                                              "harness times: what candidates are ranked on")
+    harness_tail_s: float | None = Field(None, description="seconds from the last step line "
+                                         "to the exit, by the harness's clock")
     loss: list[float]
     step_times_s: list[float]
     phases_s: dict[str, float] = Field({}, description="mean seconds per steady step, per "
@@ -78,6 +87,21 @@ class TrialMetrics(BaseModel):
     def max_peak_mem_bytes(self) -> int | None:
         """The largest measured per-rank peak (None when no rank's peak is known)."""
         return max((b for b in self.peak_mem_bytes if b is not None), default=None)
+
+
+class Evaluation(BaseModel):
+    """What the harness learned of the trial's parameters, with its own code (see
+    ``trial.evaluation``): where they are in the reference layout, and their held-out loss
+    under the unpatched model. ``error`` says why a part could not be done."""
+    final_weights: str | None = None
+    initial_weights: str | None = None
+    final_sha256: str | None = None
+    eval_loss: float | None = None
+    initial_eval_loss: float | None = None
+    layout_problems: list[str] = []
+    remapped: bool = False
+    cost_s: float = Field(0.0, description="seconds the harness's checks took after training")
+    error: str | None = None
 
 
 class TrialRecord(BaseModel):
@@ -99,6 +123,7 @@ class TrialRecord(BaseModel):
     error: str | None = None
     warnings: list[str] = Field([], description="what went wrong without changing the status")
     metrics: TrialMetrics | None = None
+    evaluation: Evaluation | None = None
     commands: list[list[str]] = Field([], description="the launch command of each node")
     returncode: int | None = None
     trial_dir: str = ""

@@ -17,7 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infrarsi.trial import classify, memcg, patching
+from infrarsi.trial import classify, evaluation, memcg, patching
+from infrarsi.trial.screen import screen
 from infrarsi.trial.metrics import MetricsError, RankReport, read_probe_files, read_stdout
 from infrarsi.trial.process import owner_alive, run_isolated, sweep_orphans
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
@@ -106,7 +107,8 @@ def patch_source(manifest: Manifest, patch: str) -> PatchSource:
         return PatchSource(patch, manifest.patch_path(patch), catalog=True)
     path = Path(patch)
     if path.suffix in (".diff", ".patch") and path.is_file():
-        return PatchSource(path.stem, path.resolve(), catalog=False)
+        # a user's diff keeps its file name (with the suffix): never mistaken for a catalog id
+        return PatchSource(path.name, path.resolve(), catalog=False)
     raise patching.PatchRefused(f"unknown patch {patch!r}: give a catalog id of {manifest.name} "
                                 f"({', '.join(p.id for p in manifest.patches)}) or a .diff file")
 
@@ -149,7 +151,8 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
     shutil.copytree(spec.manifest.root, workspace,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     refs = [PatchRef(id=p.id, sha256=patching.sha256_file(p.path), catalog=p.catalog,
-                     paths=list(patching.diff_paths(p.path.read_text()).paths))
+                     paths=list(patching.diff_paths(p.path.read_text()).paths),
+                     flags=[str(f) for f in screen(p.path.read_text())])
             for p in spec.patches]
     locked, problem = _apply_and_hash(spec, workspace)
     base.update(patches=refs, locked_files=locked)
@@ -236,6 +239,7 @@ def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOKS_DIR), env.get("PYTHONPATH")]))
     env["INFRARSI_METRICS_FILE"] = str(trial_dir / "metrics.rank{rank}.jsonl")
     env["INFRARSI_ERROR_FILE"] = str(trial_dir / "error.rank{rank}.jsonl")
+    env["INFRARSI_WEIGHTS_DIR"] = str(evaluation.weights_dir(trial_dir))
     if spec.mem_cap_bytes is not None:
         env["INFRARSI_RANK_MEM_CAP_BYTES"] = str(spec.mem_cap_bytes)
     return env
@@ -268,11 +272,14 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
     outcome = classify.outcome(result, trial_dir, spec, memory)
     if outcome.status is TrialStatus.OK:
         outcome = _measure(spec, trial_dir, result, outcome, memory)
+    evaluated = evaluation.evaluate(spec, trial_dir, workspace) \
+        if outcome.status is TrialStatus.OK else None
     if result.leftovers_killed and outcome.status is TrialStatus.OK:
         outcome.warnings.append(f"{result.leftovers_killed} process(es) of the trial were still "
                                 "running after the launcher exited; they were killed")
     return TrialRecord(**base, status=outcome.status, error=outcome.error,
-                       metrics=outcome.metrics, warnings=outcome.warnings,
+                       metrics=outcome.metrics, evaluation=evaluated,
+                       warnings=outcome.warnings,
                        commands=commands, returncode=result.returncode,
                        cost_s=time.monotonic() - t0)
 

@@ -16,19 +16,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-POLL_S = 0.02
+POLL_S = 0.01
 
 
 @dataclass
 class OutsideTiming:
-    """The span the harness saw a rank train, and how many of the reported steps it covers.
+    """The span the harness saw a rank train, how many of the reported steps it covers, and
+    each step's time by the harness's clock.
 
     A probe's span runs from its ``start`` line to its last step (every step inside); a stdout
     span runs from the first step line to the last (the steps after the first).
     """
     span_s: float
     steps: int
-    arrivals_s: list[float] = field(default_factory=list)
+    step_times_s: list[float | None] = field(default_factory=list)
+    last_step_at_s: float = 0.0  # seconds from launch to the last step line, any file
 
 
 class MetricsWatcher(threading.Thread):
@@ -87,14 +89,30 @@ class MetricsWatcher(threading.Thread):
             elif self.is_step(line):
                 self.steps_s.setdefault(name, []).append(now)
 
+    def step_times(self) -> list[float | None]:
+        """Each step's time by the harness's clock: from the previous step's line (or the
+        probe's start line) to this one, the slowest file's; None where it cannot be known
+        (the first step of a stdout workload)."""
+        per_file = []
+        for name, arrivals in self.steps_s.items():
+            previous = [self.started_s.get(name)] + arrivals[:-1]
+            per_file.append([a - p if p is not None else None
+                             for a, p in zip(arrivals, previous)])
+        if not per_file or len({len(times) for times in per_file}) != 1:
+            return []
+        return [max((t for t in step if t is not None), default=None)
+                for step in zip(*per_file)]
+
     def timing(self) -> OutsideTiming | None:
         """The longest span of any watched file, or None when no step was seen."""
         spans = []
         for name, arrivals in self.steps_s.items():
             if self.is_start is not None and name in self.started_s:
-                spans.append(OutsideTiming(arrivals[-1] - self.started_s[name], len(arrivals),
-                                           arrivals))
+                spans.append(OutsideTiming(arrivals[-1] - self.started_s[name], len(arrivals)))
             elif self.is_start is None and len(arrivals) > 1:
-                spans.append(OutsideTiming(arrivals[-1] - arrivals[0], len(arrivals) - 1,
-                                           arrivals))
-        return max(spans, key=lambda t: t.span_s, default=None)
+                spans.append(OutsideTiming(arrivals[-1] - arrivals[0], len(arrivals) - 1))
+        longest = max(spans, key=lambda t: t.span_s, default=None)
+        if longest is not None:
+            longest.step_times_s = self.step_times()
+            longest.last_step_at_s = max(a[-1] for a in self.steps_s.values() if a)
+        return longest

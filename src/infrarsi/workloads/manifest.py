@@ -192,6 +192,25 @@ class Flops(_Strict):
     formula: str
 
 
+class Evaluation(_Strict):
+    """How the harness checks what a trial learned, with evidence no patch can write.
+
+    ``final_weights`` (and ``initial_weights``) say where the trial's parameters are, relative
+    to its workspace; ``{weights_dir}`` is where ``probe.save_weights`` puts them. ``key``: the
+    saved object holds the parameters under this key (nanoGPT's checkpoints: ``model``).
+    ``command`` runs in an unpatched copy of the workload with ``{weights}`` and
+    ``{initial_weights}`` filled in, and prints a JSON line with ``eval_loss`` (and
+    ``initial_eval_loss``, ``layout_problems``): the reference code's judgement.
+    """
+    final_weights: str = "{weights_dir}/final.pt"
+    initial_weights: str | None = "{weights_dir}/initial.pt"
+    key: str | None = None
+    command: list[str] | None = None
+
+
+EVALUATION_FIELDS = frozenset({"weights", "initial_weights", "weights_dir"})
+
+
 class Files(_Strict):
     """Globs, relative to the workload folder, of files a patch may and may never touch."""
     editable: list[str]
@@ -225,6 +244,7 @@ class Manifest(_Strict):
     constraints: list[Constraint] = []
     invariants: Invariants
     flops: Flops | None = None
+    evaluation: Evaluation | None = None
     files: Files
     patches: list[PatchSpec] = []
     root: Path = Field(Path("."), exclude=True, description="folder the manifest was read from")
@@ -280,8 +300,9 @@ class Manifest(_Strict):
                 raise ValueError(f"{where}: unknown name(s) {sorted(unknown)} at scale "
                                  f"{scale_name!r}; known: {sorted(known)}")
         for where, template in self._templates():
+            allowed = known | EVALUATION_FIELDS if where.startswith("evaluation.") else known
             for field in _template_fields(template):
-                if field not in known:
+                if field not in allowed:
                     raise ValueError(f"{where}: unknown placeholder {{{field}}} at scale "
                                      f"{scale_name!r}; known: {sorted(known)}")
 
@@ -294,7 +315,11 @@ class Manifest(_Strict):
 
     def _templates(self) -> list[tuple[str, str]]:
         out = [(f"launch.command[{i}]", t) for i, t in enumerate(self.launch.command)]
-        return out + [(f"launch.env.{k}", v) for k, v in self.launch.env.items()]
+        out += [(f"launch.env.{k}", v) for k, v in self.launch.env.items()]
+        if self.evaluation is not None:
+            out += [(f"evaluation.command[{i}]", t)
+                    for i, t in enumerate(self.evaluation.command or [])]
+        return out
 
     @property
     def path(self) -> Path:

@@ -17,12 +17,21 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 
 from data import TokenStream
 from infrarsi import probe
 from model import GPT, GPTConfig
 from parallel import shard_model
+
+
+def full_params(model, rank):
+    """Every parameter, unsharded, on rank 0 (None elsewhere); a collective: all ranks call it."""
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                 cpu_offload=True))
+    names = {name for name, _ in model.named_parameters()}
+    return {k: v for k, v in state.items() if k in names} if rank == 0 else None
 
 
 def flag(text):
@@ -87,6 +96,9 @@ model = GPT(config).to(device)
 model = shard_model(model, mesh, wrap=args.fsdp_wrap,
                     reshard_after_forward=args.reshard_after_forward,
                     param_dtype=args.fsdp_param_dtype)
+initial = full_params(model, rank)
+if rank == 0:
+    probe.save_weights("initial", initial)
 optimizer = model.configure_optimizers(args.lr, weight_decay=0.1, betas=(0.9, 0.95))
 stream = TokenStream(args.seed, args.vocab_size, args.seq_len)
 autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
@@ -119,6 +131,9 @@ for step in range(args.steps):
     if rank == 0:
         print(f"step {step} loss {step_loss:.4f}", flush=True)
 metrics.close()
+final = full_params(model, rank)
+if rank == 0:
+    probe.save_weights("final", final)
 if rank == 0:
     print(f"done {args.steps} steps in {time.time() - t_start:.2f}s", flush=True)
 dist.destroy_process_group()

@@ -22,6 +22,13 @@ from infrarsi import probe
 from model import GPT, GPTConfig
 
 
+def full_params(model):
+    """Every parameter, unwrapped from DDP and torch.compile, for the harness to check."""
+    raw = getattr(model, "module", model)
+    raw = getattr(raw, "_orig_mod", raw)
+    return dict(raw.named_parameters())
+
+
 def flag(text):
     """argparse type for booleans written 0/1/true/false."""
     return text.lower() in ("1", "true", "yes", "on")
@@ -86,6 +93,8 @@ config = GPTConfig(vocab_size=args.vocab_size, block_size=args.seq_len, n_layer=
                    expert_hidden=args.expert_hidden,
                    activation_checkpointing=args.activation_checkpointing)
 model = GPT(config).to(device)
+if rank == 0:
+    probe.save_weights("initial", full_params(model))
 optimizer = model.configure_optimizers(args.lr, weight_decay=0.1, betas=(0.9, 0.95))
 if args.compile != "off":
     model = torch.compile(model, mode=None if args.compile == "default" else args.compile)
@@ -125,6 +134,8 @@ for step in range(args.steps):
     if rank == 0:
         print(f"step {step} loss {step_loss:.4f}", flush=True)
 metrics.close()
+if rank == 0:
+    probe.save_weights("final", full_params(model))
 if rank == 0:
     print(f"done {args.steps} steps in {time.time() - t_start:.2f}s", flush=True)
 if distributed:

@@ -23,6 +23,26 @@ from infrarsi import probe
 from model import GPT, GPTConfig
 
 
+def full_params(model, rank, world, expert_parallel):
+    """Every parameter on rank 0 (None elsewhere), sharded experts gathered from their ranks and
+    numbered as in the unsharded model; a collective: all ranks call it."""
+    params = {n: p.detach().cpu() for n, p in model.named_parameters()}
+    if expert_parallel == 1:
+        return params if rank == 0 else None
+    experts = {f"blocks.{b}.moe.experts.{block.moe.first_expert + i}.{name}": p.detach().cpu()
+               for b, block in enumerate(model.blocks)
+               for i, expert in enumerate(block.moe.experts)
+               for name, p in expert.named_parameters()}
+    shards = [None] * world
+    dist.all_gather_object(shards, experts)
+    if rank != 0:
+        return None
+    full = {n: p for n, p in params.items() if ".moe.experts." not in n}
+    for shard in shards:
+        full.update(shard)
+    return full
+
+
 def flag(text):
     """argparse type for booleans written 0/1/true/false."""
     return text.lower() in ("1", "true", "yes", "on")
@@ -99,6 +119,9 @@ config = GPTConfig(vocab_size=args.vocab_size, block_size=args.seq_len, n_layer=
                    ep_rank=rank if expert_parallel > 1 else 0, a2a_chunks=args.a2a_chunks,
                    activation_checkpointing=args.activation_checkpointing)
 model = GPT(config).to(device)
+initial = full_params(model, rank, world, expert_parallel)
+if rank == 0:
+    probe.save_weights("initial", initial)
 optimizer = model.configure_optimizers(args.lr, weight_decay=0.1, betas=(0.9, 0.95))
 stream = TokenStream(args.seed, args.vocab_size, args.seq_len)
 autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
@@ -130,6 +153,9 @@ for step in range(args.steps):
     if rank == 0:
         print(f"step {step} loss {step_loss:.4f}", flush=True)
 metrics.close()
+final = full_params(model, rank, world, expert_parallel)
+if rank == 0:
+    probe.save_weights("final", final)
 if rank == 0:
     print(f"done {args.steps} steps in {time.time() - t_start:.2f}s", flush=True)
 dist.destroy_process_group()

@@ -1,0 +1,1 @@
+../dense-1node/evaluate.py

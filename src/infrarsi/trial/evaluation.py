@@ -1,0 +1,121 @@
+"""The harness's own evidence of what a trial learned: its parameters and the reference code's
+judgement of them.
+
+After an ``ok`` trial the harness takes the final (and initial) parameters the locked loop
+saved, maps them back to the reference layout when a patch re-laid them out (the patched model
+module's ``to_reference_params(params) -> params``, run in a process of its own inside the
+trial's workspace), and evaluates them with the *unpatched* workload — a fresh copy of the
+original files — on held-out data, in another process. The loss a patched model reports is a
+symptom; this is the proof that ``verify`` compares.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from infrarsi.trial.patching import sha256_file
+from infrarsi.trial.record import Evaluation
+
+if TYPE_CHECKING:
+    from infrarsi.trial.runner import TrialSpec
+
+WEIGHTS_DIR = "weights"
+REMAP_MODULE = "model"
+# Runs in the trial's workspace: the patched module's mapping back to the reference layout.
+_REMAP = """
+import importlib, sys, torch
+key, module_name, pairs = sys.argv[1], sys.argv[2], sys.argv[3:]
+try:
+    module = importlib.import_module(module_name)
+except ImportError:
+    module = None
+mapping = getattr(module, "to_reference_params", None)
+for src, dst in zip(pairs[::2], pairs[1::2]):
+    saved = torch.load(src, map_location="cpu", weights_only=True)
+    params = saved[key] if key else saved
+    torch.save(dict(mapping(params) if mapping else params), dst)
+"""
+
+
+def weights_dir(trial_dir: Path) -> Path:
+    """Where the locked loop saves parameters (``INFRARSI_WEIGHTS_DIR``)."""
+    return Path(trial_dir) / WEIGHTS_DIR
+
+
+def evaluate(spec: "TrialSpec", trial_dir: Path, workspace: Path) -> Evaluation | None:
+    """The trial's parameters in the reference layout, and their held-out loss; None when the
+    workload declares no evaluation. What could not be done is said in ``error``."""
+    how = spec.manifest.evaluation
+    if how is None:
+        return None
+    t0 = time.monotonic()
+    found = {}
+    for name, template in (("final", how.final_weights), ("initial", how.initial_weights)):
+        path = _locate(template, trial_dir, workspace)
+        if path is not None and path.is_file():
+            found[name] = path
+    if "final" not in found:
+        return Evaluation(error=f"the workload wrote no final parameters at "
+                          f"{how.final_weights}", cost_s=time.monotonic() - t0)
+    try:
+        ref = _to_reference(spec, found, trial_dir, workspace)
+        result = _run_reference(spec, trial_dir, ref) if how.command else {}
+    except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
+        return Evaluation(final_weights=str(found["final"]), error=str(exc)[-1000:],
+                          cost_s=time.monotonic() - t0)
+    return Evaluation(
+        final_weights=str(ref["final"]), initial_weights=str(ref.get("initial") or "") or None,
+        final_sha256=sha256_file(ref["final"]), eval_loss=result.get("eval_loss"),
+        initial_eval_loss=result.get("initial_eval_loss"),
+        layout_problems=result.get("layout_problems", []), remapped=bool(spec.patches),
+        cost_s=time.monotonic() - t0)
+
+
+def _locate(template: str | None, trial_dir: Path, workspace: Path) -> Path | None:
+    if template is None:
+        return None
+    return workspace / template.format(weights_dir=weights_dir(trial_dir))
+
+
+def _to_reference(spec: "TrialSpec", found: dict[str, Path], trial_dir: Path,
+                  workspace: Path) -> dict[str, Path]:
+    """The parameters as plain name -> tensor files in the reference layout (one process)."""
+    key = spec.manifest.evaluation.key or ""
+    if not spec.patches and not key:
+        return found
+    out = {name: weights_dir(trial_dir) / f"{name}.reference.pt" for name in found}
+    weights_dir(trial_dir).mkdir(parents=True, exist_ok=True)
+    pairs = [str(p) for name in found for p in (found[name], out[name])]
+    done = subprocess.run([sys.executable, "-c", _REMAP, key, REMAP_MODULE, *pairs],
+                          cwd=workspace, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"mapping the parameters to the reference layout failed: "
+                           f"{done.stderr.strip()[-800:]}")
+    return out
+
+
+def _run_reference(spec: "TrialSpec", trial_dir: Path, ref: dict[str, Path]) -> dict:
+    """Run the manifest's evaluation command in a fresh, unpatched copy of the workload."""
+    root = Path(trial_dir) / "reference"
+    if not root.exists():
+        shutil.copytree(spec.manifest.root, root,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "patches"))
+    fields = {k: int(v) if isinstance(v, bool) else v for k, v in spec.params().items()}
+    fields.update(weights=str(ref["final"]), initial_weights=str(ref.get("initial", "")),
+                  weights_dir=str(weights_dir(trial_dir)))
+    command = [part.format(**fields) for part in spec.manifest.evaluation.command]
+    if Path(command[0]).name in ("python", "python3"):
+        command[0] = sys.executable
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True,
+                          timeout=spec.effective_timeout_s)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the reference evaluation failed (exit {done.returncode}): "
+                           f"{(done.stderr or done.stdout).strip()[-800:]}")
+    return json.loads(lines[-1])

@@ -1,0 +1,108 @@
+"""Checks on the evidence the harness owns: the final parameters each trial saved (in the
+reference layout) and the held-out loss the unpatched model code gives them.
+
+Each check returns the reasons it fails and the parts that could not be checked (a workload
+that saves no parameters, or declares no evaluation): a verdict says both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from infrarsi.contract import Contract
+from infrarsi.trial.record import TrialRecord
+
+FROZEN_SHARE = 1e-3   # a parameter that moved less than this share of the baseline's move
+INIT_RTOL = 1e-6      # the same seed gives the same initial parameters, to rounding
+
+
+@dataclass
+class Findings:
+    """Reasons a candidate fails, and what could not be checked."""
+    reasons: list[str] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)
+
+
+def check(contract: Contract, baseline: TrialRecord, cand: TrialRecord, bf16: bool) -> Findings:
+    """Every check on parameters and held-out loss, with the tolerances for this precision."""
+    found = Findings()
+    b, c = baseline.evaluation, cand.evaluation
+    if b is None or c is None:
+        found.not_checked.append("final parameters and held-out loss: the workload declares "
+                                 "no evaluation (manifest 'evaluation')")
+        return found
+    for who, ev in (("baseline", b), ("candidate", c)):
+        if ev.error:
+            (found.reasons if who == "candidate" else found.not_checked).append(
+                f"the {who}'s parameters could not be checked: {ev.error}")
+    if found.reasons or b.final_weights is None or c.final_weights is None:
+        return found
+    weight_tol, eval_tol = contract.equivalence.tolerances(bf16)
+    found.reasons += [f"the reference model cannot hold the candidate's parameters: {p}"
+                      for p in c.layout_problems]
+    if not c.layout_problems:
+        _weights(found, baseline, cand, weight_tol)
+        _held_out(found, baseline, cand, eval_tol, contract.correctness.loss_rtol(bf16))
+    return found
+
+
+def _load(path: str | None) -> dict[str, torch.Tensor] | None:
+    return torch.load(path, map_location="cpu", weights_only=True) if path else None
+
+
+def _norm(tensors) -> float:
+    return float(torch.sqrt(sum((t.double() ** 2).sum() for t in tensors)))
+
+
+def _weights(found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: float) -> None:
+    wb, wc = _load(baseline.evaluation.final_weights), _load(cand.evaluation.final_weights)
+    w0, c0 = _load(baseline.evaluation.initial_weights), _load(cand.evaluation.initial_weights)
+    if set(wb) != set(wc):
+        found.reasons.append(f"the parameters differ from the baseline's: "
+                             f"{sorted(set(wb) ^ set(wc))[:6]}")
+        return
+    shapes = [n for n in wb if wb[n].shape != wc[n].shape]
+    if shapes:
+        found.reasons.append(f"parameter shapes differ from the baseline's: {shapes[:6]}")
+        return
+    if w0 is None:
+        found.not_checked.append("weights relative to what was learned: the baseline saved no "
+                                 "initial parameters")
+        return
+    if c0 is not None and set(c0) == set(w0):
+        start = _norm(c0[n] - w0[n] for n in w0) / max(_norm(w0.values()), 1e-12)
+        if start > INIT_RTOL:
+            found.reasons.append(f"the initial parameters differ from the baseline's by {start:.1e}"
+                                 " (relative): another seed or initialisation")
+    learned = _norm(wb[n] - w0[n] for n in wb)
+    distance = _norm(wc[n] - wb[n] for n in wb) / max(learned, 1e-12)
+    if distance > tol:
+        found.reasons.append(f"final parameters differ from the baseline's by {distance:.2e} of "
+                             f"what the baseline learned (tolerance {tol:.1e}): the candidate "
+                             "trained a different model")
+    frozen = [n for n in wb if _norm([wb[n] - w0[n]]) > 0 and
+              _norm([wc[n] - w0[n]]) < FROZEN_SHARE * _norm([wb[n] - w0[n]])]
+    if frozen:
+        found.reasons.append(f"parameters that did not train: {frozen[:6]}")
+
+
+def _held_out(found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: float,
+              loss_rtol: float) -> None:
+    eb, ec = baseline.evaluation.eval_loss, cand.evaluation.eval_loss
+    e0 = baseline.evaluation.initial_eval_loss
+    if eb is None or ec is None:
+        found.not_checked.append("held-out loss: no evaluation command")
+        return
+    if abs(ec / eb - 1) > loss_rtol:
+        found.reasons.append(f"held-out loss (reference code) {ec:.5f} vs the baseline's "
+                             f"{eb:.5f}: {abs(ec / eb - 1):.2%} (tolerance {loss_rtol:.2%})")
+    if e0 is None or e0 <= eb:
+        found.not_checked.append("held-out loss relative to what was learned: no initial "
+                                 "evaluation, or the baseline did not improve it")
+        return
+    share = abs(ec - eb) / (e0 - eb)
+    if share > tol:
+        found.reasons.append(f"held-out loss differs by {share:.2e} of the baseline's held-out "
+                             f"improvement (tolerance {tol:.1e}): it learned something else")
