@@ -31,7 +31,7 @@ def test_baseline_two_ranks_ok_with_every_metric(baseline_record):
     assert len(m["loss"]) == 8 and m["loss"][-1] < m["loss"][0]
     assert m["tokens_per_step"] == 8 * 64 and m["warmup_steps"] == 2
     assert {"forward", "backward", "optimizer", "data", "comm"} <= set(m["phases_s"])
-    assert set(r["locked_files"]) == {"train.py", "data.py"}
+    assert set(r["locked_files"]) == {"train.py", "data.py", "evaluate.py"}
     assert r["cost_s"] >= m["e2e_time_s"]
     assert_no_leftovers(r["trial_id"])
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from infrarsi.trial.evalserver import SERVER
 from infrarsi.trial.patching import sha256_file
 from infrarsi.trial.record import Evaluation
 
@@ -85,19 +86,26 @@ def _locate(template: str | None, trial_dir: Path, workspace: Path) -> Path | No
 
 def _to_reference(spec: "TrialSpec", found: dict[str, Path], trial_dir: Path,
                   workspace: Path) -> dict[str, Path]:
-    """The parameters as plain name -> tensor files in the reference layout (one process)."""
+    """The parameters as plain name -> tensor files in the reference layout."""
     key = spec.manifest.evaluation.key or ""
     if not spec.patches and not key:
         return found
-    out = {name: weights_dir(trial_dir) / f"{name}.reference.pt" for name in found}
-    weights_dir(trial_dir).mkdir(parents=True, exist_ok=True)
+    folder = weights_dir(trial_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {name: folder / f"{name}.reference.pt" for name in found}
+    script = folder / "remap.py"
+    script.write_text(_REMAP)
     pairs = [str(p) for name in found for p in (found[name], out[name])]
-    done = subprocess.run([sys.executable, "-c", _REMAP, key, REMAP_MODULE, *pairs],
-                          cwd=workspace, capture_output=True, text=True, timeout=120)
+    done = _python(str(script), [key, REMAP_MODULE, *pairs], workspace, folder / "remap", 120)
     if done.returncode != 0:
         raise RuntimeError(f"mapping the parameters to the reference layout failed: "
                            f"{done.stderr.strip()[-800:]}")
     return out
+
+
+def _python(script: str, args: list[str], cwd: Path, logs: Path, timeout_s: float):
+    """``python script args`` in ``cwd``, in a fork of the warm evaluation server."""
+    return SERVER.run(script, args, cwd, logs, timeout_s)
 
 
 def _run_reference(spec: "TrialSpec", trial_dir: Path, ref: dict[str, Path]) -> dict:
@@ -110,10 +118,13 @@ def _run_reference(spec: "TrialSpec", trial_dir: Path, ref: dict[str, Path]) -> 
     fields.update(weights=str(ref["final"]), initial_weights=str(ref.get("initial", "")),
                   weights_dir=str(weights_dir(trial_dir)))
     command = [part.format(**fields) for part in spec.manifest.evaluation.command]
-    if Path(command[0]).name in ("python", "python3"):
-        command[0] = sys.executable
-    done = subprocess.run(command, cwd=root, capture_output=True, text=True,
-                          timeout=spec.effective_timeout_s)
+    if Path(command[0]).name in ("python", "python3") and command[1:2] and \
+            command[1].endswith(".py"):
+        done = _python(command[1], command[2:], root, Path(trial_dir) / "evaluation",
+                       spec.effective_timeout_s)
+    else:
+        done = subprocess.run(command, cwd=root, capture_output=True, text=True,
+                              timeout=spec.effective_timeout_s)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"the reference evaluation failed (exit {done.returncode}): "

@@ -162,7 +162,7 @@ def _per_step(m) -> list[str]:
     if not seen or len(seen) != len(m.step_times_s):
         return []
     short = [i for i, (got, saw) in enumerate(zip(m.step_times_s, seen))
-             if got < saw * (1 - TIMING_SLACK_FRACTION) - TIMING_SLACK_S]
+             if saw is not None and got < saw * (1 - TIMING_SLACK_FRACTION) - TIMING_SLACK_S]
     if short:
         i = short[0]
         return [f"step {i} reported {m.step_times_s[i]:.3f} s but the harness saw it take "

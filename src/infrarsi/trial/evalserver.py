@@ -1,0 +1,120 @@
+"""A warm Python for the harness's own checks: PyTorch imported once, each script in a fork.
+
+Evaluating a trial's parameters runs small Python scripts (the mapping to the reference layout,
+the workload's evaluation); started cold, each would spend most of its time importing PyTorch.
+The server imports it once and forks a fresh child per script, which runs it as ``python
+script.py args`` would (``__main__``, its folder first on ``sys.path``, its own working
+directory, stdout and stderr to files). The server runs no tensor operation itself, so forking
+it is safe; it dies with the harness (parent-death signal). One script at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from infrarsi.trial.process import _die_with_parent
+
+_SERVER = r"""
+import ctypes, json, os, runpy, signal, sys, traceback
+import torch  # noqa: F401  (the point: imported once, before any fork)
+libc = ctypes.CDLL(None)
+for line in sys.stdin:
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # a fork loses it: die with the server
+            out = os.open(job["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            err = os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            os.chdir(job["cwd"])
+            sys.path.insert(0, job["cwd"])
+            sys.argv = job["argv"]
+            runpy.run_path(job["argv"][0], run_name="__main__")
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
+"""
+
+
+@dataclass
+class Completed:
+    """How a script ended, and what it printed."""
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class EvalServer:
+    """The warm process; started on first use, restarted after a timeout or a crash."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def run(self, script: str, args: list[str], cwd: Path, logs: Path,
+            timeout_s: float) -> Completed:
+        """Run ``python script args`` in ``cwd`` (a fork of the warm process)."""
+        with self._lock:
+            proc = self._ensure()
+            out, err = Path(logs).with_suffix(".out"), Path(logs).with_suffix(".err")
+            job = {"cwd": str(cwd), "argv": [script, *args], "stdout": str(out),
+                   "stderr": str(err)}
+            proc.stdin.write(json.dumps(job) + "\n")
+            proc.stdin.flush()
+            reply = self._reply(proc, timeout_s)
+            if reply is None:
+                self.close()
+                raise subprocess.TimeoutExpired([script, *args], timeout_s)
+            return Completed(reply["returncode"], _read(out), _read(err))
+
+    def _ensure(self) -> subprocess.Popen:
+        if self._proc is None or self._proc.poll() is not None:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("INFRARSI_")}
+            self._proc = subprocess.Popen([sys.executable, "-c", _SERVER], env=env, text=True,
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        return self._proc
+
+    @staticmethod
+    def _reply(proc: subprocess.Popen, timeout_s: float) -> dict | None:
+        result: list[str] = []
+        reader = threading.Thread(target=lambda: result.append(proc.stdout.readline()),
+                                  daemon=True)
+        reader.start()
+        reader.join(timeout_s)
+        if not result or not result[0].strip():
+            return None
+        return json.loads(result[0])
+
+    def close(self) -> None:
+        """End the warm process (and any script it is running)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+SERVER = EvalServer()
