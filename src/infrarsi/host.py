@@ -24,6 +24,7 @@ ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "a
              "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8",
              "amx_fp16", "sve", "asimd", "bf16")
 GIB = 2**30
+CACHE_DIR = Path(os.environ.get("INFRARSI_CACHE", Path.home() / ".cache" / "infrarsi"))
 
 
 def cpu_info(text: str | None = None) -> tuple[str, list[str]]:

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import torch
 
-from infrarsi.host import fingerprint, machine_facts
+from infrarsi.host import CACHE_DIR, fingerprint, machine_facts
 
-CACHE_DIR = Path(os.environ.get("INFRARSI_CACHE", Path.home() / ".cache" / "infrarsi"))
 CACHE_VERSION = 2
 COMM_PROBE = Path(__file__).with_name("_comm_probe.py")
 SIZES = (256, 512, 1024, 2048)

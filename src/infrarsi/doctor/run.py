@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
-import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +20,7 @@ from infrarsi.doctor.hardware import probe_hardware
 from infrarsi.contract import Contract, NoisePolicy
 from infrarsi.trial import TrialRecord, TrialStatus, prepare, run_trial
 from infrarsi.trial.metrics import critical, read_probe_files
+from infrarsi.trial.runner import PROFILE_FILE
 from infrarsi.workloads import expr, precision_of
 
 def _is_operator(name: str) -> bool:
@@ -114,10 +114,9 @@ def _profile(spec, workdir: Path, first: TrialRecord, progress) -> dict:
     """One run with torch.profiler on rank 0 over two steady steps; its operator table."""
     steps = first.metrics.steps
     start = min(max(1, noise.warmup_steps(first.metrics.step_times_s)), max(0, steps - 2))
-    path = Path(workdir).resolve() / f"profile-{uuid.uuid4().hex[:8]}.json"
-    env = {"INFRARSI_PROFILE_FILE": str(path), "INFRARSI_PROFILE_STEP": str(start)}
-    profiled = dataclasses.replace(spec, extra_env=env)
-    _must_run(profiled, workdir, progress, "profiled run")
+    profiled = dataclasses.replace(spec, extra_env={"INFRARSI_PROFILE_STEP": str(start)})
+    record = _must_run(profiled, workdir, progress, "profiled run")
+    path = Path(record.trial_dir) / PROFILE_FILE  # the runner has it written there
     return json.loads(path.read_text()) if path.exists() else {"steps": 0, "wall_s": 0, "ops": []}
 
 

@@ -18,7 +18,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrarsi.host import CACHE_DIR
 from infrarsi.trial.process import _die_with_parent
+
+HOOKS_DIR = Path(__file__).resolve().parent / "_hooks"
 
 _SERVER = r"""
 import ctypes, json, os, runpy, signal, sys, traceback
@@ -34,6 +37,10 @@ for line in sys.stdin:
             err = os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(out, 1)
             os.dup2(err, 2)
+            if job.get("isolate"):
+                sys.path.insert(0, job["isolate"]["hooks"])
+                import infrarsi_isolate
+                infrarsi_isolate.isolate(job["isolate"]["own"], job["isolate"]["hidden"])
             os.chdir(job["cwd"])
             sys.path.insert(0, job["cwd"])
             sys.argv = job["argv"]
@@ -68,13 +75,14 @@ class EvalServer:
         self._lock = threading.Lock()
 
     def run(self, script: str, args: list[str], cwd: Path, logs: Path,
-            timeout_s: float) -> Completed:
-        """Run ``python script args`` in ``cwd`` (a fork of the warm process)."""
+            timeout_s: float, isolate: dict | None = None) -> Completed:
+        """Run ``python script args`` in ``cwd`` (a fork of the warm process), isolated as
+        ``isolation_for`` says when given."""
         with self._lock:
             proc = self._ensure()
             out, err = Path(logs).with_suffix(".out"), Path(logs).with_suffix(".err")
             job = {"cwd": str(cwd), "argv": [script, *args], "stdout": str(out),
-                   "stderr": str(err)}
+                   "stderr": str(err), "isolate": isolate}
             proc.stdin.write(json.dumps(job) + "\n")
             proc.stdin.flush()
             reply = self._reply(proc, timeout_s)
@@ -108,6 +116,15 @@ class EvalServer:
             self._proc.kill()
             self._proc.wait()
         self._proc = None
+
+
+def isolation_for(trial_dir: Path) -> dict | None:
+    """What a process running this trial's code may see (its trial folder; not the other
+    trials nor the harness's cache), or None where isolation needs root and this is not."""
+    if os.geteuid() != 0:
+        return None
+    return {"own": str(trial_dir), "hooks": str(HOOKS_DIR),
+            "hidden": [str(Path(trial_dir).resolve().parent), str(CACHE_DIR)]}
 
 
 def _read(path: Path) -> str:

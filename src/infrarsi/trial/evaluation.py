@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infrarsi.trial.evalserver import SERVER
+from infrarsi.trial.evalserver import SERVER, isolation_for
 from infrarsi.trial.patching import sha256_file
 from infrarsi.trial.record import Evaluation
 
@@ -104,8 +104,8 @@ def _to_reference(spec: "TrialSpec", found: dict[str, Path], trial_dir: Path,
 
 
 def _python(script: str, args: list[str], cwd: Path, logs: Path, timeout_s: float):
-    """``python script args`` in ``cwd``, in a fork of the warm evaluation server."""
-    return SERVER.run(script, args, cwd, logs, timeout_s)
+    """``python script args`` in ``cwd``, in an isolated fork of the warm evaluation server."""
+    return SERVER.run(script, args, cwd, logs, timeout_s, isolation_for(logs.parent))
 
 
 def _run_reference(spec: "TrialSpec", trial_dir: Path, ref: dict[str, Path]) -> dict:

@@ -125,6 +125,8 @@ class TrialRecord(BaseModel):
     metrics: TrialMetrics | None = None
     evaluation: Evaluation | None = None
     commands: list[list[str]] = Field([], description="the launch command of each node")
+    isolation: str = Field("", description="namespace: the trial saw its own folder only, the "
+                           "rest read-only, no capabilities; or why not")
     returncode: int | None = None
     trial_dir: str = ""
 

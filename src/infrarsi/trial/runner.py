@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infrarsi.trial import classify, evaluation, memcg, patching
+from infrarsi.trial.evalserver import isolation_for
 from infrarsi.trial.screen import screen
 from infrarsi.trial.metrics import MetricsError, RankReport, read_probe_files, read_stdout
 from infrarsi.trial.process import owner_alive, run_isolated, sweep_orphans
@@ -27,6 +28,7 @@ from infrarsi.workloads import expr, knobs
 from infrarsi.workloads.manifest import KnobValue, Manifest
 
 HOOKS_DIR = Path(__file__).resolve().parent / "_hooks"
+PROFILE_FILE = "profile.json"
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -147,7 +149,8 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
     base = dict(trial_id=trial_id, workload=spec.manifest.name, scale=spec.scale,
                 knobs=spec.knobs, contract_hash=spec.contract_hash,
                 mem_cap_bytes=spec.mem_cap_bytes, timeout_s=spec.effective_timeout_s,
-                started_unix_s=started, trial_dir=str(trial_dir))
+                started_unix_s=started, trial_dir=str(trial_dir),
+                isolation="namespace" if isolation_for(trial_dir) else "off: not root")
     shutil.copytree(spec.manifest.root, workspace,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     refs = [PatchRef(id=p.id, sha256=patching.sha256_file(p.path), catalog=p.catalog,
@@ -240,6 +243,13 @@ def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -
     env["INFRARSI_METRICS_FILE"] = str(trial_dir / "metrics.rank{rank}.jsonl")
     env["INFRARSI_ERROR_FILE"] = str(trial_dir / "error.rank{rank}.jsonl")
     env["INFRARSI_WEIGHTS_DIR"] = str(evaluation.weights_dir(trial_dir))
+    env["INFRARSI_TRIAL_DIR"] = str(trial_dir)
+    if "INFRARSI_PROFILE_STEP" in env:  # a profiled run writes into its own folder
+        env["INFRARSI_PROFILE_FILE"] = str(trial_dir / PROFILE_FILE)
+    isolation = isolation_for(trial_dir)
+    if isolation is not None:
+        env["INFRARSI_ISOLATE"] = "1"
+        env["INFRARSI_HIDE"] = os.pathsep.join(isolation["hidden"])
     if spec.mem_cap_bytes is not None:
         env["INFRARSI_RANK_MEM_CAP_BYTES"] = str(spec.mem_cap_bytes)
     return env

@@ -62,6 +62,22 @@ def _join_memcg():
     os.environ[_JOINED_ENV] = "1"
 
 
+def _isolate():
+    """A rank sees its own trial only, the rest read-only, no capabilities (when asked)."""
+    if os.environ.get("INFRARSI_ISOLATE") != "1" or not _is_rank() or \
+            os.environ.get("INFRARSI_ISOLATED"):
+        return
+    try:
+        import infrarsi_isolate
+        infrarsi_isolate.isolate(os.environ["INFRARSI_TRIAL_DIR"],
+                                 [p for p in os.environ.get("INFRARSI_HIDE", "").split(os.pathsep)
+                                  if p])
+    except (OSError, KeyError) as exc:
+        sys.stderr.write(f"infrarsi: cannot isolate the rank: {exc}\n")
+        os._exit(98)
+    os.environ["INFRARSI_ISOLATED"] = "1"
+
+
 def _die_with_parent():
     """The kernel sends SIGKILL when the parent ends (the tool, or a rank's launcher)."""
     if "INFRARSI_TRIAL_ID" not in os.environ:
@@ -109,6 +125,7 @@ def _thread_excepthook(args):
 
 
 _join_memcg()
+_isolate()
 _die_with_parent()
 if _is_rank():
     faulthandler.enable()  # a native abort still shows the Python stack it happened in

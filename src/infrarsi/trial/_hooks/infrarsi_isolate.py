@@ -1,0 +1,101 @@
+"""Isolation of a process that runs a trial's code: it sees its own trial and nothing it may
+not, and cannot raise its own limits. Standard library only (it runs before any import).
+
+Called in every rank by the bootstrap hook (after the rank joined its memory cgroup), and in
+the harness's evaluation children before they run code a patch wrote. As root, the process
+moves into a mount namespace of its own where:
+
+- the folders the harness names (the trials root, the hardware cache) are covered by an empty
+  tmpfs, and only the process's own trial folder is bound back, writable;
+- ``/tmp`` and ``/dev/shm`` are fresh and private (what it keeps there is still charged to its
+  memory cgroup);
+- everything else — the file system root, the harness's code, the cgroup hierarchies with the
+  rank's own limit — is read-only;
+
+and then gives up every capability (and the means to regain one), so it cannot undo any of it,
+raise a hard limit, or trace the harness. Not root: nothing is done (the caller says so).
+"""
+
+import ctypes
+import os
+
+CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+CAPABILITY_VERSION_3 = 0x20080522
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class IsolationError(OSError):
+    """The namespace could not be set up."""
+
+
+def _check(result, what):
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise IsolationError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _mount(source, target, fstype, flags, data=None):
+    _check(_libc.mount(source.encode() if source else None, target.encode(),
+                       fstype.encode() if fstype else None, ctypes.c_ulong(flags),
+                       data.encode() if data else None), f"mount {target}")
+
+
+def _mount_points():
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f]
+
+
+def _inside(path, folder):
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def isolate(own_dir, hidden):
+    """Enter the namespace: ``own_dir`` writable, ``hidden`` folders covered, the rest
+    read-only; then drop every capability. IsolationError when the kernel refuses."""
+    own_dir = os.path.realpath(own_dir)
+    _check(_libc.unshare(CLONE_NEWNS), "unshare")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    keep = os.open(own_dir, os.O_RDONLY | os.O_DIRECTORY)  # a handle in this namespace
+    covered = []
+    for folder in ["/tmp", "/dev/shm"] + [os.path.realpath(h) for h in hidden]:
+        if os.path.isdir(folder) and not any(_inside(folder, c) for c in covered):
+            _mount("tmpfs", folder, "tmpfs", 0, "mode=1777")
+            covered.append(folder)
+    os.makedirs(own_dir, exist_ok=True)
+    _mount(f"/proc/self/fd/{keep}", own_dir, None, MS_BIND | MS_REC)
+    os.close(keep)
+    writable = set(covered) | {own_dir, "/proc", "/dev", "/dev/pts"}
+    for point in _mount_points():
+        if point == "/" or point.startswith("/sys") or (
+                point not in writable and not any(_inside(point, w) for w in writable)):
+            try:
+                _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+            except IsolationError:
+                if point in ("/", "/sys/fs/cgroup") or point.startswith("/sys/fs/cgroup/"):
+                    raise
+    _enter_again(own_dir)
+    drop_capabilities()
+
+
+def _enter_again(own_dir):
+    """The working directory taken before still points under the covers: enter it again by
+    its path (through the new mounts), or the own folder when it is no longer visible."""
+    try:
+        os.chdir(os.getcwd())
+    except OSError:
+        os.chdir(own_dir)
+    if not _inside(os.getcwd(), own_dir) and not os.path.exists(os.getcwd()):
+        os.chdir(own_dir)
+
+
+def drop_capabilities():
+    """No capability left, none to regain: uid 0 without them is an ordinary user here."""
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    for cap in range(64):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break
+    header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _check(_libc.capset(header, data), "capset")

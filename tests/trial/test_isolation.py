@@ -1,0 +1,23 @@
+"""A trial cannot see outside itself: not other trials, not the harness's code or cache, and
+it cannot raise its own limits (a mount namespace per rank, no capabilities; root only)."""
+
+import os
+
+import pytest
+
+from infrarsi.trial import TrialStatus, prepare, run_trial
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0,
+                                                    reason="isolation needs root")]
+
+
+def test_a_snooping_trial_is_refused_everything_and_still_trains(toy, tmp_path):
+    first = run_trial(prepare(toy, "tiny", {}), tmp_path)  # a sibling worth reading
+    assert first.status is TrialStatus.OK, first.error
+    snoop = run_trial(prepare(toy, "tiny", {"mode": "snoop"}), tmp_path)
+    assert snoop.status is TrialStatus.OK, snoop.error
+    assert snoop.isolation == "namespace"
+    lines = [l for l in (tmp_path / snoop.trial_id / "stdout.log").read_text().splitlines()
+             if l.startswith("snoop:")]
+    assert len(lines) == 4 * 2, lines  # four attempts on each of two ranks
+    assert all("refused" in line for line in lines), lines
