@@ -96,16 +96,19 @@ def _to_reference(spec: "TrialSpec", found: dict[str, Path], trial_dir: Path,
     script = folder / "remap.py"
     script.write_text(_REMAP)
     pairs = [str(p) for name in found for p in (found[name], out[name])]
-    done = _python(str(script), [key, REMAP_MODULE, *pairs], workspace, folder / "remap", 120)
+    done = _python(str(script), [key, REMAP_MODULE, *pairs], workspace, folder / "remap", 120,
+                   trial_dir)
     if done.returncode != 0:
         raise RuntimeError(f"mapping the parameters to the reference layout failed: "
                            f"{done.stderr.strip()[-800:]}")
     return out
 
 
-def _python(script: str, args: list[str], cwd: Path, logs: Path, timeout_s: float):
-    """``python script args`` in ``cwd``, in an isolated fork of the warm evaluation server."""
-    return SERVER.run(script, args, cwd, logs, timeout_s, isolation_for(logs.parent))
+def _python(script: str, args: list[str], cwd: Path, logs: Path, timeout_s: float,
+            trial_dir: Path):
+    """``python script args`` in ``cwd``, in a fork of the warm evaluation server that sees
+    this trial's folder only."""
+    return SERVER.run(script, args, cwd, logs, timeout_s, isolation_for(trial_dir))
 
 
 def _run_reference(spec: "TrialSpec", trial_dir: Path, ref: dict[str, Path]) -> dict:
@@ -121,7 +124,7 @@ def _run_reference(spec: "TrialSpec", trial_dir: Path, ref: dict[str, Path]) -> 
     if Path(command[0]).name in ("python", "python3") and command[1:2] and \
             command[1].endswith(".py"):
         done = _python(command[1], command[2:], root, Path(trial_dir) / "evaluation",
-                       spec.effective_timeout_s)
+                       spec.effective_timeout_s, Path(trial_dir))
     else:
         done = subprocess.run(command, cwd=root, capture_output=True, text=True,
                               timeout=spec.effective_timeout_s)
