@@ -21,3 +21,27 @@ def test_a_snooping_trial_is_refused_everything_and_still_trains(toy, tmp_path):
              if l.startswith("snoop:")]
     assert len(lines) == 4 * 2, lines  # four attempts on each of two ranks
     assert all("refused" in line for line in lines), lines
+
+
+def test_a_kernel_that_refuses_namespaces_changes_nothing_and_says_so(tmp_path):
+    import subprocess
+    import sys
+    from infrarsi.trial.runner import HOOKS_DIR
+    code = f"""
+import ctypes, os, sys
+sys.path.insert(0, {str(HOOKS_DIR)!r})
+import infrarsi_isolate as iso
+class Refusing:
+    def unshare(self, flags):
+        ctypes.set_errno(1)
+        return -1
+iso._libc = Refusing()
+before = open("/proc/self/mountinfo").read()
+try:
+    iso.isolate({str(tmp_path)!r}, [])
+except iso.NamespacesRefused as exc:
+    assert open("/proc/self/mountinfo").read() == before
+    print("refused:", exc)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "refused: [Errno 1] unshare: Operation not permitted" in done.stdout, done.stderr

@@ -40,7 +40,10 @@ for line in sys.stdin:
             if job.get("isolate"):
                 sys.path.insert(0, job["isolate"]["hooks"])
                 import infrarsi_isolate
-                infrarsi_isolate.isolate(job["isolate"]["own"], job["isolate"]["hidden"])
+                try:
+                    infrarsi_isolate.isolate(job["isolate"]["own"], job["isolate"]["hidden"])
+                except infrarsi_isolate.NamespacesRefused as exc:  # nothing changed
+                    sys.stderr.write(f"infrarsi: evaluated without isolation: {exc}\n")
             os.chdir(job["cwd"])
             sys.path.insert(0, job["cwd"])
             sys.argv = job["argv"]

@@ -284,6 +284,10 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
         outcome = _measure(spec, trial_dir, result, outcome, memory)
     evaluated = evaluation.evaluate(spec, trial_dir, workspace) \
         if outcome.status is TrialStatus.OK else None
+    refused = sorted(trial_dir.glob("isolation.rank*.txt"))
+    if refused:
+        base["isolation"] = f"off: the kernel refused a mount namespace ({refused[0].read_text()})"
+        outcome.warnings.append(f"the trial ran without isolation: {base['isolation']}")
     if result.leftovers_killed and outcome.status is TrialStatus.OK:
         outcome.warnings.append(f"{result.leftovers_killed} process(es) of the trial were still "
                                 "running after the launcher exited; they were killed")

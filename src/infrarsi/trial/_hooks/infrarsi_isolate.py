@@ -30,6 +30,10 @@ class IsolationError(OSError):
     """The namespace could not be set up."""
 
 
+class NamespacesRefused(IsolationError):
+    """The kernel refuses a mount namespace here: nothing was changed."""
+
+
 def _check(result, what):
     if result != 0:
         errno = ctypes.get_errno()
@@ -55,7 +59,9 @@ def isolate(own_dir, hidden):
     """Enter the namespace: ``own_dir`` writable, ``hidden`` folders covered, the rest
     read-only; then drop every capability. IsolationError when the kernel refuses."""
     own_dir = os.path.realpath(own_dir)
-    _check(_libc.unshare(CLONE_NEWNS), "unshare")
+    if _libc.unshare(CLONE_NEWNS) != 0:
+        errno = ctypes.get_errno()
+        raise NamespacesRefused(errno, f"unshare: {os.strerror(errno)}")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     keep = os.open(own_dir, os.O_RDONLY | os.O_DIRECTORY)  # a handle in this namespace
     covered = []

@@ -67,11 +67,15 @@ def _isolate():
     if os.environ.get("INFRARSI_ISOLATE") != "1" or not _is_rank() or \
             os.environ.get("INFRARSI_ISOLATED"):
         return
+    import infrarsi_isolate
     try:
-        import infrarsi_isolate
         infrarsi_isolate.isolate(os.environ["INFRARSI_TRIAL_DIR"],
                                  [p for p in os.environ.get("INFRARSI_HIDE", "").split(os.pathsep)
                                   if p])
+    except infrarsi_isolate.NamespacesRefused as exc:  # nothing changed: run, and say so
+        _write(os.path.join(os.environ["INFRARSI_TRIAL_DIR"],
+                            f"isolation.rank{os.environ.get('RANK', '0')}.txt"), str(exc))
+        return
     except (OSError, KeyError) as exc:
         sys.stderr.write(f"infrarsi: cannot isolate the rank: {exc}\n")
         os._exit(98)
