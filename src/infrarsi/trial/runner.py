@@ -248,6 +248,8 @@ def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -
         env["INFRARSI_PROFILE_FILE"] = str(trial_dir / PROFILE_FILE)
     isolation = isolation_for(trial_dir)
     if isolation is not None:
+        (trial_dir / "tmp").mkdir(exist_ok=True)
+        env["TMPDIR"] = str(trial_dir / "tmp")  # the only writable place besides its folder
         env["INFRARSI_ISOLATE"] = "1"
         env["INFRARSI_HIDE"] = os.pathsep.join(isolation["hidden"])
     if spec.mem_cap_bytes is not None:

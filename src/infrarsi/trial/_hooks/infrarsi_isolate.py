@@ -7,8 +7,9 @@ moves into a mount namespace of its own where:
 
 - the folders the harness names (the trials root, the hardware cache) are covered by an empty
   tmpfs, and only the process's own trial folder is bound back, writable;
-- ``/tmp`` and ``/dev/shm`` are fresh and private (what it keeps there is still charged to its
-  memory cgroup);
+- ``/dev/shm`` is fresh and private (what it keeps there is still charged to its memory
+  cgroup); temporary files go to its own trial folder (the harness sets ``TMPDIR``), since
+  ``/tmp`` may hold what it needs (a virtualenv, a checkout) and is only made read-only;
 - everything else — the file system root, the harness's code, the cgroup hierarchies with the
   rank's own limit — is read-only;
 
@@ -65,7 +66,7 @@ def isolate(own_dir, hidden):
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     keep = os.open(own_dir, os.O_RDONLY | os.O_DIRECTORY)  # a handle in this namespace
     covered = []
-    for folder in ["/tmp", "/dev/shm"] + [os.path.realpath(h) for h in hidden]:
+    for folder in ["/dev/shm"] + [os.path.realpath(h) for h in hidden]:
         if os.path.isdir(folder) and not any(_inside(folder, c) for c in covered):
             _mount("tmpfs", folder, "tmpfs", 0, "mode=1777")
             covered.append(folder)
