@@ -82,12 +82,14 @@ def test_tokens_per_step_differing_is_invalid(tmp_path):
 
 def test_metrics_read_from_stdout(tmp_path):
     manifest = load_manifest(FIXTURES / "toy-stdout")
-    record = _run(manifest, tmp_path, mode="print")
+    record = _run(manifest, tmp_path, mode="print", sleep_ms=200)  # steps longer than a poll
     assert record.status is TrialStatus.OK, record.error
     assert len(record.metrics.loss) == 4
     assert len(record.metrics.peak_mem_bytes) == 2  # both ranks, measured by the harness
     assert all(b > 0 for b in record.metrics.peak_mem_bytes)
-    assert record.metrics.outside_train_span_s > 0  # stdout lines timed as they arrived
+    # stdout lines timed as they arrived: the three steps after the first, 0.2 s each
+    assert record.metrics.outside_span_steps == 3
+    assert 0.5 < record.metrics.outside_train_span_s < 3.0
 
 
 def test_terminating_the_tool_ends_the_trial_it_was_running(tmp_path):
