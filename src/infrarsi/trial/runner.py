@@ -51,6 +51,7 @@ class TrialSpec:
     timeout_s: float | None = None
     contract_hash: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    evaluate: bool = True  # False: skip the held-out evaluation (measurement-only benchmarks)
 
     @property
     def effective_timeout_s(self) -> float:
@@ -285,7 +286,7 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
     if outcome.status is TrialStatus.OK:
         outcome = _measure(spec, trial_dir, result, outcome, memory)
     evaluated = evaluation.evaluate(spec, trial_dir, workspace) \
-        if outcome.status is TrialStatus.OK else None
+        if outcome.status is TrialStatus.OK and spec.evaluate else None
     refused = sorted(trial_dir.glob("isolation.rank*.txt"))
     if refused:
         base["isolation"] = f"off: the kernel refused a mount namespace ({refused[0].read_text()})"

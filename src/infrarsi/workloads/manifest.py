@@ -192,6 +192,14 @@ class Flops(_Strict):
     formula: str
 
 
+class MemoryEstimate(_Strict):
+    """An analytic peak memory per rank in bytes (runtime, parameters, gradients, optimizer
+    state, activations per micro-batch) as an expression over the scale's parameters and knobs,
+    with the formula written out; the memory model's prior mean, which trials then correct."""
+    per_rank_bytes: str
+    formula: str
+
+
 class Evaluation(_Strict):
     """How the harness checks what a trial learned, with evidence no patch can write.
 
@@ -244,6 +252,7 @@ class Manifest(_Strict):
     constraints: list[Constraint] = []
     invariants: Invariants
     flops: Flops | None = None
+    memory: MemoryEstimate | None = None
     evaluation: Evaluation | None = None
     files: Files
     patches: list[PatchSpec] = []
@@ -311,6 +320,8 @@ class Manifest(_Strict):
         out += [(f"knobs.{k.name}.derive", k.derive) for k in self.knobs if k.derive]
         if self.flops is not None:
             out.append(("flops.per_token", self.flops.per_token))
+        if self.memory is not None:
+            out.append(("memory.per_rank_bytes", self.memory.per_rank_bytes))
         return out + [("invariants.tokens_per_step", self.invariants.tokens_per_step)]
 
     def _templates(self) -> list[tuple[str, str]]:

@@ -1,0 +1,215 @@
+"""Measure a workload's table: real trials of many cells, repeated, in random interleaved order.
+
+    .venv/bin/python bench/make_table.py dense-1node                 # 100 cells x 2 repeats
+    .venv/bin/python bench/make_table.py moe-1node --cells 96 --repeats 2 --validate 16
+
+Cells are a seeded random fraction of the full factorial over the knobs that matter (ranks up
+to the cores, threads, micro-batch with derived accumulation, precision, checkpointing, the
+workload's communication knobs; ``compile`` stays off: one compile costs more than a whole trial
+here) times patch subsets; cell ``c000`` is the baseline (the manifest's defaults, no patch).
+Every (cell, repeat) runs uncapped, in one random order, so slow phases of a shared machine hit
+every cell alike. Then the replay rule "OOM at capacity C iff peak > C" is checked under a real
+cap on cells nearest a capacity C where ~30% of cells are OOM.
+
+The table is ``bench/data/<workload>-<fingerprint>.csv``; a run resumes where it stopped while
+the host's fingerprint is the same, and a new host writes a new table beside the old one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import tables  # noqa: E402
+from infrarsi.host import fingerprint, machine_facts  # noqa: E402
+from infrarsi.trial import TrialStatus, prepare, run_trial  # noqa: E402
+from infrarsi.workloads import expr, find, knobs  # noqa: E402
+from infrarsi.workloads.knobs import AssignmentError  # noqa: E402
+
+SCALE = "bench"
+OOM_FRACTION = 0.3
+
+
+def factor_levels(manifest, cores: int) -> dict[str, list]:
+    """The values each measured knob takes in the design (derived knobs are left to derive)."""
+    levels = {}
+    for knob in manifest.knobs:
+        if knob.role in ("grad_accum", "compile"):  # accumulation follows; compile stays off
+            continue
+        values = list(knob.values) if knob.values else [False, True]
+        if knob.role in ("ranks", "threads"):
+            values = [v for v in values if v <= cores]
+        levels[knob.name] = values
+    return levels
+
+
+def patch_subsets(manifest) -> list[tuple[str, ...]]:
+    """Every subset of the catalog that has no conflicting pair."""
+    ids = [p.id for p in manifest.patches]
+    out = []
+    for r in range(len(ids) + 1):
+        for subset in itertools.combinations(ids, r):
+            if not any(set(manifest.patch(p).conflicts) & set(subset) for p in subset):
+                out.append(subset)
+    return out
+
+
+def design(manifest, n_cells: int, seed: int, cores: int) -> list[tuple[dict, tuple]]:
+    """The baseline cell, then distinct valid random cells: (knob overrides, patch subset)."""
+    rng = random.Random(seed)
+    levels, subsets = factor_levels(manifest, cores), patch_subsets(manifest)
+    cells, seen = [({}, ())], {_key(knobs.resolve(manifest, SCALE, {}), ())}
+    attempts = 0
+    while len(cells) < n_cells and attempts < 100 * n_cells:
+        attempts += 1
+        overrides = {name: rng.choice(values) for name, values in levels.items()}
+        subset = rng.choice(subsets)
+        try:
+            resolved = knobs.resolve(manifest, SCALE, overrides)
+        except AssignmentError:
+            continue
+        if _key(resolved, subset) not in seen:
+            seen.add(_key(resolved, subset))
+            cells.append((overrides, subset))
+    return cells
+
+
+def _key(resolved: dict, subset: tuple) -> tuple:
+    return tuple(sorted(resolved.items())), tuple(sorted(subset))
+
+
+def analytic_peak_bytes(manifest, resolved: dict) -> float | None:
+    """The manifest's analytic per-rank peak for this assignment (None without a formula)."""
+    if manifest.memory is None:
+        return None
+    return float(expr.evaluate(manifest.memory.per_rank_bytes,
+                               {**manifest.scale(SCALE).params, **resolved}))
+
+
+def patch_mem_ratio(manifest, subset: tuple) -> float:
+    """Product of the patches' prior peak-memory ratios."""
+    return math.prod(manifest.patch(p).prior.peak_mem_ratio for p in subset)
+
+
+def trial_row(table, manifest, fp, cell_id, repeat, phase, spec, subset, record) -> dict:
+    """One CSV row from a trial record."""
+    m = record.metrics
+    peaks = [b for b in (m.peak_mem_bytes if m else []) if b is not None]
+    row = {"table": table, "workload": manifest.name, "scale": SCALE, "fingerprint": fp,
+           "cell": cell_id, "repeat": repeat, "phase": phase, "patches": "+".join(sorted(subset)),
+           "status": record.status.value, "cost_s": round(record.cost_s, 3),
+           "analytic_peak_bytes": analytic_peak_bytes(manifest, spec.knobs),
+           "patch_mem_ratio": patch_mem_ratio(manifest, subset),
+           "mem_cap_bytes": spec.mem_cap_bytes, "trial_id": record.trial_id,
+           "started_unix_s": round(record.started_unix_s, 3),
+           "error": (record.error or "")[:200].replace("\n", " ")}
+    row.update({tables.KNOB_PREFIX + k: v for k, v in spec.knobs.items()})
+    if m is not None:
+        row.update(step_time_s=m.step_time_s, harness_step_time_s=m.harness_step_time_s,
+                   step_time_cv=round(m.step_time_cv, 5), e2e_time_s=m.e2e_time_s,
+                   startup_time_s=m.startup_time_s, ranks=m.ranks,
+                   peak_mem_bytes_max=max(peaks) if peaks else None,
+                   peak_mem_bytes_ranks=";".join(str(b) for b in m.peak_mem_bytes))
+    return row
+
+
+def measure(workload: str, n_cells: int, repeats: int, n_validate: int, seed: int,
+            out_dir: Path) -> Path:
+    """Measure (or resume) the table of ``workload`` on this host; returns its path."""
+    manifest = find(workload)
+    fp = fingerprint(machine_facts(os.cpu_count()))
+    path = out_dir / f"{workload}-{fp}.csv"
+    name = path.stem
+    cores = os.cpu_count() or 1
+    cells = design(manifest, n_cells, seed, cores)
+    done = {(r["cell"], r["repeat"], r["phase"]) for r in tables.read_rows(path)} \
+        if path.exists() else set()
+    plan = [(c, r) for c in range(len(cells)) for r in range(repeats)]
+    random.Random(seed + 1).shuffle(plan)
+    todo = [(c, r) for c, r in plan if (f"c{c:03d}", str(r), "grid") not in done]
+    print(f"{name}: {len(cells)} cells x {repeats} repeats, {len(plan) - len(todo)} done, "
+          f"{len(todo)} to run", file=sys.stderr, flush=True)
+    knob_names = [k.name for k in manifest.knobs]
+    with tempfile.TemporaryDirectory(prefix="infrarsi-table-") as workdir:
+        t0 = time.monotonic()
+        for i, (c, r) in enumerate(todo):
+            overrides, subset = cells[c]
+            spec = prepare(manifest, SCALE, overrides, list(subset), evaluate=False)
+            record = run_trial(spec, Path(workdir))
+            tables.append_row(path, trial_row(name, manifest, fp, f"c{c:03d}", r, "grid", spec,
+                                              subset, record), knob_names)
+            _progress(i, len(todo), t0, f"c{c:03d}/{r}", record)
+            _clean(Path(workdir), record)
+        validate(manifest, path, cells, n_validate, fp, Path(workdir), knob_names)
+    return path
+
+
+def validate(manifest, path, cells, n_validate, fp, workdir, knob_names) -> None:
+    """Run the cells nearest a ~30%-OOM capacity under that real cap (resumable)."""
+    table = tables.load(path)
+    done = {row["cell"] for row in table.validation}
+    if len(done) >= n_validate:
+        return
+    capacity = int(table.capacity_for(OOM_FRACTION))
+    ok = [c for c in table.cells.values() if c.ok and c.peak_bytes]
+    # nearest cells on each side, skipping those whose repeats straddle the capacity
+    clear = [c for c in ok if min(c.peak_mem_bytes) > capacity or max(c.peak_mem_bytes) <= capacity]
+    below = sorted((c for c in clear if c.peak_bytes <= capacity), key=lambda c: -c.peak_bytes)
+    above = sorted((c for c in clear if c.peak_bytes > capacity), key=lambda c: c.peak_bytes)
+    chosen = below[:n_validate // 2] + above[:n_validate - n_validate // 2]
+    print(f"{table.name}: validating the replay rule at {capacity} bytes per rank on "
+          f"{len(chosen)} cells", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    for i, cell in enumerate(c for c in chosen if c.cell not in done):
+        overrides, subset = cells[int(cell.cell[1:])]
+        spec = prepare(manifest, SCALE, overrides, list(subset), evaluate=False,
+                       mem_cap_bytes=capacity)
+        record = run_trial(spec, workdir)
+        tables.append_row(path, trial_row(table.name, manifest, fp, cell.cell, 0, "validate",
+                                          spec, subset, record), knob_names)
+        _progress(i, len(chosen), t0, f"{cell.cell} capped", record)
+        _clean(workdir, record)
+
+
+def _progress(i, total, t0, what, record) -> None:
+    elapsed = time.monotonic() - t0
+    eta = elapsed / (i + 1) * (total - i - 1)
+    m = record.metrics
+    print(f"  [{i + 1}/{total}] {what}: {record.status.value} "
+          f"{m.step_time_s if m else '-'} s/step, cost {record.cost_s:.1f} s, eta {eta / 60:.0f} min",
+          file=sys.stderr, flush=True)
+
+
+def _clean(workdir: Path, record) -> None:
+    """A table keeps rows, not trial folders (weights and logs would fill the disk)."""
+    import shutil
+    if record.status is not TrialStatus.CRASH:
+        shutil.rmtree(workdir / record.trial_id, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("workload")
+    parser.add_argument("--cells", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--validate", type=int, default=16, help="capped replay-rule checks")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=tables.DATA)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = measure(args.workload, args.cells, args.repeats, args.validate, args.seed, args.out)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The measured-table format (see ``bench/data/README.md``): read, write and summarise.
+
+A table is one CSV per workload and host: every row is one real trial of one cell (a knob
+assignment plus a patch subset). Knob columns are ``k_<knob>``; ``patches`` is the sorted patch
+ids joined by ``+`` (empty for none). Rows with an empty ``mem_cap_bytes`` ran uncapped (their
+peak is known); rows with a cap validate the replay rule "OOM at capacity C iff peak > C".
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data"
+
+COLUMNS = ["table", "workload", "scale", "fingerprint", "cell", "repeat", "phase", "patches",
+           "status", "step_time_s", "harness_step_time_s", "step_time_cv", "e2e_time_s",
+           "startup_time_s", "cost_s", "peak_mem_bytes_max", "peak_mem_bytes_ranks",
+           "analytic_peak_bytes", "patch_mem_ratio", "mem_cap_bytes", "ranks", "trial_id",
+           "started_unix_s", "error"]
+KNOB_PREFIX = "k_"
+
+
+def _num(text: str) -> float | None:
+    return float(text) if text not in ("", None) else None
+
+
+@dataclass
+class Cell:
+    """One configuration of a table and every uncapped repeat measured for it."""
+    cell: str
+    knobs: dict[str, str]
+    patches: tuple[str, ...]
+    status: list[str] = field(default_factory=list)
+    step_time_s: list[float] = field(default_factory=list)
+    cost_s: list[float] = field(default_factory=list)
+    peak_mem_bytes: list[float] = field(default_factory=list)
+    analytic_peak_bytes: float | None = None
+    patch_mem_ratio: float = 1.0
+
+    @property
+    def ok(self) -> bool:
+        """Every repeat ended ``ok`` (a cell that crashed or timed out is infeasible)."""
+        return bool(self.status) and all(s == "ok" for s in self.status)
+
+    @property
+    def mean_step_time_s(self) -> float:
+        """The cell's true step time: the mean over its repeats."""
+        return statistics.fmean(self.step_time_s) if self.step_time_s else math.inf
+
+    @property
+    def peak_bytes(self) -> float | None:
+        """The cell's peak per rank: the largest over repeats (what a capacity must hold)."""
+        return max(self.peak_mem_bytes) if self.peak_mem_bytes else None
+
+    @property
+    def mean_cost_s(self) -> float:
+        """Mean wall seconds one trial of this cell cost."""
+        return statistics.fmean(self.cost_s) if self.cost_s else 0.0
+
+
+@dataclass
+class Table:
+    """A measured table: its cells (uncapped repeats) and its capped validation rows."""
+    name: str
+    workload: str
+    fingerprint: str
+    knob_names: list[str]
+    cells: dict[str, Cell]
+    validation: list[dict]
+    baseline: str = "c000"
+
+    def feasible(self, capacity: float | None = None) -> list[Cell]:
+        """Cells that ran ``ok`` and, at ``capacity``, fit by the replay rule."""
+        return [c for c in self.cells.values() if c.ok and
+                (capacity is None or c.peak_bytes is None or c.peak_bytes <= capacity)]
+
+    def capacity_for(self, oom_fraction: float) -> float:
+        """A per-rank capacity at which about ``oom_fraction`` of the ok cells are OOM."""
+        peaks = sorted(c.peak_bytes for c in self.cells.values() if c.ok and c.peak_bytes)
+        index = min(len(peaks) - 1, max(0, int(round((1 - oom_fraction) * len(peaks))) - 1))
+        return (peaks[index] + peaks[min(index + 1, len(peaks) - 1)]) / 2
+
+
+def read_rows(path: Path) -> list[dict]:
+    """Every row of a table CSV as a dict of strings."""
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def load(path: Path) -> Table:
+    """A table from its CSV; ValueError naming the file and column when it is malformed."""
+    rows = read_rows(path)
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    missing = [c for c in ("cell", "status", "step_time_s", "peak_mem_bytes_max", "cost_s",
+                           "patches", "mem_cap_bytes") if c not in rows[0]]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing}; see bench/data/README.md")
+    knob_names = [c[len(KNOB_PREFIX):] for c in rows[0] if c.startswith(KNOB_PREFIX)]
+    cells: dict[str, Cell] = {}
+    validation = []
+    for row in rows:
+        if row["mem_cap_bytes"]:
+            validation.append(row)
+            continue
+        cell = cells.setdefault(row["cell"], Cell(
+            row["cell"], {k: row[KNOB_PREFIX + k] for k in knob_names},
+            tuple(p for p in row["patches"].split("+") if p),
+            analytic_peak_bytes=_num(row.get("analytic_peak_bytes", "")),
+            patch_mem_ratio=_num(row.get("patch_mem_ratio", "")) or 1.0))
+        cell.status.append(row["status"])
+        if row["cost_s"]:
+            cell.cost_s.append(float(row["cost_s"]))
+        if row["status"] == "ok":
+            cell.step_time_s.append(float(row["step_time_s"]))
+            if row["peak_mem_bytes_max"]:
+                cell.peak_mem_bytes.append(float(row["peak_mem_bytes_max"]))
+    first = rows[0]
+    baseline = min(cells) if "c000" not in cells else "c000"
+    return Table(Path(path).stem, first.get("workload", Path(path).stem),
+                 first.get("fingerprint", ""), knob_names, cells, validation, baseline)
+
+
+def append_row(path: Path, row: dict, knob_names: list[str]) -> None:
+    """Append one trial's row (header first when the file is new); flushed before returning."""
+    columns = COLUMNS[:8] + [KNOB_PREFIX + k for k in knob_names] + COLUMNS[8:]
+    new = not path.exists()
+    with open(path, "a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        writer.writerow({c: "" if row.get(c) is None else row[c] for c in columns})
+        handle.flush()
+
+
+def noise_cv(table: Table) -> float:
+    """Median over ok cells of the coefficient of variation of their repeats' step times."""
+    cvs = [statistics.stdev(c.step_time_s) / statistics.fmean(c.step_time_s)
+           for c in table.cells.values() if c.ok and len(c.step_time_s) >= 2]
+    return statistics.median(cvs) if cvs else math.nan
+
+
+def table_paths(given: list[str] | None) -> list[Path]:
+    """The tables named on the command line, or every committed table."""
+    if given:
+        return [Path(p) for p in given]
+    return sorted(DATA.glob("*.csv"))
