@@ -1,0 +1,136 @@
+"""Peak memory per rank, learned from trials where an out-of-memory trial is right-censored.
+
+A trial that ran tells its peak; a trial that ran out of memory at capacity ``C`` tells only
+that its peak was above ``C``. The model is a Tobit (censored Gaussian) regression on the log of
+the peak:
+
+    log peak = offset + X @ beta + eps,   eps ~ N(0, sigma^2)
+
+``offset`` is the analytic estimate (runtime, parameters, gradients, optimizer state,
+activations — the manifest's ``memory`` formula — times the patches' prior ratios), so the
+learned ``beta`` only corrects it, under a ridge prior; without an analytic estimate the offset
+is 0 and an intercept is learned. The likelihood is written once with ``scipy.special.log_ndtr``
+and minimised by L-BFGS-B with its analytic gradient; a Laplace approximation around the optimum
+gives the uncertainty of ``beta``, so an unseen combination gets an honest, wider ``P(OOM)``.
+``timeout`` and ``crash`` trials carry no memory information and never enter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, special
+
+LOG_2PI = float(np.log(2 * np.pi))
+
+
+@dataclass(frozen=True)
+class MemoryObservation:
+    """One trial's memory evidence: the peak (bytes) or, when ``censored``, the cap it exceeded."""
+    peak_or_cap_bytes: float
+    censored: bool
+
+
+class TobitMemoryModel:
+    """Censored Gaussian regression of log peak memory; ``fit`` returns the model.
+
+    ``ridge``: prior precision of each standardised correction; ``sigma_prior``: the prior
+    median of the residual scale in log space (0.05 = 5% run-to-run and model error).
+    """
+
+    def __init__(self, ridge: float = 10.0, sigma_prior: float = 0.05,
+                 intercept_ridge: float = 1.0):
+        self.ridge = ridge
+        self.sigma_prior = sigma_prior
+        self.intercept_ridge = intercept_ridge
+
+    def __repr__(self) -> str:
+        if not hasattr(self, "beta_"):
+            return f"TobitMemoryModel(ridge={self.ridge}, unfitted)"
+        return (f"TobitMemoryModel(n={self.n_obs_}, censored={self.n_censored_}, "
+                f"sigma={self.sigma_:.3f}, ridge={self.ridge})")
+
+    def fit(self, X: np.ndarray, observations: list[MemoryObservation],
+            offset_log: np.ndarray | None = None) -> "TobitMemoryModel":
+        """Fit on encoded configs ``X`` (n, d), their observations and log analytic offsets."""
+        X = np.asarray(X, dtype=float)
+        n = len(observations)
+        y = np.log([o.peak_or_cap_bytes for o in observations]) if n else np.zeros(0)
+        cens = np.array([o.censored for o in observations], dtype=bool)
+        offset = np.zeros(n) if offset_log is None else np.asarray(offset_log, dtype=float)
+        self.has_offset_ = offset_log is not None
+        Z = np.hstack([np.ones((n, 1)), X])
+        precision = np.r_[self.intercept_ridge if self.has_offset_ else 1e-6,
+                          np.full(X.shape[1], self.ridge)]
+        start = np.zeros(Z.shape[1] + 1)
+        if not self.has_offset_ and n:
+            start[0] = float(np.mean(y))
+        start[-1] = np.log(self.sigma_prior)
+        self.n_obs_, self.n_censored_ = n, int(cens.sum())
+        if n == 0:
+            theta = start
+        else:
+            result = optimize.minimize(_neg_log_posterior, start, jac=True, method="L-BFGS-B",
+                                       args=(Z, y, cens, offset, precision, self.sigma_prior))
+            theta = result.x
+            self.converged_ = bool(result.success)
+        self.beta_, self.sigma_ = theta[:-1], float(np.exp(theta[-1]))
+        hessian = _hessian(Z, y, cens, offset, self.beta_, self.sigma_, precision)
+        self.cov_ = np.linalg.pinv(hessian)
+        return self
+
+    def predict_log(self, X: np.ndarray, offset_log: np.ndarray | None = None):
+        """Mean and standard deviation of log peak bytes for encoded configs (noise included)."""
+        Z = np.hstack([np.ones((len(X), 1)), np.asarray(X, dtype=float)])
+        offset = np.zeros(len(X)) if offset_log is None else np.asarray(offset_log, dtype=float)
+        mean = offset + Z @ self.beta_
+        var_param = np.einsum("ij,jk,ik->i", Z, self.cov_, Z)
+        return mean, np.sqrt(np.maximum(var_param, 0.0) + self.sigma_ ** 2)
+
+    def predict_peak_bytes(self, X, offset_log=None) -> np.ndarray:
+        """The median predicted peak per rank, in bytes."""
+        return np.exp(self.predict_log(X, offset_log)[0])
+
+    def p_oom(self, X, capacity_bytes: float, offset_log=None) -> np.ndarray:
+        """P(peak > capacity) for each encoded config."""
+        mean, sd = self.predict_log(X, offset_log)
+        return special.ndtr((mean - np.log(capacity_bytes)) / sd)
+
+
+def _inverse_mills(z: np.ndarray) -> np.ndarray:
+    """phi(z) / Phi(z), computed stably in log space."""
+    return np.exp(-0.5 * z * z - 0.5 * LOG_2PI - special.log_ndtr(z))
+
+
+def _neg_log_posterior(theta, Z, y, cens, offset, precision, sigma_prior):
+    """Negative log posterior of (beta, log sigma) and its gradient."""
+    beta, log_sigma = theta[:-1], theta[-1]
+    sigma = np.exp(log_sigma)
+    mu = offset + Z @ beta
+    obs = ~cens
+    r = (y[obs] - mu[obs]) / sigma
+    z = (mu[cens] - y[cens]) / sigma
+    loglik = np.sum(-0.5 * r * r - log_sigma - 0.5 * LOG_2PI) + np.sum(special.log_ndtr(z))
+    lam = _inverse_mills(z)
+    d_mu = np.zeros_like(mu)
+    d_mu[obs] = r / sigma
+    d_mu[cens] = lam / sigma
+    d_log_sigma = np.sum(r * r - 1.0) + np.sum(-lam * z)
+    # priors: ridge on beta, log-normal on sigma around sigma_prior (sd 1 in log space)
+    prior_s = log_sigma - np.log(sigma_prior)
+    value = -loglik + 0.5 * np.sum(precision * beta * beta) + 0.5 * prior_s ** 2
+    grad_beta = -(Z.T @ d_mu) + precision * beta
+    grad_log_sigma = -d_log_sigma + prior_s
+    return value, np.r_[grad_beta, grad_log_sigma]
+
+
+def _hessian(Z, y, cens, offset, beta, sigma, precision) -> np.ndarray:
+    """Hessian of the negative log posterior in beta at fixed sigma (the Laplace precision)."""
+    mu = offset + Z @ beta
+    weights = np.full(len(y), 1.0 / sigma ** 2)
+    if cens.any():
+        z = (mu[cens] - y[cens]) / sigma
+        lam = _inverse_mills(z)
+        weights[cens] = lam * (z + lam) / sigma ** 2
+    return (Z * weights[:, None]).T @ Z + np.diag(precision)

@@ -1,0 +1,86 @@
+"""Step time (log seconds) over the mixed knob/patch space, with uncertainty.
+
+Two families, chosen between on the measured tables (``bench/models.py`` reports both):
+
+- ``gp``: a Gaussian process, Matern 5/2 with one length scale per encoded column (ARD) plus a
+  white-noise kernel; each trial's own noise (the spread of its steady steps, ``cv^2 / steps``)
+  enters as its per-point noise, so a noisy trial pulls the surface less.
+- ``forest``: extremely randomised trees; the spread of the trees is the uncertainty. Real step
+  times have jumps (a kernel switch, a layout that oversubscribes the cores) that trees follow.
+
+Only ``ok`` trials enter: a trial that ran out of memory has no step time.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+FAMILIES = ("gp", "forest")
+
+
+class StepTimeModel:
+    """log step time = f(config) + noise; ``fit`` returns the model."""
+
+    def __init__(self, family: str = "gp", seed: int = 0):
+        if family not in FAMILIES:
+            raise ValueError(f"step-time family {family!r}: choose one of {FAMILIES}")
+        self.family = family
+        self.seed = seed
+
+    def __repr__(self) -> str:
+        fitted = f"n={self.n_obs_}" if hasattr(self, "n_obs_") else "unfitted"
+        return f"StepTimeModel({self.family}, {fitted})"
+
+    def fit(self, X: np.ndarray, step_time_s: np.ndarray,
+            noise_var_log: np.ndarray | None = None) -> "StepTimeModel":
+        """Fit on encoded configs and measured step times; ``noise_var_log`` per trial."""
+        X = np.asarray(X, dtype=float)
+        y = np.log(np.asarray(step_time_s, dtype=float))
+        self.n_obs_ = len(y)
+        self.y_mean_ = float(np.mean(y)) if len(y) else 0.0
+        self.y_sd_ = float(np.std(y)) if len(y) > 1 else 0.1
+        if len(y) < 2:
+            self.model_ = None
+            return self
+        noise = np.full(len(y), 1e-4) if noise_var_log is None else \
+            np.maximum(np.asarray(noise_var_log, dtype=float), 1e-6)
+        self.model_ = self._gp(X, y, noise) if self.family == "gp" else self._forest(X, y)
+        return self
+
+    def _gp(self, X, y, noise):
+        from sklearn.gaussian_process import GaussianProcessRegressor
+        from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+        kernel = ConstantKernel(1.0, (1e-2, 1e2)) * Matern(
+            length_scale=np.ones(X.shape[1]) * 2.0, length_scale_bounds=(1e-1, 1e3), nu=2.5) \
+            + WhiteKernel(1e-2, (1e-5, 1.0))
+        gp = GaussianProcessRegressor(kernel, alpha=noise / max(self.y_sd_, 1e-3) ** 2,
+                                      normalize_y=True, n_restarts_optimizer=1,
+                                      random_state=self.seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gp.fit(X, y)
+        return gp
+
+    def _forest(self, X, y):
+        from sklearn.ensemble import ExtraTreesRegressor
+        forest = ExtraTreesRegressor(n_estimators=100, min_samples_leaf=2,
+                                     random_state=self.seed, n_jobs=1)
+        forest.fit(X, y)
+        return forest
+
+    def predict_log(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation of log step time for encoded configs."""
+        X = np.asarray(X, dtype=float)
+        if self.model_ is None:
+            return np.full(len(X), self.y_mean_), np.full(len(X), 0.5)
+        if self.family == "gp":
+            mean, sd = self.model_.predict(X, return_std=True)
+            return mean, np.maximum(sd, 1e-3)
+        per_tree = np.stack([t.predict(X) for t in self.model_.estimators_])
+        return per_tree.mean(axis=0), np.maximum(per_tree.std(axis=0), 0.02)
+
+    def predict_step_time_s(self, X: np.ndarray) -> np.ndarray:
+        """Median predicted step time in seconds."""
+        return np.exp(self.predict_log(X)[0])
