@@ -150,7 +150,25 @@ def measure(workload: str, n_cells: int, repeats: int, n_validate: int, seed: in
             _progress(i, len(todo), t0, f"c{c:03d}/{r}", record)
             _clean(Path(workdir), record)
         validate(manifest, path, cells, n_validate, fp, Path(workdir), knob_names)
+    refresh_analytic(manifest, path, cells)
     return path
+
+
+def refresh_analytic(manifest, path: Path, cells) -> None:
+    """Rewrite every row's analytic estimate and patch ratio from the manifest as it is now
+    (a corrected formula must not leave stale priors in a table; the measurements stay)."""
+    import csv
+    rows = tables.read_rows(path)
+    for row in rows:
+        overrides, subset = cells[int(row["cell"][1:])]
+        resolved = knobs.resolve(manifest, SCALE, overrides)
+        row["analytic_peak_bytes"] = analytic_peak_bytes(manifest, resolved)
+        row["patch_mem_ratio"] = patch_mem_ratio(manifest, subset)
+    with open(path.with_suffix(".tmp"), "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(path.with_suffix(".tmp"), path)
 
 
 def validate(manifest, path, cells, n_validate, fp, workdir, knob_names) -> None:

@@ -6,10 +6,12 @@ the peak:
 
     log peak = offset + X @ beta + eps,   eps ~ N(0, sigma^2)
 
-``offset`` is the analytic estimate (runtime, parameters, gradients, optimizer state,
+``offset`` is the log of the analytic estimate (runtime, parameters, gradients, optimizer state,
 activations — the manifest's ``memory`` formula — times the patches' prior ratios), so the
-learned ``beta`` only corrects it, under a ridge prior; without an analytic estimate the offset
-is 0 and an intercept is learned. The likelihood is written once with ``scipy.special.log_ndtr``
+learned ``beta`` only corrects it, under a ridge prior. ``X`` also carries the centred offset
+itself, whose coefficient (prior mean 0, i.e. slope 1) lets the trials say that the formula
+over- or under-states how much the knobs move the peak (a runtime it does not know dilutes
+every effect); without an analytic estimate the offset is 0 and an intercept is learned. The likelihood is written once with ``scipy.special.log_ndtr``
 and minimised by L-BFGS-B with its analytic gradient; a Laplace approximation around the optimum
 gives the uncertainty of ``beta``, so an unseen combination gets an honest, wider ``P(OOM)``.
 ``timeout`` and ``crash`` trials carry no memory information and never enter.
@@ -40,10 +42,11 @@ class TobitMemoryModel:
     """
 
     def __init__(self, ridge: float = 10.0, sigma_prior: float = 0.05,
-                 intercept_ridge: float = 1.0):
+                 intercept_ridge: float = 1.0, slope_ridge: float = 4.0):
         self.ridge = ridge
         self.sigma_prior = sigma_prior
         self.intercept_ridge = intercept_ridge
+        self.slope_ridge = slope_ridge
 
     def __repr__(self) -> str:
         if not hasattr(self, "beta_"):
@@ -60,9 +63,12 @@ class TobitMemoryModel:
         cens = np.array([o.censored for o in observations], dtype=bool)
         offset = np.zeros(n) if offset_log is None else np.asarray(offset_log, dtype=float)
         self.has_offset_ = offset_log is not None
-        Z = np.hstack([np.ones((n, 1)), X])
+        self.offset_center_ = float(np.mean(offset)) if n else 0.0
+        Z = self._design(X, offset)
         precision = np.r_[self.intercept_ridge if self.has_offset_ else 1e-6,
                           np.full(X.shape[1], self.ridge)]
+        if self.has_offset_:
+            precision = np.r_[precision, self.slope_ridge]
         start = np.zeros(Z.shape[1] + 1)
         if not self.has_offset_ and n:
             start[0] = float(np.mean(y))
@@ -80,10 +86,19 @@ class TobitMemoryModel:
         self.cov_ = np.linalg.pinv(hessian)
         return self
 
+    def _design(self, X: np.ndarray, offset: np.ndarray) -> np.ndarray:
+        """[1, X] and, with an analytic estimate, its centred log as a last column."""
+        Z = np.hstack([np.ones((len(X), 1)), np.asarray(X, dtype=float)])
+        if self.has_offset_:
+            Z = np.hstack([Z, (offset - self.offset_center_)[:, None]])
+        return Z
+
     def predict_log(self, X: np.ndarray, offset_log: np.ndarray | None = None):
         """Mean and standard deviation of log peak bytes for encoded configs (noise included)."""
-        Z = np.hstack([np.ones((len(X), 1)), np.asarray(X, dtype=float)])
+        if (offset_log is None) == self.has_offset_:
+            raise ValueError("give the analytic offsets exactly when the model was fitted with them")
         offset = np.zeros(len(X)) if offset_log is None else np.asarray(offset_log, dtype=float)
+        Z = self._design(X, offset)
         mean = offset + Z @ self.beta_
         var_param = np.einsum("ij,jk,ik->i", Z, self.cov_, Z)
         return mean, np.sqrt(np.maximum(var_param, 0.0) + self.sigma_ ** 2)
