@@ -63,15 +63,15 @@ def _truth(value: KnobLevel) -> bool:
 
 
 def infer_dim(name: str, values: list[KnobLevel]) -> Dim:
-    """A knob's kind from the values it takes (strings read from a CSV included)."""
-    levels = sorted({str(v) for v in values}, key=str)
-    if all(str(v).lower() in ("true", "false") for v in levels):
-        return Dim(name, "bool", (False, True))
+    """A knob's kind from the values it takes (strings read from a CSV included); the levels
+    keep the values' own representation, so a level can be put back into a config."""
+    distinct = list(dict.fromkeys(values))
+    if all(str(v).lower() in ("true", "false") for v in distinct):
+        return Dim(name, "bool", tuple(sorted(distinct, key=_truth)))
     try:
-        numbers = sorted({float(v) for v in levels})
-        return Dim(name, "num", tuple(numbers))
-    except ValueError:
-        return Dim(name, "cat", tuple(levels))
+        return Dim(name, "num", tuple(sorted(distinct, key=float)))
+    except (TypeError, ValueError):
+        return Dim(name, "cat", tuple(sorted(distinct, key=str)))
 
 
 @dataclass
@@ -125,6 +125,20 @@ class Space:
             row += [1.0 if p in config.patches else 0.0 for p in self.patches]
             rows[i] = row
         return (rows - self._mean) / self._scale
+
+
+def single_threaded(fn):
+    """Run ``fn`` with one BLAS thread: the models' matrices are small, and a second thread
+    only spins against the trial running beside the search (measured: 12 ms vs 300 ms a fit)."""
+    import functools
+
+    from threadpoolctl import threadpool_limits
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with threadpool_limits(1):
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 def _level_columns(dim: Dim) -> list[np.ndarray]:

@@ -17,6 +17,8 @@ import warnings
 
 import numpy as np
 
+from infrarsi.run.space import single_threaded
+
 FAMILIES = ("gp", "forest")
 
 
@@ -33,6 +35,7 @@ class StepTimeModel:
         fitted = f"n={self.n_obs_}" if hasattr(self, "n_obs_") else "unfitted"
         return f"StepTimeModel({self.family}, {fitted})"
 
+    @single_threaded
     def fit(self, X: np.ndarray, step_time_s: np.ndarray,
             noise_var_log: np.ndarray | None = None) -> "StepTimeModel":
         """Fit on encoded configs and measured step times; ``noise_var_log`` per trial."""
@@ -56,7 +59,7 @@ class StepTimeModel:
             length_scale=np.ones(X.shape[1]) * 2.0, length_scale_bounds=(1e-1, 1e3), nu=2.5) \
             + WhiteKernel(1e-2, (1e-5, 1.0))
         gp = GaussianProcessRegressor(kernel, alpha=noise / max(self.y_sd_, 1e-3) ** 2,
-                                      normalize_y=True, n_restarts_optimizer=1,
+                                      normalize_y=True, n_restarts_optimizer=0,
                                       random_state=self.seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -70,6 +73,7 @@ class StepTimeModel:
         forest.fit(X, y)
         return forest
 
+    @single_threaded
     def predict_log(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation of log step time for encoded configs."""
         X = np.asarray(X, dtype=float)

@@ -1,0 +1,215 @@
+"""The InfraRSI searcher: global models, constrained expected improvement, pairing.
+
+- **Multi-seed start**: the baseline, the Doctor's suggestions, and the candidates the priors
+  (patch metadata, later the bank) expect fastest among those the analytic memory estimate
+  says fit — kept diverse (each differs from the others in several knobs or patches).
+- **Each step** fits the censored memory model and the step-time model on every trial so far
+  and proposes the untried candidate maximising ``log EI + log P(fits)``, per unit of expected
+  cost when costs differ by more than 2x. EI is taken against the incumbent: the best posterior
+  mean among the configs that ran, not the luckiest measurement.
+- **Pairing**: when the candidate with the highest EI is likely to run out of memory, its
+  memory-saving variants (checkpointing on, a smaller micro-batch with more accumulation, a
+  memory patch added) that the memory model expects to fit are proposed in its place.
+- **Stops** when no untried candidate is expected to improve by the minimum detectable effect.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import special
+
+from infrarsi.run.cost import TrialCostModel
+from infrarsi.run.memory import MemoryObservation, TobitMemoryModel
+from infrarsi.run.problem import Outcome, Problem
+from infrarsi.run.searchers import Searcher
+from infrarsi.run.space import Config
+from infrarsi.run.steptime import StepTimeModel
+
+N_SEEDS = 3
+P_OOM_MAX = 0.5
+PAIR_RISK = 0.5
+PAIR_SAFE = 0.2
+
+
+class InfraRSISearcher(Searcher):
+    """Model-based joint search over knobs and patches with a censored memory model."""
+    name = "infrarsi"
+
+    def __init__(self, problem: Problem, seed: int = 0, family: str = "gp"):
+        super().__init__(problem, seed)
+        self.family = family
+        self.start = self._initial_design()
+        self.last: dict | None = None  # the models' predictions for the last proposal
+        self.paired = 0
+        self._cache = None
+
+    # -- the start ------------------------------------------------------------------------
+    def _initial_design(self) -> list[Config]:
+        p = self.problem
+        design = [p.baseline] + [s for s in p.seeds if s in p.index]
+        fits = np.ones(len(p.candidates), dtype=bool)
+        if p.offsets is not None and p.capacity_bytes:
+            fits = p.offsets <= math.log(p.capacity_bytes) - 0.05
+        prior = p.prior_log_speed(p.candidates) if p.prior_log_speed else \
+            self.rng.normal(size=len(p.candidates))
+        for i in np.argsort(np.where(fits, prior, np.inf)):
+            if len(design) >= N_SEEDS + len(p.seeds) or not fits[i]:
+                break
+            c = p.candidates[i]
+            if all(_distance(c, d) >= 3 for d in design):
+                design.append(c)
+        return list(dict.fromkeys(design))
+
+    # -- the models ------------------------------------------------------------------------
+    def _fit(self):
+        p = self.problem
+        idx = [p.index[c] for c, _ in self.history]
+        outs = [o for _, o in self.history]
+        mem_rows = [(i, o) for i, o in zip(idx, outs)
+                    if (o.status == "ok" and o.peak_bytes) or (o.status == "oom" and o.cap_bytes)]
+        memory = TobitMemoryModel().fit(
+            p.X[[i for i, _ in mem_rows]],
+            [MemoryObservation(o.peak_bytes if o.status == "ok" else o.cap_bytes,
+                               o.status == "oom") for _, o in mem_rows],
+            None if p.offsets is None else p.offsets[[i for i, _ in mem_rows]])
+        ok = [(i, o) for i, o in zip(idx, outs) if o.status == "ok"]
+        prior = p.prior_log_speed(p.candidates) if p.prior_log_speed else np.zeros(len(p.X))
+        y = np.array([math.log(o.step_time_s) for _, o in ok]) - prior[[i for i, _ in ok]]
+        noise = np.array([o.noise_var_log or 1e-4 for _, o in ok])
+        time_model = StepTimeModel(self.family, seed=int(self.rng.integers(1 << 30))).fit(
+            p.X[[i for i, _ in ok]], np.exp(y), noise)
+        costs = TrialCostModel().fit(p.X[idx], np.array([o.cost_s for o in outs]),
+                                     np.array([o.status == "oom" for o in outs]))
+        return memory, time_model, prior, costs, ok
+
+    def _predict(self):
+        """Per candidate: log step-time mean and sd, P(OOM), expected cost; and the incumbent
+        (fitted once per new trial)."""
+        if self._cache is None or self._cache[0] != len(self.history):
+            self._cache = (len(self.history), self._predict_now())
+        return self._cache[1]
+
+    def _predict_now(self):
+        p = self.problem
+        memory, time_model, prior, costs, ok = self._fit()
+        mu, sd = time_model.predict_log(p.X)
+        mu = mu + prior
+        p_oom = memory.p_oom(p.X, p.capacity_bytes, p.offsets) if p.capacity_bytes else \
+            np.zeros(len(mu))
+        for c, o in self.history:  # what ran is known: an OOM stays an OOM at this capacity
+            if o.status in ("oom", "crash", "timeout", "invalid"):
+                p_oom[p.index[c]] = 1.0
+        ran_ok = [i for i, _ in ok]
+        incumbent = min(ran_ok, key=lambda i: mu[i]) if ran_ok else None
+        return mu, sd, p_oom, costs.predict_cost_s(p.X, p_oom), incumbent
+
+    # -- proposing ---------------------------------------------------------------------------
+    def ask(self) -> Config | None:
+        for c in self.start:
+            if c not in self.tried:
+                return c
+        batch = self.ask_batch(1)
+        return batch[0] if batch else None
+
+    def ask_batch(self, k: int) -> list[Config]:
+        """Up to ``k`` untried configs; a batch keeps diverse by penalising the neighbours
+        (one change away) of those already chosen (local penalisation)."""
+        p = self.problem
+        untried = np.array([c not in self.tried for c in p.candidates])
+        if not untried.any():
+            return []
+        mu, sd, p_oom, cost, incumbent = self._predict()
+        best = mu[incumbent] if incumbent is not None else np.min(mu)
+        log_ei = _log_ei(best, mu, sd)
+        log_fit = np.log(np.clip(1 - p_oom, 1e-12, 1.0))
+        acq = log_ei + log_fit
+        if cost[untried].max() > 2 * cost[untried].min():
+            acq = acq - np.log(cost)
+        allowed = untried & (p_oom <= P_OOM_MAX)
+        if not allowed.any():
+            allowed = untried
+        chosen: list[int] = []
+        for _ in range(k):
+            score = np.where(allowed, acq, -np.inf)
+            for j in chosen:
+                near = np.array([_distance(c, p.candidates[j]) <= 1 for c in p.candidates])
+                score = np.where(near, score - 2.0, score)
+                score[j] = -np.inf
+            if not np.isfinite(score).any():
+                break
+            pick = int(np.argmax(score))
+            pick = self._pair(pick, log_ei, p_oom, acq, untried, chosen)
+            chosen.append(pick)
+        self.last = {"step_time_s": float(np.exp(mu[chosen[0]])), "p_oom": float(p_oom[chosen[0]]),
+                     "expected_improvement": float(np.exp(log_ei[chosen[0]]))} if chosen else None
+        self._expected_gain = float(np.max(np.where(untried, np.exp(log_ei) * (1 - p_oom), 0)))
+        return [p.candidates[j] for j in chosen]
+
+    def _pair(self, pick, log_ei, p_oom, acq, untried, chosen) -> int:
+        """Swap in a memory-saving variant of the highest-EI candidate when that one is
+        likely to run out of memory and the variant is expected to fit."""
+        p = self.problem
+        risky = int(np.argmax(np.where(untried, log_ei, -np.inf)))
+        if p_oom[risky] <= PAIR_RISK or log_ei[risky] < log_ei[pick] + math.log(2):
+            return pick
+        variants = [p.index[v] for v in self._savers(p.candidates[risky])
+                    if v in p.index and untried[p.index[v]] and p.index[v] not in chosen]
+        safe = [j for j in variants if p_oom[j] <= PAIR_SAFE and acq[j] >= acq[pick] - math.log(4)]
+        if not safe:
+            return pick
+        self.paired += 1
+        return max(safe, key=lambda j: acq[j])
+
+    def _savers(self, config: Config) -> list[Config]:
+        """The config with each memory saver applied: checkpointing on, a smaller
+        micro-batch, a memory patch added (the knobs that derive from them follow)."""
+        s, knobs, out = self.problem.savers, config.knob_dict, []
+        for c in self.problem.candidates:
+            ck = c.knob_dict
+            diff = {k for k in knobs if str(ck.get(k)) != str(knobs[k])}
+            added = c.patches - config.patches
+            if c.patches < config.patches:
+                continue
+            if s.checkpointing and diff == {s.checkpointing} and not added and \
+                    str(ck[s.checkpointing]).lower() in ("true", "1"):
+                out.append(c)
+            elif s.micro_batch and s.micro_batch in diff and not added and \
+                    float(ck[s.micro_batch]) < float(knobs[s.micro_batch]) and \
+                    len(diff - set(s.follows)) <= 1:
+                out.append(c)
+            elif not diff and added and added <= set(s.patches):
+                out.append(c)
+        return out
+
+    def recommend(self) -> Config | None:
+        """The tried feasible config with the best posterior mean step time."""
+        if not any(o.status == "ok" for _, o in self.history):
+            return None
+        mu, _, _, _, incumbent = self._predict()
+        return self.problem.candidates[incumbent]
+
+    def should_stop(self) -> bool:
+        if super().should_stop():
+            return True
+        if any(c not in self.tried for c in self.start) or len(self.history) < 8:
+            return False
+        return getattr(self, "_expected_gain", 1.0) < self.problem.min_effect
+
+
+def _log_ei(best: float, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """log expected improvement below ``best`` (minimisation), stable far in the tail."""
+    z = (best - mu) / sd
+    # EI = sd * (z * Phi(z) + phi(z)); for z << 0 use the asymptotic log phi(z) - log(z^2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        direct = np.log(np.maximum(z * special.ndtr(z) + np.exp(-0.5 * z * z) / math.sqrt(
+            2 * math.pi), 1e-300))
+        tail = -0.5 * z * z - 0.5 * math.log(2 * math.pi) - np.log(np.maximum(z * z, 1e-300))
+    return np.log(sd) + np.where(z > -5, direct, tail)
+
+
+def _distance(a: Config, b: Config) -> int:
+    ak, bk = a.knob_dict, b.knob_dict
+    return sum(str(ak.get(k)) != str(v) for k, v in bk.items()) + len(a.patches ^ b.patches)
+

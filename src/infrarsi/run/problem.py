@@ -1,0 +1,80 @@
+"""What every searcher is given and told: the problem (a finite candidate set with its priors and
+capacity) and the outcome of each trial. Shared by real runs and by table replays alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from infrarsi.run.space import Config, Space
+
+STATUSES = ("ok", "oom", "timeout", "crash", "invalid")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one trial of a config showed. ``peak_bytes`` is the largest per-rank peak when
+    known; an ``oom`` trial carries the capacity it exceeded in ``cap_bytes`` (right-censored)."""
+    status: str
+    step_time_s: float | None = None
+    peak_bytes: float | None = None
+    cost_s: float = 0.0
+    cap_bytes: float | None = None
+    noise_var_log: float | None = None
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"outcome status {self.status!r}: one of {STATUSES}")
+        if self.status == "ok" and self.step_time_s is None:
+            raise ValueError("an ok outcome needs its step_time_s")
+
+
+@dataclass
+class MemorySavers:
+    """How to make a config need less memory at the same global batch: the knobs that do it
+    and the catalog patches whose role is ``memory_saver``; ``follows``: knobs that change with
+    the micro-batch at a fixed global batch (the accumulation steps)."""
+    checkpointing: str | None = None
+    micro_batch: str | None = None
+    patches: tuple[str, ...] = ()
+    follows: tuple[str, ...] = ()
+
+
+@dataclass
+class Problem:
+    """A search problem: the candidates (every valid config), how to encode them, the per-rank
+    capacity, the baseline, and the priors a model-based searcher may use."""
+    candidates: list[Config]
+    space: Space
+    baseline: Config
+    capacity_bytes: float | None = None
+    analytic_log_peak: Callable[[list[Config]], np.ndarray | None] | None = None
+    prior_log_speed: Callable[[list[Config]], np.ndarray] | None = None
+    seeds: list[Config] = field(default_factory=list)
+    savers: MemorySavers = field(default_factory=MemorySavers)
+    min_effect: float = 0.02
+
+    def __post_init__(self):
+        if self.baseline not in set(self.candidates):
+            self.candidates = [self.baseline] + list(self.candidates)
+        self.index = {c: i for i, c in enumerate(self.candidates)}
+        self.X = self.space.encode(self.candidates)
+        self.offsets = self.analytic_log_peak(self.candidates) if self.analytic_log_peak else None
+
+    def nearest(self, target: Config, exclude: set[Config], rng) -> Config | None:
+        """The candidate that differs from ``target`` in fewest knobs and patches, not excluded
+        (ties broken at random): how a peer's proposal lands on a config that can run."""
+        best, best_d = [], None
+        tk = target.knob_dict
+        for c in self.candidates:
+            if c in exclude:
+                continue
+            ck = c.knob_dict
+            d = sum(ck.get(k) != v for k, v in tk.items()) + len(c.patches ^ target.patches)
+            if best_d is None or d < best_d:
+                best, best_d = [c], d
+            elif d == best_d:
+                best.append(c)
+        return best[int(rng.integers(len(best)))] if best else None

@@ -1,0 +1,51 @@
+"""The store's tables (SQLAlchemy): runs, and the trials each run proposed — with the models'
+predictions at proposal time beside what was measured. Changed only through a migration."""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every table of the store."""
+
+
+class RunRow(Base):
+    """One search: its contract, searcher, budget and where it stands."""
+    __tablename__ = "runs"
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_unix_s: Mapped[float] = mapped_column(Float)
+    workload: Mapped[str] = mapped_column(String(128))
+    scale: Mapped[str] = mapped_column(String(64))
+    contract_hash: Mapped[str] = mapped_column(String(64))
+    contract_json: Mapped[dict] = mapped_column(JSON)
+    searcher: Mapped[str] = mapped_column(String(32))
+    seed: Mapped[int] = mapped_column(Integer)
+    budget_trials: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    budget_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    capacity_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    status: Mapped[str] = mapped_column(String(16))  # running, finished, stopped
+    stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class TrialRow(Base):
+    """One proposed trial: ``running`` when launched, final when it ended; ``interrupted``
+    when the run was killed while it ran (it is then proposed again)."""
+    __tablename__ = "trials"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    config_json: Mapped[dict] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))
+    trial_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    predicted_step_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    predicted_p_oom: Mapped[float | None] = mapped_column(Float, nullable=True)
+    predicted_peak_bytes: Mapped[float | None] = mapped_column(Float, nullable=True)
+    step_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    peak_mem_bytes: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cost_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    started_unix_s: Mapped[float] = mapped_column(Float)
+    ended_unix_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    record_json: Mapped[dict | None] = mapped_column(JSON, nullable=True)
