@@ -223,10 +223,25 @@ def doctor(
     run_doctor_command(contract, repeats, workdir, as_json, out, err, calibrate)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def run() -> None:
-    """Stage 3: search knobs and patches with the step-time and memory models (not built yet)."""
-    _not_built("run", "the Run stage")
+@app.command()
+def run(
+    contract: Optional[Path] = typer.Argument(None, help="contract.yaml (from init, doctored)"),
+    budget: Optional[int] = typer.Option(None, "--budget", min=1, help="trials to run"),
+    budget_s: Optional[float] = typer.Option(None, "--budget-s", min=1,
+                                             help="wall seconds to spend"),
+    searcher: str = typer.Option("infrarsi", help="infrarsi, random, greedy, tpe, gp or grid"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in RUN_DIR"),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="where the run lives "
+                                           "(default .infrarsi/runs/<contract>)"),
+    store: Optional[str] = typer.Option(None, "--store", help="a SQLAlchemy URL (default: "
+                                        "SQLite in the run directory)"),
+    seed: int = typer.Option(0, help="the searcher's random seed"),
+    as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
+) -> None:
+    """Stage 3: search knobs and patches together with the step-time and memory models."""
+    from infrarsi.run.cli import run_command
+    run_command(contract, budget, budget_s, searcher, resume, run_dir, store, seed, as_json,
+                out, err)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

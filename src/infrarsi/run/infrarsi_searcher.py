@@ -103,15 +103,26 @@ class InfraRSISearcher(Searcher):
                 p_oom[p.index[c]] = 1.0
         ran_ok = [i for i, _ in ok]
         incumbent = min(ran_ok, key=lambda i: mu[i]) if ran_ok else None
+        self._peak = memory.predict_peak_bytes(p.X, p.offsets) \
+            if (memory.n_obs_ or p.offsets is not None) else None
         return mu, sd, p_oom, costs.predict_cost_s(p.X, p_oom), incumbent
 
     # -- proposing ---------------------------------------------------------------------------
     def ask(self) -> Config | None:
         for c in self.start:
             if c not in self.tried:
+                self.last = self._describe(self.problem.index[c])
                 return c
         batch = self.ask_batch(1)
         return batch[0] if batch else None
+
+    def _describe(self, i: int) -> dict | None:
+        """The models' predictions for candidate ``i`` (None before any trial)."""
+        if not self.history:
+            return None
+        mu, sd, p_oom, _, _ = self._predict()
+        peak = None if self._peak is None else float(self._peak[i])
+        return {"step_time_s": float(np.exp(mu[i])), "p_oom": float(p_oom[i]), "peak_bytes": peak}
 
     def ask_batch(self, k: int) -> list[Config]:
         """Up to ``k`` untried configs; a batch keeps diverse by penalising the neighbours
@@ -142,8 +153,7 @@ class InfraRSISearcher(Searcher):
             pick = int(np.argmax(score))
             pick = self._pair(pick, log_ei, p_oom, acq, untried, chosen)
             chosen.append(pick)
-        self.last = {"step_time_s": float(np.exp(mu[chosen[0]])), "p_oom": float(p_oom[chosen[0]]),
-                     "expected_improvement": float(np.exp(log_ei[chosen[0]]))} if chosen else None
+        self.last = self._describe(chosen[0]) if chosen else None
         self._expected_gain = float(np.max(np.where(untried, np.exp(log_ei) * (1 - p_oom), 0)))
         return [p.candidates[j] for j in chosen]
 

@@ -127,6 +127,20 @@ class Store:
             row.peak_mem_bytes, row.cost_s, row.error = peak_mem_bytes, cost_s, error
             row.record_json, row.ended_unix_s = record, time.time()
 
+    def restart_trial(self, row_id: int, predictions: dict | None = None) -> None:
+        """An interrupted trial launched again: the same row, ``running`` once more (so the
+        store keeps each proposed trial exactly once)."""
+        p = predictions or {}
+        with Session(self.engine) as s, s.begin():
+            row = s.get(TrialRow, row_id)
+            if row.status != "interrupted":
+                raise ValueError(f"trial row {row_id} is {row.status}, not interrupted")
+            row.status, row.error, row.ended_unix_s = "running", None, None
+            row.started_unix_s = time.time()
+            row.predicted_step_time_s = p.get("step_time_s", row.predicted_step_time_s)
+            row.predicted_p_oom = p.get("p_oom", row.predicted_p_oom)
+            row.predicted_peak_bytes = p.get("peak_bytes", row.predicted_peak_bytes)
+
     def trials(self, run_id: str) -> list[StoredTrial]:
         """Every trial of a run in the order proposed."""
         with Session(self.engine) as s:

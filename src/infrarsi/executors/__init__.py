@@ -1,0 +1,117 @@
+"""Executors run trials: submit a request, poll for its record, cancel it.
+
+A ``TrialRequest`` is plain data (JSON-serialisable, paths relative to the executor's workspace
+root, or bundled workload names), so the same request can later travel to a Ray worker. The
+``LocalExecutor`` runs one timed trial at a time on this machine: co-located trials disturb each
+other's timing, so a second submission waits for the first to end.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from infrarsi.trial import TrialRecord, prepare, run_trial
+from infrarsi.workloads import find
+
+
+class TrialCancelled(RuntimeError):
+    """Polled a trial that was cancelled before it started."""
+
+
+class TrialRequest(BaseModel):
+    """One trial to run, as data: what any executor needs and nothing local to one machine."""
+    workload: str = Field(description="a bundled workload name or a manifest path relative "
+                                      "to the workspace root")
+    scale: str
+    knobs: dict
+    patches: list[str] = Field([], description="catalog ids or diff paths (relative)")
+    mem_cap_bytes: int | None = None
+    timeout_s: float | None = None
+    contract_hash: str | None = None
+    workdir: str = Field("trials", description="where trial folders go, relative to the root")
+
+
+class Executor:
+    """submit / poll / cancel; subclasses decide where trials run."""
+
+    def submit(self, request: TrialRequest) -> str:
+        """Queue a trial; returns a handle."""
+        raise NotImplementedError
+
+    def poll(self, handle: str) -> TrialRecord | None:
+        """The trial's record once it ended, None while it is queued or running."""
+        raise NotImplementedError
+
+    def cancel(self, handle: str) -> bool:
+        """Drop a trial that has not started (True); a started one runs to its end (False)."""
+        raise NotImplementedError
+
+    def wait(self, handle: str, poll_s: float = 0.2) -> TrialRecord:
+        """Block until the trial ends."""
+        import time
+        while True:
+            record = self.poll(handle)
+            if record is not None:
+                return record
+            time.sleep(poll_s)
+
+
+class LocalExecutor(Executor):
+    """Runs trials on this machine, one at a time, in submission order."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+        self._lock = threading.Lock()  # one timed trial at a time
+        self._jobs: dict[str, dict] = {}
+        self._next = 0
+
+    def resolve(self, request: TrialRequest):
+        """The prepared trial spec of a request (AssignmentError / PatchRefused when invalid)."""
+        workload = request.workload
+        path = self.root / workload
+        manifest = find(str(path) if path.exists() else workload)
+        patches = [str(self.root / p) if (self.root / p).is_file() else p
+                   for p in request.patches]
+        return prepare(manifest, request.scale, request.knobs, patches,
+                       mem_cap_bytes=request.mem_cap_bytes, timeout_s=request.timeout_s,
+                       contract_hash=request.contract_hash)
+
+    def submit(self, request: TrialRequest) -> str:
+        spec = self.resolve(request)  # a bad request fails here, in the caller
+        handle = f"local-{self._next}"
+        self._next += 1
+        job = {"record": None, "error": None, "cancelled": False, "started": False}
+        self._jobs[handle] = job
+        workdir = self.root / request.workdir
+        thread = threading.Thread(target=self._run, args=(job, spec, workdir), daemon=True)
+        job["thread"] = thread
+        thread.start()
+        return handle
+
+    def _run(self, job: dict, spec, workdir: Path) -> None:
+        with self._lock:
+            if job["cancelled"]:
+                return
+            job["started"] = True
+            try:
+                job["record"] = run_trial(spec, workdir)
+            except BaseException as exc:  # surfaced by poll, never lost in the thread
+                job["error"] = exc
+
+    def poll(self, handle: str) -> TrialRecord | None:
+        job = self._jobs[handle]
+        if job["error"] is not None:
+            raise job["error"]
+        if job["cancelled"]:
+            raise TrialCancelled(f"trial {handle} was cancelled before it started")
+        return job["record"]
+
+    def cancel(self, handle: str) -> bool:
+        job = self._jobs[handle]
+        if job["started"]:
+            return False
+        job["cancelled"] = True
+        return True

@@ -1,0 +1,233 @@
+"""The run loop: the searcher asks, an executor runs, the store keeps every trial, the models
+refit — until the budget is spent or the searcher expects nothing more worth a trial.
+
+A run lives in a run directory: ``run.json`` (its id and store URL) and, by default, the
+SQLite store ``run.sqlite``. Killed at any point, it resumes with ``resume=True``: finished
+trials are told to a fresh searcher in order, and a trial left ``running`` is marked
+``interrupted`` and proposed again first.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from pydantic import BaseModel
+
+from infrarsi.contract import Contract
+from infrarsi.executors import Executor, LocalExecutor, TrialRequest
+from infrarsi.run import searchers as registry
+from infrarsi.run.problem import Outcome, Problem
+from infrarsi.run.problem_build import build_problem
+from infrarsi.run.space import Config
+from infrarsi.store import Store, StoredRun, StoredTrial, sqlite_url
+from infrarsi.trial import TrialRecord
+
+
+class RunError(ValueError):
+    """A run that cannot start or resume, with the reason and the fix."""
+
+
+class Best(BaseModel):
+    """The recommended config of a run."""
+    knobs: dict
+    patches: list[str]
+    step_time_s: float | None
+
+
+class RunResult(BaseModel):
+    """What a run did: where it lives, how many trials, and what it recommends."""
+    run_dir: str
+    run_id: str
+    searcher: str
+    trials: int
+    oom_trials: int
+    interrupted_requeued: int = 0
+    stop_reason: str
+    best: Best | None
+    baseline_step_time_s: float | None = None
+
+
+def outcome_of(record: TrialRecord, capacity: int | None) -> Outcome:
+    """What a trial record tells a searcher: the ranking step time (the harness's clock when
+    it has one), the largest per-rank peak, the cost, and the trial's own noise."""
+    m = record.metrics
+    if record.status.value != "ok" or m is None:
+        status = record.status.value
+        return Outcome(status, cost_s=record.cost_s,
+                       cap_bytes=record.mem_cap_bytes or capacity if status == "oom" else None)
+    step = m.harness_step_time_s or m.step_time_s
+    steady = max(1, m.steps - m.warmup_steps)
+    return Outcome("ok", step_time_s=step, peak_bytes=m.max_peak_mem_bytes, cost_s=record.cost_s,
+                   noise_var_log=(m.step_time_cv ** 2) / steady)
+
+
+def config_json(config: Config) -> dict:
+    """A config as stored: knobs and sorted patches."""
+    return {"knobs": config.knob_dict, "patches": sorted(config.patches)}
+
+
+def _config_from(data: dict) -> Config:
+    return Config.of(data["knobs"], data["patches"])
+
+
+class RunLoop:
+    """One run of one searcher on one contract, recorded in a store."""
+
+    def __init__(self, contract: Contract, run_dir: Path, searcher: str = "infrarsi",
+                 budget_trials: int | None = None, budget_s: float | None = None,
+                 store_url: str | None = None, executor: Executor | None = None,
+                 seed: int = 0, doctor_report: dict | None = None,
+                 on_event: Callable[[str, dict], None] | None = None):
+        if searcher not in registry.SEARCHERS:
+            raise RunError(f"searcher {searcher!r}: choose one of {registry.SEARCHERS}")
+        if budget_trials is None and budget_s is None:
+            budget_trials = contract.budget.trials or 20
+            budget_s = contract.budget.wall_time_s
+        self.contract, self.run_dir = contract, Path(run_dir).resolve()
+        self.searcher_name, self.seed = searcher, seed
+        self.budget_trials, self.budget_s = budget_trials, budget_s
+        self.store_url = store_url or sqlite_url(self.run_dir)
+        self.executor = executor or LocalExecutor(self.run_dir)
+        self.doctor_report = doctor_report
+        self.on_event = on_event or (lambda kind, data: None)
+        self.manifest = contract.manifest()
+
+    # -- set-up ----------------------------------------------------------------------------
+    def _problem(self) -> Problem:
+        return build_problem(self.manifest, self.contract.scale, self.contract.mem_cap_bytes,
+                             self.doctor_report, self.contract.noise.min_detectable_effect,
+                             self.seed)
+
+    def start(self) -> RunResult:
+        """A new run in ``run_dir`` (which must not hold one)."""
+        if (self.run_dir / "run.json").exists():
+            raise RunError(f"{self.run_dir} already holds a run: resume it with --resume "
+                           f"{self.run_dir}, or give another run directory")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        run_id = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        store = Store(self.store_url)
+        store.create_run(StoredRun(
+            run_id=run_id, created_unix_s=time.time(), workload=self.manifest.name,
+            scale=self.contract.scale, contract_hash=self.contract.contract_hash,
+            contract_json=self.contract.model_dump(mode="json"), searcher=self.searcher_name,
+            seed=self.seed, budget_trials=self.budget_trials, budget_s=self.budget_s,
+            capacity_bytes=self.contract.mem_cap_bytes, status="running"))
+        (self.run_dir / "run.json").write_text(json.dumps(
+            {"run_id": run_id, "store_url": self.store_url}, indent=2))
+        return self._loop(store, run_id, [])
+
+    @classmethod
+    def resume(cls, run_dir: Path, contract: Contract | None = None, **options) -> RunResult:
+        """Continue the run in ``run_dir`` where it stopped."""
+        info_path = Path(run_dir) / "run.json"
+        if not info_path.exists():
+            raise RunError(f"{run_dir} holds no run (no run.json): start one with "
+                           "`infrarsi run CONTRACT --run-dir DIR`")
+        info = json.loads(info_path.read_text())
+        store = Store(info["store_url"])
+        run = store.run(info["run_id"])
+        stored = Contract.model_validate(run.contract_json)
+        if contract is not None and contract.contract_hash != stored.contract_hash:
+            raise RunError(f"the run was made for contract {stored.contract_hash[:12]}, not "
+                           f"{contract.contract_hash[:12]}: resume it without a contract, or "
+                           "start a new run")
+        loop = cls(stored, Path(run_dir), run.searcher, run.budget_trials, run.budget_s,
+                   info["store_url"], seed=run.seed, **options)
+        requeue = store.interrupt_running(run.run_id)
+        store.set_run_status(run.run_id, "running")
+        return loop._loop(store, run.run_id, requeue)
+
+    # -- the loop --------------------------------------------------------------------------
+    def _loop(self, store: Store, run_id: str, requeue: list[StoredTrial]) -> RunResult:
+        problem = self._problem()
+        searcher = registry.make(self.searcher_name, problem, self.seed)
+        finished = [t for t in store.trials(run_id) if t.status not in ("running", "interrupted")]
+        for trial in finished:  # a resumed run: its searcher learns everything measured so far
+            config = _config_from(trial.config_json)
+            if config in problem.index:
+                searcher.tell(config, _outcome_of_stored(trial, problem.capacity_bytes))
+        queue = [(_config_from(t.config_json), t) for t in requeue
+                 if _config_from(t.config_json) not in searcher.tried]
+        seq = max((t.seq for t in store.trials(run_id)), default=-1) + 1
+        spent_s = sum(t.cost_s or 0.0 for t in finished)
+        count, t0 = len(finished), time.monotonic()
+        self.on_event("start", {"run_id": run_id, "run_dir": str(self.run_dir),
+                                "resumed": len(finished), "requeued": len(queue),
+                                "candidates": len(problem.candidates)})
+        reason = "budget spent"
+        while True:
+            if self.budget_trials is not None and count >= self.budget_trials:
+                break
+            if self.budget_s is not None and spent_s + (time.monotonic() - t0) >= self.budget_s:
+                reason = "time budget spent"
+                break
+            config, again = queue.pop(0) if queue else (None, None)
+            if config is None:
+                if searcher.should_stop() and count >= 3:
+                    reason = "the models expect no gain above the minimum detectable effect"
+                    break
+                config = searcher.ask()
+            if config is None:
+                reason = "every candidate was tried"
+                break
+            predictions = _predictions(searcher) if again is None else None
+            if again is not None:
+                store.restart_trial(again.id)
+                row, this_seq = again.id, again.seq
+            else:
+                row, this_seq = store.start_trial(run_id, seq, config_json(config),
+                                                  predictions), seq
+                seq += 1
+            self.on_event("launch", {"seq": this_seq, "config": config, "predicted": predictions})
+            record = self._run_one(config)
+            outcome = outcome_of(record, problem.capacity_bytes)
+            store.finish_trial(row, outcome.status, trial_id=record.trial_id,
+                               step_time_s=outcome.step_time_s,
+                               peak_mem_bytes=outcome.peak_bytes, cost_s=record.cost_s,
+                               error=record.error, record=record.model_dump(mode="json"))
+            searcher.tell(config, outcome)
+            count, spent_s = count + 1, spent_s + record.cost_s
+            self.on_event("end", {"seq": this_seq, "config": config, "outcome": outcome,
+                                  "predicted": predictions, "best": searcher.recommend()})
+        store.set_run_status(run_id, "finished", reason)
+        return self._result(store, run_id, searcher, reason, len(requeue))
+
+    def _run_one(self, config: Config) -> TrialRecord:
+        request = TrialRequest(
+            workload=self.contract.workload_path or self.contract.workload,
+            scale=self.contract.scale, knobs=config.knob_dict, patches=sorted(config.patches),
+            mem_cap_bytes=self.contract.mem_cap_bytes, contract_hash=self.contract.contract_hash)
+        return self.executor.wait(self.executor.submit(request))
+
+    def _result(self, store, run_id, searcher, reason, requeued) -> RunResult:
+        trials = [t for t in store.trials(run_id) if t.status not in ("running", "interrupted")]
+        best = searcher.recommend()
+        best_row = None
+        if best is not None:
+            rows = [t for t in trials if _config_from(t.config_json) == best and
+                    t.status == "ok"]
+            best_row = Best(knobs=best.knob_dict, patches=sorted(best.patches),
+                            step_time_s=min(r.step_time_s for r in rows) if rows else None)
+        base = [t.step_time_s for t in trials if t.status == "ok" and
+                _config_from(t.config_json) == searcher.problem.baseline]
+        return RunResult(run_dir=str(self.run_dir), run_id=run_id, searcher=self.searcher_name,
+                         trials=len(trials), oom_trials=sum(t.status == "oom" for t in trials),
+                         interrupted_requeued=requeued, stop_reason=reason, best=best_row,
+                         baseline_step_time_s=min(base) if base else None)
+
+
+def _outcome_of_stored(trial: StoredTrial, capacity: int | None) -> Outcome:
+    if trial.record_json is not None:
+        return outcome_of(TrialRecord.model_validate(trial.record_json), capacity)
+    return Outcome(trial.status, step_time_s=trial.step_time_s, peak_bytes=trial.peak_mem_bytes,
+                   cost_s=trial.cost_s or 0.0, cap_bytes=capacity if trial.status == "oom"
+                   else None)
+
+
+def _predictions(searcher) -> dict | None:
+    last = getattr(searcher, "last", None)
+    return dict(last) if last else None

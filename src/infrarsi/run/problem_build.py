@@ -1,0 +1,128 @@
+"""From a contract's workload to a search problem: the candidate configs, their encoding, the
+analytic memory estimate and the priors (patch metadata, the Doctor's findings)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+
+import numpy as np
+
+from infrarsi.run.problem import MemorySavers, Problem
+from infrarsi.run.space import Config, Space
+from infrarsi.workloads import expr, knobs
+from infrarsi.workloads.knobs import AssignmentError
+
+MAX_RANDOM = 3000
+
+
+def free_levels(manifest, cores: int | None = None) -> dict[str, list]:
+    """The values each knob the search sets may take: derived knobs follow the others; ranks
+    and threads stay within this host's cores (more only oversubscribes them)."""
+    cores = cores or os.cpu_count() or 1
+    out = {}
+    for knob in manifest.knobs:
+        if knob.derive is not None and knob.role == "grad_accum":
+            continue
+        values = list(knob.values) if knob.values else [False, True]
+        if knob.role in ("ranks", "threads"):
+            values = [v for v in values if v <= cores] or values[:1]
+        out[knob.name] = values
+    return out
+
+
+def patch_sets(manifest) -> list[frozenset[str]]:
+    """Every subset of the catalog without a conflicting pair."""
+    ids = [p.id for p in manifest.patches]
+    out = []
+    for r in range(len(ids) + 1):
+        for subset in itertools.combinations(ids, r):
+            if not any(set(manifest.patch(p).conflicts) & set(subset) for p in subset):
+                out.append(frozenset(subset))
+    return out
+
+
+def candidates(manifest, scale: str, seed: int = 0, limit: int = MAX_RANDOM) -> list[Config]:
+    """The baseline, its one-change neighbours, and up to ``limit`` random valid configs."""
+    levels, sets = free_levels(manifest), patch_sets(manifest)
+    base = knobs.resolve(manifest, scale, {})
+    out = {Config.of(base): None}
+
+    def add(overrides: dict, patches: frozenset) -> None:
+        try:
+            out.setdefault(Config.of(knobs.resolve(manifest, scale, overrides), patches), None)
+        except AssignmentError:
+            pass
+    free = {k: base[k] for k in levels}
+    for name, values in levels.items():
+        for value in values:
+            add({**free, name: value}, frozenset())
+    for patch in manifest.patches:
+        add(free, frozenset([patch.id]))
+    rng = np.random.default_rng(seed)
+    total = math.prod(len(v) for v in levels.values()) * len(sets)
+    for _ in range(min(limit, total) * 3):
+        if len(out) >= limit:
+            break
+        pick = {k: v[int(rng.integers(len(v)))] for k, v in levels.items()}
+        add(pick, sets[int(rng.integers(len(sets)))])
+    return list(out)
+
+
+def analytic(manifest, scale: str):
+    """log(analytic per-rank peak x the patches' prior memory ratios), or None without one."""
+    if manifest.memory is None:
+        return None
+    params = manifest.scale(scale).params
+    ratio = {p.id: math.log(p.prior.peak_mem_ratio) for p in manifest.patches}
+
+    def estimate(configs: list[Config]) -> np.ndarray:
+        return np.array([math.log(max(1.0, float(expr.evaluate(
+            manifest.memory.per_rank_bytes, {**params, **c.knob_dict})))) +
+            sum(ratio.get(p, 0.0) for p in c.patches) for c in configs])
+    return estimate
+
+
+def speed_prior(manifest):
+    """log step-time ratio the patch catalog expects of each config (0 for the baseline)."""
+    ratio = {p.id: math.log(p.prior.step_time_ratio) for p in manifest.patches}
+    return lambda configs: np.array([sum(ratio.get(p, 0.0) for p in c.patches)
+                                     for c in configs])
+
+
+def savers(manifest) -> MemorySavers:
+    """The knobs and patches that save memory, by role."""
+    first = lambda role: next(iter(manifest.knobs_with_role(role)), None)  # noqa: E731
+    return MemorySavers(checkpointing=first("activation_checkpointing"),
+                        micro_batch=first("micro_batch"),
+                        patches=tuple(manifest.patches_with_role("memory_saver")),
+                        follows=tuple(manifest.knobs_with_role("grad_accum")))
+
+
+def doctor_seeds(manifest, scale: str, report: dict | None) -> list[Config]:
+    """Configs the Doctor's findings point at: the baseline plus each finding's patches."""
+    if not report:
+        return []
+    base = knobs.resolve(manifest, scale, {})
+    ids = {p.id for p in manifest.patches}
+    seeds = []
+    for finding in report.get("findings", []):
+        patches = frozenset(s for s in finding.get("suggests", []) if s in ids)
+        if patches and not any(set(manifest.patch(p).conflicts) & patches for p in patches):
+            seeds.append(Config.of(base, patches))
+    return list(dict.fromkeys(seeds))
+
+
+def build_problem(manifest, scale: str, capacity_bytes: int | None, report: dict | None = None,
+                  min_effect: float | None = None, seed: int = 0) -> Problem:
+    """The search problem of a workload at a scale under a per-rank capacity."""
+    configs = candidates(manifest, scale, seed)
+    levels = {k.name: sorted({c.knob_dict[k.name] for c in configs})
+              for k in manifest.knobs}
+    space = Space.from_manifest(manifest, levels)
+    seeds = [s for s in doctor_seeds(manifest, scale, report) if s in set(configs)]
+    return Problem(configs, space, configs[0], capacity_bytes=capacity_bytes,
+                   analytic_log_peak=analytic(manifest, scale),
+                   prior_log_speed=speed_prior(manifest), seeds=seeds,
+                   savers=savers(manifest), min_effect=min_effect or 0.02)

@@ -1,0 +1,63 @@
+"""A real ``infrarsi run`` at tiny scale: it finishes; killed midway and resumed, its store holds
+every trial exactly once (the one that was running is re-run in its own row)."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from infrarsi.store import Store, sqlite_url
+from conftest import run_cli
+
+pytestmark = pytest.mark.slow
+BUDGET = 12
+
+
+def test_a_run_killed_midway_resumes_and_keeps_each_trial_once(tmp_path):
+    made = run_cli("init", "dense-1node", "make it faster, 12 trials", "--scale", "tiny",
+                   "--yes", "-o", str(tmp_path / "contract.yaml"), cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    run_dir = tmp_path / "run"
+    tool = subprocess.Popen([sys.executable, "-m", "infrarsi", "run", "contract.yaml",
+                             "--budget", str(BUDGET), "--run-dir", str(run_dir)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # kill it while its fifth trial runs
+            if (run_dir / "run.sqlite").exists() and (run_dir / "run.json").exists():
+                statuses = [t.status for t in _trials(run_dir)]
+                if statuses.count("running") == 1 and len(statuses) >= 5:
+                    break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the run never reached its fifth trial")
+        tool.send_signal(signal.SIGKILL)
+        tool.wait(timeout=30)
+    finally:
+        if tool.poll() is None:
+            tool.kill()
+    before = _trials(run_dir)
+    assert [t.status for t in before].count("running") == 1
+    resumed = run_cli("run", "--resume", str(run_dir), "--json", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    result = json.loads(resumed.stdout.strip().splitlines()[-1])
+    after = _trials(run_dir)
+    assert result["trials"] == BUDGET == len(after)
+    assert sorted(t.seq for t in after) == list(range(BUDGET))  # each trial exactly once
+    assert all(t.status in ("ok", "oom", "timeout", "crash", "invalid") for t in after)
+    assert len({t.trial_id for t in after}) == BUDGET
+    finished_before = {t.id: t for t in before if t.status != "running"}
+    for t in after:  # nothing that had finished was run again
+        if t.id in finished_before:
+            assert t.trial_id == finished_before[t.id].trial_id
+    assert result["best"]["step_time_s"] > 0 and "knobs" in result["best"]
+    assert result["oom_trials"] == sum(t.status == "oom" for t in after)
+    assert any(t.predicted_step_time_s for t in after)  # predictions stored beside measurements
+
+
+def _trials(run_dir):
+    info = json.loads((run_dir / "run.json").read_text())
+    return Store(info["store_url"]).trials(info["run_id"])
