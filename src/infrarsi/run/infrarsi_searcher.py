@@ -180,14 +180,14 @@ class InfraRSISearcher(Searcher):
             ck = c.knob_dict
             diff = {k for k in knobs if str(ck.get(k)) != str(knobs[k])}
             added = c.patches - config.patches
-            if c.patches < config.patches:
+            if not config.patches <= c.patches:
                 continue
             if s.checkpointing and diff == {s.checkpointing} and not added and \
                     str(ck[s.checkpointing]).lower() in ("true", "1"):
                 out.append(c)
             elif s.micro_batch and s.micro_batch in diff and not added and \
                     float(ck[s.micro_batch]) < float(knobs[s.micro_batch]) and \
-                    len(diff - set(s.follows)) <= 1:
+                    diff - set(s.follows) == {s.micro_batch}:
                 out.append(c)
             elif not diff and added and added <= set(s.patches):
                 out.append(c)

@@ -1,0 +1,113 @@
+"""Every searcher on a synthetic problem whose truth is known (pure, fast)."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from infrarsi.run import searchers as registry
+from infrarsi.run.infrarsi_searcher import InfraRSISearcher, _log_ei
+from infrarsi.run.problem import MemorySavers, Outcome, Problem
+from infrarsi.run.space import Config, Space
+
+CAPACITY = 2.0e9
+
+
+def truth(config):
+    k = config.knob_dict
+    mb, threads, ckpt = k["micro_batch"], k["threads"], k["ckpt"]
+    step = 1.0 / (1 + 0.3 * math.log2(mb)) / (1 + 0.4 * (threads - 1)) * (1.3 if ckpt else 1.0)
+    step *= 0.7 if "fast" in config.patches else 1.0
+    peak = 1.0e9 + 0.25e9 * mb * (0.3 if ckpt else 1.0) * (0.7 if "lean" in config.patches else 1)
+    return step, peak
+
+
+def problem():
+    configs = [Config.of({"micro_batch": mb, "accum": 8 // mb, "threads": t, "ckpt": c}, p)
+               for mb, t, c in itertools.product([1, 2, 4, 8], [1, 2], [False, True])
+               for p in ([], ["fast"], ["lean"], ["fast", "lean"])]
+    space = Space.from_levels({"micro_batch": [1, 2, 4, 8], "accum": [1, 2, 4, 8],
+                               "threads": [1, 2], "ckpt": [False, True]}, ["fast", "lean"])
+    analytic = lambda cs: np.log([truth(c)[1] * 1.1 for c in cs])  # noqa: E731
+    return Problem(configs, space, configs[0], capacity_bytes=CAPACITY,
+                   analytic_log_peak=analytic,
+                   savers=MemorySavers("ckpt", "micro_batch", ("lean",), ("accum",)))
+
+
+def run(searcher, n, seed=0):
+    rng = np.random.default_rng(seed)
+    asked = []
+    for _ in range(n):
+        config = searcher.ask()
+        if config is None:
+            break
+        step, peak = truth(config)
+        if peak > CAPACITY:
+            outcome = Outcome("oom", cost_s=2.0, cap_bytes=CAPACITY)
+        else:
+            outcome = Outcome("ok", step_time_s=step * math.exp(rng.normal(0, 0.02)),
+                              peak_bytes=peak, cost_s=5.0)
+        searcher.tell(config, outcome)
+        asked.append(config)
+    return asked
+
+
+@pytest.mark.parametrize("name", registry.SEARCHERS)
+def test_every_searcher_proposes_distinct_candidates_baseline_first(name):
+    p = problem()
+    searcher = registry.make(name, p, seed=1)
+    asked = run(searcher, 20)
+    assert asked[0] == p.baseline
+    assert len(set(asked)) == len(asked) == 20
+    assert all(c in p.index for c in asked)
+    best = searcher.recommend()
+    assert best is not None and truth(best)[1] <= CAPACITY
+
+
+def test_infrarsi_finds_the_fast_config_that_fits_and_avoids_what_does_not():
+    p = problem()
+    searcher = InfraRSISearcher(p, seed=0)
+    asked = run(searcher, 16)
+    feasible = [c for c in p.candidates if truth(c)[1] <= CAPACITY]
+    best_s = min(truth(c)[0] for c in feasible)
+    assert truth(searcher.recommend())[0] <= 1.05 * best_s
+    ooms = sum(truth(c)[1] > CAPACITY for c in asked)
+    assert ooms <= 3, ooms
+    assert searcher.last is not None and 0 <= searcher.last["p_oom"] <= 1
+
+
+def test_memory_savers_of_a_config_are_its_checkpointed_smaller_and_leaner_variants():
+    p = problem()
+    searcher = InfraRSISearcher(p)
+    risky = Config.of({"micro_batch": 8, "accum": 1, "threads": 2, "ckpt": False}, ["fast"])
+    variants = searcher._savers(risky)
+    assert Config.of({"micro_batch": 8, "accum": 1, "threads": 2, "ckpt": True}, ["fast"]) \
+        in variants
+    assert Config.of({"micro_batch": 4, "accum": 2, "threads": 2, "ckpt": False}, ["fast"]) \
+        in variants
+    assert Config.of({"micro_batch": 8, "accum": 1, "threads": 2, "ckpt": False},
+                     ["fast", "lean"]) in variants
+    assert all(c.knob_dict["threads"] == 2 and "fast" in c.patches for c in variants)
+
+
+def test_log_expected_improvement_is_finite_and_monotone_far_in_the_tail():
+    mu = np.linspace(-1, 40, 200)
+    values = _log_ei(0.0, mu, np.ones_like(mu))
+    assert np.all(np.isfinite(values))
+    assert np.all(np.diff(values) < 0)
+
+
+def test_optuna_peers_tell_an_oom_as_a_violated_constraint():
+    p = problem()
+    searcher = registry.make("gp", p, seed=0)
+    config = searcher.ask()
+    searcher.tell(config, Outcome("oom", cost_s=1.0, cap_bytes=CAPACITY))
+    trial = searcher.study.trials[-1]
+    assert trial.state.name == "COMPLETE"
+    assert list(trial.constraints.values())[0] > 0
+
+
+def test_an_unknown_searcher_names_the_known_ones():
+    with pytest.raises(ValueError, match="infrarsi"):
+        registry.make("bayes", problem())
