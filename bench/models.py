@@ -268,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     out["timing"] = {"fit_predict_s": per_family["forest"],
                      "fit_predict_s_by_family": per_family, "trials": 200, "candidates": 10_000}
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    from searchers import merge
+    out = merge(args.out, out)
     args.out.write_text(json.dumps(out, indent=1))
     print(f"timing: {per_family}  -> {args.out}")
     return 0

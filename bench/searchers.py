@@ -229,6 +229,27 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def merge(path: Path, new: dict) -> dict:
+    """The results file with the tables just measured replacing their older entries (a
+    table benchmarked again replaces its entry; the others stay) — only between runs of the
+    same settings; different settings start the file afresh."""
+    if not path.exists():
+        return new
+    try:
+        old = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return new
+    if old.get("settings") != json.loads(json.dumps(new.get("settings"))):
+        return new
+    for section, value in new.items():
+        if isinstance(value, dict) and isinstance(old.get(section), dict) and \
+                section != "settings":
+            old[section].update(value)
+        else:
+            old[section] = value
+    return old
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a reduced version, under a minute")
@@ -255,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         out.setdefault("details", {})[table.name] = {"tests": detail["tests"],
                                                      "table": detail["table"]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    out = merge(args.out, out)
     args.out.write_text(json.dumps(out, indent=1))
     try:
         plot({n: {"searchers": out["results"][n]} for n in out["results"]},

@@ -8,7 +8,7 @@ import yaml
 
 from conftest import run_cli
 
-STAGES = ["run", "apply", "report", "bank", "optimize"]
+STAGES = ["apply", "report", "bank", "optimize"]
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -17,6 +17,17 @@ def test_stages_not_built_yet_exit_2_and_say_so(stage):
     assert result.returncode == 2
     assert "not built yet" in result.stderr and "nothing was run" in result.stderr
     assert result.stdout == ""
+
+
+def test_run_without_a_contract_or_with_a_bad_searcher_says_what_to_give(tmp_path):
+    result = run_cli("run", cwd=tmp_path)
+    assert result.returncode == 2 and "--resume" in result.stderr
+    result = run_cli("run", "--resume", str(tmp_path / "nothing"), cwd=tmp_path)
+    assert result.returncode == 2 and "holds no run" in result.stderr
+    made = run_cli("init", "dense-1node", "make it faster", "--yes", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    result = run_cli("run", "contract.yaml", "--searcher", "bayes", cwd=tmp_path)
+    assert result.returncode == 2 and "infrarsi, random" in result.stderr
 
 
 def test_workloads_json_lists_knobs_and_patches():

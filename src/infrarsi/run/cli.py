@@ -37,7 +37,7 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
             with screen.live():
                 result = loop.start()
     except (RunError, ContractError, KeyError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     if as_json:
         print(json.dumps(result.model_dump(mode="json")))

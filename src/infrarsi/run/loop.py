@@ -83,7 +83,7 @@ class RunLoop:
                  seed: int = 0, doctor_report: dict | None = None,
                  on_event: Callable[[str, dict], None] | None = None):
         if searcher not in registry.SEARCHERS:
-            raise RunError(f"searcher {searcher!r}: choose one of {registry.SEARCHERS}")
+            raise RunError(f"searcher {searcher!r}: choose one of {', '.join(registry.SEARCHERS)}")
         if budget_trials is None and budget_s is None:
             budget_trials = contract.budget.trials or 20
             budget_s = contract.budget.wall_time_s

@@ -134,7 +134,7 @@ def make(name: str, problem: Problem, seed: int = 0) -> Searcher:
         return OptunaSearcher(problem, seed, sampler=name)
     classes = {"random": RandomSearcher, "greedy": GreedySearcher, "grid": GridSearcher}
     if name not in classes:
-        raise ValueError(f"searcher {name!r}: choose one of {SEARCHERS}")
+        raise ValueError(f"searcher {name!r}: choose one of {', '.join(SEARCHERS)}")
     return classes[name](problem, seed)
 
 
