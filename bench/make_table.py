@@ -214,6 +214,25 @@ def _clean(workdir: Path, record) -> None:
         shutil.rmtree(workdir / record.trial_id, ignore_errors=True)
 
 
+def drop_rows_during(path: Path, windows: list[tuple[float, float]]) -> int:
+    """Remove the rows whose trial overlapped a window when other work ran on this machine
+    (``--drop-during LOG``: lines ``START END what`` in Unix seconds); a resumed measurement
+    then measures them again. Returns how many rows were dropped."""
+    import csv
+    rows = tables.read_rows(path)
+    def overlaps(row):
+        start = float(row["started_unix_s"])
+        end = start + float(row["cost_s"] or 0)
+        return any(start < w_end and end > w_start for w_start, w_end in windows)
+    keep = [r for r in rows if not overlaps(r)]
+    with open(path.with_suffix(".tmp"), "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(keep)
+    os.replace(path.with_suffix(".tmp"), path)
+    return len(rows) - len(keep)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("workload")
@@ -222,8 +241,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--validate", type=int, default=16, help="capped replay-rule checks")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=tables.DATA)
+    parser.add_argument("--drop-during", type=Path, help="a log of windows (START END ...) "
+                        "when other work ran: their rows are measured again")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.drop_during:
+        windows = [tuple(map(float, line.split()[:2]))
+                   for line in args.drop_during.read_text().splitlines() if line.strip()]
+        fp = fingerprint(machine_facts(os.cpu_count()))
+        path = args.out / f"{args.workload}-{fp}.csv"
+        if path.exists():
+            print(f"dropped {drop_rows_during(path, windows)} rows measured while other work "
+                  "ran", file=sys.stderr)
     path = measure(args.workload, args.cells, args.repeats, args.validate, args.seed, args.out)
     print(path)
     return 0

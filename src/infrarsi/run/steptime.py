@@ -2,8 +2,8 @@
 
 Two families, chosen between on the measured tables (``bench/models.py`` reports both):
 
-- ``gp``: a Gaussian process, Matern 5/2 with one length scale per encoded column (ARD) plus a
-  white-noise kernel; each trial's own noise (the spread of its steady steps, ``cv^2 / steps``)
+- ``gp``: a Gaussian process, Matern 5/2 plus a white-noise kernel, with one length scale per
+  encoded column (ARD) once there are twice as many points as columns (one shared before); each trial's own noise (the spread of its steady steps, ``cv^2 / steps``)
   enters as its per-point noise, so a noisy trial pulls the surface less.
 - ``forest``: extremely randomised trees; the spread of the trees is the uncertainty. Real step
   times have jumps (a kernel switch, a layout that oversubscribes the cores) that trees follow.
@@ -55,8 +55,12 @@ class StepTimeModel:
     def _gp(self, X, y, noise):
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+        # one length scale per column (ARD) only once there are enough points to tell them
+        # apart; before that, ARD fits noise and one shared length scale generalises better
+        ard = len(y) >= 2 * X.shape[1]
+        scale = np.ones(X.shape[1]) * 2.0 if ard else 2.0
         kernel = ConstantKernel(1.0, (1e-2, 1e2)) * Matern(
-            length_scale=np.ones(X.shape[1]) * 2.0, length_scale_bounds=(1e-1, 1e3), nu=2.5) \
+            length_scale=scale, length_scale_bounds=(1e-1, 1e3), nu=2.5) \
             + WhiteKernel(1e-2, (1e-5, 1.0))
         gp = GaussianProcessRegressor(kernel, alpha=noise / max(self.y_sd_, 1e-3) ** 2,
                                       normalize_y=True, n_restarts_optimizer=0,

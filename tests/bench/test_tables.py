@@ -1,0 +1,57 @@
+"""The measured-table tooling: the design of cells and the CSV format (pure, fast)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import make_table  # noqa: E402
+import tables  # noqa: E402
+from infrarsi.workloads import find, knobs  # noqa: E402
+
+
+@pytest.mark.parametrize("workload", ["dense-1node", "moe-2node"])
+def test_the_design_is_the_baseline_then_distinct_valid_cells(workload):
+    manifest = find(workload)
+    cells = make_table.design(manifest, 96, seed=0, cores=2)
+    assert len(cells) == 96
+    assert cells[0] == ({}, ())
+    keys = {make_table._key(knobs.resolve(manifest, "bench", o), p) for o, p in cells}
+    assert len(keys) == 96
+    for overrides, subset in cells:
+        resolved = knobs.resolve(manifest, "bench", overrides)  # raises when invalid
+        assert resolved.get("compile", "off") == "off"
+        assert make_table.analytic_peak_bytes(manifest, resolved) > 0
+    assert cells == make_table.design(manifest, 96, seed=0, cores=2)  # resumable: same design
+
+
+def test_rows_round_trip_and_cells_gather_their_repeats(tmp_path):
+    path = tmp_path / "t.csv"
+    base = {"table": "t", "workload": "w", "cell": "c000", "phase": "grid", "patches": "",
+            "status": "ok", "cost_s": 5.0, "mem_cap_bytes": None, "analytic_peak_bytes": 1e8,
+            "patch_mem_ratio": 1.0, "k_a": 1}
+    rows = [dict(base, repeat=0, step_time_s=0.5, peak_mem_bytes_max=2e8),
+            dict(base, repeat=1, step_time_s=0.7, peak_mem_bytes_max=2.2e8),
+            dict(base, cell="c001", patches="p+q", repeat=0, step_time_s=0.4,
+                 peak_mem_bytes_max=3e8, k_a=2),
+            dict(base, cell="c001", patches="p+q", repeat=0, phase="validate", status="oom",
+                 mem_cap_bytes=2.5e8, cost_s=2.0, k_a=2)]
+    for row in rows:
+        tables.append_row(path, {k.replace("k_", "k_"): v for k, v in row.items()}, ["a"])
+    table = tables.load(path)
+    assert table.baseline == "c000" and table.knob_names == ["a"]
+    assert table.cells["c000"].mean_step_time_s == pytest.approx(0.6)
+    assert table.cells["c000"].peak_bytes == 2.2e8
+    assert table.cells["c001"].patches == ("p", "q")
+    assert len(table.validation) == 1
+    assert [c.cell for c in table.feasible(2.5e8)] == ["c000"]
+    assert table.capacity_for(0.5) == pytest.approx(2.6e8)
+
+
+def test_a_table_without_the_needed_columns_is_refused_by_name(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("cell,status\nc000,ok\n")
+    with pytest.raises(ValueError, match="step_time_s"):
+        tables.load(path)
