@@ -117,7 +117,10 @@ def doctor_seeds(manifest, scale: str, report: dict | None) -> list[Config]:
 def build_problem(manifest, scale: str, capacity_bytes: int | None, report: dict | None = None,
                   min_effect: float | None = None, seed: int = 0) -> Problem:
     """The search problem of a workload at a scale under a per-rank capacity."""
-    configs = candidates(manifest, scale, seed)
+    from infrarsi.run.compat import incompatible_pairs
+    clashes = incompatible_pairs(manifest)
+    configs = [c for c in candidates(manifest, scale, seed)
+               if not any(pair <= c.patches for pair in clashes)]
     levels = {k.name: sorted({c.knob_dict[k.name] for c in configs})
               for k in manifest.knobs}
     space = Space.from_manifest(manifest, levels)
