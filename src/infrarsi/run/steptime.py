@@ -20,6 +20,7 @@ import numpy as np
 from infrarsi.run.space import single_threaded
 
 FAMILIES = ("gp", "forest")
+HYPER_FIT_MAX = 80  # past this many trials the GP's hyperparameters are fitted on a subset
 
 
 class StepTimeModel:
@@ -67,6 +68,12 @@ class StepTimeModel:
                                       random_state=self.seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            if len(y) > HYPER_FIT_MAX:  # hyperparameters from a subset, the posterior from all
+                pick = np.random.default_rng(self.seed).choice(len(y), HYPER_FIT_MAX, False)
+                gp.alpha = noise[pick] / max(self.y_sd_, 1e-3) ** 2
+                gp.fit(X[pick], y[pick])
+                gp = GaussianProcessRegressor(gp.kernel_, alpha=noise / max(self.y_sd_, 1e-3) ** 2,
+                                              normalize_y=True, optimizer=None)
             gp.fit(X, y)
         return gp
 
