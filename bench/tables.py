@@ -72,6 +72,7 @@ class Table:
     cells: dict[str, Cell]
     validation: list[dict]
     baseline: str = "c000"
+    margin: float = 1.0
 
     def feasible(self, capacity: float | None = None) -> list[Cell]:
         """Cells that ran ``ok`` and, at ``capacity``, fit by the replay rule."""
@@ -121,8 +122,32 @@ def load(path: Path) -> Table:
                 cell.peak_mem_bytes.append(float(row["peak_mem_bytes_max"]))
     first = rows[0]
     baseline = min(cells) if "c000" not in cells else "c000"
+    margin = replay_margin(cells, validation)
+    for cell in cells.values():  # what a capacity must hold: the peak less what is reclaimable
+        cell.peak_mem_bytes = [p / margin for p in cell.peak_mem_bytes]
     return Table(Path(path).stem, first.get("workload", Path(path).stem),
-                 first.get("fingerprint", ""), knob_names, cells, validation, baseline)
+                 first.get("fingerprint", ""), knob_names, cells, validation, baseline, margin)
+
+
+def replay_margin(cells: dict[str, Cell], validation: list[dict]) -> float:
+    """How far above an uncapped peak a capacity is still enough, from the capped rows.
+
+    An uncapped peak (the memory cgroup's high-water mark) includes page cache the kernel
+    reclaims under a cap before it ends a rank, so a cell whose uncapped peak is a little above
+    the capacity may still run. The margin is the midpoint between the largest peak/capacity
+    that ran ``ok`` and the smallest that ran out of memory (1.0 when the rows do not separate
+    cleanly or do not exist); the replay rule is then "OOM at C iff peak / margin > C".
+    """
+    ok, oom = [], []
+    for row in validation:
+        cell = cells.get(row["cell"])
+        if cell is None or cell.peak_bytes is None:
+            continue
+        ratio = cell.peak_bytes / float(row["mem_cap_bytes"])
+        (ok if row["status"] == "ok" else oom if row["status"] == "oom" else []).append(ratio)
+    if not ok or not oom or max(ok) >= min(oom) or max(ok) <= 1.0:
+        return 1.0
+    return (max(ok) + min(oom)) / 2
 
 
 def append_row(path: Path, row: dict, knob_names: list[str]) -> None:

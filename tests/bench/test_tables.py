@@ -55,3 +55,13 @@ def test_a_table_without_the_needed_columns_is_refused_by_name(tmp_path):
     path.write_text("cell,status\nc000,ok\n")
     with pytest.raises(ValueError, match="step_time_s"):
         tables.load(path)
+
+
+def test_the_replay_margin_separates_the_capped_rows_or_is_one():
+    cells = {name: tables.Cell(name, {}, (), peak_mem_bytes=[peak])
+             for name, peak in (("a", 100.0), ("b", 102.0), ("c", 106.0))}
+    row = lambda cell, status: {"cell": cell, "status": status, "mem_cap_bytes": "100"}  # noqa
+    assert tables.replay_margin(cells, [row("a", "ok"), row("b", "ok"), row("c", "oom")]) == \
+        pytest.approx(1.04)
+    assert tables.replay_margin(cells, [row("b", "oom"), row("c", "ok")]) == 1.0  # no clean cut
+    assert tables.replay_margin(cells, []) == 1.0
