@@ -45,10 +45,12 @@ def test_a_run_killed_midway_resumes_and_keeps_each_trial_once(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     result = json.loads(resumed.stdout.strip().splitlines()[-1])
     after = _trials(run_dir)
-    assert result["trials"] == BUDGET == len(after)
-    assert sorted(t.seq for t in after) == list(range(BUDGET))  # each trial exactly once
+    assert result["trials"] == len(after)
+    # the budget, unless the models expected nothing worth a trial from what was left
+    assert len(after) == BUDGET or "detectable" in result["stop_reason"], result
+    assert sorted(t.seq for t in after) == list(range(len(after)))  # each trial exactly once
     assert all(t.status in ("ok", "oom", "timeout", "crash", "invalid") for t in after)
-    assert len({t.trial_id for t in after}) == BUDGET
+    assert len({t.trial_id for t in after}) == len(after)
     finished_before = {t.id: t for t in before if t.status != "running"}
     for t in after:  # nothing that had finished was run again
         if t.id in finished_before:
