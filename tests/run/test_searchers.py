@@ -59,8 +59,10 @@ def test_every_searcher_proposes_distinct_candidates_baseline_first(name):
     searcher = registry.make(name, p, seed=1)
     asked = run(searcher, 20)
     assert asked[0] == p.baseline
-    assert len(set(asked)) == len(asked) == 20
-    assert all(c in p.index for c in asked)
+    assert len(asked) == 20 and all(c in p.index for c in asked)
+    again = len(asked) - len(set(asked))
+    # only InfraRSI measures a config twice: its top candidates, one trial in seven
+    assert again == 0 if name != "infrarsi" else 1 <= again <= 3
     best = searcher.recommend()
     assert best is not None and truth(best)[1] <= CAPACITY
 
