@@ -165,6 +165,9 @@ def test_time_moved_into_the_warmup_step_is_refused_and_ranks_on_the_harness_clo
     baseline, cheat = run(), run([str(CHEATS / "toy_shift_time_into_warmup.diff")])
     verdict = verify(contract, baseline, cheat)
     assert not verdict.valid
-    assert any("time moved between steps" in r for r in verdict.reasons), verdict.reasons
+    # caught by the per-step check, or (when the moved time also leaves the reported total
+    # short of the harness's span by more than its margin) by the total-time check first
+    assert any("time moved between steps" in r or "harness saw the training take" in r
+               for r in verdict.reasons), verdict.reasons
     assert cheat.metrics.step_time_s < 0.7 * baseline.metrics.step_time_s  # what it claims
     assert cheat.metrics.harness_step_time_s > 0.8 * baseline.metrics.harness_step_time_s
