@@ -18,7 +18,6 @@ the host's fingerprint is the same, and a new host writes a new table beside the
 from __future__ import annotations
 
 import argparse
-import itertools
 import math
 import os
 import random
@@ -31,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import tables  # noqa: E402
 from infrarsi.host import fingerprint, machine_facts  # noqa: E402
+from infrarsi.run.problem_build import patch_sets  # noqa: E402
 from infrarsi.trial import TrialStatus, prepare, run_trial  # noqa: E402
 from infrarsi.workloads import expr, find, knobs  # noqa: E402
 from infrarsi.workloads.knobs import AssignmentError  # noqa: E402
@@ -53,14 +53,9 @@ def factor_levels(manifest, cores: int) -> dict[str, list]:
 
 
 def patch_subsets(manifest) -> list[tuple[str, ...]]:
-    """Every subset of the catalog that has no conflicting pair."""
-    ids = [p.id for p in manifest.patches]
-    out = []
-    for r in range(len(ids) + 1):
-        for subset in itertools.combinations(ids, r):
-            if not any(set(manifest.patch(p).conflicts) & set(subset) for p in subset):
-                out.append(subset)
-    return out
+    """Every conflict-free subset of the catalog, in catalog order."""
+    order = [p.id for p in manifest.patches]
+    return [tuple(sorted(s, key=order.index)) for s in patch_sets(manifest)]
 
 
 def design(manifest, n_cells: int, seed: int, cores: int) -> list[tuple[dict, tuple]]:
@@ -157,18 +152,13 @@ def measure(workload: str, n_cells: int, repeats: int, n_validate: int, seed: in
 def refresh_analytic(manifest, path: Path, cells) -> None:
     """Rewrite every row's analytic estimate and patch ratio from the manifest as it is now
     (a corrected formula must not leave stale priors in a table; the measurements stay)."""
-    import csv
     rows = tables.read_rows(path)
     for row in rows:
         overrides, subset = cells[int(row["cell"][1:])]
         resolved = knobs.resolve(manifest, SCALE, overrides)
         row["analytic_peak_bytes"] = analytic_peak_bytes(manifest, resolved)
         row["patch_mem_ratio"] = patch_mem_ratio(manifest, subset)
-    with open(path.with_suffix(".tmp"), "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(path.with_suffix(".tmp"), path)
+    tables.rewrite(path, rows)
 
 
 def validate(manifest, path, cells, n_validate, fp, workdir, knob_names) -> None:
@@ -218,18 +208,14 @@ def drop_rows_during(path: Path, windows: list[tuple[float, float]]) -> int:
     """Remove the rows whose trial overlapped a window when other work ran on this machine
     (``--drop-during LOG``: lines ``START END what`` in Unix seconds); a resumed measurement
     then measures them again. Returns how many rows were dropped."""
-    import csv
     rows = tables.read_rows(path)
+
     def overlaps(row):
         start = float(row["started_unix_s"])
         end = start + float(row["cost_s"] or 0)
         return any(start < w_end and end > w_start for w_start, w_end in windows)
     keep = [r for r in rows if not overlaps(r)]
-    with open(path.with_suffix(".tmp"), "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(keep)
-    os.replace(path.with_suffix(".tmp"), path)
+    tables.rewrite(path, keep, list(rows[0]))
     return len(rows) - len(keep)
 
 

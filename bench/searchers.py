@@ -25,7 +25,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -40,6 +39,7 @@ import tables  # noqa: E402
 from models import config_of, offsets, space_of  # noqa: E402
 from infrarsi.run import searchers as registry  # noqa: E402
 from infrarsi.run.problem import MemorySavers, Outcome, Problem  # noqa: E402
+from infrarsi.run.problem_build import savers, speed_prior  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "searchers.json"
 BUDGETS = (5, 10, 15, 20, 30, 40, 50, 60)
@@ -57,14 +57,11 @@ def problem_of(table: tables.Table, capacity: float) -> tuple[Problem, dict]:
     if log_offsets is not None:
         lookup = dict(zip(configs, log_offsets))
         analytic = lambda cs: np.array([lookup[c] for c in cs])  # noqa: E731
-    prior = None
-    if manifest is not None:
-        ratio = {p.id: math.log(p.prior.step_time_ratio) for p in manifest.patches}
-        prior = lambda cs: np.array([sum(ratio.get(p, 0.0) for p in c.patches)  # noqa: E731
-                                     for c in cs])
+    known = manifest is not None
     problem = Problem(configs, space_of(table), config_of(table.cells[table.baseline]),
                       capacity_bytes=capacity, analytic_log_peak=analytic,
-                      prior_log_speed=prior, savers=_savers(manifest, table))
+                      prior_log_speed=speed_prior(manifest) if known else None,
+                      savers=savers(manifest) if known else MemorySavers())
     return problem, by_config
 
 
@@ -74,18 +71,6 @@ def _manifest(workload: str):
         return find(workload)
     except Exception:  # a table of a workload this checkout does not ship
         return None
-
-
-def _savers(manifest, table) -> MemorySavers:
-    if manifest is None:
-        return MemorySavers()
-    role = lambda r: next(iter(manifest.knobs_with_role(r)), None)  # noqa: E731
-    knobs = set(table.knob_names)
-    return MemorySavers(checkpointing=role("activation_checkpointing"),
-                        micro_batch=role("micro_batch"),
-                        patches=tuple(manifest.patches_with_role("memory_saver")),
-                        follows=tuple(k for k in manifest.knobs_with_role("grad_accum")
-                                      if k in knobs))
 
 
 def oom_cost_ratio(table: tables.Table) -> float:

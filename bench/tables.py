@@ -162,6 +162,17 @@ def append_row(path: Path, row: dict, knob_names: list[str]) -> None:
         handle.flush()
 
 
+def rewrite(path: Path, rows: list[dict], columns: list[str] | None = None) -> None:
+    """Replace a table's rows atomically (a killed rewrite leaves the old file)."""
+    import os
+    tmp = Path(path).with_suffix(".tmp")
+    with open(tmp, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns or list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
 def noise_cv(table: Table) -> float:
     """Median over ok cells of the coefficient of variation of their repeats' step times."""
     cvs = [statistics.stdev(c.step_time_s) / statistics.fmean(c.step_time_s)

@@ -24,7 +24,7 @@ from scipy import special
 
 from infrarsi.run.cost import TrialCostModel
 from infrarsi.run.memory import MemoryObservation, TobitMemoryModel
-from infrarsi.run.problem import Outcome, Problem
+from infrarsi.run.problem import Outcome, Problem, distance
 from infrarsi.run.searchers import Searcher
 from infrarsi.run.space import Config
 from infrarsi.run.steptime import StepTimeModel
@@ -62,7 +62,7 @@ class InfraRSISearcher(Searcher):
             if len(design) >= N_SEEDS + len(p.seeds) or not fits[i]:
                 break
             c = p.candidates[i]
-            if all(_distance(c, d) >= 3 for d in design):
+            if all(distance(c, d) >= 3 for d in design):
                 design.append(c)
         return list(dict.fromkeys(design))
 
@@ -169,7 +169,7 @@ class InfraRSISearcher(Searcher):
         for _ in range(k):
             score = np.where(allowed, acq, -np.inf)
             for j in chosen:
-                near = np.array([_distance(c, p.candidates[j]) <= 1 for c in p.candidates])
+                near = np.array([distance(c, p.candidates[j]) <= 1 for c in p.candidates])
                 score = np.where(near, score - 2.0, score)
                 score[j] = -np.inf
             if not np.isfinite(score).any():
@@ -241,9 +241,4 @@ def _log_ei(best: float, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
             2 * math.pi), 1e-300))
         tail = -0.5 * z * z - 0.5 * math.log(2 * math.pi) - np.log(np.maximum(z * z, 1e-300))
     return np.log(sd) + np.where(z > -5, direct, tail)
-
-
-def _distance(a: Config, b: Config) -> int:
-    ak, bk = a.knob_dict, b.knob_dict
-    return sum(str(ak.get(k)) != str(v) for k, v in bk.items()) + len(a.patches ^ b.patches)
 

@@ -67,14 +67,18 @@ class Problem:
         """The candidate that differs from ``target`` in fewest knobs and patches, not excluded
         (ties broken at random): how a peer's proposal lands on a config that can run."""
         best, best_d = [], None
-        tk = target.knob_dict
         for c in self.candidates:
             if c in exclude:
                 continue
-            ck = c.knob_dict
-            d = sum(ck.get(k) != v for k, v in tk.items()) + len(c.patches ^ target.patches)
+            d = distance(c, target)
             if best_d is None or d < best_d:
                 best, best_d = [c], d
             elif d == best_d:
                 best.append(c)
         return best[int(rng.integers(len(best)))] if best else None
+
+
+def distance(a: Config, b: Config) -> int:
+    """How many knobs and patches two configs differ in."""
+    ak = a.knob_dict
+    return sum(str(ak.get(k)) != str(v) for k, v in b.knobs) + len(a.patches ^ b.patches)
