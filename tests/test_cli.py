@@ -8,7 +8,7 @@ import yaml
 
 from conftest import run_cli
 
-STAGES = ["apply", "report", "bank", "optimize"]
+STAGES = ["bank"]
 
 
 @pytest.mark.parametrize("stage", STAGES)

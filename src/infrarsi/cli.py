@@ -181,12 +181,12 @@ def print_trial(record: TrialRecord) -> None:
 @app.command()
 def demo(
     scale: str = typer.Option("tiny", help="scale preset"),
-    repeats: int = typer.Option(2, min=1, help="interleaved rounds of every candidate"),
-    workdir: Path = typer.Option(DEFAULT_WORKDIR, help="where trial folders are written"),
+    budget: int = typer.Option(8, min=3, help="search trials"),
+    top: int = typer.Option(2, min=1, help="candidates Apply re-measures"),
 ) -> None:
-    """Baseline vs every catalog patch on dense-1node, interleaved; the best one, in a table."""
-    from infrarsi.demo import run_demo
-    run_demo(scale, repeats, workdir, out, err)
+    """optimize on the bundled dense-1node workload, offline: Init, Doctor, Run, Apply, Report."""
+    from infrarsi.optimize_cli import demo_command
+    demo_command(scale, budget, top, out, err)
 
 
 def _not_built(stage: str, issue: str) -> None:
@@ -244,16 +244,35 @@ def run(
                 out, err)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def apply() -> None:
-    """Stage 4: re-verify the best candidates and write the winning patch (not built yet)."""
-    _not_built("apply", "the Apply stage")
+@app.command()
+def apply(
+    run_dir: Path = typer.Argument(..., help="a run directory written by `infrarsi run`"),
+    top: int = typer.Option(3, "--top", min=1, help="candidates to re-measure"),
+    rounds: Optional[int] = typer.Option(None, "--rounds", min=2, help="interleaved rounds "
+                                         "(default: what the Doctor's noise analysis needs)"),
+    to_branch: Optional[str] = typer.Option(None, "--to-branch", help="commit the winner on a "
+                                            "new branch of the workload's git repository"),
+    as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
+) -> None:
+    """Stage 4: re-verify the best candidates against the baseline, interleaved; promote only
+    what holds; write winner.patch, launch.sh, audit.jsonl and the verification table."""
+    from infrarsi.apply.cli import apply_command
+    apply_command(run_dir, top, rounds, to_branch, as_json, out, err)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def report() -> None:
-    """Stage 4: write the auditable report of a run (not built yet)."""
-    _not_built("report", "the Report stage")
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(..., help="a run directory (after `infrarsi apply`)"),
+) -> None:
+    """Stage 4: write report.md and a self-contained report.html of a run."""
+    from infrarsi.report import ReportError, write_report
+    from infrarsi.contract import ContractError
+    try:
+        written = write_report(run_dir)
+    except (ReportError, ContractError, KeyError) as exc:
+        fail(_message(exc))
+    out.print(f"report: {written['markdown']} and {written['html']}", markup=False,
+              highlight=False)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -262,10 +281,26 @@ def bank() -> None:
     _not_built("bank", "the Experience Bank")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def optimize() -> None:
-    """All five stages from one instruction (not built yet)."""
-    _not_built("optimize", "it needs all five stages")
+@app.command()
+def optimize(
+    workload: str = typer.Argument(..., help="bundled workload name or path to workload.yaml"),
+    instruction: str = typer.Argument(..., help="what you want, in one sentence"),
+    scale: str = typer.Option("tiny", help="scale preset"),
+    budget: Optional[int] = typer.Option(None, "--budget", min=1, help="search trials per "
+                                         "round (default: the instruction's, else 20)"),
+    rounds: int = typer.Option(1, "--rounds", min=1, help="the winner becomes the next "
+                               "round's baseline"),
+    top: int = typer.Option(3, "--top", min=1, help="candidates Apply re-measures"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="where the rounds are written "
+                                           "(default .infrarsi/optimize/<time>)"),
+    yes: bool = typer.Option(False, "--yes", help="freeze the contract without asking"),
+    seed: int = typer.Option(0, help="the searcher's random seed"),
+    as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
+) -> None:
+    """All stages from one instruction: Init -> Doctor -> Run -> Apply -> Report."""
+    from infrarsi.optimize_cli import optimize_command
+    optimize_command(workload, instruction, scale, budget, rounds, top, out_dir, yes, seed,
+                     as_json, out, err)
 
 
 def _terminate(signum, frame) -> None:

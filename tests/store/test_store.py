@@ -15,9 +15,33 @@ def make_run(store, run_id="r1"):
 
 def test_a_new_store_is_at_the_newest_revision(tmp_path):
     store = Store(sqlite_url(tmp_path))
-    assert revision(store.engine) == "0001"
+    assert revision(store.engine) == "0002"
     assert {"runs", "trials"} <= set(inspect(store.engine).get_table_names())
     Store(sqlite_url(tmp_path))  # opening again upgrades nothing and loses nothing
+
+
+def test_a_store_of_the_first_revision_is_upgraded_and_keeps_its_runs(tmp_path):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine, text
+
+    from infrarsi.store import MIGRATIONS
+    engine = create_engine(sqlite_url(tmp_path))
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")
+        connection.execute(text(
+            "INSERT INTO runs (run_id, created_unix_s, workload, scale, contract_hash, "
+            "contract_json, searcher, seed, status) VALUES ('old', 1, 'toy', 'tiny', 'abc', "
+            "'{}', 'random', 0, 'finished')"))
+    assert revision(engine) == "0001"
+    store = Store(sqlite_url(tmp_path))
+    assert revision(store.engine) == "0002"
+    assert store.run("old").ranking_json is None
+    store.set_ranking("old", [{"knobs": {"a": 1}, "patches": [], "step_time_s": 0.1}])
+    assert store.run("old").ranking_json[0]["knobs"] == {"a": 1}
 
 
 def test_trials_are_running_then_final_and_survive_reopening(tmp_path):

@@ -18,15 +18,17 @@ from infrarsi.doctor.calibrate import calibrate
 from infrarsi.doctor.diagnose import Facts, diagnose
 from infrarsi.doctor.hardware import probe_hardware
 from infrarsi.contract import Contract, NoisePolicy
+from infrarsi.mfu import mfu as compute_mfu
 from infrarsi.trial import TrialRecord, TrialStatus, prepare, run_trial
 from infrarsi.trial.metrics import critical, read_probe_files
 from infrarsi.trial.runner import PROFILE_FILE
-from infrarsi.workloads import expr, precision_of
+
+TOP_OPS = 10
+
 
 def _is_operator(name: str) -> bool:
     """Operators (``aten::mm``, ``c10d::allreduce_``), not annotations of Python code."""
     return "::" in name and not name.startswith(("ProfilerStep", "Optimizer."))
-TOP_OPS = 10
 
 
 class DoctorError(RuntimeError):
@@ -134,7 +136,7 @@ def build_report(contract: Contract, manifest, knobs: dict, hardware: dict,
     phases_per_rank = _phases_per_rank(runs, per_run)
     phases, phase_step_s = _critical_phases(runs, per_run)
     tokens_per_s = runs[0].metrics.tokens_per_step / step_time
-    mfu = _mfu(manifest, contract, knobs, hardware, tokens_per_s)
+    mfu = compute_mfu(manifest, contract.scale, knobs, hardware, tokens_per_s)
     objective = [r.metrics.e2e_time_s for r in runs] if contract.objective == "e2e_time" \
         else [p["step_time_s"] for p in per_run]
     cv_between = noise.cv(objective)
@@ -207,19 +209,6 @@ def _phases_per_rank(runs: list[TrialRecord], per_run: list[dict]) -> list[dict]
                     sums.setdefault(report.rank, {}).setdefault(name, []).append(seconds)
     names = sorted({n for phases in sums.values() for n in phases})
     return [{n: statistics.fmean(sums[r].get(n, [0.0])) for n in names} for r in sorted(sums)]
-
-
-def _mfu(manifest, contract: Contract, knobs: dict, hardware: dict, tokens_per_s: float) -> dict:
-    if manifest.flops is None:
-        return {"mfu_pct": None, "flops_per_token": None, "flops_formula": None}
-    params = {**manifest.scale(contract.scale).params, **knobs}
-    per_token = float(expr.evaluate(manifest.flops.per_token, params))
-    precision = precision_of(manifest, knobs)
-    devices = hardware["facts"]["device_count"] if hardware["facts"]["device_type"] == "cuda" else 1
-    peak = hardware["peak_flops"].get(precision, hardware["peak_flops"]["fp32"]) * devices
-    return {"mfu_pct": 100 * per_token * tokens_per_s / peak, "flops_per_token": per_token,
-            "flops_formula": manifest.flops.formula,
-            "mfu_formula": f"flops_per_token * tokens_per_s / ({precision} peak x {devices})"}
 
 
 def top_ops(profile: dict, device_type: str) -> list[dict]:

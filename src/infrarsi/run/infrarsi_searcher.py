@@ -224,6 +224,14 @@ class InfraRSISearcher(Searcher):
         mu, _, _, _, incumbent = self._predict()
         return self.problem.candidates[incumbent]
 
+    def ranking(self, k: int) -> list[Config]:
+        """Up to ``k`` distinct configs that ran ``ok``, by posterior mean step time."""
+        ran = {c for c, o in self.history if o.status == "ok"}
+        if not ran:
+            return []
+        mu = self._predict()[0]
+        return sorted(ran, key=lambda c: mu[self.problem.index[c]])[:k]
+
     def should_stop(self) -> bool:
         if super().should_stop():
             return True

@@ -118,6 +118,8 @@ class RunLoop:
             capacity_bytes=self.contract.mem_cap_bytes, status="running"))
         (self.run_dir / "run.json").write_text(json.dumps(
             {"run_id": run_id, "store_url": self.store_url}, indent=2))
+        if self.doctor_report is not None:  # later stages read the baseline's diagnosis here
+            (self.run_dir / "doctor.json").write_text(json.dumps(self.doctor_report, indent=2))
         return self._loop(store, run_id, [])
 
     @classmethod
@@ -193,6 +195,7 @@ class RunLoop:
             count, spent_s = count + 1, spent_s + record.cost_s
             self.on_event("end", {"seq": this_seq, "config": config, "outcome": outcome,
                                   "predicted": predictions, "best": searcher.recommend()})
+        store.set_ranking(run_id, ranking_json(searcher, store.trials(run_id)))
         store.set_run_status(run_id, "finished", reason)
         return self._result(store, run_id, searcher, reason, len(requeue))
 
@@ -218,6 +221,20 @@ class RunLoop:
                          trials=len(trials), oom_trials=sum(t.status == "oom" for t in trials),
                          interrupted_requeued=requeued, stop_reason=reason, best=best_row,
                          baseline_step_time_s=min(base) if base else None)
+
+
+RANKED = 5  # configs a run hands to Apply, best first
+
+
+def ranking_json(searcher, trials: list[StoredTrial]) -> list[dict]:
+    """The searcher's best configs, best first, with what the store measured of each."""
+    out = []
+    for config in searcher.ranking(RANKED):
+        times = sorted(t.step_time_s for t in trials if t.status == "ok" and
+                       _config_from(t.config_json) == config)
+        out.append({**config_json(config), "trials": len(times),
+                    "step_time_s": times[len(times) // 2] if times else None})
+    return out
 
 
 def _outcome_of_stored(trial: StoredTrial, capacity: int | None) -> Outcome:

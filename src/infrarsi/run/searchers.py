@@ -36,6 +36,15 @@ class Searcher:
         ok = [(o.step_time_s, i) for i, (c, o) in enumerate(self.history) if o.status == "ok"]
         return self.history[min(ok)[1]][0] if ok else None
 
+    def ranking(self, k: int) -> list[Config]:
+        """Up to ``k`` distinct configs that ran ``ok``, best first: by their median measured
+        step time (what Apply re-measures against the baseline)."""
+        times: dict[Config, list[float]] = {}
+        for c, o in self.history:
+            if o.status == "ok":
+                times.setdefault(c, []).append(o.step_time_s)
+        return sorted(times, key=lambda c: float(np.median(times[c])))[:k]
+
     def _untried(self) -> list[Config]:
         return [c for c in self.problem.candidates if c not in self.tried]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
@@ -37,6 +37,8 @@ class StoredRun(BaseModel):
     capacity_bytes: int | None
     status: str
     stop_reason: str | None = None
+    ranking_json: list | None = Field(None, description="the configs the run recommends, best "
+                                      "first: {knobs, patches, step_time_s, trials}")
 
 
 class StoredTrial(BaseModel):
@@ -58,6 +60,22 @@ class StoredTrial(BaseModel):
     ended_unix_s: float | None = None
     error: str | None = None
     record_json: dict | None = None
+
+
+class RunDirError(ValueError):
+    """A folder that holds no run, with the fix."""
+
+
+def open_run_dir(run_dir: Path) -> tuple["Store", StoredRun]:
+    """The store and the run of a run directory (its ``run.json`` names both)."""
+    import json
+    info_path = Path(run_dir) / "run.json"
+    if not info_path.exists():
+        raise RunDirError(f"{run_dir} holds no run (no run.json): run `infrarsi run CONTRACT` "
+                          "first, or give the run directory it printed")
+    info = json.loads(info_path.read_text())
+    store = Store(info["store_url"])
+    return store, store.run(info["run_id"])
 
 
 def sqlite_url(run_dir: Path) -> str:
@@ -99,6 +117,11 @@ class Store:
         with Session(self.engine) as s, s.begin():
             row = s.get(RunRow, run_id)
             row.status, row.stop_reason = status, reason
+
+    def set_ranking(self, run_id: str, ranking: list[dict]) -> None:
+        """Write the configs the run recommends, best first (what Apply re-measures)."""
+        with Session(self.engine) as s, s.begin():
+            s.get(RunRow, run_id).ranking_json = ranking
 
     def start_trial(self, run_id: str, seq: int, config: dict,
                     predictions: dict | None = None) -> int:

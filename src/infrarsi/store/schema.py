@@ -27,6 +27,7 @@ class RunRow(Base):
     capacity_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
     status: Mapped[str] = mapped_column(String(16))  # running, finished, stopped
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    ranking_json: Mapped[list | None] = mapped_column(JSON, nullable=True)  # revision 0002
 
 
 class TrialRow(Base):

@@ -1,0 +1,162 @@
+"""Stage 4, Apply: re-run the run's best candidates interleaved with the baseline, promote only
+what holds, and write the winner — ``winner.patch``, ``launch.sh``, the contract, ``audit.jsonl``
+and the verification table — into the run directory.
+
+It reads the run through the store (the run's ranking, written when the run ended; the fastest
+measured configs otherwise), never through the Run stage's code.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Callable
+
+from infrarsi.apply import decide, outputs
+from infrarsi.apply.rounds import BASELINE, Rounds, compared_name
+from infrarsi.contract import Contract
+from infrarsi.executors import Executor, LocalExecutor
+from infrarsi.records import ApplyResult, CandidateResult, Measurement
+from infrarsi.store import RunDirError, Store, StoredRun, StoredTrial, open_run_dir
+from infrarsi.workloads import knobs as knob_rules
+
+
+class ApplyError(ValueError):
+    """A run directory Apply cannot work on, with the reason and the fix."""
+
+
+def open_run(run_dir: Path) -> tuple[Store, StoredRun, list[StoredTrial], Contract]:
+    """The store, run, trials and contract of a run directory."""
+    try:
+        store, run = open_run_dir(run_dir)
+    except RunDirError as exc:
+        raise ApplyError(str(exc)) from None
+    return store, run, store.trials(run.run_id), Contract.model_validate(run.contract_json)
+
+
+def candidates_of(run: StoredRun, trials: list[StoredTrial], baseline: dict,
+                  top_k: int) -> list[CandidateResult]:
+    """The top ``top_k`` configs of the run other than the baseline itself: the run's ranking,
+    or (a run stopped before it wrote one) its fastest measured configs."""
+    ranking = run.ranking_json
+    if not ranking:
+        times: dict[str, list] = {}
+        for t in trials:
+            if t.status == "ok":
+                key = json.dumps(t.config_json, sort_keys=True)
+                times.setdefault(key, []).append(t.step_time_s)
+        ranking = [{**json.loads(k), "step_time_s": statistics.median(v)}
+                   for k, v in sorted(times.items(), key=lambda kv: statistics.median(kv[1]))]
+    out = []
+    for entry in ranking:
+        if _same(entry["knobs"], baseline) and not entry["patches"]:
+            continue  # the baseline is measured every round anyway
+        out.append(CandidateResult(label=f"c{len(out) + 1}", knobs=entry["knobs"],
+                                   patches=list(entry["patches"]),
+                                   search_step_time_s=entry.get("step_time_s")))
+        if len(out) == top_k:
+            break
+    return out
+
+
+def _same(a: dict, b: dict) -> bool:
+    return {k: str(v) for k, v in a.items()} == {k: str(v) for k, v in b.items()}
+
+
+def judge(candidates: list[CandidateResult], measurements: list[Measurement], rounds: int,
+          confidence: float, seed: int = 0) -> tuple[list[CandidateResult], str | None, str]:
+    """Each candidate's ratios, interval and checks from the measurements; which one is
+    promoted and why. Pure: what the search measured of a candidate plays no part."""
+    base = [None] * (rounds + 1)
+    for m in measurements:
+        if m.label == BASELINE and m.round <= rounds:
+            base[m.round] = m.compared_s
+    judged, choices = [], []
+    for c in candidates:
+        mine = [m for m in measurements if m.label == c.label]
+        times = [None] * rounds
+        for m in mine:
+            if m.round < rounds:
+                times[m.round] = m.compared_s if m.valid else None
+        ratios = decide.round_ratios(base, times)
+        ivl = decide.interval(ratios, confidence, comparisons=len(candidates), seed=seed)
+        verified = bool(mine) and all(m.valid for m in mine)
+        reasons = sorted({r for m in mine for r in m.reasons})
+        judged.append(c.model_copy(update=dict(ratios=ratios, speedup=ivl.speedup,
+                                               ci_low=ivl.low, ci_high=ivl.high,
+                                               verified=verified, reasons=reasons)))
+        choices.append(decide.Choice(c.label, ivl, verified))
+    promoted, decision = decide.promote(choices)
+    judged = [c.model_copy(update={"promoted": c.label == promoted}) for c in judged]
+    return judged, promoted, decision
+
+
+def apply_run(run_dir: Path, top_k: int = 3, executor: Executor | None = None,
+              rounds: int | None = None, seed: int = 0,
+              on_event: Callable[[str, dict], None] | None = None) -> ApplyResult:
+    """Re-measure the run's top ``top_k`` candidates against the baseline, decide, write the
+    files; returns (and saves as ``apply.json``) what was done."""
+    run_dir = Path(run_dir).resolve()
+    store, run, trials, contract = open_run(run_dir)
+    manifest = contract.manifest()
+    contract.check_locked(manifest.root)
+    baseline_knobs = knob_rules.baseline(manifest, contract.scale)
+    candidates = candidates_of(run, trials, baseline_knobs, top_k)
+    n_rounds = rounds or decide.rounds_needed(contract.noise.repeats)
+    (on_event or (lambda *a: None))("plan", {"candidates": candidates, "rounds": n_rounds})
+    measurements = []
+    if candidates:
+        measurements = Rounds(contract, run_dir, executor or LocalExecutor(run_dir), candidates,
+                              baseline_knobs, on_event).run(n_rounds)
+    judged, promoted, decision = judge(candidates, measurements, n_rounds,
+                                       contract.noise.confidence, seed)
+    result = ApplyResult(
+        run_dir=str(run_dir), run_id=run.run_id, contract_hash=contract.contract_hash,
+        workload=manifest.name, scale=contract.scale,
+        compared=compared_name(contract.objective), rounds=n_rounds,
+        confidence=contract.noise.confidence, method=decide.METHOD,
+        baseline=_baseline_summary(baseline_knobs, measurements), candidates=judged,
+        measurements=measurements, promoted=promoted, decision=decision)
+    result.files = _write(result, run, trials, contract, manifest, run_dir)
+    result.save(run_dir)
+    return result
+
+
+def _baseline_summary(knobs: dict, measurements: list[Measurement]) -> dict:
+    ok = [m for m in measurements if m.label == BASELINE and m.status == "ok"]
+
+    def median(field):
+        values = [getattr(m, field) for m in ok if getattr(m, field) is not None]
+        return statistics.median(values) if values else None
+    return {"knobs": knobs, "compared_s": median("compared_s"), "step_time_s": median(
+        "step_time_s"), "e2e_time_s": median("e2e_time_s"), "tokens_per_s": median(
+        "tokens_per_s"), "peak_mem_bytes": median("peak_mem_bytes"), "runs": len(ok)}
+
+
+def _write(result: ApplyResult, run, trials, contract, manifest, run_dir: Path) -> dict:
+    files = {}
+    contract.save(run_dir / "contract.yaml")
+    files["contract"] = "contract.yaml"
+    outputs.write_audit(run_dir / "audit.jsonl", outputs.audit_lines(run, trials, result))
+    files["audit"] = "audit.jsonl"
+    (run_dir / "verification.md").write_text(
+        f"# Verification of run {result.run_id}\n\n{result.decision}\n\nCompared: "
+        f"{result.compared}, {result.rounds} interleaved rounds, confidence "
+        f"{result.confidence:.0%}.\n\n" + outputs.verification_table(result))
+    files["verification"] = "verification.md"
+    for stale in ("winner.patch", "launch.sh"):
+        (run_dir / stale).unlink(missing_ok=True)
+    winner = result.winner
+    if winner is not None:
+        (run_dir / "winner.patch").write_text(
+            outputs.winner_patch(manifest, contract.scale, winner.knobs, winner.patches))
+        script = run_dir / "launch.sh"
+        script.write_text(outputs.launch_script(
+            manifest, contract.scale, winner.knobs, winner.patches,
+            f"InfraRSI winner of run {result.run_id}: {winner.speedup:.3f}x "
+            f"[{winner.ci_low:.3f}, {winner.ci_high:.3f}], contract "
+            f"{contract.contract_hash[:12]}"))
+        script.chmod(0o755)
+        files.update(patch="winner.patch", launch="launch.sh")
+    return files

@@ -1,0 +1,102 @@
+"""``infrarsi apply``: the screen of the Apply stage — progress of the interleaved rounds, the
+verification table, the decision, and the files written (or one JSON object)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from infrarsi.apply import ApplyError, apply_run
+from infrarsi.apply.branch import BranchError, to_branch
+from infrarsi.contract import ContractError, load_contract
+from infrarsi.records import ApplyResult
+
+
+class ApplyScreen:
+    """Turns Apply's events into a progress bar with the last measurement."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.progress: Progress | None = None
+        self.task = None
+
+    def event(self, kind: str, data: dict) -> None:
+        if kind == "plan":
+            labels = ", ".join(f"{c.label}={c.patches or 'knobs'}" for c in data["candidates"])
+            self.console.print(f"apply: {data['rounds']} interleaved rounds of the baseline and "
+                               f"{len(data['candidates'])} candidate(s): {labels or 'none'}",
+                               markup=False, highlight=False)
+            return
+        if self.progress is None:
+            return
+        if kind == "launch":
+            self.progress.update(self.task, total=data["total"], completed=data["index"],
+                                 description=f"round {data['round'] + 1}: {data['label']}")
+        elif kind == "end":
+            m = data["measurement"]
+            self.progress.update(self.task, completed=data["index"] + 1)
+            verdict = "" if m.valid is None else ("  checks passed" if m.valid else
+                                                  f"  REFUSED: {m.reasons[0] if m.reasons else ''}")
+            self.progress.console.print(
+                f"  round {m.round + 1} {m.label}: {m.status} "
+                f"{m.compared_s if m.compared_s is not None else '-'} s{verdict}",
+                markup=False, highlight=False)
+
+    def __enter__(self):
+        self.progress = Progress(console=self.console, transient=True)
+        self.task = self.progress.add_task("apply", total=None)
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.__exit__(*exc)
+        self.progress = None
+
+
+def show(result: ApplyResult, out: Console) -> None:
+    """The verification table and the decision."""
+    table = Table(title=f"apply: {result.rounds} interleaved rounds, {result.compared}, "
+                        f"{result.confidence:.0%} interval (Bonferroni over "
+                        f"{len(result.candidates)})", title_justify="left")
+    for col in ("candidate", "patches", "knobs changed", "speed-up x", "interval", "checks",
+                "promoted"):
+        table.add_column(col, overflow="fold")
+    base = result.baseline["knobs"]
+    for c in result.candidates:
+        changed = ", ".join(f"{k}={v}" for k, v in c.knobs.items() if str(base.get(k)) != str(v))
+        table.add_row(c.label, ", ".join(c.patches) or "-", changed or "-",
+                      f"{c.speedup:.3f}" if c.speedup else "-",
+                      f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ci_low else "-",
+                      "passed" if c.verified else ("; ".join(c.reasons[:1]) or "failed"),
+                      "yes" if c.promoted else "no")
+    out.print(table)
+    out.print(result.decision, markup=False, highlight=False)
+    out.print("written: " + ", ".join(f"{result.run_dir}/{f}" for f in result.files.values()),
+              markup=False, highlight=False)
+
+
+def apply_command(run_dir: Path, top: int, rounds: int | None, branch: str | None,
+                  as_json: bool, out: Console, err: Console) -> None:
+    """Run Apply on a run directory; exit 0 with or without a promoted winner, 2 on bad input."""
+    screen = ApplyScreen(err if as_json else out)
+    try:
+        with screen:
+            result = apply_run(run_dir, top_k=top, rounds=rounds, on_event=screen.event)
+        commit = None
+        if branch is not None:
+            root = load_contract(Path(result.run_dir) / "contract.yaml").manifest().root
+            commit = to_branch(result, root, branch)
+    except (ApplyError, ContractError, BranchError, KeyError) as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    if as_json:
+        print(json.dumps(result.model_dump(mode="json")))
+        return
+    show(result, out)
+    if commit:
+        out.print(f"committed the winner on branch {branch}: {commit[:12]}", markup=False)

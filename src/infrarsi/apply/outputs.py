@@ -1,0 +1,123 @@
+"""What Apply writes beside the run: the winner as one unified diff of the original workload, the
+exact launch command, the audit trail of every trial, and the verification table."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from infrarsi.records import ApplyResult
+from infrarsi.store import StoredRun, StoredTrial
+from infrarsi.trial import patching, prepare
+from infrarsi.trial.runner import render
+
+RDZV_PORT = 29500
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent),
+           "GIT_AUTHOR_NAME": "infrarsi", "GIT_AUTHOR_EMAIL": "infrarsi@localhost",
+           "GIT_COMMITTER_NAME": "infrarsi", "GIT_COMMITTER_EMAIL": "infrarsi@localhost"}
+    result = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def fresh_copy(manifest, dest: Path) -> Path:
+    """A copy of the workload as a user has it, links resolved, caches left out."""
+    shutil.copytree(manifest.root, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def winner_patch(manifest, scale: str, knobs: dict, patches: list[str]) -> str:
+    """One unified diff (git format, paths relative to the workload's folder) with every patch
+    of the winner applied in order; empty when the winner changes no code."""
+    spec = prepare(manifest, scale, knobs, patches)  # refuses what a trial would refuse
+    if not spec.patches:
+        return ""
+    with tempfile.TemporaryDirectory(prefix="infrarsi-patch-") as tmp:
+        repo = fresh_copy(manifest, Path(tmp) / "workload")
+        _git(["init", "-q"], repo)
+        _git(["add", "-A"], repo)
+        _git(["commit", "-q", "-m", "original"], repo)
+        for source in spec.patches:
+            patching.apply(source.path, repo)
+        _git(["add", "-A"], repo)
+        return _git(["diff", "--cached", "--binary", "--no-color"], repo)
+
+
+def launch_script(manifest, scale: str, knobs: dict, patches: list[str], headline: str) -> str:
+    """A shell script that launches the winner from the (patched) workload's folder: the exact
+    command of each node, with the workload's environment."""
+    spec = prepare(manifest, scale, knobs, patches)
+    lines = ["#!/usr/bin/env bash", f"# {headline}",
+             "# Apply winner.patch to the workload first (git apply winner.patch), then run this",
+             "# from the workload's folder (or set WORKLOAD_DIR).", "set -euo pipefail",
+             f'cd "${{WORKLOAD_DIR:-{manifest.root}}}"']
+    nodes = manifest.launch.nodes
+    for node in range(nodes):
+        command, env = render(spec, Path("."), "infrarsi-launch", node, RDZV_PORT)
+        command[0] = manifest.launch.command[0]  # the user's own python / torchrun
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+        line = (prefix + " " if prefix else "") + " ".join(shlex.quote(c) for c in command)
+        lines.append(line + (" &" if nodes > 1 else ""))
+    if nodes > 1:
+        lines.append("wait")
+    return "\n".join(lines) + "\n"
+
+
+def audit_lines(run: StoredRun, trials: list[StoredTrial], result: ApplyResult) -> list[dict]:
+    """Every trial of the run and of Apply: config, patch ids and hashes, status, metrics, cost,
+    failure reason, the stage that ran it and the model's prediction that proposed it."""
+    out = []
+    for t in trials:
+        record = t.record_json or {}
+        out.append({
+            "stage": "run", "proposed_by": run.searcher, "seq": t.seq, "trial_id": t.trial_id,
+            "knobs": t.config_json["knobs"], "patches": t.config_json["patches"],
+            "patch_sha256": {p["id"]: p["sha256"] for p in record.get("patches", [])},
+            "status": t.status, "step_time_s": t.step_time_s, "peak_mem_bytes": t.peak_mem_bytes,
+            "cost_s": t.cost_s, "error": t.error,
+            "predicted": {"step_time_s": t.predicted_step_time_s, "p_oom": t.predicted_p_oom,
+                          "peak_bytes": t.predicted_peak_bytes},
+            "metrics": record.get("metrics")})
+    configs = {"baseline": (result.baseline["knobs"], [])}
+    configs.update({c.label: (c.knobs, c.patches) for c in result.candidates})
+    for m in result.measurements:
+        knobs, patches = configs[m.label]
+        out.append({"stage": "apply", "round": m.round, "label": m.label,
+                    "trial_id": m.trial_id, "knobs": knobs, "patches": patches,
+                    "status": m.status, "compared_s": m.compared_s,
+                    "step_time_s": m.step_time_s, "e2e_time_s": m.e2e_time_s,
+                    "peak_mem_bytes": m.peak_mem_bytes, "cost_s": m.cost_s,
+                    "valid": m.valid, "reasons": m.reasons, "flags": m.flags})
+    return out
+
+
+def write_audit(path: Path, lines: list[dict]) -> None:
+    """``audit.jsonl``: one JSON object per trial."""
+    path.write_text("".join(json.dumps(line, default=str) + "\n" for line in lines))
+
+
+def verification_table(result: ApplyResult) -> str:
+    """The verification table as Markdown: each candidate's interval and checks."""
+    rows = ["| candidate | knobs changed | patches | speed-up | interval | rounds | checks | "
+            "promoted |", "|---|---|---|---|---|---|---|---|"]
+    base = result.baseline["knobs"]
+    for c in result.candidates:
+        changed = ", ".join(f"{k}={v}" for k, v in c.knobs.items() if str(base.get(k)) != str(v))
+        checks = "all passed" if c.verified else "; ".join(c.reasons[:2]) or "failed"
+        rows.append(f"| {c.label} | {changed or '-'} | {', '.join(c.patches) or '-'} | "
+                    f"{_x(c.speedup)} | [{_x(c.ci_low)}, {_x(c.ci_high)}] | {len(c.ratios)} | "
+                    f"{checks} | {'yes' if c.promoted else 'no'} |")
+    return "\n".join(rows) + "\n"
+
+
+def _x(value: float | None) -> str:
+    return f"{value:.3f}x" if value is not None else "-"

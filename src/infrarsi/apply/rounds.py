@@ -1,0 +1,135 @@
+"""Apply's measurements: the baseline and the top candidates re-run interleaved — B, C1, C2, ...,
+B, C1, ... and a closing B — at the contract's scale, each candidate checked by ``verify``
+against the baseline of its round. Each measurement is appended to ``apply-progress.jsonl`` as it
+ends, so a killed Apply loses nothing and resumes at the next measurement of the same plan.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from infrarsi.contract import Contract
+from infrarsi.executors import Executor, TrialRequest
+from infrarsi.records import CandidateResult, Measurement
+from infrarsi.trial import TrialRecord
+from infrarsi.verify import verify
+
+PROGRESS_FILE = "apply-progress.jsonl"
+BASELINE = "baseline"
+
+
+def compared_time(record: TrialRecord, objective: str) -> float | None:
+    """The time Apply compares: for an end-to-end objective, the training's time over every
+    step (warm-up and compile included; ``verify`` holds it to the harness's clock); for a
+    throughput objective, the steady step time by the harness's clock."""
+    m = record.metrics
+    if record.status.value != "ok" or m is None:
+        return None
+    if objective == "e2e_time":
+        return m.train_time_s
+    return m.harness_step_time_s or m.step_time_s
+
+
+def compared_name(objective: str) -> str:
+    """The name of what ``compared_time`` returns for an objective."""
+    return "train_time_s" if objective == "e2e_time" else "harness_step_time_s"
+
+
+def plan(labels: list[str], rounds: int) -> list[tuple[int, str]]:
+    """The order of measurements: each round the baseline then every candidate; a closing
+    baseline (round ``rounds``) so that every candidate has a baseline on both sides."""
+    order = [(r, label) for r in range(rounds) for label in [BASELINE, *labels]]
+    return order + [(rounds, BASELINE)]
+
+
+class Rounds:
+    """Runs a plan through an executor, verifying each candidate against its round's baseline."""
+
+    def __init__(self, contract: Contract, run_dir: Path, executor: Executor,
+                 candidates: list[CandidateResult], baseline_knobs: dict,
+                 on_event: Callable[[str, dict], None] | None = None):
+        self.contract, self.run_dir, self.executor = contract, Path(run_dir), executor
+        self.configs = {BASELINE: (baseline_knobs, [])}
+        self.configs.update({c.label: (c.knobs, c.patches) for c in candidates})
+        self.on_event = on_event or (lambda kind, data: None)
+        self.progress = self.run_dir / PROGRESS_FILE
+        self.baselines: dict[int, TrialRecord] = {}
+
+    def run(self, rounds: int) -> list[Measurement]:
+        """Every measurement of the plan, the ones a killed Apply already made included."""
+        order = plan([label for label in self.configs if label != BASELINE], rounds)
+        done = self._done(order)
+        out = []
+        for i, (r, label) in enumerate(order):
+            if (r, label) in done:
+                out.append(done[(r, label)])
+                continue
+            self.on_event("launch", {"index": i, "total": len(order), "round": r,
+                                     "label": label})
+            measurement, entry = self._measure(r, label)
+            with self.progress.open("a") as f:
+                f.write(json.dumps(entry) + "\n")
+            out.append(measurement)
+            self.on_event("end", {"index": i, "total": len(order), "measurement": measurement})
+        return out
+
+    def _done(self, order: list[tuple[int, str]]) -> dict[tuple[int, str], Measurement]:
+        """Measurements of this plan a previous Apply of the run finished (same configs)."""
+        if not self.progress.exists():
+            return {}
+        found = {}
+        for line in self.progress.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+            m = Measurement.model_validate(entry["measurement"])
+            if entry.get("config") == list(self.configs.get(m.label, ())) and \
+                    (m.round, m.label) in order:
+                found[(m.round, m.label)] = m
+                if m.label == BASELINE and entry.get("record"):
+                    self.baselines[m.round] = TrialRecord.model_validate(entry["record"])
+        return found
+
+    def _measure(self, r: int, label: str) -> tuple[Measurement, dict]:
+        knobs, patches = self.configs[label]
+        request = TrialRequest(
+            workload=self.contract.workload_path or self.contract.workload,
+            scale=self.contract.scale, knobs=knobs, patches=list(patches),
+            mem_cap_bytes=self.contract.mem_cap_bytes,
+            contract_hash=self.contract.contract_hash, workdir="apply-trials")
+        record = self.executor.wait(self.executor.submit(request))
+        measurement = self._judge(r, label, record)
+        entry = {"config": [knobs, list(patches)], "measurement": measurement.model_dump(),
+                 "record": record.model_dump(mode="json") if label == BASELINE else None}
+        return measurement, entry
+
+    def _judge(self, r: int, label: str, record: TrialRecord) -> Measurement:
+        m = record.metrics
+        base = dict(round=r, label=label, trial_id=record.trial_id, trial_dir=record.trial_dir,
+                    status=record.status.value,
+                    compared_s=compared_time(record, self.contract.objective),
+                    step_time_s=m.harness_step_time_s or m.step_time_s if m else None,
+                    e2e_time_s=m.e2e_time_s if m else None,
+                    tokens_per_s=m.tokens_per_s if m else None,
+                    peak_mem_bytes=m.max_peak_mem_bytes if m else None, cost_s=record.cost_s)
+        if label == BASELINE:
+            if record.status.value == "ok":
+                self.baselines[r] = record
+            reasons = [] if record.status.value == "ok" else [f"ended {record.status.value}: "
+                                                              f"{record.error}"]
+            return Measurement(**base, reasons=reasons)
+        reference = self._baseline_near(r)
+        if reference is None:
+            return Measurement(**base, valid=False, reasons=["no baseline of this round ran ok "
+                                                             "to verify against"])
+        verdict = verify(self.contract, reference, record)
+        return Measurement(**base, valid=verdict.valid, reasons=verdict.reasons,
+                           flags=verdict.flags, not_checked=verdict.not_checked)
+
+    def _baseline_near(self, r: int) -> TrialRecord | None:
+        for k in sorted(self.baselines, key=lambda k: (abs(k - r), k)):
+            return self.baselines[k]
+        return None

@@ -1,0 +1,163 @@
+"""``optimize``: Init -> Doctor -> Run -> Apply -> Report in one call, over one or more rounds.
+
+Like the command line, this module composes the stages; no stage imports it. With ``rounds``
+above one, the promoted winner becomes the next round's baseline: its patch is applied to a
+copy of the workload whose knob defaults are the winner's (``derive.py``), the catalog keeps the
+patches that still apply, and the search runs again from there.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+from pydantic import BaseModel
+
+from infrarsi.apply import apply_run
+from infrarsi.contract import Contract, Equivalence
+from infrarsi.derive import derive_workload
+from infrarsi.doctor.run import noise_policy, run_doctor
+from infrarsi.init.build import make_contract, workload_files
+from infrarsi.init.llm import draft_reading, llm_configured
+from infrarsi.init.parse import read_instruction
+from infrarsi.report import write_report
+from infrarsi.run.loop import RunLoop
+from infrarsi.workloads import Manifest, find
+
+
+class OptimizeError(ValueError):
+    """Bad input to ``optimize`` (an instruction that cannot be read, an unknown workload)."""
+
+
+class RoundResult(BaseModel):
+    """One round: its run directory, trials, and what Apply promoted."""
+    round: int
+    run_dir: str
+    contract_hash: str
+    trials: int
+    oom_trials: int
+    search_cost_s: float
+    promoted: bool
+    winner: dict | None
+    decision: str
+    report_html: str
+    report_md: str
+
+
+class OptimizeResult(BaseModel):
+    """What ``optimize --json`` prints: the last round's answer first, every round after."""
+    run_dir: str
+    promoted: bool
+    winner: dict | None
+    baseline: dict
+    trials: int
+    oom_trials: int
+    cumulative_speedup: float | None
+    rounds: list[RoundResult]
+    wall_s: float
+
+
+def make_contract_for(manifest: Manifest, scale: str, instruction: str,
+                      on_note: Callable[[str], None]) -> Contract:
+    """Init without questions (``--yes``): the instruction read by the rules or the LLM."""
+    files = workload_files(manifest)
+    reading, drafted_by = read_instruction(instruction, files), "rules"
+    if llm_configured():
+        from rich.console import Console
+        reading, drafted_by = draft_reading(instruction, files, reading, Console(stderr=True))
+    if reading.problems:
+        raise OptimizeError("; ".join(reading.problems))
+    for clause in reading.not_understood:
+        on_note(f"not understood (not applied): {clause!r}")
+    return make_contract(manifest, scale, instruction, reading, drafted_by)
+
+
+def optimize(workload: str, instruction: str, scale: str, budget: int | None, rounds: int,
+             out_dir: Path, top_k: int = 3, doctor_repeats: int = 3, seed: int = 0,
+             on_stage: Callable[[str, dict], None] | None = None,
+             confirm: Callable[[Contract], bool] | None = None) -> OptimizeResult:
+    """Every stage, ``rounds`` times; returns the summary and writes each round's report."""
+    t0, emit = time.monotonic(), on_stage or (lambda stage, data: None)
+    try:
+        manifest = find(workload)
+        manifest.scale(scale)
+    except (ValueError, KeyError) as exc:
+        raise OptimizeError(exc.args[0] if exc.args else str(exc)) from None
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done: list[RoundResult] = []
+    first_baseline: dict | None = None
+    for r in range(1, rounds + 1):
+        round_dir = out_dir / f"round-{r}"
+        result, baseline = _one_round(manifest, instruction, scale, budget, round_dir, top_k,
+                                      doctor_repeats, seed, r, emit, confirm)
+        done.append(result)
+        first_baseline = first_baseline or baseline
+        if not result.promoted or r == rounds:
+            break
+        manifest = derive_workload(manifest, scale, result.winner, out_dir / f"round-{r + 1}"
+                                   / "workload")
+        emit("derive", {"round": r + 1, "workload": str(manifest.root)})
+    return _summary(out_dir, done, first_baseline, time.monotonic() - t0)
+
+
+def _one_round(manifest, instruction, scale, budget, round_dir: Path, top_k, repeats, seed, r,
+               emit, confirm) -> tuple[RoundResult, dict]:
+    emit("init", {"round": r})
+    contract = make_contract_for(manifest, scale, instruction,
+                                 lambda note: emit("note", {"round": r, "text": note}))
+    if confirm is not None and not confirm(contract):
+        raise OptimizeError("the contract was not confirmed: nothing was run")
+    round_dir.mkdir(parents=True, exist_ok=True)
+    emit("doctor", {"round": r})
+    report = run_doctor(contract, repeats, round_dir / "doctor-trials",
+                        on_trial=lambda label, rec: emit("trial", {"stage": "doctor",
+                                                                   "label": label,
+                                                                   "status": rec.status.value}))
+    contract = contract.model_copy(update={
+        "noise": noise_policy(report),
+        "equivalence": Equivalence.model_validate(report["equivalence"])}).sealed()
+    report["contract_hash_after"] = contract.contract_hash
+    contract.save(round_dir / "contract.yaml")
+    emit("run", {"round": r, "budget": budget})
+    loop = RunLoop(contract, round_dir / "run", "infrarsi", budget, None, seed=seed,
+                   doctor_report=report,
+                   on_event=lambda kind, data: emit("search", {"kind": kind, **data}))
+    found = loop.start()
+    emit("apply", {"round": r})
+    applied = apply_run(round_dir / "run", top_k=top_k, seed=seed,
+                        on_event=lambda kind, data: emit("verify", {"kind": kind, **data}))
+    emit("report", {"round": r})
+    written = write_report(round_dir / "run")
+    winner = applied.winner
+    result = RoundResult(
+        round=r, run_dir=str(round_dir / "run"), contract_hash=contract.contract_hash,
+        trials=found.trials, oom_trials=found.oom_trials,
+        search_cost_s=written["summary"]["search_cost_s"],
+        promoted=winner is not None,
+        winner={"knobs": winner.knobs, "patches": winner.patches, "speedup": winner.speedup,
+                "ci_low": winner.ci_low, "ci_high": winner.ci_high} if winner else None,
+        decision=applied.decision, report_html=written["html"], report_md=written["markdown"])
+    base = written["summary"]["baseline"]
+    return result, {"step_time_s": base["step_time_s"], "mfu_pct": base["mfu_pct"],
+                    "knobs": base["knobs"], "tokens_per_s": base["tokens_per_s"]}
+
+
+def _summary(out_dir: Path, done: list[RoundResult], baseline: dict | None,
+             wall_s: float) -> OptimizeResult:
+    promoted = [r for r in done if r.promoted]
+    cumulative = None
+    if promoted:
+        cumulative = 1.0
+        for r in promoted:
+            cumulative *= r.winner["speedup"]
+    last = promoted[-1] if promoted else done[-1]
+    result = OptimizeResult(
+        run_dir=last.run_dir, promoted=bool(promoted), winner=last.winner if promoted else None,
+        baseline=baseline or {}, trials=sum(r.trials for r in done),
+        oom_trials=sum(r.oom_trials for r in done), cumulative_speedup=cumulative,
+        rounds=done, wall_s=wall_s)
+    (out_dir / "optimize.json").write_text(json.dumps(result.model_dump(mode="json"), indent=2))
+    return result

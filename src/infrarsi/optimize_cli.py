@@ -1,0 +1,119 @@
+"""The screen of ``infrarsi optimize`` and ``infrarsi demo``: a stage-by-stage progress display,
+then the headline numbers and where the report is (or one JSON object)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from infrarsi.contract import ContractError
+from infrarsi.optimize import OptimizeError, OptimizeResult, optimize
+
+STAGES = {"init": "Init: the contract", "doctor": "Doctor: baseline, noise, tolerances",
+          "run": "Run: the search", "apply": "Apply: interleaved re-verification",
+          "report": "Report", "derive": "the winner becomes the next baseline"}
+
+
+class OptimizeScreen:
+    """Prints each stage as it starts and a line per trial, with the time spent."""
+
+    def __init__(self, console: Console):
+        self.console, self.t0 = console, time.monotonic()
+
+    def _say(self, text: str) -> None:
+        self.console.print(f"[{time.monotonic() - self.t0:6.0f} s] {text}", markup=False,
+                           highlight=False)
+
+    def __call__(self, stage: str, data: dict) -> None:
+        if stage in STAGES:
+            extra = f" (budget {data['budget']} trials)" if data.get("budget") else ""
+            self._say(f"round {data.get('round', '')}: {STAGES[stage]}{extra}")
+        elif stage == "note":
+            self._say(data["text"])
+        elif stage == "trial":
+            self._say(f"  doctor: {data['label']} {data['status']}")
+        elif stage == "search" and data["kind"] == "end":
+            o = data["outcome"]
+            step = f"{o.step_time_s:.4f} s/step" if o.step_time_s else ""
+            self._say(f"  trial {data['seq']}: {data['config'].describe()} -> {o.status} {step}")
+        elif stage == "verify" and data["kind"] == "end":
+            m = data["measurement"]
+            check = "" if m.valid is None else (" checks passed" if m.valid else
+                                                " REFUSED: " + (m.reasons[0] if m.reasons else ""))
+            self._say(f"  apply {data['index'] + 1}/{data['total']}: round {m.round + 1} "
+                      f"{m.label} {m.status} {m.compared_s or 0:.4f} s{check}")
+
+
+def headline(result: OptimizeResult) -> list[str]:
+    """The numbers a person wants at the end."""
+    lines = []
+    for r in result.rounds:
+        if r.promoted:
+            w = r.winner
+            lines.append(f"round {r.round}: {w['speedup']:.3f}x [{w['ci_low']:.3f}, "
+                         f"{w['ci_high']:.3f}] with patches {w['patches'] or 'none'}; "
+                         f"{r.trials} trials, {r.oom_trials} OOM")
+        else:
+            lines.append(f"round {r.round}: {r.decision}")
+        lines.append(f"  report: {r.report_html}")
+    b = result.baseline
+    if b.get("mfu_pct") is not None:
+        lines.append(f"baseline: {b['step_time_s']:.4f} s/step, MFU {b['mfu_pct']:.2f}%")
+    if result.cumulative_speedup:
+        lines.append(f"overall: {result.cumulative_speedup:.3f}x; files in {result.run_dir}")
+    return lines
+
+
+def optimize_command(workload: str, instruction: str, scale: str, budget: int | None,
+                     rounds: int, top: int, out_dir: Path | None, yes: bool, seed: int,
+                     as_json: bool, out: Console, err: Console) -> None:
+    """Run every stage; exit 0 with or without a promoted winner, 2 on bad input."""
+    screen = OptimizeScreen(err if as_json else out)
+    directory = out_dir or Path(".infrarsi") / "optimize" / time.strftime("%Y%m%d-%H%M%S")
+    try:
+        result = optimize(workload, instruction, scale, budget, rounds, directory, top_k=top,
+                          seed=seed, on_stage=screen, confirm=None if yes else _confirm(err))
+    except (OptimizeError, ContractError, KeyError) as exc:
+        err.print(f"error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False,
+                  soft_wrap=True)
+        raise typer.Exit(2)
+    if as_json:
+        print(json.dumps(_json(result)))
+        return
+    for line in headline(result):
+        out.print(line, markup=False, highlight=False)
+
+
+def _json(result: OptimizeResult) -> dict:
+    data = result.model_dump(mode="json")
+    return {"run_dir": data["run_dir"], "promoted": data["promoted"], "winner": data["winner"],
+            "baseline": data["baseline"], "trials": data["trials"],
+            "oom_trials": data["oom_trials"], "cumulative_speedup": data["cumulative_speedup"],
+            "rounds": data["rounds"], "wall_s": data["wall_s"]}
+
+
+def _confirm(err: Console):
+    def ask(contract) -> bool:
+        from infrarsi.init.cli import show
+        show(contract, [], err)
+        if not sys.stdin.isatty():
+            err.print("error: not confirmed: run interactively, or add --yes", markup=False)
+            raise typer.Exit(2)
+        return typer.confirm("Freeze this contract and optimize?", default=False, err=True)
+    return ask
+
+
+DEMO = dict(workload="dense-1node", instruction="cut time-to-train, loss within 1%")
+
+
+def demo_command(scale: str, budget: int, top: int, out: Console, err: Console) -> None:
+    """``infrarsi demo``: optimize on the bundled dense-1node workload, offline."""
+    out.print(f"demo: infrarsi optimize {DEMO['workload']} \"{DEMO['instruction']}\" --scale "
+              f"{scale} --budget {budget} --top {top} --yes", markup=False, highlight=False)
+    optimize_command(DEMO["workload"], DEMO["instruction"], scale, budget, 1, top, None, True,
+                     0, False, out, err)

@@ -1,0 +1,177 @@
+"""Stage 4, Report: ``report.md`` and a self-contained ``report.html`` of a run directory.
+
+Summary first (speed-up with its interval, MFU and peak memory before -> after, what changed
+and why), then the figures, then every trial — failures included — with its cost. It reads the
+store, ``apply.json``, ``doctor.json`` and the trial records; it runs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infrarsi.contract import Contract
+from infrarsi.mfu import mfu
+from infrarsi.records import ApplyResult
+from infrarsi.report import figures
+from infrarsi.report.render import html_report, markdown_report
+from infrarsi.store import RunDirError, open_run_dir
+from infrarsi.trial import TrialRecord
+from infrarsi.workloads import knobs as knob_rules
+
+FIGURE_DIR = "report-figures"
+
+
+class ReportError(ValueError):
+    """A run directory the report cannot be written for, with the fix."""
+
+
+@dataclass
+class ReportData:
+    """Everything the report shows, gathered from the run directory."""
+    run_dir: Path
+    run: object
+    contract: Contract
+    manifest: object
+    trials: list[dict]
+    apply: ApplyResult | None
+    doctor: dict | None
+    baseline_record: TrialRecord | None
+    winner_record: TrialRecord | None
+    summary: dict = field(default_factory=dict)
+    figures: dict[str, bytes] = field(default_factory=dict)
+
+
+def gather(run_dir: Path) -> ReportData:
+    """Read the run, Apply's result, the Doctor's report and the records the report needs."""
+    run_dir = Path(run_dir).resolve()
+    try:
+        store, run = open_run_dir(run_dir)
+    except RunDirError as exc:
+        raise ReportError(str(exc)) from None
+    contract = Contract.model_validate(run.contract_json)
+    manifest = contract.manifest()
+    trials = [_trial_row(t) for t in store.trials(run.run_id)]
+    applied = ApplyResult.load(run_dir) if (run_dir / "apply.json").exists() else None
+    doctor_path = run_dir / "doctor.json"
+    doctor = json.loads(doctor_path.read_text()) if doctor_path.exists() else None
+    data = ReportData(run_dir, run, contract, manifest, trials, applied, doctor,
+                      *_records(applied))
+    data.summary = summarise(data)
+    return data
+
+
+def _trial_row(t) -> dict:
+    return {"seq": t.seq, "status": t.status, "knobs": t.config_json["knobs"],
+            "patches": t.config_json["patches"], "step_time_s": t.step_time_s,
+            "peak_mem_bytes": t.peak_mem_bytes, "cost_s": t.cost_s, "error": t.error,
+            "predicted_step_time_s": t.predicted_step_time_s,
+            "predicted_p_oom": t.predicted_p_oom, "predicted_peak_bytes": t.predicted_peak_bytes,
+            "trial_id": t.trial_id}
+
+
+def _records(applied: ApplyResult | None):
+    """The first ok baseline and winner records of Apply's rounds."""
+    if applied is None:
+        return None, None
+    found = {}
+    for m in applied.measurements:
+        if m.status == "ok" and m.label in ("baseline", applied.promoted) and m.label not in found:
+            path = Path(m.trial_dir) / "record.json"
+            if path.exists():
+                found[m.label] = TrialRecord.load(path)
+    return found.get("baseline"), found.get(applied.promoted) if applied.promoted else None
+
+
+def summarise(data: ReportData) -> dict:
+    """The headline figures: speed-up and interval, MFU and peak before -> after, changes."""
+    a, baseline_knobs = data.apply, knob_rules.baseline(data.manifest, data.contract.scale)
+    out = {"workload": data.manifest.name, "scale": data.contract.scale,
+           "run_id": data.run.run_id, "searcher": data.run.searcher,
+           "trials": len(data.trials), "oom_trials": sum(t["status"] == "oom"
+                                                         for t in data.trials),
+           "search_cost_s": sum(t["cost_s"] or 0 for t in data.trials),
+           "capacity_bytes": data.contract.mem_cap_bytes, "applied": a is not None,
+           "compared": a.compared if a else None,
+           "promoted": bool(a and a.promoted), "decision": a.decision if a else
+           "not re-verified: run `infrarsi apply RUN_DIR`"}
+    winner = a.winner if a else None
+    base_tps = a.baseline.get("tokens_per_s") if a else None
+    out["baseline"] = {"knobs": baseline_knobs, "step_time_s": a.baseline.get("step_time_s")
+                       if a else None, "tokens_per_s": base_tps,
+                       "peak_mem_bytes": a.baseline.get("peak_mem_bytes") if a else None,
+                       "mfu_pct": _mfu_pct(data, baseline_knobs, base_tps)}
+    if winner is not None:
+        mine = [m for m in a.measurements if m.label == winner.label and m.status == "ok"]
+        tps = _median([m.tokens_per_s for m in mine])
+        out["winner"] = {"knobs": winner.knobs, "patches": winner.patches,
+                         "speedup": winner.speedup, "ci_low": winner.ci_low,
+                         "ci_high": winner.ci_high, "rounds": len(winner.ratios),
+                         "step_time_s": _median([m.step_time_s for m in mine]),
+                         "tokens_per_s": tps,
+                         "peak_mem_bytes": _median([m.peak_mem_bytes for m in mine]),
+                         "mfu_pct": _mfu_pct(data, winner.knobs, tps),
+                         "changes": changes(data, baseline_knobs, winner.knobs, winner.patches)}
+    return out
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _mfu_pct(data: ReportData, knobs: dict, tokens_per_s: float | None) -> float | None:
+    if tokens_per_s is None or data.doctor is None or "hardware" not in data.doctor:
+        return None
+    return mfu(data.manifest, data.contract.scale, knobs, data.doctor["hardware"],
+               tokens_per_s)["mfu_pct"]
+
+
+def changes(data: ReportData, base: dict, knobs: dict, patches: list[str]) -> list[str]:
+    """What the winner changes, each with why: the patch's title, the Doctor's finding."""
+    findings = (data.doctor or {}).get("diagnosis", [])
+    out = []
+    for name, value in knobs.items():
+        if str(base.get(name)) != str(value):
+            out.append(f"knob {name}: {base.get(name)} -> {value}" + _why(findings, name))
+    for pid in patches:
+        title = next((p.title for p in data.manifest.patches if p.id == pid), "a user's diff")
+        out.append(f"patch {pid}: {title}" + _why(findings, pid))
+    return out
+
+
+def _why(findings: list[dict], name: str) -> str:
+    hits = [f["finding"] for f in findings if name in f.get("suggests", [])]
+    return f" (the Doctor found: {hits[0]})" if hits else ""
+
+
+def draw(data: ReportData) -> dict[str, bytes]:
+    """Every figure the data allows, by file name."""
+    cap = data.contract.mem_cap_bytes
+    out = {"best_so_far.png": figures.best_so_far(data.trials),
+           "time_vs_memory.png": figures.time_vs_memory(data.trials, cap),
+           "memory_calibration.png": figures.memory_calibration(data.trials, cap)}
+    b, w = data.baseline_record, data.winner_record
+    if b is not None and w is not None and b.metrics and w.metrics:
+        if b.metrics.phases_s or w.metrics.phases_s:
+            out["phases.png"] = figures.phases(b.metrics.phases_s, w.metrics.phases_s)
+        out["loss.png"] = figures.loss_curves(b.metrics.loss, w.metrics.loss)
+    return out
+
+
+def write_report(run_dir: Path) -> dict:
+    """Write ``report.md`` (figures in ``report-figures/``) and ``report.html`` (figures
+    embedded); returns the paths and the summary."""
+    data = gather(run_dir)
+    data.figures = draw(data)
+    folder = data.run_dir / FIGURE_DIR
+    folder.mkdir(exist_ok=True)
+    for name, png in data.figures.items():
+        (folder / name).write_bytes(png)
+    md = data.run_dir / "report.md"
+    md.write_text(markdown_report(data, FIGURE_DIR))
+    html = data.run_dir / "report.html"
+    html.write_text(html_report(data))
+    return {"markdown": str(md), "html": str(html), "summary": data.summary}

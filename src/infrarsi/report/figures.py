@@ -1,0 +1,150 @@
+"""The report's figures (matplotlib, Agg): each a function from plain data to PNG bytes, so the
+Markdown report links the files and the HTML report embeds the same bytes."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+STATUS_STYLE = {"ok": ("o", "tab:blue"), "oom": (">", "tab:red"), "timeout": ("s", "tab:orange"),
+                "crash": ("x", "tab:gray"), "invalid": ("x", "tab:purple")}
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def best_so_far(trials: list[dict]) -> bytes:
+    """Step time of every trial in order, failures marked on the axis, and the best so far."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    best, line = math.inf, []
+    for t in trials:
+        if t["status"] == "ok" and t["step_time_s"] is not None:
+            best = min(best, t["step_time_s"])
+        line.append(best if math.isfinite(best) else np.nan)
+    xs = np.arange(1, len(trials) + 1)
+    ok = [(i + 1, t["step_time_s"]) for i, t in enumerate(trials)
+          if t["status"] == "ok" and t["step_time_s"] is not None]
+    if ok:
+        ax.scatter(*zip(*ok), s=18, color="tab:blue", label="trial (ok)")
+    floor = min((y for _, y in ok), default=1.0)
+    for status in ("oom", "timeout", "crash", "invalid"):
+        pts = [i + 1 for i, t in enumerate(trials) if t["status"] == status]
+        if pts:
+            marker, colour = STATUS_STYLE[status]
+            ax.scatter(pts, [floor * 0.9] * len(pts), marker=marker, color=colour, label=status)
+    ax.step(xs, line, where="post", color="black", label="best so far")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("step_time_s")
+    ax.set_title("Search: step time per trial and best so far")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def time_vs_memory(trials: list[dict], capacity_bytes: int | None) -> bytes:
+    """Step time against peak memory per rank; OOM trials at the capacity (right-censored, their
+    step time unknown), each trial's predicted peak beside its measured one."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ok = [t for t in trials if t["status"] == "ok" and t["peak_mem_bytes"]]
+    mib = 2 ** 20
+    if ok:
+        ax.scatter([t["peak_mem_bytes"] / mib for t in ok], [t["step_time_s"] for t in ok],
+                   s=18, color="tab:blue", label="ok: measured peak")
+        pred = [t for t in ok if t.get("predicted_peak_bytes")]
+        if pred:
+            ax.scatter([t["predicted_peak_bytes"] / mib for t in pred],
+                       [t["step_time_s"] for t in pred], s=18, facecolors="none",
+                       edgecolors="tab:green", label="predicted peak at proposal")
+    y_oom = [t.get("predicted_step_time_s") or (np.median([o["step_time_s"] for o in ok])
+                                                 if ok else 1.0)
+             for t in trials if t["status"] == "oom"]
+    if capacity_bytes:
+        ax.axvline(capacity_bytes / mib, color="tab:red", linestyle="--",
+                   label="capacity = predicted boundary (P(OOM) = 0.5)")
+        if y_oom:
+            ax.scatter([capacity_bytes / mib] * len(y_oom), y_oom, marker=">", color="tab:red",
+                       label="oom (peak > capacity; predicted step time)")
+    ax.set_xlabel("peak_mem_bytes per rank (MiB)")
+    ax.set_ylabel("step_time_s")
+    ax.set_title("Step time vs peak memory of every trial")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def phases(before: dict[str, float], after: dict[str, float]) -> bytes:
+    """Seconds per steady step by phase, baseline vs winner, stacked."""
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    names = sorted(set(before) | set(after))
+    bottoms = np.zeros(2)
+    for name in names:
+        values = np.array([before.get(name, 0.0), after.get(name, 0.0)])
+        ax.bar(["baseline", "winner"], values, bottom=bottoms, label=name)
+        bottoms += values
+    ax.set_ylabel("seconds per steady step (slowest rank)")
+    ax.set_title("Phases before vs after")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def loss_curves(baseline: list[float], winner: list[float]) -> bytes:
+    """The training loss of the baseline and the winner, step by step."""
+    fig, ax = plt.subplots(figsize=(5.6, 3.4))
+    ax.plot(range(1, len(baseline) + 1), baseline, marker="o", label="baseline")
+    ax.plot(range(1, len(winner) + 1), winner, marker="x", linestyle="--", label="winner")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss")
+    ax.set_title("Loss: baseline vs winner")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def memory_calibration(trials: list[dict], capacity_bytes: int | None) -> bytes:
+    """Left: predicted vs measured peak (OOM trials drawn at the capacity, censored). Right:
+    the predicted P(OOM) in bins against the observed OOM frequency."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8.4, 3.6))
+    mib = 2 ** 20
+    ok = [t for t in trials if t["status"] == "ok" and t.get("predicted_peak_bytes")
+          and t["peak_mem_bytes"]]
+    if ok:
+        left.scatter([t["predicted_peak_bytes"] / mib for t in ok],
+                     [t["peak_mem_bytes"] / mib for t in ok], s=18, label="ok")
+    oom = [t for t in trials if t["status"] == "oom" and t.get("predicted_peak_bytes")]
+    if oom and capacity_bytes:
+        left.scatter([t["predicted_peak_bytes"] / mib for t in oom],
+                     [capacity_bytes / mib] * len(oom), marker="^", color="tab:red",
+                     label="oom (peak above this)")
+    values = [v for t in ok + oom for v in (t["predicted_peak_bytes"] / mib,)]
+    values += [t["peak_mem_bytes"] / mib for t in ok]
+    if values:
+        lo, hi = min(values) * 0.9, max(values) * 1.1
+        left.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, label="measured = predicted")
+    left.set_xlabel("predicted peak (MiB)")
+    left.set_ylabel("measured peak (MiB)")
+    left.set_title("Memory: predicted vs measured")
+    left.legend(fontsize=7)
+    told = [t for t in trials if t["status"] in ("ok", "oom") and
+            t.get("predicted_p_oom") is not None]
+    edges = np.linspace(0, 1, 6)
+    for a, b in zip(edges[:-1], edges[1:]):
+        inside = [t for t in told if a <= t["predicted_p_oom"] < b or (b == 1 and
+                                                                      t["predicted_p_oom"] == 1)]
+        if inside:
+            freq = np.mean([t["status"] == "oom" for t in inside])
+            right.scatter([(a + b) / 2], [freq], s=12 + 6 * len(inside), color="tab:blue")
+    right.plot([0, 1], [0, 1], color="black", linewidth=0.8)
+    right.set_xlim(0, 1)
+    right.set_ylim(-0.05, 1.05)
+    right.set_xlabel("predicted P(OOM) (bin centre; size = trials)")
+    right.set_ylabel("observed OOM frequency")
+    right.set_title("P(OOM) calibration")
+    return _png(fig)

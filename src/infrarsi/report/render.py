@@ -1,0 +1,147 @@
+"""The report as text: Markdown (figures linked) and HTML (figures embedded as data: URIs, no
+script, no external resource — it renders with no network access)."""
+
+from __future__ import annotations
+
+import base64
+import html
+
+from infrarsi.units import format_bytes
+
+CAPTIONS = {
+    "best_so_far.png": "Best so far vs trial (failures on the axis)",
+    "time_vs_memory.png": "Step time vs peak memory per rank: OOM trials at the capacity line, "
+                          "the memory model's boundary",
+    "phases.png": "Phases per steady step, baseline vs winner",
+    "loss.png": "Loss curves, baseline vs winner",
+    "memory_calibration.png": "Predicted vs measured peak memory, and P(OOM) calibration",
+}
+
+
+def _x(v, fmt="{:.3f}"):
+    return fmt.format(v) if v is not None else "-"
+
+
+def _bytes(v):
+    return format_bytes(int(v)) if v is not None else "-"
+
+
+def headline(summary: dict) -> list[str]:
+    """The summary lines, the same in both formats."""
+    s, lines = summary, []
+    lines.append(f"Workload {s['workload']} at scale {s['scale']}; run {s['run_id']} "
+                 f"({s['searcher']} searcher): {s['trials']} trials, {s['oom_trials']} out of "
+                 f"memory, {s['search_cost_s']:.0f} s of search.")
+    w, b = s.get("winner"), s["baseline"]
+    if w is None:
+        lines.append(f"No winner promoted. {s['decision']}")
+        return lines
+    lines.append(f"Speed-up {w['speedup']:.3f}x over {w['rounds']} interleaved rounds against "
+                 f"the baseline, interval [{w['ci_low']:.3f}, {w['ci_high']:.3f}] (compared: "
+                 f"{s['compared']}); every check passed in every round.")
+    lines.append(f"MFU {_x(b['mfu_pct'], '{:.2f}%')} -> {_x(w['mfu_pct'], '{:.2f}%')}; "
+                 f"step_time_s {_x(b['step_time_s'], '{:.4f}')} -> "
+                 f"{_x(w['step_time_s'], '{:.4f}')}; peak memory per rank "
+                 f"{_bytes(b['peak_mem_bytes'])} -> {_bytes(w['peak_mem_bytes'])}"
+                 + (f" (capacity {_bytes(s['capacity_bytes'])})" if s["capacity_bytes"] else ""))
+    lines.append("What changed and why: " + ("; ".join(w["changes"]) or "nothing"))
+    return lines
+
+
+def trial_rows(data) -> list[list[str]]:
+    """Every trial of the search and of Apply, failures included, with its cost."""
+    base = data.summary["baseline"]["knobs"]
+    rows = []
+    for t in data.trials:
+        changed = ", ".join(f"{k}={v}" for k, v in t["knobs"].items()
+                            if str(base.get(k)) != str(v))
+        rows.append(["run", str(t["seq"]), t["status"], changed or "-",
+                     ", ".join(t["patches"]) or "-", _x(t["step_time_s"], "{:.4f}"),
+                     _x(t["predicted_step_time_s"], "{:.4f}"), _bytes(t["peak_mem_bytes"]),
+                     _bytes(t["predicted_peak_bytes"]), _x(t["predicted_p_oom"], "{:.2f}"),
+                     _x(t["cost_s"], "{:.1f}"), (t["error"] or "")[:120]])
+    for m in (data.apply.measurements if data.apply else []):
+        verdict = "" if m.valid is None else ("checks passed" if m.valid else
+                                              "; ".join(m.reasons)[:120])
+        rows.append(["apply", f"r{m.round + 1} {m.label}", m.status, "-", "-",
+                     _x(m.step_time_s, "{:.4f}"), "-", _bytes(m.peak_mem_bytes), "-", "-",
+                     _x(m.cost_s, "{:.1f}"), verdict])
+    return rows
+
+
+HEADER = ["stage", "#", "status", "knobs changed", "patches", "step_time_s", "predicted",
+          "peak", "predicted peak", "P(OOM)", "cost_s", "error / verdict"]
+
+
+def markdown_report(data, figure_dir: str) -> str:
+    """``report.md``."""
+    s = data.summary
+    out = [f"# InfraRSI report: {s['workload']}", "", "## Summary", ""]
+    out += [f"- {line}" for line in headline(s)]
+    if data.apply is not None:
+        out += ["", "## Verification", "", _verification_md(data.apply)]
+    out += ["", "## Figures", ""]
+    for name in data.figures:
+        out += [f"### {CAPTIONS.get(name, name)}", "", f"![{CAPTIONS.get(name, name)}]"
+                f"({figure_dir}/{name})", ""]
+    out += ["## Every trial", "", "| " + " | ".join(HEADER) + " |",
+            "|" + "---|" * len(HEADER)]
+    out += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in trial_rows(data)]
+    return "\n".join(out) + "\n"
+
+
+def _verification_md(a) -> str:
+    rows = [f"{a.decision}", "", f"Compared: {a.compared}; {a.rounds} rounds; {a.method}.", "",
+            "| candidate | patches | speed-up | interval | checks | promoted |",
+            "|---|---|---|---|---|---|"]
+    for c in a.candidates:
+        rows.append(f"| {c.label} | {', '.join(c.patches) or '-'} | {_x(c.speedup)} | "
+                    f"[{_x(c.ci_low)}, {_x(c.ci_high)}] | "
+                    f"{'passed' if c.verified else '; '.join(c.reasons[:1]) or 'failed'} | "
+                    f"{'yes' if c.promoted else 'no'} |")
+    return "\n".join(rows)
+
+
+STYLE = ("body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
+         "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
+         "padding:2px 6px}th{background:#f3f3f3}img{max-width:100%}.fail{color:#b00}")
+
+
+def html_report(data) -> str:
+    """``report.html``: one file, figures embedded."""
+    e = html.escape
+    s = data.summary
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>InfraRSI report: "
+             f"{e(s['workload'])}</title><style>{STYLE}</style></head><body>",
+             f"<h1>InfraRSI report: {e(s['workload'])}</h1><h2>Summary</h2><ul>"]
+    parts += [f"<li>{e(line)}</li>" for line in headline(s)]
+    parts.append("</ul>")
+    if data.apply is not None:
+        a = data.apply
+        parts.append(f"<h2>Verification</h2><p>{e(a.decision)}</p><p>Compared: "
+                     f"{e(a.compared)}; {a.rounds} rounds; {e(a.method)}.</p>")
+        parts.append(_table(["candidate", "patches", "speed-up", "interval", "checks",
+                             "promoted"],
+                            [[c.label, ", ".join(c.patches) or "-", _x(c.speedup),
+                              f"[{_x(c.ci_low)}, {_x(c.ci_high)}]",
+                              "passed" if c.verified else "; ".join(c.reasons[:1]) or "failed",
+                              "yes" if c.promoted else "no"] for c in a.candidates]))
+    parts.append("<h2>Figures</h2>")
+    for name, png in data.figures.items():
+        uri = "data:image/png;base64," + base64.b64encode(png).decode()
+        caption = e(CAPTIONS.get(name, name))
+        parts.append(f"<figure><img class='figure' alt='{caption}' src='{uri}'>"
+                     f"<figcaption>{caption}</figcaption></figure>")
+    parts.append("<h2>Every trial</h2>")
+    parts.append(_table(HEADER, trial_rows(data)))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(
+        f"<td{' class=fail' if c in ('oom', 'crash', 'timeout', 'invalid') else ''}>{e(c)}</td>"
+        for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"

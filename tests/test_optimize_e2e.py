@@ -1,0 +1,123 @@
+"""``infrarsi optimize`` end to end at tiny scale (slow, real trials): every stage runs, the run
+directory holds the patch, the launch command, the audit trail and the report, the report renders
+in headless Chromium with every figure loaded, and Apply re-run resumes from its progress."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infrarsi.apply.outputs import fresh_copy
+from infrarsi.workloads import find
+
+pytestmark = pytest.mark.slow
+CLI = [sys.executable, "-m", "infrarsi"]
+INSTRUCTION = "cut time-to-train, loss within 1%"
+
+
+@pytest.fixture(scope="module")
+def optimized(tmp_path_factory):
+    out = tmp_path_factory.mktemp("optimize")
+    result = subprocess.run([*CLI, "optimize", "dense-1node", INSTRUCTION, "--scale", "tiny",
+                             "--budget", "4", "--top", "1", "--yes", "--json", "--out",
+                             str(out / "rounds")], capture_output=True, text=True, timeout=1200,
+                            cwd=out)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1]), out
+
+
+def test_optimize_ends_with_one_json_object_and_every_file(optimized):
+    answer, _ = optimized
+    assert {"run_dir", "promoted", "winner", "baseline", "trials", "oom_trials"} <= set(answer)
+    assert answer["baseline"]["step_time_s"] > 0 and answer["baseline"]["mfu_pct"] > 0
+    run_dir = Path(answer["run_dir"])
+    for name in ("audit.jsonl", "report.md", "report.html", "verification.md", "contract.yaml",
+                 "apply.json", "doctor.json"):
+        assert (run_dir / name).is_file(), name
+    applied = json.loads((run_dir / "apply.json").read_text())
+    if answer["promoted"]:
+        w = answer["winner"]
+        assert {"knobs", "patches", "speedup", "ci_low", "ci_high"} <= set(w)
+        assert w["ci_low"] > 1 and (run_dir / "launch.sh").is_file()
+        assert (run_dir / "winner.patch").is_file()
+    else:
+        assert "no significant gain" in applied["decision"]
+        assert not (run_dir / "winner.patch").exists()
+
+
+def test_the_winner_patch_applies_to_a_fresh_copy(optimized, tmp_path):
+    answer, _ = optimized
+    patch = Path(answer["run_dir"]) / "winner.patch"
+    if not answer["promoted"] or not patch.read_text():
+        pytest.skip("no promoted code change in this run (the decision is checked above)")
+    copy = fresh_copy(find("dense-1node"), tmp_path / "copy")
+    check = subprocess.run(["git", "apply", "--check", str(patch)], cwd=copy,
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+def test_the_audit_trail_holds_every_trial_of_the_search_and_of_apply(optimized):
+    answer, _ = optimized
+    run_dir = Path(answer["run_dir"])
+    lines = [json.loads(line) for line in (run_dir / "audit.jsonl").read_text().splitlines()]
+    run_lines = [line for line in lines if line["stage"] == "run"]
+    apply_lines = [line for line in lines if line["stage"] == "apply"]
+    assert len(run_lines) == answer["trials"]
+    applied = json.loads((run_dir / "apply.json").read_text())
+    assert len(apply_lines) == len(applied["measurements"]) == 2 * applied["rounds"] + 1
+    for line in run_lines:
+        assert {"knobs", "patches", "patch_sha256", "status", "cost_s", "predicted",
+                "proposed_by"} <= set(line)
+        assert set(line["patch_sha256"]) == set(line["patches"])
+
+
+def test_apply_again_resumes_from_its_progress_and_decides_the_same(optimized):
+    answer, _ = optimized
+    run_dir = Path(answer["run_dir"])
+    before = json.loads((run_dir / "apply.json").read_text())
+    again = subprocess.run([*CLI, "apply", str(run_dir), "--top", "1", "--json"],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    after = json.loads(again.stdout.strip().splitlines()[-1])
+    assert [m["trial_id"] for m in after["measurements"]] == \
+        [m["trial_id"] for m in before["measurements"]]  # nothing re-run
+    assert after["promoted"] == before["promoted"]
+
+
+def _chromium() -> str | None:
+    return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
+                 if shutil.which(n)), None)
+
+
+CHECK = """<script>
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var bad = imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); });
+  document.body.setAttribute('data-figures', imgs.length + ':' + bad.length);
+});
+</script></body>"""
+
+
+def test_the_html_report_renders_offline_with_every_figure_loaded(optimized, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("INFRARSI_REQUIRE_CHROMIUM"):
+            pytest.fail("chromium is not installed (.ci/run installs it)")
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
+    answer, _ = optimized
+    html = (Path(answer["run_dir"]) / "report.html").read_text()
+    assert not re.search(r"""(src|href)=['"]?(https?:)?//""", html)  # nothing from a network
+    page = tmp_path / "check.html"
+    page.write_text(html.replace("</body>", CHECK))
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    found = re.search(r'data-figures="(\d+):(\d+)"', dom.stdout)
+    assert found, dom.stderr[-2000:]
+    total, broken = int(found.group(1)), int(found.group(2))
+    assert total >= 3 and broken == 0, f"{broken} of {total} figures did not load"
