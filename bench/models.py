@@ -67,10 +67,16 @@ def config_of(cell: tables.Cell) -> Config:
 
 
 def offsets(cells: list[tables.Cell]) -> np.ndarray | None:
-    """log of the analytic estimate times the patch prior, or None when the table has none."""
+    """log of the analytic estimate and of the patch prior, as two offset parts per cell (as
+    the Run stage gives them), or None when the table has none."""
     if any(c.analytic_peak_bytes is None for c in cells):
         return None
-    return np.log([c.analytic_peak_bytes * c.patch_mem_ratio for c in cells])
+    return np.log([[c.analytic_peak_bytes, c.patch_mem_ratio] for c in cells])
+
+
+def total(parts: np.ndarray | None) -> np.ndarray | None:
+    """The log analytic peak: offset parts added up."""
+    return None if parts is None else parts.sum(axis=1)
 
 
 def p_oom_all(train, test, Xtr, Xte, otr, ote, peaks, capacity) -> dict[str, np.ndarray]:
@@ -84,9 +90,9 @@ def p_oom_all(train, test, Xtr, Xte, otr, ote, peaks, capacity) -> dict[str, np.
         Xtr[keep], kept, None if otr is None else otr[keep]).p_oom(Xte, capacity, ote)
     imputed = [MemoryObservation(o.peak_or_cap_bytes, False) for o in obs]
     out["impute_cap"] = TobitMemoryModel().fit(Xtr, imputed, otr).p_oom(Xte, capacity, ote)
-    out["classifier"] = _classifier(Xtr, Xte, otr, ote, censored, capacity)
+    out["classifier"] = _classifier(Xtr, Xte, total(otr), total(ote), censored, capacity)
     if ote is not None:
-        out["analytic"] = special.ndtr((ote - math.log(capacity)) / ANALYTIC_SPREAD)
+        out["analytic"] = special.ndtr((total(ote) - math.log(capacity)) / ANALYTIC_SPREAD)
     return out
 
 

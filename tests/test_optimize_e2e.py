@@ -18,15 +18,16 @@ from infrarsi.workloads import find
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "infrarsi"]
 INSTRUCTION = "cut time-to-train, loss within 1%"
+ROUNDS = 5
 
 
 @pytest.fixture(scope="module")
 def optimized(tmp_path_factory):
     out = tmp_path_factory.mktemp("optimize")
     result = subprocess.run([*CLI, "optimize", "dense-1node", INSTRUCTION, "--scale", "tiny",
-                             "--budget", "4", "--top", "1", "--yes", "--json", "--out",
-                             str(out / "rounds")], capture_output=True, text=True, timeout=1200,
-                            cwd=out)
+                             "--budget", "3", "--top", "1", "--verify-rounds", str(ROUNDS),
+                             "--yes", "--json", "--out", str(out / "rounds")],
+                            capture_output=True, text=True, timeout=1200, cwd=out)
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.strip().splitlines()[-1]), out
 
@@ -80,7 +81,8 @@ def test_apply_again_resumes_from_its_progress_and_decides_the_same(optimized):
     answer, _ = optimized
     run_dir = Path(answer["run_dir"])
     before = json.loads((run_dir / "apply.json").read_text())
-    again = subprocess.run([*CLI, "apply", str(run_dir), "--top", "1", "--json"],
+    again = subprocess.run([*CLI, "apply", str(run_dir), "--top", "1", "--rounds", str(ROUNDS),
+                            "--json"],
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     after = json.loads(again.stdout.strip().splitlines()[-1])

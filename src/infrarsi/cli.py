@@ -291,6 +291,11 @@ def optimize(
     rounds: int = typer.Option(1, "--rounds", min=1, help="the winner becomes the next "
                                "round's baseline"),
     top: int = typer.Option(3, "--top", min=1, help="candidates Apply re-measures"),
+    verify_rounds: Optional[int] = typer.Option(None, "--verify-rounds", min=2, help="Apply's "
+                                                "interleaved rounds (default: what the "
+                                                "Doctor's noise analysis needs, 5 to 10)"),
+    doctor_repeats: int = typer.Option(3, "--doctor-repeats", min=2, help="baseline runs of "
+                                       "the Doctor"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="where the rounds are written "
                                            "(default .infrarsi/optimize/<time>)"),
     yes: bool = typer.Option(False, "--yes", help="freeze the contract without asking"),
@@ -300,7 +305,7 @@ def optimize(
     """All stages from one instruction: Init -> Doctor -> Run -> Apply -> Report."""
     from infrarsi.optimize_cli import optimize_command
     optimize_command(workload, instruction, scale, budget, rounds, top, out_dir, yes, seed,
-                     as_json, out, err)
+                     as_json, out, err, verify_rounds, doctor_repeats)
 
 
 def _terminate(signum, frame) -> None:

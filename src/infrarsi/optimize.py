@@ -75,7 +75,8 @@ def make_contract_for(manifest: Manifest, scale: str, instruction: str,
 
 
 def optimize(workload: str, instruction: str, scale: str, budget: int | None, rounds: int,
-             out_dir: Path, top_k: int = 3, doctor_repeats: int = 3, seed: int = 0,
+             out_dir: Path, top_k: int = 3, doctor_repeats: int = 3,
+             verify_rounds: int | None = None, seed: int = 0,
              on_stage: Callable[[str, dict], None] | None = None,
              confirm: Callable[[Contract], bool] | None = None) -> OptimizeResult:
     """Every stage, ``rounds`` times; returns the summary and writes each round's report."""
@@ -92,7 +93,7 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
     for r in range(1, rounds + 1):
         round_dir = out_dir / f"round-{r}"
         result, baseline = _one_round(manifest, instruction, scale, budget, round_dir, top_k,
-                                      doctor_repeats, seed, r, emit, confirm)
+                                      (doctor_repeats, verify_rounds), seed, r, emit, confirm)
         done.append(result)
         first_baseline = first_baseline or baseline
         if not result.promoted or r == rounds:
@@ -105,6 +106,8 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
 
 def _one_round(manifest, instruction, scale, budget, round_dir: Path, top_k, repeats, seed, r,
                emit, confirm) -> tuple[RoundResult, dict]:
+    """Every stage once; ``repeats`` is (Doctor's baseline runs, Apply's rounds or None)."""
+    repeats, verify_rounds = repeats
     emit("init", {"round": r})
     contract = make_contract_for(manifest, scale, instruction,
                                  lambda note: emit("note", {"round": r, "text": note}))
@@ -127,7 +130,7 @@ def _one_round(manifest, instruction, scale, budget, round_dir: Path, top_k, rep
                    on_event=lambda kind, data: emit("search", {"kind": kind, **data}))
     found = loop.start()
     emit("apply", {"round": r})
-    applied = apply_run(round_dir / "run", top_k=top_k, seed=seed,
+    applied = apply_run(round_dir / "run", top_k=top_k, rounds=verify_rounds, seed=seed,
                         on_event=lambda kind, data: emit("verify", {"kind": kind, **data}))
     emit("report", {"round": r})
     written = write_report(round_dir / "run")

@@ -71,13 +71,15 @@ def headline(result: OptimizeResult) -> list[str]:
 
 def optimize_command(workload: str, instruction: str, scale: str, budget: int | None,
                      rounds: int, top: int, out_dir: Path | None, yes: bool, seed: int,
-                     as_json: bool, out: Console, err: Console) -> None:
+                     as_json: bool, out: Console, err: Console, verify_rounds: int | None = None,
+                     doctor_repeats: int = 3) -> None:
     """Run every stage; exit 0 with or without a promoted winner, 2 on bad input."""
     screen = OptimizeScreen(err if as_json else out)
     directory = out_dir or Path(".infrarsi") / "optimize" / time.strftime("%Y%m%d-%H%M%S")
     try:
         result = optimize(workload, instruction, scale, budget, rounds, directory, top_k=top,
-                          seed=seed, on_stage=screen, confirm=None if yes else _confirm(err))
+                          doctor_repeats=doctor_repeats, verify_rounds=verify_rounds, seed=seed,
+                          on_stage=screen, confirm=None if yes else _confirm(err))
     except (OptimizeError, ContractError, KeyError) as exc:
         err.print(f"error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False,
                   soft_wrap=True)

@@ -72,6 +72,31 @@ def test_p_oom_is_calibrated_and_wider_away_from_the_data():
     assert far > near
 
 
+def test_offset_parts_let_trials_discount_an_overstated_catalog_prior():
+    # the catalog says each of 8 patches cuts the peak by 5-20%; really by a fifth of that.
+    # With 12 trials the per-patch corrections are underdetermined; one coefficient on the
+    # catalog's part is not.
+    brier = {"summed": [], "parts": []}
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        n, d = 12, 8
+        X = rng.integers(0, 2, size=(n + 200, d)).astype(float)
+        formula = 19.5 + rng.normal(0, 0.2, n + 200)
+        catalog = X @ rng.uniform(-0.2, -0.05, d)
+        truth = formula + 0.2 * catalog + rng.normal(0, 0.02, n + 200)
+        cap = np.exp(np.quantile(truth, 0.6))
+        obs, test = observe(truth[:n], cap), truth[n:] > np.log(cap)
+        parts = np.c_[formula, catalog]
+        summed = TobitMemoryModel().fit(X[:n], obs, parts[:n].sum(axis=1))
+        split = TobitMemoryModel().fit(X[:n], obs, parts[:n])
+        brier["summed"].append(np.mean((summed.p_oom(X[n:], cap, parts[n:].sum(axis=1))
+                                        - test) ** 2))
+        brier["parts"].append(np.mean((split.p_oom(X[n:], cap, parts[n:]) - test) ** 2))
+    assert np.mean(brier["parts"]) < np.mean(brier["summed"])
+    with pytest.raises(ValueError, match="offset part"):
+        split.p_oom(X[n:], cap, parts[n:].sum(axis=1)[:, None])
+
+
 def test_without_an_analytic_offset_it_learns_an_intercept():
     X, _, log_peak = synthetic(40, seed=4)
     model = TobitMemoryModel().fit(X, observe(log_peak, np.exp(99.0)))

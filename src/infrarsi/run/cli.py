@@ -130,5 +130,5 @@ def _summary(result: RunResult, out: Console) -> None:
     knobs = " ".join(f"{k}={v}" for k, v in result.best.knobs.items())
     out.print(f"best: {knobs} patches={result.best.patches or 'none'} step "
               f"{_seconds(result.best.step_time_s)} s{speed}", markup=False, highlight=False)
-    out.print(f"store: {result.run_dir}/run.sqlite; re-verify the best with `infrarsi apply` "
-              "(not built yet)", markup=False, highlight=False)
+    out.print(f"store: {result.run_dir}/run.sqlite; re-verify the best against the baseline "
+              f"with `infrarsi apply {result.run_dir}`", markup=False, highlight=False)

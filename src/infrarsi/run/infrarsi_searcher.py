@@ -55,7 +55,7 @@ class InfraRSISearcher(Searcher):
         design = [p.baseline] + [s for s in p.seeds if s in p.index]
         fits = np.ones(len(p.candidates), dtype=bool)
         if p.offsets is not None and p.capacity_bytes:
-            fits = p.offsets <= math.log(p.capacity_bytes) - 0.05
+            fits = p.offset_total <= math.log(p.capacity_bytes) - 0.05
         prior = p.prior_log_speed(p.candidates) if p.prior_log_speed else \
             self.rng.normal(size=len(p.candidates))
         for i in np.argsort(np.where(fits, prior, np.inf)):

@@ -50,7 +50,8 @@ class Problem:
     space: Space
     baseline: Config
     capacity_bytes: float | None = None
-    analytic_log_peak: Callable[[list[Config]], np.ndarray | None] | None = None
+    analytic_log_peak: Callable[[list[Config]], np.ndarray | None] | None = None  # (n,) or
+    # (n, k) parts that add up to the log analytic peak (see memory.TobitMemoryModel)
     prior_log_speed: Callable[[list[Config]], np.ndarray] | None = None
     seeds: list[Config] = field(default_factory=list)
     savers: MemorySavers = field(default_factory=MemorySavers)
@@ -62,6 +63,13 @@ class Problem:
         self.index = {c: i for i, c in enumerate(self.candidates)}
         self.X = self.space.encode(self.candidates)
         self.offsets = self.analytic_log_peak(self.candidates) if self.analytic_log_peak else None
+
+    @property
+    def offset_total(self) -> np.ndarray | None:
+        """The log analytic peak of each candidate (its offset parts added up)."""
+        if self.offsets is None:
+            return None
+        return self.offsets if self.offsets.ndim == 1 else self.offsets.sum(axis=1)
 
     def nearest(self, target: Config, exclude: set[Config], rng) -> Config | None:
         """The candidate that differs from ``target`` in fewest knobs and patches, not excluded

@@ -71,16 +71,17 @@ def candidates(manifest, scale: str, seed: int = 0, limit: int = MAX_RANDOM) -> 
 
 
 def analytic(manifest, scale: str):
-    """log(analytic per-rank peak x the patches' prior memory ratios), or None without one."""
+    """The log analytic per-rank peak in two parts per config — the manifest's formula, and the
+    sum of the patches' log prior memory ratios — or None without a formula."""
     if manifest.memory is None:
         return None
     params = manifest.scale(scale).params
     ratio = {p.id: math.log(p.prior.peak_mem_ratio) for p in manifest.patches}
 
     def estimate(configs: list[Config]) -> np.ndarray:
-        return np.array([math.log(max(1.0, float(expr.evaluate(
-            manifest.memory.per_rank_bytes, {**params, **c.knob_dict})))) +
-            sum(ratio.get(p, 0.0) for p in c.patches) for c in configs])
+        return np.array([[math.log(max(1.0, float(expr.evaluate(
+            manifest.memory.per_rank_bytes, {**params, **c.knob_dict})))),
+            sum(ratio.get(p, 0.0) for p in c.patches)] for c in configs])
     return estimate
 
 

@@ -116,7 +116,7 @@ class GridSearcher(Searcher):
     def __init__(self, problem: Problem, seed: int = 0):
         super().__init__(problem, seed)
         order = list(range(len(problem.candidates)))
-        offsets, capacity = problem.offsets, problem.capacity_bytes
+        offsets, capacity = problem.offset_total, problem.capacity_bytes
         if offsets is not None and capacity is not None:
             fits = [i for i in order if offsets[i] <= math.log(capacity)]
             order = fits or order
