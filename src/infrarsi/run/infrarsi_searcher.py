@@ -79,14 +79,33 @@ class InfraRSISearcher(Searcher):
                                o.status == "oom") for _, o in mem_rows],
             None if p.offsets is None else p.offsets[[i for i, _ in mem_rows]])
         ok = [(i, o) for i, o in zip(idx, outs) if o.status == "ok"]
-        prior = p.prior_log_speed(p.candidates) if p.prior_log_speed else np.zeros(len(p.X))
-        y = np.array([math.log(o.step_time_s) for _, o in ok]) - prior[[i for i, _ in ok]]
-        noise = np.array([o.noise_var_log or 1e-4 for _, o in ok])
-        time_model = StepTimeModel(self.family, seed=int(self.rng.integers(1 << 30))).fit(
-            p.X[[i for i, _ in ok]], np.exp(y), noise)
+        catalog = p.prior_log_speed(p.candidates) if p.prior_log_speed else np.zeros(len(p.X))
+        logs = np.array([math.log(o.step_time_s) for _, o in ok])
+        # a trial's own steps say how steady it ran; repeated runs of one config differ by
+        # more (the Doctor's between-run noise): a single lucky trial must not be believed
+        noise = np.array([max(o.noise_var_log or 1e-4, p.noise_var_log) for _, o in ok])
+        seed = int(self.rng.integers(1 << 30))
+        time_model, weight = self._time_model(p.X[[i for i, _ in ok]], logs,
+                                              catalog[[i for i, _ in ok]], noise, seed)
+        prior = weight * catalog
         costs = TrialCostModel().fit(p.X[idx], np.array([o.cost_s for o in outs]),
                                      np.array([o.status == "oom" for o in outs]))
         return memory, time_model, prior, costs, ok
+
+    def _time_model(self, X, logs, catalog, noise, seed):
+        """The step-time model on the measured times less the catalog's prior, weighted 1 or 0:
+        whichever the trials make more likely (the GP's marginal likelihood, on the raw scale).
+        Where the catalog's speed-ups do not hold on this host, the trials drop them."""
+        best = None
+        weigh = self.family == "gp" and catalog.any() and len(logs) >= PRIOR_DROP_MIN_TRIALS
+        for weight in PRIOR_WEIGHTS if weigh else (1.0,):
+            model = StepTimeModel(self.family, seed=seed).fit(X, np.exp(logs - weight * catalog),
+                                                              noise)
+            evidence = model.log_evidence()
+            if best is None or (evidence is not None and
+                                evidence > best[2] + PRIOR_DROP_EVIDENCE):
+                best = (model, weight, evidence if evidence is not None else -np.inf)
+        return best[0], best[1]
 
     def _predict(self):
         """Per candidate: log step-time mean and sd, P(OOM), expected cost; and the incumbent
@@ -238,6 +257,11 @@ class InfraRSISearcher(Searcher):
         if any(c not in self.tried for c in self.start) or len(self.history) < 8:
             return False
         return getattr(self, "_expected_gain", 1.0) < self.problem.min_effect
+
+
+PRIOR_WEIGHTS = (1.0, 0.0)
+PRIOR_DROP_EVIDENCE = 2.0  # log-evidence the trials must gain to drop the catalog's prior
+PRIOR_DROP_MIN_TRIALS = 8
 
 
 def _log_ei(best: float, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:

@@ -56,6 +56,7 @@ class Problem:
     seeds: list[Config] = field(default_factory=list)
     savers: MemorySavers = field(default_factory=MemorySavers)
     min_effect: float = 0.02
+    noise_var_log: float = 0.0  # between repeated runs of one config (the Doctor's measure)
 
     def __post_init__(self):
         if self.baseline not in set(self.candidates):

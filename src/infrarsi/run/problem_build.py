@@ -108,7 +108,7 @@ def doctor_seeds(manifest, scale: str, report: dict | None) -> list[Config]:
     base = knobs.resolve(manifest, scale, {})
     ids = {p.id for p in manifest.patches}
     seeds = []
-    for finding in report.get("findings", []):
+    for finding in report.get("diagnosis", []):
         patches = frozenset(s for s in finding.get("suggests", []) if s in ids)
         if patches and not any(set(manifest.patch(p).conflicts) & patches for p in patches):
             seeds.append(Config.of(base, patches))
@@ -126,7 +126,18 @@ def build_problem(manifest, scale: str, capacity_bytes: int | None, report: dict
               for k in manifest.knobs}
     space = Space.from_manifest(manifest, levels)
     seeds = [s for s in doctor_seeds(manifest, scale, report) if s in set(configs)]
+    cv = ((report or {}).get("noise") or {}).get("cv_between")
     return Problem(configs, space, configs[0], capacity_bytes=capacity_bytes,
                    analytic_log_peak=analytic(manifest, scale),
                    prior_log_speed=speed_prior(manifest), seeds=seeds,
-                   savers=savers(manifest), min_effect=min_effect or 0.02)
+                   savers=savers(manifest), min_effect=min_effect or 0.02,
+                   noise_var_log=run_to_run_var(cv))
+
+
+def run_to_run_var(cv: float | None) -> float:
+    """The variance of log time between repeated runs of one config, from a coefficient of
+    variation (the Doctor's between-run cv); a small floor when none was measured."""
+    return math.log1p(cv * cv) if cv else DEFAULT_RUN_VAR_LOG
+
+
+DEFAULT_RUN_VAR_LOG = math.log1p(0.03 ** 2)  # 3%: a quiet machine

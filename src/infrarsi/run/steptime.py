@@ -77,6 +77,15 @@ class StepTimeModel:
             gp.fit(X, y)
         return gp
 
+    def log_evidence(self) -> float | None:
+        """log p(y) of the GP's fit on the scale of log seconds (its normalisation undone), so
+        that fits of different targets compare; None for the forest or fewer than 2 points."""
+        if self.family != "gp" or self.model_ is None:
+            return None
+        n = self.n_obs_
+        return float(self.model_.log_marginal_likelihood_value_ - n * np.log(
+            max(self.model_._y_train_std, 1e-12)))
+
     def _forest(self, X, y):
         from sklearn.ensemble import ExtraTreesRegressor
         forest = ExtraTreesRegressor(n_estimators=100, min_samples_leaf=2,
