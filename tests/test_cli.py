@@ -19,6 +19,18 @@ def test_stages_not_built_yet_exit_2_and_say_so(stage):
     assert result.stdout == ""
 
 
+def test_apply_report_and_optimize_refuse_bad_input_with_the_fix(tmp_path):
+    for stage in ("apply", "report"):
+        result = run_cli(stage, str(tmp_path / "nothing"), cwd=tmp_path)
+        assert result.returncode == 2 and "holds no run" in result.stderr
+        assert "infrarsi run" in result.stderr
+    result = run_cli("optimize", "no-such-workload", "faster", "--yes", cwd=tmp_path)
+    assert result.returncode == 2 and "no-such-workload" in result.stderr
+    result = run_cli("optimize", "dense-1node", "memory under 0 GiB", "--yes", cwd=tmp_path)
+    assert result.returncode == 2 and "memory" in result.stderr
+    assert not (tmp_path / ".infrarsi").exists()  # nothing was run
+
+
 def test_run_without_a_contract_or_with_a_bad_searcher_says_what_to_give(tmp_path):
     result = run_cli("run", cwd=tmp_path)
     assert result.returncode == 2 and "--resume" in result.stderr

@@ -79,21 +79,29 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
              verify_rounds: int | None = None, seed: int = 0,
              on_stage: Callable[[str, dict], None] | None = None,
              confirm: Callable[[Contract], bool] | None = None) -> OptimizeResult:
-    """Every stage, ``rounds`` times; returns the summary and writes each round's report."""
+    """Every stage, ``rounds`` times; returns the summary and writes each round's report.
+    ``confirm`` is asked about the first contract, before anything is written; later rounds'
+    contracts differ from it only in the workload they point at."""
     t0, emit = time.monotonic(), on_stage or (lambda stage, data: None)
     try:
         manifest = find(workload)
         manifest.scale(scale)
     except (ValueError, KeyError) as exc:
         raise OptimizeError(exc.args[0] if exc.args else str(exc)) from None
+
+    def note(r: int) -> Callable[[str], None]:
+        return lambda text: emit("note", {"round": r, "text": text})
+    emit("init", {"round": 1})
+    contract = make_contract_for(manifest, scale, instruction, note(1))  # before any folder
+    if confirm is not None and not confirm(contract):
+        raise OptimizeError("the contract was not confirmed: nothing was run")
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     done: list[RoundResult] = []
     first_baseline: dict | None = None
     for r in range(1, rounds + 1):
-        round_dir = out_dir / f"round-{r}"
-        result, baseline = _one_round(manifest, instruction, scale, budget, round_dir, top_k,
-                                      (doctor_repeats, verify_rounds), seed, r, emit, confirm)
+        result, baseline = _one_round(contract, budget, out_dir / f"round-{r}", top_k,
+                                      (doctor_repeats, verify_rounds), seed, r, emit)
         done.append(result)
         first_baseline = first_baseline or baseline
         if not result.promoted or r == rounds:
@@ -101,18 +109,16 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
         manifest = derive_workload(manifest, scale, result.winner, out_dir / f"round-{r + 1}"
                                    / "workload")
         emit("derive", {"round": r + 1, "workload": str(manifest.root)})
+        emit("init", {"round": r + 1})
+        contract = make_contract_for(manifest, scale, instruction, note(r + 1))
     return _summary(out_dir, done, first_baseline, time.monotonic() - t0)
 
 
-def _one_round(manifest, instruction, scale, budget, round_dir: Path, top_k, repeats, seed, r,
-               emit, confirm) -> tuple[RoundResult, dict]:
-    """Every stage once; ``repeats`` is (Doctor's baseline runs, Apply's rounds or None)."""
+def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed, r,
+               emit) -> tuple[RoundResult, dict]:
+    """Doctor, Run, Apply and Report once; ``repeats`` is (Doctor's baseline runs, Apply's
+    rounds or None)."""
     repeats, verify_rounds = repeats
-    emit("init", {"round": r})
-    contract = make_contract_for(manifest, scale, instruction,
-                                 lambda note: emit("note", {"round": r, "text": note}))
-    if confirm is not None and not confirm(contract):
-        raise OptimizeError("the contract was not confirmed: nothing was run")
     round_dir.mkdir(parents=True, exist_ok=True)
     emit("doctor", {"round": r})
     report = run_doctor(contract, repeats, round_dir / "doctor-trials",

@@ -113,10 +113,13 @@ def _must_run(spec, workdir: Path, progress, label: str) -> TrialRecord:
 
 
 def _profile(spec, workdir: Path, first: TrialRecord, progress) -> dict:
-    """One run with torch.profiler on rank 0 over two steady steps; its operator table."""
+    """One run with torch.profiler on rank 0 over two steady steps; its operator table. It runs
+    without the capacity: the profiler's own buffers are not the workload's memory (a baseline
+    that fits its capacity could otherwise run out of memory only because it is profiled)."""
     steps = first.metrics.steps
     start = min(max(1, noise.warmup_steps(first.metrics.step_times_s)), max(0, steps - 2))
-    profiled = dataclasses.replace(spec, extra_env={"INFRARSI_PROFILE_STEP": str(start)})
+    profiled = dataclasses.replace(spec, extra_env={"INFRARSI_PROFILE_STEP": str(start)},
+                                   mem_cap_bytes=None)
     record = _must_run(profiled, workdir, progress, "profiled run")
     path = Path(record.trial_dir) / PROFILE_FILE  # the runner has it written there
     return json.loads(path.read_text()) if path.exists() else {"steps": 0, "wall_s": 0, "ops": []}

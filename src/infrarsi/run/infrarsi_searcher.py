@@ -12,7 +12,8 @@
   memory patch added) that the memory model expects to fit are proposed in its place.
 - **Re-measures** the top two configs (by posterior mean) one trial in seven, so the
   recommendation rests on more than one lucky draw.
-- **Stops** when no untried candidate is expected to improve by the minimum detectable effect.
+- **Stops** when the trials left are not expected to gain the minimum detectable effect: the
+  sum of the best candidates' expected improvements, one per trial left, is below it.
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ class InfraRSISearcher(Searcher):
             pick = self._pair(pick, log_ei, p_oom, acq, untried, chosen)
             chosen.append(pick)
         self.last = self._describe(chosen[0]) if chosen else None
-        self._expected_gain = float(np.max(np.where(untried, np.exp(log_ei) * (1 - p_oom), 0)))
+        gains = np.where(untried, np.exp(log_ei) * (1 - p_oom), 0.0)
+        self._gains = np.sort(gains)[::-1][:MAX_LEFT]
         return [p.candidates[j] for j in chosen]
 
     def _pair(self, pick, log_ei, p_oom, acq, untried, chosen) -> int:
@@ -251,14 +253,24 @@ class InfraRSISearcher(Searcher):
         mu = self._predict()[0]
         return sorted(ran, key=lambda c: mu[self.problem.index[c]])[:k]
 
-    def should_stop(self) -> bool:
+    def should_stop(self, trials_left: int | None = None) -> bool:
         if super().should_stop():
             return True
         if any(c not in self.tried for c in self.start) or len(self.history) < 8:
             return False
-        return getattr(self, "_expected_gain", 1.0) < self.problem.min_effect
+        return self.expected_gain(trials_left) < self.problem.min_effect
+
+    def expected_gain(self, trials_left: int | None = None) -> float:
+        """What the trials left can still gain, in log step time: the sum of the best
+        candidates' expected improvements (times P(fits)) — an upper bound on the expected
+        improvement of the best of them, so the run stops only when even that is small."""
+        gains = getattr(self, "_gains", None)
+        if gains is None:
+            return 1.0
+        return float(np.sum(gains[:max(1, trials_left or 1)]))
 
 
+MAX_LEFT = 200  # candidates whose expected gains are kept for the stopping rule
 PRIOR_WEIGHTS = (1.0, 0.0)
 PRIOR_DROP_EVIDENCE = 2.0  # log-evidence the trials must gain to drop the catalog's prior
 PRIOR_DROP_MIN_TRIALS = 8

@@ -169,7 +169,8 @@ class RunLoop:
                 break
             config, again = queue.pop(0) if queue else (None, None)
             if config is None:
-                if searcher.should_stop() and count >= 3:
+                left = self._trials_left(count, spent_s + time.monotonic() - t0)
+                if searcher.should_stop(left) and count >= 3:
                     reason = "the models expect no gain above the minimum detectable effect"
                     break
                 config = searcher.ask()
@@ -198,6 +199,13 @@ class RunLoop:
         store.set_ranking(run_id, ranking_json(searcher, store.trials(run_id)))
         store.set_run_status(run_id, "finished", reason)
         return self._result(store, run_id, searcher, reason, len(requeue))
+
+    def _trials_left(self, count: int, spent_s: float) -> int | None:
+        """Trials the budget still allows: by count, or by seconds at the mean cost so far."""
+        left = [self.budget_trials - count] if self.budget_trials is not None else []
+        if self.budget_s is not None and count:
+            left.append(int((self.budget_s - spent_s) / max(spent_s / count, 1e-3)))
+        return max(1, min(left)) if left else None
 
     def _run_one(self, config: Config) -> TrialRecord:
         request = TrialRequest(

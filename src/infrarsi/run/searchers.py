@@ -48,8 +48,9 @@ class Searcher:
     def _untried(self) -> list[Config]:
         return [c for c in self.problem.candidates if c not in self.tried]
 
-    def should_stop(self) -> bool:
-        """Whether the searcher expects nothing worth a trial from what is left."""
+    def should_stop(self, trials_left: int | None = None) -> bool:
+        """Whether the searcher expects nothing worth a trial from what is left (``trials_left``
+        of the budget; None when the budget is in seconds)."""
         return not self._untried()
 
 
