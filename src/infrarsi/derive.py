@@ -4,9 +4,7 @@ still apply. ``optimize --rounds`` searches again from there."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import yaml
@@ -39,21 +37,13 @@ def derive_workload(manifest: Manifest, scale: str, winner: dict, dest: Path) ->
     raw["scales"][scale]["knob_defaults"] = defaults
     applied = set(winner["patches"])
     kept = [p for p in raw.get("patches", []) if p["id"] not in applied
-            and _still_applies(dest, dest / p["file"])]
+            and patching.applies(dest / p["file"], dest)]
     kept_ids = {p["id"] for p in kept}
     for p in kept:
         p["conflicts"] = [c for c in p.get("conflicts", []) if c in kept_ids]
     raw["patches"] = kept
     (dest / manifest.path.name).write_text(yaml.safe_dump(raw, sort_keys=False))
     return find(str(dest / manifest.path.name))
-
-
-def _still_applies(workspace: Path, diff: Path) -> bool:
-    result = subprocess.run(["git", "apply", "--check", str(diff)], cwd=workspace,
-                            capture_output=True, text=True,
-                            env={**os.environ,
-                                 "GIT_CEILING_DIRECTORIES": str(workspace.resolve().parent)})
-    return result.returncode == 0
 
 
 def _stem(name: str) -> str:

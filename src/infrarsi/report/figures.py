@@ -16,6 +16,14 @@ STATUS_STYLE = {"ok": ("o", "tab:blue"), "oom": (">", "tab:red"), "timeout": ("s
                 "crash": ("x", "tab:gray"), "invalid": ("x", "tab:purple")}
 
 
+def _finish(ax, xlabel: str, ylabel: str, title: str, legend: bool = True) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=7)
+
+
 def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.tight_layout()
@@ -44,10 +52,7 @@ def best_so_far(trials: list[dict]) -> bytes:
             marker, colour = STATUS_STYLE[status]
             ax.scatter(pts, [floor * 0.9] * len(pts), marker=marker, color=colour, label=status)
     ax.step(xs, line, where="post", color="black", label="best so far")
-    ax.set_xlabel("trial")
-    ax.set_ylabel("step_time_s")
-    ax.set_title("Search: step time per trial and best so far")
-    ax.legend(fontsize=7)
+    _finish(ax, "trial", "step_time_s", "Search: step time per trial and best so far")
     return _png(fig)
 
 
@@ -74,10 +79,8 @@ def time_vs_memory(trials: list[dict], capacity_bytes: int | None) -> bytes:
         if y_oom:
             ax.scatter([capacity_bytes / mib] * len(y_oom), y_oom, marker=">", color="tab:red",
                        label="oom (peak > capacity; predicted step time)")
-    ax.set_xlabel("peak_mem_bytes per rank (MiB)")
-    ax.set_ylabel("step_time_s")
-    ax.set_title("Step time vs peak memory of every trial")
-    ax.legend(fontsize=7)
+    _finish(ax, "peak_mem_bytes per rank (MiB)", "step_time_s",
+            "Step time vs peak memory of every trial")
     return _png(fig)
 
 
@@ -90,9 +93,7 @@ def phases(before: dict[str, float], after: dict[str, float]) -> bytes:
         values = np.array([before.get(name, 0.0), after.get(name, 0.0)])
         ax.bar(["baseline", "winner"], values, bottom=bottoms, label=name)
         bottoms += values
-    ax.set_ylabel("seconds per steady step (slowest rank)")
-    ax.set_title("Phases before vs after")
-    ax.legend(fontsize=7)
+    _finish(ax, "", "seconds per steady step (slowest rank)", "Phases before vs after")
     return _png(fig)
 
 
@@ -101,10 +102,7 @@ def loss_curves(baseline: list[float], winner: list[float]) -> bytes:
     fig, ax = plt.subplots(figsize=(5.6, 3.4))
     ax.plot(range(1, len(baseline) + 1), baseline, marker="o", label="baseline")
     ax.plot(range(1, len(winner) + 1), winner, marker="x", linestyle="--", label="winner")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss")
-    ax.set_title("Loss: baseline vs winner")
-    ax.legend(fontsize=7)
+    _finish(ax, "optimizer step", "loss", "Loss: baseline vs winner")
     return _png(fig)
 
 
@@ -128,10 +126,7 @@ def memory_calibration(trials: list[dict], capacity_bytes: int | None) -> bytes:
     if values:
         lo, hi = min(values) * 0.9, max(values) * 1.1
         left.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, label="measured = predicted")
-    left.set_xlabel("predicted peak (MiB)")
-    left.set_ylabel("measured peak (MiB)")
-    left.set_title("Memory: predicted vs measured")
-    left.legend(fontsize=7)
+    _finish(left, "predicted peak (MiB)", "measured peak (MiB)", "Memory: predicted vs measured")
     told = [t for t in trials if t["status"] in ("ok", "oom") and
             t.get("predicted_p_oom") is not None]
     edges = np.linspace(0, 1, 6)
@@ -144,7 +139,6 @@ def memory_calibration(trials: list[dict], capacity_bytes: int | None) -> bytes:
     right.plot([0, 1], [0, 1], color="black", linewidth=0.8)
     right.set_xlim(0, 1)
     right.set_ylim(-0.05, 1.05)
-    right.set_xlabel("predicted P(OOM) (bin centre; size = trials)")
-    right.set_ylabel("observed OOM frequency")
-    right.set_title("P(OOM) calibration")
+    _finish(right, "predicted P(OOM) (bin centre; size = trials)", "observed OOM frequency",
+            "P(OOM) calibration", legend=False)
     return _png(fig)

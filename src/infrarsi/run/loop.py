@@ -23,7 +23,8 @@ from infrarsi.run import searchers as registry
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.problem_build import build_problem
 from infrarsi.run.space import Config
-from infrarsi.store import Store, StoredRun, StoredTrial, sqlite_url
+from infrarsi.store import (RunDirError, Store, StoredRun, StoredTrial, open_run_dir,
+                            sqlite_url)
 from infrarsi.trial import TrialRecord
 
 
@@ -125,20 +126,17 @@ class RunLoop:
     @classmethod
     def resume(cls, run_dir: Path, contract: Contract | None = None, **options) -> RunResult:
         """Continue the run in ``run_dir`` where it stopped."""
-        info_path = Path(run_dir) / "run.json"
-        if not info_path.exists():
-            raise RunError(f"{run_dir} holds no run (no run.json): start one with "
-                           "`infrarsi run CONTRACT --run-dir DIR`")
-        info = json.loads(info_path.read_text())
-        store = Store(info["store_url"])
-        run = store.run(info["run_id"])
+        try:
+            store, run = open_run_dir(run_dir)
+        except RunDirError as exc:
+            raise RunError(str(exc)) from None
         stored = Contract.model_validate(run.contract_json)
         if contract is not None and contract.contract_hash != stored.contract_hash:
             raise RunError(f"the run was made for contract {stored.contract_hash[:12]}, not "
                            f"{contract.contract_hash[:12]}: resume it without a contract, or "
                            "start a new run")
         loop = cls(stored, Path(run_dir), run.searcher, run.budget_trials, run.budget_s,
-                   info["store_url"], seed=run.seed, **options)
+                   store.url, seed=run.seed, **options)
         requeue = store.interrupt_running(run.run_id)
         store.set_run_status(run.run_id, "running")
         return loop._loop(store, run.run_id, requeue)

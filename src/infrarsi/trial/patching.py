@@ -105,11 +105,20 @@ def _path_reasons(path: str, root: Path, editable: list[str], locked: list[str])
     return []
 
 
+def _git_apply(diff_file: Path, workspace: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(workspace.resolve().parent)}
+    return subprocess.run(["git", "apply", *extra, str(Path(diff_file).resolve())],
+                          cwd=workspace, env=env, capture_output=True, text=True)
+
+
+def applies(diff_file: Path, workspace: Path) -> bool:
+    """Whether the diff would apply inside ``workspace`` (nothing is changed)."""
+    return _git_apply(diff_file, Path(workspace), "--check").returncode == 0
+
+
 def apply(diff_file: Path, workspace: Path) -> None:
     """Apply one diff inside ``workspace``; PatchFailed with git's message when it does not fit."""
-    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(workspace.resolve().parent)}
     for extra in (["--check"], []):
-        result = subprocess.run(["git", "apply", *extra, str(Path(diff_file).resolve())],
-                                cwd=workspace, env=env, capture_output=True, text=True)
+        result = _git_apply(diff_file, Path(workspace), *extra)
         if result.returncode != 0:
             raise PatchFailed(f"{Path(diff_file).name} does not apply: {result.stderr.strip()}")
