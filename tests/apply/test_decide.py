@@ -122,6 +122,8 @@ def test_replayed_a_a_is_not_promoted_and_a_real_gain_is(path):
     candidates identical to the baseline must not be promoted in at least 19 of 20 seeds; a
     candidate 1.3x faster must be in most of them."""
     residuals = _residuals(path)
+    if len(residuals) < 40:  # a table part-way through its measurement
+        pytest.skip(f"{path.name}: only {len(residuals)} repeated measurements so far")
     cv = float(np.sqrt(2) * residuals.std())  # two repeats per cell: their spread, per trial
     rounds = rounds_needed(noise.recommended_repeats(cv, 3))
     promoted_aa, promoted_gain = 0, 0

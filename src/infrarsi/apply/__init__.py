@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable
 
 from infrarsi.apply import decide, outputs
-from infrarsi.apply.rounds import BASELINE, Rounds, compared_name
+from infrarsi.apply.rounds import BASELINE, Rounds
+from infrarsi.objective import compared_name
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, LocalExecutor
 from infrarsi.records import ApplyResult, CandidateResult, Measurement

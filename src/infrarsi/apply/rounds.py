@@ -12,29 +12,13 @@ from typing import Callable
 
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, TrialRequest
+from infrarsi.objective import compared_time
 from infrarsi.records import CandidateResult, Measurement
 from infrarsi.trial import TrialRecord
 from infrarsi.verify import verify
 
 PROGRESS_FILE = "apply-progress.jsonl"
 BASELINE = "baseline"
-
-
-def compared_time(record: TrialRecord, objective: str) -> float | None:
-    """The time Apply compares: for an end-to-end objective, the training's time over every
-    step (warm-up and compile included; ``verify`` holds it to the harness's clock); for a
-    throughput objective, the steady step time by the harness's clock."""
-    m = record.metrics
-    if record.status.value != "ok" or m is None:
-        return None
-    if objective == "e2e_time":
-        return m.train_time_s
-    return m.harness_step_time_s or m.step_time_s
-
-
-def compared_name(objective: str) -> str:
-    """The name of what ``compared_time`` returns for an objective."""
-    return "train_time_s" if objective == "e2e_time" else "harness_step_time_s"
 
 
 def plan(labels: list[str], rounds: int) -> list[tuple[int, str]]:

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
+from infrarsi.objective import ranked_step_time_s, steady_step_time_s
 from infrarsi.run import searchers as registry
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.problem_build import build_problem
@@ -52,17 +53,19 @@ class RunResult(BaseModel):
     baseline_step_time_s: float | None = None
 
 
-def outcome_of(record: TrialRecord, capacity: int | None) -> Outcome:
-    """What a trial record tells a searcher: the ranking step time (the harness's clock when
-    it has one), the largest per-rank peak, the cost, and the trial's own noise."""
+def outcome_of(record: TrialRecord, capacity: int | None,
+               objective: str = "tokens_per_s") -> Outcome:
+    """What a trial record tells a searcher: the time the contract's objective ranks by, per
+    step (``objective.ranked_step_time_s``: for ``e2e_time`` compile and warm-up count), the
+    largest per-rank peak, the cost, and the trial's own noise."""
     m = record.metrics
     if record.status.value != "ok" or m is None:
         status = record.status.value
         return Outcome(status, cost_s=record.cost_s,
                        cap_bytes=record.mem_cap_bytes or capacity if status == "oom" else None)
-    step = m.harness_step_time_s or m.step_time_s
     steady = max(1, m.steps - m.warmup_steps)
-    return Outcome("ok", step_time_s=step, peak_bytes=m.max_peak_mem_bytes, cost_s=record.cost_s,
+    return Outcome("ok", step_time_s=ranked_step_time_s(record, objective),
+                   peak_bytes=m.max_peak_mem_bytes, cost_s=record.cost_s,
                    noise_var_log=(m.step_time_cv ** 2) / steady)
 
 
@@ -149,7 +152,8 @@ class RunLoop:
         for trial in finished:  # a resumed run: its searcher learns everything measured so far
             config = _config_from(trial.config_json)
             if config in problem.index:
-                searcher.tell(config, _outcome_of_stored(trial, problem.capacity_bytes))
+                searcher.tell(config, _outcome_of_stored(trial, problem.capacity_bytes,
+                                                         self.contract.objective))
         queue = [(_config_from(t.config_json), t) for t in requeue
                  if _config_from(t.config_json) not in searcher.tried]
         seq = max((t.seq for t in store.trials(run_id)), default=-1) + 1
@@ -185,9 +189,10 @@ class RunLoop:
                 seq += 1
             self.on_event("launch", {"seq": this_seq, "config": config, "predicted": predictions})
             record = self._run_one(config)
-            outcome = outcome_of(record, problem.capacity_bytes)
+            outcome = outcome_of(record, problem.capacity_bytes, self.contract.objective)
             store.finish_trial(row, outcome.status, trial_id=record.trial_id,
-                               step_time_s=outcome.step_time_s,
+                               step_time_s=steady_step_time_s(record)
+                               if outcome.status == "ok" else None,
                                peak_mem_bytes=outcome.peak_bytes, cost_s=record.cost_s,
                                error=record.error, record=record.model_dump(mode="json"))
             searcher.tell(config, outcome)
@@ -243,9 +248,9 @@ def ranking_json(searcher, trials: list[StoredTrial]) -> list[dict]:
     return out
 
 
-def _outcome_of_stored(trial: StoredTrial, capacity: int | None) -> Outcome:
+def _outcome_of_stored(trial: StoredTrial, capacity: int | None, objective: str) -> Outcome:
     if trial.record_json is not None:
-        return outcome_of(TrialRecord.model_validate(trial.record_json), capacity)
+        return outcome_of(TrialRecord.model_validate(trial.record_json), capacity, objective)
     return Outcome(trial.status, step_time_s=trial.step_time_s, peak_bytes=trial.peak_mem_bytes,
                    cost_s=trial.cost_s or 0.0, cap_bytes=capacity if trial.status == "oom"
                    else None)
