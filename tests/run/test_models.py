@@ -147,3 +147,17 @@ def test_space_encodes_numbers_booleans_choices_and_patches():
                       Config.of({"micro_batch": 1, "precision": "bf16", "ckpt": False})])
     assert X.shape == (2, 5)
     assert X[0, 0] > X[1, 0] and X[0, 2] > X[1, 2] and X[0, 3] > X[1, 3] and X[0, 4] == X[1, 4]
+
+
+def test_the_ridge_is_chosen_by_the_evidence_of_the_trials():
+    """Many trials of a strong real effect: a loose ridge; a few noisy trials of no effect:
+    a tight one. The chosen value is a fitted attribute and shows in the repr."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 4))
+    strong = [MemoryObservation(float(np.exp(20 + 0.5 * x[0] + rng.normal(0, 0.02))), False)
+              for x in X]
+    loose = TobitMemoryModel(ridge=(1.0, 500.0)).fit(X, strong)
+    assert loose.ridge_ == 1.0 and "ridge=1" in repr(loose)
+    flat = [MemoryObservation(float(np.exp(20 + rng.normal(0, 0.1))), False) for _ in X[:8]]
+    tight = TobitMemoryModel(ridge=(1.0, 500.0)).fit(X[:8], flat)
+    assert tight.ridge_ == 500.0
