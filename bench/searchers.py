@@ -236,6 +236,21 @@ def merge(path: Path, new: dict) -> dict:
     return old
 
 
+def _bench_one(path, names, seeds, budgets):
+    table = tables.load(path)
+    return table, bench_table(table, names, seeds, budgets)
+
+
+def _bench_all(paths, names, seeds, budgets, jobs: int):
+    """(table, detail) per table path, in order; ``jobs`` > 1 replays tables in parallel."""
+    if jobs <= 1 or len(paths) < 2:
+        return [_bench_one(p, names, seeds, budgets) for p in paths]
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(_bench_one, p, names, seeds, budgets) for p in paths]
+        return [f.result() for f in futures]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a reduced version, under a minute")
@@ -243,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--searchers", default=",".join(registry.SEARCHERS))
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="tables replayed at once, one process each (replays are not timed)")
     args = parser.parse_args(argv)
     paths = tables.table_paths(args.table)
     if not paths:
@@ -254,9 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = paths[:1]
     out = {"results": {}, "settings": {"seeds": seeds, "budgets": budgets,
                                        "oom_fraction": OOM_FRACTION}}
-    for path in paths:
-        table = tables.load(path)
-        detail = bench_table(table, names, seeds, budgets)
+    for table, detail in _bench_all(paths, names, seeds, budgets, args.jobs):
         out["results"][table.name] = {n: {k: v for k, v in r.items() if k != "trials_to_95"}
                                       for n, r in detail["searchers"].items()}
         out.setdefault("details", {})[table.name] = {"tests": detail["tests"],
