@@ -40,10 +40,7 @@ def steady_step_time_s(record: TrialRecord) -> float | None:
 def ranked_step_time_s(record: TrialRecord, objective: str) -> float | None:
     """The objective's time per step, what the search ranks configs by: for ``e2e_time`` the
     training time spread over its steps (so compile and warm-up count), else the steady step."""
-    m = record.metrics
-    compared = compared_time(record, objective)
-    if compared is None or m is None:
-        return None
-    if objective == "e2e_time" and m.steps:
-        return compared / m.steps
+    compared = compared_time(record, objective)  # None unless the trial ran ok with metrics
+    if compared is not None and objective == "e2e_time" and record.metrics.steps:
+        return compared / record.metrics.steps
     return compared

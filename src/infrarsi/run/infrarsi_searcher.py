@@ -70,12 +70,13 @@ class InfraRSISearcher(Searcher):
         pool = [i for i in np.argsort(np.where(fits, prior, np.inf)) if fits[i]]
         if pool:
             design.append(p.candidates[pool[0]])
-        order = self.rng.permutation(pool) if pool else []
-        while len(design) < N_SEEDS + 1 + len(p.seeds) and len(order):
-            far = max(order, key=lambda i: min(distance(p.candidates[i], d) for d in design))
-            if min(distance(p.candidates[far], d) for d in design) == 0:
+        order = list(self.rng.permutation(pool))
+        while len(design) < N_SEEDS + 1 + len(p.seeds) and order:
+            gap = [min(distance(p.candidates[i], d) for d in design) for i in order]
+            best = int(np.argmax(gap))
+            if gap[best] == 0:
                 break
-            design.append(p.candidates[far])
+            design.append(p.candidates[order[best]])
         return list(dict.fromkeys(design))
 
     # -- the models ------------------------------------------------------------------------

@@ -8,10 +8,10 @@ the peak:
 
 ``offset`` is the log of the analytic estimate (runtime, parameters, gradients, optimizer state,
 activations — the manifest's ``memory`` formula — times the patches' prior ratios), so the
-learned ``beta`` only corrects it, under a ridge prior whose strength the trials choose. ``X`` also carries the centred offset
-itself, whose coefficient (prior mean 0, i.e. slope 1) lets the trials say that the formula
-over- or under-states how much the knobs move the peak (a runtime it does not know dilutes
-every effect). The offset may come in parts (columns: the formula, the patch catalog's prior
+learned ``beta`` only corrects it, under a ridge prior whose strength the trials choose. ``X``
+also carries the centred offset itself, whose coefficient (prior mean 0, i.e. slope 1) lets
+the trials say that the formula over- or under-states how much the knobs move the peak (a
+runtime it does not know dilutes every effect). The offset may come in parts (columns: the formula, the patch catalog's prior
 ratios): each part's centred value is then a column too, so the trials can say "the catalog's
 memory ratios are overstated here" with one coefficient instead of one per patch (on the dense
 table at 20 trials: Brier 0.198 -> 0.184). Without an analytic estimate the offset is 0 and an
