@@ -3,6 +3,7 @@
     .venv/bin/python bench/searchers.py            # every table, 50 seeds, budgets 5..60
     .venv/bin/python bench/searchers.py --quick    # a reduced version, under a minute
     .venv/bin/python bench/searchers.py --table other.csv --searchers infrarsi,random
+    .venv/bin/python bench/searchers.py --replot   # the plot again from searchers.json
 
 A replayed trial of a cell at the capacity (per rank, where ~30% of the ok cells are OOM) is
 ``oom`` when the cell's peak is above it — charged the cell's cost times the OOM/ok cost ratio
@@ -197,19 +198,32 @@ def bench_table(table, names, seeds, budgets) -> dict:
 
 
 def plot(results: dict, path: Path) -> None:
-    """Median recommended speed-up vs budget, one panel per table."""
+    """Per table: the median speed-up of the recommended config (IQR shaded) vs trials, and
+    the median best speed-up recommended so far vs wall cost spent."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     names = list(results)
-    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.6), squeeze=False)
-    for ax, name in zip(axes[0], names):
+    fig, axes = plt.subplots(2, len(names), figsize=(4.5 * len(names), 7.0), squeeze=False)
+    for col, name in enumerate(names):
+        top, bottom = axes[0][col], axes[1][col]
         for searcher, res in results[name]["searchers"].items():
             xs = [int(b) for b in res["best_speedup_median"]]
-            ax.plot(xs, list(res["best_speedup_median"].values()), marker="o", label=searcher)
-        ax.set_title(name, fontsize=8)
-        ax.set_xlabel("trials")
-        ax.set_ylabel("speed-up of the recommended config (x)")
+            line, = top.plot(xs, list(res["best_speedup_median"].values()), marker="o",
+                             label=searcher)
+            iqr = res.get("best_speedup_iqr")
+            if iqr:
+                top.fill_between(xs, [iqr[str(b)][0] for b in xs], [iqr[str(b)][1] for b in xs],
+                                 color=line.get_color(), alpha=0.12)
+            by_cost = res.get("speedup_vs_cost_s") or {}
+            if by_cost:
+                bottom.plot([float(c) for c in by_cost], list(by_cost.values()), marker="o",
+                            color=line.get_color(), label=searcher)
+        top.set_title(name, fontsize=8)
+        top.set_xlabel("trials")
+        top.set_ylabel("speed-up of the recommended config (x)")
+        bottom.set_xlabel("wall cost spent (s)")
+        bottom.set_ylabel("best speed-up recommended so far (x)")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -260,7 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--jobs", type=int, default=1,
                         help="tables replayed at once, one process each (replays are not timed)")
+    parser.add_argument("--replot", action="store_true",
+                        help="only draw the plot again from the results file")
     args = parser.parse_args(argv)
+    if args.replot:
+        _plot_file(args.out)
+        return 0
     paths = tables.table_paths(args.table)
     if not paths:
         parser.error("no table: measure one with bench/make_table.py or give --table PATH")
@@ -279,13 +298,19 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     out = merge(args.out, out)
     args.out.write_text(json.dumps(out, indent=1))
-    try:
-        plot({n: {"searchers": out["results"][n]} for n in out["results"]},
-             args.out.with_suffix(".png"))
-    except ImportError:
-        print("matplotlib missing: no plot", file=sys.stderr)
+    _plot_file(args.out)
     print(f"-> {args.out}")
     return 0
+
+
+def _plot_file(path: Path) -> None:
+    """The plot beside a results file (``searchers.png`` for ``searchers.json``)."""
+    out = json.loads(path.read_text())
+    try:
+        plot({n: {"searchers": out["results"][n]} for n in out["results"]},
+             path.with_suffix(".png"))
+    except ImportError:
+        print("matplotlib missing: no plot", file=sys.stderr)
 
 
 if __name__ == "__main__":
