@@ -13,8 +13,10 @@ the searcher). Each searcher's *recommended* config after each trial is scored b
 (the mean over repeats): speed-up = baseline mean step time / recommended mean step time.
 
 Writes ``bench/results/searchers.json`` (per table and searcher: median and IQR of that speed-up
-per budget and per wall cost, trials to reach 95% of the table's best feasible speed-up, OOM
-trials and wall cost spent, paired Wilcoxon tests against InfraRSI) and ``searchers.png``.
+per budget and per wall cost, trials to reach 95% of the table's best feasible speed-up — its
+median and the per-seed values — OOM trials and wall cost spent, paired Wilcoxon tests against
+InfraRSI) and ``searchers.png``. A run of some searchers or tables at the same settings
+replaces only their entries (``--searchers infrarsi`` after a change to the searcher).
 """
 
 from __future__ import annotations
@@ -164,7 +166,7 @@ def paired_tests(per_searcher: dict) -> dict:
     ours = per_searcher.get("infrarsi", {}).get("trials_to_95")
     out = {}
     for name, result in per_searcher.items():
-        if name == "infrarsi" or ours is None:
+        if name == "infrarsi" or ours is None or "trials_to_95" not in result:
             continue
         diff = np.array(result["trials_to_95"]) - np.array(ours)
         p = float(stats.wilcoxon(diff).pvalue) if np.any(diff != 0) else 1.0
@@ -230,9 +232,10 @@ def plot(results: dict, path: Path) -> None:
 
 
 def merge(path: Path, new: dict) -> dict:
-    """The results file with the tables just measured replacing their older entries (a
-    table benchmarked again replaces its entry; the others stay) — only between runs of the
-    same settings; different settings start the file afresh."""
+    """The results file with what was just replayed replacing its older entries, searcher by
+    searcher within a table (the others stay), and the paired tests computed again on the
+    merged per-seed results — only between runs of the same settings; different settings
+    start the file afresh."""
     if not path.exists():
         return new
     try:
@@ -241,12 +244,11 @@ def merge(path: Path, new: dict) -> dict:
         return new
     if old.get("settings") != json.loads(json.dumps(new.get("settings"))):
         return new
-    for section, value in new.items():
-        if isinstance(value, dict) and isinstance(old.get(section), dict) and \
-                section != "settings":
-            old[section].update(value)
-        else:
-            old[section] = value
+    for table, per in new["results"].items():
+        old.setdefault("results", {}).setdefault(table, {}).update(per)
+        detail = old.setdefault("details", {}).setdefault(table, {})
+        detail.update(new.get("details", {}).get(table, {}))
+        detail["tests"] = paired_tests(old["results"][table])
     return old
 
 
@@ -291,8 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"results": {}, "settings": {"seeds": seeds, "budgets": budgets,
                                        "oom_fraction": OOM_FRACTION}}
     for table, detail in _bench_all(paths, names, seeds, budgets, args.jobs):
-        out["results"][table.name] = {n: {k: v for k, v in r.items() if k != "trials_to_95"}
-                                      for n, r in detail["searchers"].items()}
+        out["results"][table.name] = detail["searchers"]
         out.setdefault("details", {})[table.name] = {"tests": detail["tests"],
                                                      "table": detail["table"]}
     args.out.parent.mkdir(parents=True, exist_ok=True)

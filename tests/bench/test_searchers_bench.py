@@ -52,3 +52,22 @@ def test_a_replayed_trial_is_one_of_the_cells_repeats_or_an_oom_above_the_capaci
             assert outcome.status == "oom" and outcome.cap_bytes == capacity
         else:
             assert outcome.step_time_s in cell.step_time_s
+
+
+def test_a_later_run_of_one_searcher_replaces_only_its_entry_and_the_tests_follow(tmp_path):
+    path = tmp_path / "searchers.json"
+    settings = {"seeds": 3, "budgets": [5], "oom_fraction": 0.3}
+
+    def entry(to95):
+        return {"trials_to_95": to95, "trials_to_95_median": sorted(to95)[1]}
+    first = {"settings": settings, "results": {"t": {"infrarsi": entry([9, 9, 9]),
+                                                     "random": entry([5, 5, 5])}}}
+    path.write_text(json.dumps(first))
+    later = {"settings": settings, "results": {"t": {"infrarsi": entry([2, 3, 4])}},
+             "details": {"t": {"table": {"cells": 10}}}}
+    merged = bench.merge(path, later)
+    assert merged["results"]["t"]["random"] == entry([5, 5, 5])
+    assert merged["results"]["t"]["infrarsi"] == entry([2, 3, 4])
+    assert merged["details"]["t"]["tests"]["random"]["median_difference"] == 2.0
+    other = dict(later, settings=dict(settings, seeds=50))  # other settings: a fresh file
+    assert "random" not in bench.merge(path, other)["results"]["t"]
