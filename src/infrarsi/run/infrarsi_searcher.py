@@ -177,21 +177,30 @@ class InfraRSISearcher(Searcher):
         summed over every candidate kept rather than the trials left)."""
         gains = getattr(self, "_gains", None)
         return gains is not None and len(self.history) >= 8 and \
-            float(np.sum(gains)) < min(self.problem.min_effect, STOP_EFFECT_MAX)
+            float(np.sum(gains)) < self._stop_effect()
+
+    def _stop_effect(self) -> float:
+        """The gain in log step time below which exploring is not worth a trial."""
+        return min(self.problem.min_effect, STOP_EFFECT_MAX)
 
     def _firm_up(self) -> Config | None:
         """A trial past the point where exploring is expected to gain nothing: the top configs
         by posterior mean measured again (fewest measurements first), so the ranking Apply
         reads rests on repeats rather than on one draw — and no trial is spent on a config
         the models expect to be slower or to run out of memory."""
+        return self._least_measured_top(FIRM_TOP, FIRM_MAX)
+
+    def _least_measured_top(self, k: int, cap: int) -> Config | None:
+        """Of the ``k`` configs that ran ok with the best posterior mean, the one measured
+        fewest times, if under ``cap`` measurements."""
         mu = self._predict()[0]
         counts: dict[Config, int] = {}
         for c, o in self.history:
             if o.status == "ok":
                 counts[c] = counts.get(c, 0) + 1
-        top = sorted(counts, key=lambda c: mu[self.problem.index[c]])[:FIRM_TOP]
-        open_ = [c for c in top if counts[c] < FIRM_MAX]
-        return min(open_, key=lambda c: counts[c]) if open_ else None
+        top = sorted(counts, key=lambda c: mu[self.problem.index[c]])[:k]
+        fewest = [c for c in top if counts[c] < cap]
+        return min(fewest, key=lambda c: counts[c]) if fewest else None
 
     def _rerun(self) -> Config | None:
         """Every ``RERUN_EVERY``-th trial, the top-2 configs by posterior mean that ran least
@@ -200,14 +209,7 @@ class InfraRSISearcher(Searcher):
         after_start = len(self.history) - len(self.start)
         if after_start <= 0 or after_start % RERUN_EVERY != RERUN_EVERY - 1:
             return None
-        mu = self._predict()[0]
-        counts: dict[Config, int] = {}
-        for c, o in self.history:
-            if o.status == "ok":
-                counts[c] = counts.get(c, 0) + 1
-        top = sorted(counts, key=lambda c: mu[self.problem.index[c]])[:2]
-        fewest = [c for c in top if counts[c] < RERUN_MAX]
-        return min(fewest, key=lambda c: counts[c]) if fewest else None
+        return self._least_measured_top(2, RERUN_MAX)
 
     def _describe(self, i: int) -> dict | None:
         """The models' predictions for candidate ``i`` (None before any trial)."""
@@ -307,7 +309,7 @@ class InfraRSISearcher(Searcher):
             return True
         if any(c not in self.tried for c in self.start) or len(self.history) < 8:
             return False
-        return self.expected_gain(trials_left) < min(self.problem.min_effect, STOP_EFFECT_MAX)
+        return self.expected_gain(trials_left) < self._stop_effect()
 
     def expected_gain(self, trials_left: int | None = None) -> float:
         """What the trials left can still gain, in log step time: the sum of the best
