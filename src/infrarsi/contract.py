@@ -52,31 +52,58 @@ class Correctness(_Frozen):
         return (self.loss_tolerance_bf16 or self.loss_tolerance) if bf16 else self.loss_tolerance
 
 
+CHANGE_KINDS = ("split", "ranks", "precision")
+
+
 class Equivalence(_Frozen):
     """How close a candidate's learning must stay to the baseline's, judged on the harness's
     own evidence: the final parameters' distance from the baseline's as a share of the
-    baseline's learned update, ``|W_c - W_b| / |W_b - W_0|``, and the held-out loss difference
-    as a share of the baseline's held-out improvement, ``|E_c - E_b| / (E_0 - E_b)``.
+    baseline's learned update, ``|W_c - W_b| / |W_b - W_0|``, the held-out loss difference
+    as a share of the baseline's held-out improvement, ``|E_c - E_b| / (E_0 - E_b)``, and the
+    drift of the reported loss (see ``verify``).
 
-    Doctor calibrates them (``calibrated``) as a multiple of this baseline's measured floors.
-    Until then the defaults are loose, from measurements on the reference workloads at tiny
-    scale: honest changes moved the weights by up to 1.8e-2 (an MoE micro-batch change: its
-    balancing loss is taken per micro-batch) and 8.9e-2 in bf16, the held-out loss by up to
-    8.6e-4 (2.1e-3 in bf16); the cheats tried moved the held-out loss by 0.29 to 1.0.
+    A candidate is judged by the kinds of change it makes to the baseline (``CHANGE_KINDS``:
+    another split of the batch, another rank count, another precision): the base tolerances
+    hold for a candidate that shares all three (a patch, a thread count), and each kind it
+    changes adds the tolerance Doctor calibrated for that kind (``by_kind``). A kind nobody
+    calibrated adds nothing: the strict base judges it.
+
+    Until Doctor calibrates (``calibrated``) the base is strict — a few times the largest
+    float-reassociation distance honest fp32 patches showed on the reference workloads at
+    tiny scale — never a loose guess; bf16 keeps its measured default (3e-2 to 9e-2 seen).
     """
-    weight_rtol: float = Field(5e-2, gt=0)
+    weight_rtol: float = Field(1e-3, gt=0)
     weight_rtol_bf16: float = Field(3e-1, gt=0)
-    eval_rtol: float = Field(5e-3, gt=0)
+    eval_rtol: float = Field(2e-4, gt=0)
     eval_rtol_bf16: float = Field(2e-2, gt=0)
+    by_kind: dict[str, dict[str, float]] = Field(
+        {}, description="kind of change -> {'weight', 'eval', 'loss'} tolerances calibrated "
+        "for candidates that make that change")
     calibrated: bool = False
     floors: dict[str, float] = Field({}, description="the measured noise floors behind them")
     multiple: dict[str, float] = Field({}, description="tolerance = multiple x floor, by "
                                        "precision")
 
-    def tolerances(self, bf16: bool) -> tuple[float, float]:
-        """(weight, eval) tolerance for a comparison that does (or does not) involve bf16."""
-        return (self.weight_rtol_bf16, self.eval_rtol_bf16) if bf16 else \
+    def tolerances(self, bf16: bool, kinds: frozenset[str] | set[str] = frozenset()
+                   ) -> tuple[float, float]:
+        """(weight, eval) tolerance for a comparison that does (or does not) involve bf16,
+        for a candidate that makes the given kinds of change."""
+        weight, held_out = (self.weight_rtol_bf16, self.eval_rtol_bf16) if bf16 else \
             (self.weight_rtol, self.eval_rtol)
+        for kind in kinds:
+            own = self.by_kind.get(kind, {})
+            weight, held_out = max(weight, own.get("weight", 0.0)), max(held_out,
+                                                                       own.get("eval", 0.0))
+        return weight, held_out
+
+    def loss_rtol(self, kinds: frozenset[str] | set[str]) -> float:
+        """The reported loss's calibrated drift tolerance for these kinds of change (0: none
+        calibrated; the contract's loss tolerance then judges alone)."""
+        return max((self.by_kind.get(k, {}).get("loss", 0.0) for k in kinds), default=0.0)
+
+    def uncalibrated(self, kinds: frozenset[str] | set[str]) -> list[str]:
+        """The kinds of change among ``kinds`` that no calibration measured."""
+        return sorted(k for k in kinds if k not in self.by_kind)
 
 
 class Budget(_Frozen):

@@ -2,9 +2,12 @@
 search (which ranks on it) and Apply (which verifies on it) share, so the search never ranks on a
 quantity Apply will not confirm.
 
-- ``e2e_time``: the training's time over every step, warm-up and compile included
-  (``train_time_s``): a config whose compile costs more than its faster steps save at the
-  contract's scale is slower, whatever its steady step time.
+Both come from the harness's own clock, never from the times the workload reports:
+
+- ``e2e_time``: what the user pays, launch to exit by the harness's clock (``e2e_time_s``:
+  start-up, compile, every step and the tail), plus the seconds the patch's own mapping of its
+  parameters to the reference layout took afterwards (``Evaluation.remap_s``): work moved
+  before the first step line, after the last, or into that mapping is charged all the same.
 - ``tokens_per_s``: the steady step time by the harness's clock (``harness_step_time_s``, the
   trial's own ``step_time_s`` where the harness has none).
 """
@@ -20,13 +23,13 @@ def compared_time(record: TrialRecord, objective: str) -> float | None:
     if record.status.value != "ok" or m is None:
         return None
     if objective == "e2e_time":
-        return m.train_time_s
+        return m.e2e_time_s + (record.evaluation.remap_s if record.evaluation else 0.0)
     return steady_step_time_s(record)
 
 
 def compared_name(objective: str) -> str:
     """The name of what ``compared_time`` returns for an objective."""
-    return "train_time_s" if objective == "e2e_time" else "harness_step_time_s"
+    return "e2e_time_s" if objective == "e2e_time" else "harness_step_time_s"
 
 
 def steady_step_time_s(record: TrialRecord) -> float | None:
@@ -39,7 +42,8 @@ def steady_step_time_s(record: TrialRecord) -> float | None:
 
 def ranked_step_time_s(record: TrialRecord, objective: str) -> float | None:
     """The objective's time per step, what the search ranks configs by: for ``e2e_time`` the
-    training time spread over its steps (so compile and warm-up count), else the steady step."""
+    whole run spread over its steps (so start-up, compile and warm-up count), else the steady
+    step."""
     compared = compared_time(record, objective)  # None unless the trial ran ok with metrics
     if compared is not None and objective == "e2e_time" and record.metrics.steps:
         return compared / record.metrics.steps

@@ -55,9 +55,9 @@ class ApplyResult(BaseModel):
     contract_hash: str
     workload: str
     scale: str
-    compared: str = Field(description="the time compared: train_time_s (every step, warm-up "
-                          "included) for an end-to-end objective, harness_step_time_s (steady "
-                          "step) for throughput")
+    compared: str = Field(description="the time compared, by the harness's clock: e2e_time_s "
+                          "(launch to exit, plus the patch's remapping) for an end-to-end "
+                          "objective, harness_step_time_s (steady step) for throughput")
     rounds: int
     confidence: float
     method: str

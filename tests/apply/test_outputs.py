@@ -70,7 +70,7 @@ def _result(run_dir, promoted=True) -> ApplyResult:
                              speedup=1.2, ci_low=1.1, ci_high=1.3, verified=True,
                              promoted=promoted)
     return ApplyResult(run_dir=str(run_dir), run_id="run-x", contract_hash="ab" * 32,
-                       workload="dense-1node", scale="tiny", compared="train_time_s", rounds=5,
+                       workload="dense-1node", scale="tiny", compared="e2e_time_s", rounds=5,
                        confidence=0.95, method="m", baseline={"knobs": {}}, candidates=[winner],
                        measurements=[], promoted="c1" if promoted else None, decision="d")
 

@@ -4,6 +4,7 @@ verify): for an end-to-end objective compile and warm-up count, for throughput t
 from infrarsi.objective import compared_name, compared_time, ranked_step_time_s
 from infrarsi.run.loop import outcome_of
 from infrarsi.trial import TrialRecord
+from infrarsi.trial.record import Evaluation
 
 
 def _record(step_s: float, compile_s: float, steps: int = 10, warmup: int = 2,
@@ -27,14 +28,26 @@ def test_e2e_objective_charges_compile_to_every_step():
     # per steady step the compiled config is twice as fast; over the training it is 30x slower
     assert ranked_step_time_s(compiled, "tokens_per_s") < ranked_step_time_s(plain, "tokens_per_s")
     assert ranked_step_time_s(compiled, "e2e_time") > ranked_step_time_s(plain, "e2e_time")
-    assert ranked_step_time_s(compiled, "e2e_time") == (0.05 * 10 + 30.0) / 10
-    assert compared_time(compiled, "e2e_time") == 0.05 * 10 + 30.0
-    assert compared_name("e2e_time") == "train_time_s"
+    assert ranked_step_time_s(compiled, "e2e_time") == (0.05 * 10 + 30.0 + 3.0) / 10
+    assert compared_time(compiled, "e2e_time") == 0.05 * 10 + 30.0 + 3.0
+    assert compared_name("e2e_time") == "e2e_time_s"
+
+
+def test_e2e_objective_charges_what_the_harness_saw_not_what_the_workload_reports():
+    """Work moved before the first step line, after the last one, or into the patch's own
+    mapping of its parameters is charged: the compared time is the harness's launch-to-exit
+    wall time plus that mapping, whatever the reported steps add up to."""
+    honest, hidden = _record(0.10, 0.0), _record(0.01, 0.0)
+    hidden = hidden.model_copy(update={"metrics": hidden.metrics.model_copy(
+        update={"e2e_time_s": honest.metrics.e2e_time_s + 0.2})})
+    assert compared_time(hidden, "e2e_time") > compared_time(honest, "e2e_time")
+    remapped = honest.model_copy(update={"evaluation": Evaluation(remap_s=5.0)})
+    assert compared_time(remapped, "e2e_time") == compared_time(honest, "e2e_time") + 5.0
 
 
 def test_the_searcher_sees_the_objective_and_failures_carry_no_time():
     compiled = _record(0.05, 30.0)
-    assert outcome_of(compiled, None, "e2e_time").step_time_s == (0.05 * 10 + 30.0) / 10
+    assert outcome_of(compiled, None, "e2e_time").step_time_s == (0.05 * 10 + 30.0 + 3.0) / 10
     assert outcome_of(compiled, None, "tokens_per_s").step_time_s == 0.05
     crashed = _record(0.05, 0.0, status="crash")
     assert compared_time(crashed, "e2e_time") is None

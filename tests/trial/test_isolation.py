@@ -47,3 +47,34 @@ except iso.NamespacesRefused as exc:
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "refused: [Errno 1] unshare: Operation not permitted" in done.stdout, done.stderr
+
+
+def _remove_stash():
+    """What a stash trial could leave on this machine without isolation (never, with it)."""
+    import ctypes
+    import glob
+    for path in glob.glob("/dev/infrarsi-stash-*") + glob.glob("/tmp/infrarsi-stash-*") + \
+            glob.glob("/var/tmp/infrarsi-stash-*") + glob.glob("/run/infrarsi-stash-*"):
+        os.remove(path)
+    libc = ctypes.CDLL(None, use_errno=True)
+    for rank in range(2):
+        shmid = libc.shmget(0x1F5A5700 + rank, 0, 0)
+        if shmid >= 0:
+            libc.shmctl(shmid, 0, None)  # IPC_RMID
+
+
+def test_nothing_one_trial_leaves_is_seen_by_the_next(toy, tmp_path):
+    """State shared between trials: every writable path a trial has (its tmp, home, cache,
+    /dev/shm) is private and empty; /dev, /run, /tmp are read-only; a System V segment dies
+    with the trial's IPC namespace. A second trial finds nothing the first one wrote."""
+    _remove_stash()
+    try:
+        runs = [run_trial(prepare(toy, "tiny", {"mode": "stash"}), tmp_path) for _ in range(2)]
+        texts = [(tmp_path / r.trial_id / "stdout.log").read_text() for r in runs]
+        assert all(r.status is TrialStatus.OK for r in runs), [r.error for r in runs]
+        assert "stash: wrote" in texts[0], texts[0]  # its private places are writable
+        assert "stash: found" not in texts[1], texts[1]
+        for shared in ("/dev/infrarsi", "/run/infrarsi", "/var/tmp/infrarsi", "/tmp/infrarsi"):
+            assert f"stash: wrote {shared}" not in texts[0], texts[0]
+    finally:
+        _remove_stash()

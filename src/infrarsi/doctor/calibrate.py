@@ -1,10 +1,15 @@
-"""Tolerances calibrated, not guessed: the numerical noise floor of this baseline.
+"""Tolerances calibrated, not guessed: the numerical noise floor of this baseline, per kind of change.
 
 Two runs that must compute the same training — the baseline and the baseline with another
 split of the same global batch (a micro-batch or rank-count change) — still differ by float
-reassociation; a bf16 run differs by its rounding. Doctor measures both floors on the harness's
-evidence (final parameters and held-out loss, see ``verify.evidence``) and sets each tolerance
-to a stated multiple of its floor, never below a minimum.
+reassociation; a bf16 run differs by its rounding; an MoE whose balancing loss is taken per
+micro-batch differs more under another split. Doctor measures each kind's floor on the
+harness's evidence (final parameters and held-out loss, see ``verify.evidence``) and on the
+reported loss curve, and sets each kind's tolerance to a stated multiple of its floor, never
+below a minimum. A candidate is then judged by the tolerances of the kinds of change it makes
+(``Equivalence.tolerances``): a patch that keeps the split is held to the strict base, not to
+the largest floor of any variant. A workload that saves no parameters (a user's script that
+only prints its loss) is still calibrated on its reported loss.
 """
 
 from __future__ import annotations
@@ -15,11 +20,17 @@ import torch
 
 from infrarsi.contract import Equivalence
 from infrarsi.trial import TrialRecord, TrialStatus, prepare, run_trial
+from infrarsi.verify import loss_drift
+from infrarsi.workloads import change_kinds
 from infrarsi.workloads import knobs as knob_rules
 from infrarsi.workloads.manifest import Manifest
 
 MULTIPLE = {"fp32": 10.0, "bf16": 3.0}
-MINIMUM = {"weight_fp32": 2e-5, "eval_fp32": 1e-5, "weight_bf16": 1e-2, "eval_bf16": 1e-3}
+# Honest fp32 patches moved the reference workloads' weights by up to 2.3e-5 of what was
+# learned at tiny scale (float reassociation), the held-out loss by up to 2e-6; the weakest
+# cheat measured (weight decay dropped) by 3.5e-3 and 4.7e-4.
+MINIMUM = {"weight_fp32": 2e-4, "eval_fp32": 5e-5, "weight_bf16": 1e-2, "eval_bf16": 1e-3,
+           "loss": 1e-4}
 
 
 def equivalent_splits(manifest: Manifest, scale: str, base: dict) -> list[dict]:
@@ -58,53 +69,96 @@ def distances(baseline: TrialRecord, other: TrialRecord) -> tuple[float, float]:
     load = lambda p: torch.load(p, map_location="cpu", weights_only=True)  # noqa: E731
     wb, w0 = load(baseline.evaluation.final_weights), load(baseline.evaluation.initial_weights)
     wo = load(other.evaluation.final_weights)
+    names = [n for n in wb if n not in set(baseline.evaluation.inert_params)]
     norm = lambda ts: float(torch.sqrt(sum((t.double() ** 2).sum() for t in ts)))  # noqa: E731
-    weight = norm(wo[n] - wb[n] for n in wb) / max(norm(wb[n] - w0[n] for n in wb), 1e-12)
+    weight = norm(wo[n] - wb[n] for n in names) / max(norm(wb[n] - w0[n] for n in names), 1e-12)
     eb, e0 = baseline.evaluation.eval_loss, baseline.evaluation.initial_eval_loss
     held_out = abs(other.evaluation.eval_loss - eb) / max(e0 - eb, 1e-12)
     return weight, held_out
 
 
+def _has_evidence(record: TrialRecord) -> bool:
+    ev = record.evaluation
+    return ev is not None and not ev.error and ev.initial_weights is not None and \
+        ev.eval_loss is not None and ev.initial_eval_loss is not None
+
+
+def floors_of(manifest: Manifest, baseline: TrialRecord, other: TrialRecord,
+              last_k: int) -> dict[str, float]:
+    """The floors one variant measures, keyed ``<quantity>_<kind>`` for each kind of change it
+    makes (``weight``/``eval`` where both runs left evidence, ``loss`` always), plus
+    ``weight_fp32``/``eval_fp32`` or ``_bf16`` by precision (the overall floors shown)."""
+    kinds = change_kinds(manifest, baseline.knobs, other.knobs) or frozenset({"rerun"})
+    precision = "bf16" if "precision" in kinds else "fp32"
+    values = {"loss": max(loss_drift(baseline.metrics.loss, other.metrics.loss, last_k))}
+    if _has_evidence(baseline) and _has_evidence(other):
+        values["weight"], values["eval"] = distances(baseline, other)
+    out = {}
+    for quantity, value in values.items():
+        for key in [f"{quantity}_{kind}" for kind in kinds] + (
+                [f"{quantity}_{precision}"] if quantity != "loss" else []):
+            out[key] = value
+    return out
+
+
 def calibrate(manifest: Manifest, scale: str, baseline: TrialRecord, workdir,
               run: Callable[[str, object], TrialRecord] | None = None,
+              repeats: list[TrialRecord] = (), last_k: int = 3,
               **trial_options) -> tuple[Equivalence, list[str]]:
     """Measured floors and the tolerances they give, and notes on what could not be measured.
-    ``run(label, spec)`` runs one trial (Doctor passes its progress-keeping runner)."""
+    ``run(label, spec)`` runs one trial (Doctor passes its progress-keeping runner);
+    ``repeats`` are further runs of the baseline (the re-run floor: 0 where the hardware is
+    deterministic)."""
     run = run or (lambda label, spec: run_trial(spec, workdir))
-    ev = baseline.evaluation
-    if ev is None or ev.error or ev.initial_weights is None or ev.eval_loss is None:
-        return Equivalence(), ["tolerances not calibrated: the workload saves no initial and "
-                               "final parameters with an evaluation; defaults apply"]
     floors, notes = {}, []
+    if not _has_evidence(baseline):
+        notes.append("the workload saves no initial and final parameters with an evaluation: "
+                     "tolerances calibrated on the reported loss only")
     bf16 = bf16_variant(manifest, scale)
-    variants = [("fp32", a) for a in equivalent_splits(manifest, scale, baseline.knobs)]
-    variants += [("bf16", bf16)] if bf16 is not None else []
-    for precision in ("fp32", "bf16"):
-        if precision not in {p for p, _ in variants}:
-            notes.append(f"no {precision} variant to calibrate with; its default applies")
-    for precision, assignment in variants:
+    variants = [a for a in equivalent_splits(manifest, scale, baseline.knobs)]
+    variants += [bf16] if bf16 is not None else []
+    if not variants:
+        notes.append("no knob splits the batch or sets the precision: nothing to calibrate on")
+    others = [r for r in repeats if r.status is TrialStatus.OK and r.metrics is not None]
+    for assignment in variants:
         changed = {k: v for k, v in assignment.items() if baseline.knobs.get(k) != v}
-        record = run(f"calibration ({precision}, {changed})",
-                     prepare(manifest, scale, assignment, **trial_options))
-        if record.status is not TrialStatus.OK or record.evaluation is None or \
-                record.evaluation.error:
+        record = run(f"calibration ({changed})", prepare(manifest, scale, assignment,
+                                                         **trial_options))
+        if record.status is not TrialStatus.OK or record.metrics is None or (
+                record.evaluation is not None and record.evaluation.error):
             notes.append(f"the calibration run {changed} ended {record.status.value}")
             continue
-        for kind, value in zip(("weight", "eval"), distances(baseline, record)):
-            key = f"{kind}_{precision}"
+        others.append(record)
+    for record in others:
+        for key, value in floors_of(manifest, baseline, record, last_k).items():
             floors[key] = max(floors.get(key, 0.0), value)
     return tolerances(floors), notes
 
 
 def tolerances(floors: dict[str, float]) -> Equivalence:
-    """Each tolerance: its precision's multiple of the measured floor, at least the minimum;
-    the default where the floor was not measured."""
+    """The base fp32 tolerance: a multiple of the re-run floor, at least the minimum (a
+    candidate that shares split, ranks and precision differs by reassociation only); bf16's
+    from its floor; each kind of change its multiple of that kind's floor, at least the
+    minimum. The default where nothing was measured."""
     default = Equivalence()
     values = {}
-    for kind in ("weight", "eval"):
-        for precision in ("fp32", "bf16"):
-            key = f"{kind}_{precision}"
-            field = f"{kind}_rtol" + ("_bf16" if precision == "bf16" else "")
-            values[field] = max(MULTIPLE[precision] * floors[key], MINIMUM[key]) \
-                if key in floors else getattr(default, field)
-    return Equivalence(**values, calibrated=bool(floors), floors=floors, multiple=MULTIPLE)
+    for kind, field, precision in (("weight", "weight_rtol", "fp32"),
+                                   ("eval", "eval_rtol", "fp32"),
+                                   ("weight", "weight_rtol_bf16", "bf16"),
+                                   ("eval", "eval_rtol_bf16", "bf16")):
+        floor = floors.get(f"{kind}_rerun", 0.0) if precision == "fp32" else \
+            floors.get(f"{kind}_bf16")
+        measured = any(k.startswith(kind + "_") for k in floors)
+        values[field] = max(MULTIPLE[precision] * floor, MINIMUM[f"{kind}_{precision}"]) \
+            if floor is not None and measured else getattr(default, field)
+    by_kind = {}
+    for kind in ("split", "ranks", "precision"):
+        multiple = MULTIPLE["bf16" if kind == "precision" else "fp32"]
+        precision = "bf16" if kind == "precision" else "fp32"
+        own = {q: max(multiple * floors[f"{q}_{kind}"], MINIMUM[f"{q}_{precision}"]
+                      if q != "loss" else MINIMUM["loss"])
+               for q in ("weight", "eval", "loss") if f"{q}_{kind}" in floors}
+        if own:
+            by_kind[kind] = own
+    return Equivalence(**values, by_kind=by_kind, calibrated=bool(floors), floors=floors,
+                       multiple=MULTIPLE)

@@ -70,6 +70,9 @@ def show(report: dict, out: Console) -> None:
         out.print(f"equivalence: noise floors {floors}; tolerances weights {eq['weight_rtol']:.1e} "
                   f"(bf16 {eq['weight_rtol_bf16']:.1e}), held-out {eq['eval_rtol']:.1e} (bf16 "
                   f"{eq['eval_rtol_bf16']:.1e}) of what the baseline learned", markup=False)
+        for kind, tols in eq.get("by_kind", {}).items():
+            out.print(f"  a change of {kind} is judged at " + ", ".join(
+                f"{q} {v:.1e}" for q, v in tols.items()), markup=False)
     for note in report.get("equivalence_notes", []):
         out.print(f"note: {note}", markup=False)
     for i, d in enumerate(report["diagnosis"], 1):

@@ -62,7 +62,8 @@ def run_doctor(contract: Contract, repeats: int, workdir: Path,
     if calibrate_tolerances:
         equivalence, notes = calibrate(
             manifest, contract.scale, runs[0], workdir, run=lambda label, variant: _ran(
-                variant, workdir, progress, label),
+                variant, workdir, progress, label), repeats=runs[1:],
+            last_k=contract.correctness.last_k,
             mem_cap_bytes=contract.mem_cap_bytes, contract_hash=contract.contract_hash)
     else:
         equivalence = contract.equivalence

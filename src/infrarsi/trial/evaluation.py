@@ -65,7 +65,9 @@ def evaluate(spec: "TrialSpec", trial_dir: Path, workspace: Path) -> Evaluation 
         return Evaluation(error=f"the workload wrote no final parameters at "
                           f"{how.final_weights}", cost_s=time.monotonic() - t0)
     try:
+        t_remap = time.monotonic()
         ref = _to_reference(spec, found, trial_dir, workspace)
+        remap_s = time.monotonic() - t_remap if spec.patches else 0.0
         result = _run_reference(spec, trial_dir, ref) if how.command else {}
     except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
         return Evaluation(final_weights=str(found["final"]), error=str(exc)[-1000:],
@@ -74,7 +76,9 @@ def evaluate(spec: "TrialSpec", trial_dir: Path, workspace: Path) -> Evaluation 
         final_weights=str(ref["final"]), initial_weights=str(ref.get("initial") or "") or None,
         final_sha256=sha256_file(ref["final"]), eval_loss=result.get("eval_loss"),
         initial_eval_loss=result.get("initial_eval_loss"),
-        layout_problems=result.get("layout_problems", []), remapped=bool(spec.patches),
+        layout_problems=result.get("layout_problems", []),
+        inert_params=result.get("inert_params", []), remapped=bool(spec.patches),
+        remap_s=remap_s,
         cost_s=time.monotonic() - t0)
 
 

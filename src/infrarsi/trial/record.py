@@ -99,7 +99,11 @@ class Evaluation(BaseModel):
     eval_loss: float | None = None
     initial_eval_loss: float | None = None
     layout_problems: list[str] = []
+    inert_params: list[str] = Field([], description="parameters whose gradient the reference "
+                                    "model gives as zero, at the initial and final parameters")
     remapped: bool = False
+    remap_s: float = Field(0.0, description="seconds the patch's own mapping to the reference "
+                           "layout ran: its code's work, charged to an e2e_time objective")
     cost_s: float = Field(0.0, description="seconds the harness's checks took after training")
     error: str | None = None
 

@@ -247,6 +247,9 @@ def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -
     env["INFRARSI_TRIAL_DIR"] = str(trial_dir)
     if "INFRARSI_PROFILE_STEP" in env:  # a profiled run writes into its own folder
         env["INFRARSI_PROFILE_FILE"] = str(trial_dir / PROFILE_FILE)
+    for name, var in (("home", "HOME"), ("cache", "XDG_CACHE_HOME")):  # private, empty
+        (trial_dir / name).mkdir(exist_ok=True)
+        env[var] = str(trial_dir / name)
     isolation = isolation_for(trial_dir)
     if isolation is not None:
         (trial_dir / "tmp").mkdir(exist_ok=True)

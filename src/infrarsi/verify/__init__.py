@@ -20,13 +20,16 @@ from infrarsi.trial.patching import matches
 from infrarsi.trial.record import TrialRecord, TrialStatus
 from infrarsi.trial.watch import POLL_S
 from infrarsi.verify import evidence
-from infrarsi.workloads import precision_of
+from infrarsi.workloads import change_kinds, precision_of
 
 # The harness sees a line up to one polling period late, at both ends of a span; the loop does
 # a little work outside its measured steps (a print, loss.item()).
 TIMING_SLACK_FRACTION = 0.10
 TIMING_SLACK_S = 2 * POLL_S + 0.03
 TAIL_S = 10.0  # saving the final parameters and tearing down take a few seconds at most
+# Start-up and tail (launch to the first step line, last step line to exit) of one config vary
+# by up to about a second and a quarter at tiny scale (torchrun with another rank count).
+OUTSIDE_SLACK_S, OUTSIDE_SLACK_FRACTION = 1.0, 0.25
 
 
 @dataclass
@@ -46,6 +49,7 @@ class _Case:
     baseline: TrialRecord
     cand: TrialRecord
     bf16: bool
+    kinds: frozenset[str] = frozenset()
 
 
 def verify(contract: Contract, baseline: TrialRecord, candidate: TrialRecord) -> Verdict:
@@ -56,11 +60,13 @@ def verify(contract: Contract, baseline: TrialRecord, candidate: TrialRecord) ->
                        flags)
     if baseline.status is not TrialStatus.OK:
         return Verdict(False, [f"the baseline ended {baseline.status.value}"], flags)
-    case = _Case(contract, baseline, candidate, _involves_bf16(contract, baseline, candidate))
+    case = _Case(contract, baseline, candidate, _involves_bf16(contract, baseline, candidate),
+                 _kinds(contract, baseline, candidate))
     reasons = []
-    for check in (_contract_hash, _workload, _locked, _patch_paths, _loss, _memory, _timing):
+    for check in (_contract_hash, _workload, _locked, _patch_paths, _loss, _memory, _timing,
+                  _outside_steps):
         reasons += check(case)
-    found = evidence.check(contract, baseline, candidate, case.bf16)
+    found = evidence.check(contract, baseline, candidate, case.bf16, case.kinds)
     return Verdict(not reasons and not found.reasons, reasons + found.reasons, flags,
                    found.not_checked)
 
@@ -73,6 +79,17 @@ def _involves_bf16(contract: Contract, baseline: TrialRecord, cand: TrialRecord)
     return "bf16" in {precision_of(manifest, r.knobs) for r in (baseline, cand)}
 
 
+def _kinds(contract: Contract, baseline: TrialRecord, cand: TrialRecord) -> frozenset[str]:
+    """The kinds of change the candidate makes (split, ranks, precision): it is judged by the
+    noise floors of these, and of no other."""
+    try:
+        manifest = contract.manifest()
+    except ContractError:
+        return frozenset(k for k in ("micro_batch", "nproc", "precision")
+                         if baseline.knobs.get(k) != cand.knobs.get(k))
+    return change_kinds(manifest, baseline.knobs, cand.knobs)
+
+
 def _workload(case: _Case) -> list[str]:
     out, m, inv = [], case.cand.metrics, case.contract.invariants
     if m.tokens_per_step != inv.tokens_per_step:
@@ -82,24 +99,38 @@ def _workload(case: _Case) -> list[str]:
     return out
 
 
+def loss_drift(ref: list[float], got: list[float], last_k: int) -> tuple[float, float]:
+    """(drift of what was learned, worst step's drift) of the loss curve ``got`` from ``ref``:
+    ``|fall_got / fall_ref - 1|`` with the fall from the first to the last ``last_k`` steps'
+    mean (0 when the reference did not fall), and the largest ``|got_i / ref_i - 1|``."""
+    fall_ref = statistics.fmean(ref[:last_k]) - statistics.fmean(ref[-last_k:])
+    fall_got = statistics.fmean(got[:last_k]) - statistics.fmean(got[-last_k:])
+    learned = abs(fall_got / fall_ref - 1) if fall_ref > 0 else 0.0
+    pointwise = max((abs(g / r - 1) for g, r in zip(got, ref) if r), default=0.0)
+    return learned, pointwise
+
+
 def _loss(case: _Case) -> list[str]:
-    """The fall of the reported loss must match the baseline's; each step's loss too."""
+    """The fall of the reported loss must match the baseline's; each step's loss too. The
+    tolerance is the contract's, or what Doctor measured for the kinds of change the candidate
+    makes when that is larger (a script that prints one micro-batch's loss prints another
+    sample of the same training under another split)."""
     ref, got = case.baseline.metrics.loss, case.cand.metrics.loss
     if len(ref) != len(got):
         return [f"loss trajectory has {len(got)} steps, the baseline's {len(ref)}"]
-    tol, k = case.contract.correctness.loss_rtol(case.bf16), case.contract.correctness.last_k
+    k = case.contract.correctness.last_k
+    tol = max(case.contract.correctness.loss_rtol(case.bf16),
+              case.contract.equivalence.loss_rtol(case.kinds))
+    learned, pointwise = loss_drift(ref, got, k)
     out = []
-    learned_ref = statistics.fmean(ref[:k]) - statistics.fmean(ref[-k:])
-    learned_got = statistics.fmean(got[:k]) - statistics.fmean(got[-k:])
-    if learned_ref > 0:
-        drift = abs(learned_got / learned_ref - 1)
-        if drift > tol:
-            out.append(f"loss drift: the loss fell by {learned_got:.5f} over the run, the "
-                       f"baseline's by {learned_ref:.5f} ({drift:.2%}; tolerance {tol:.2%})")
-    if case.contract.correctness.pointwise:
-        worst, step = max((abs(g / r - 1), i) for i, (g, r) in enumerate(zip(got, ref)))
-        if worst > tol:
-            out.append(f"loss drift: step {step} differs by {worst:.2%} (tolerance {tol:.2%})")
+    if learned > tol:
+        out.append(f"loss drift: the loss fell by {statistics.fmean(got[:k]) - statistics.fmean(got[-k:]):.5f} "
+                   f"over the run, the baseline's by "
+                   f"{statistics.fmean(ref[:k]) - statistics.fmean(ref[-k:]):.5f} "
+                   f"({learned:.2%}; tolerance {tol:.2%})")
+    if case.contract.correctness.pointwise and pointwise > tol:
+        step = max(range(len(ref)), key=lambda i: abs(got[i] / ref[i] - 1) if ref[i] else 0.0)
+        out.append(f"loss drift: step {step} differs by {pointwise:.2%} (tolerance {tol:.2%})")
     return out
 
 
@@ -145,6 +176,28 @@ def _timing(case: _Case) -> list[str]:
         return [f"reported step times add up to {reported:.3f} s but the harness saw the "
                 f"training take {m.outside_train_span_s:.3f} s: a faked timer or forged metrics"]
     return _per_step(m) + _tail(m)
+
+
+def outside_steps_s(m) -> float | None:
+    """Seconds of a run the harness saw outside its timed steps: launch to the first step (or
+    the probe's start line), and the last step line to exit."""
+    return None if m.outside_train_span_s is None else m.e2e_time_s - m.outside_train_span_s
+
+
+def _outside_steps(case: _Case) -> list[str]:
+    """Under a throughput objective only the steps are compared, so work moved before the
+    first step line or after the last one (steps emitted late, in a burst, or ahead of the
+    work) would be free: the time outside the steps may not grow past start-up's noise."""
+    if case.contract.objective == "e2e_time":
+        return []  # the whole run is compared: nothing outside it is free
+    base, cand = outside_steps_s(case.baseline.metrics), outside_steps_s(case.cand.metrics)
+    if base is None or cand is None:
+        return []
+    allowed = max(OUTSIDE_SLACK_S, OUTSIDE_SLACK_FRACTION * base)
+    if cand - base > allowed:
+        return [f"the run spent {cand:.2f} s outside its timed steps, the baseline {base:.2f} s "
+                f"(allowed {allowed:.2f} s more): work moved out of the compared steps"]
+    return []
 
 
 def _tail(m) -> list[str]:

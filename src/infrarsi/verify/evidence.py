@@ -25,27 +25,48 @@ class Findings:
     not_checked: list[str] = field(default_factory=list)
 
 
-def check(contract: Contract, baseline: TrialRecord, cand: TrialRecord, bf16: bool) -> Findings:
-    """Every check on parameters and held-out loss, with the tolerances for this precision."""
+def check(contract: Contract, baseline: TrialRecord, cand: TrialRecord, bf16: bool,
+          kinds: frozenset[str] = frozenset()) -> Findings:
+    """Every check on parameters and held-out loss, with the tolerances for this precision and
+    these kinds of change. Evidence the baseline has and the candidate lacks is a failure: a
+    candidate cannot pass by leaving the harness nothing to check."""
     found = Findings()
     b, c = baseline.evaluation, cand.evaluation
-    if b is None or c is None:
+    if b is None:
         found.not_checked.append("final parameters and held-out loss: the workload declares "
-                                 "no evaluation (manifest 'evaluation')")
+                                 "no evaluation (manifest 'evaluation')" if c is None else
+                                 "final parameters and held-out loss: the baseline has none")
+        return found
+    if c is None:
+        found.reasons.append("the candidate left no evaluation where the baseline has one: "
+                             "nothing the harness can check is not a pass")
         return found
     for who, ev in (("baseline", b), ("candidate", c)):
         if ev.error:
             (found.reasons if who == "candidate" else found.not_checked).append(
                 f"the {who}'s parameters could not be checked: {ev.error}")
-    if found.reasons or b.final_weights is None or c.final_weights is None:
+    if found.reasons or b.final_weights is None:
         return found
-    weight_tol, eval_tol = contract.equivalence.tolerances(bf16)
+    if c.final_weights is None:
+        found.reasons.append("the candidate saved no final parameters; the baseline did")
+        return found
+    weight_tol, eval_tol = contract.equivalence.tolerances(bf16, kinds)
+    hint = _hint(contract, kinds)
     found.reasons += [f"the reference model cannot hold the candidate's parameters: {p}"
                       for p in c.layout_problems]
     if not c.layout_problems:
-        _weights(found, baseline, cand, weight_tol)
-        _held_out(found, baseline, cand, eval_tol, contract.correctness.loss_rtol(bf16))
+        _weights(found, baseline, cand, weight_tol, hint)
+        _held_out(found, baseline, cand, eval_tol, contract.correctness.loss_rtol(bf16), hint)
     return found
+
+
+def _hint(contract: Contract, kinds: frozenset[str]) -> str:
+    """What to do when a tolerance that judged a change was never calibrated for it."""
+    missing = contract.equivalence.uncalibrated(kinds - {"precision"})
+    if not missing:
+        return ""
+    return (f" [judged by the strict base tolerance: no tolerance was calibrated for a change "
+            f"of {', '.join(missing)}; run doctor to calibrate it]")
 
 
 def _load(path: str | None) -> dict[str, torch.Tensor] | None:
@@ -56,7 +77,8 @@ def _norm(tensors) -> float:
     return float(torch.sqrt(sum((t.double() ** 2).sum() for t in tensors)))
 
 
-def _weights(found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: float) -> None:
+def _weights(found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: float,
+             hint: str = "") -> None:
     wb, wc = _load(baseline.evaluation.final_weights), _load(cand.evaluation.final_weights)
     w0, c0 = _load(baseline.evaluation.initial_weights), _load(cand.evaluation.initial_weights)
     if set(wb) != set(wc):
@@ -71,29 +93,43 @@ def _weights(found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: flo
         found.not_checked.append("weights relative to what was learned: the baseline saved no "
                                  "initial parameters")
         return
-    if c0 is not None and set(c0) == set(w0):
+    if c0 is None:
+        found.reasons.append("the candidate saved no initial parameters; the baseline did")
+    elif set(c0) == set(w0):
         start = _norm(c0[n] - w0[n] for n in w0) / max(_norm(w0.values()), 1e-12)
         if start > INIT_RTOL:
             found.reasons.append(f"the initial parameters differ from the baseline's by {start:.1e}"
                                  " (relative): another seed or initialisation")
-    learned = _norm(wb[n] - w0[n] for n in wb)
-    distance = _norm(wc[n] - wb[n] for n in wb) / max(learned, 1e-12)
+    inert = set(baseline.evaluation.inert_params)
+    names = [n for n in wb if n not in inert]
+    learned = _norm(wb[n] - w0[n] for n in names)
+    distance = _norm(wc[n] - wb[n] for n in names) / max(learned, 1e-12)
     if distance > tol:
         found.reasons.append(f"final parameters differ from the baseline's by {distance:.2e} of "
                              f"what the baseline learned (tolerance {tol:.1e}): the candidate "
-                             "trained a different model")
-    frozen = [n for n in wb if _norm([wb[n] - w0[n]]) > 0 and
-              _norm([wc[n] - w0[n]]) < FROZEN_SHARE * _norm([wb[n] - w0[n]])]
+                             f"trained a different model{hint}")
+    frozen = frozen_params(wb, wc, w0, inert)
     if frozen:
         found.reasons.append(f"parameters that did not train: {frozen[:6]}")
 
 
+def frozen_params(wb: dict, wc: dict, w0: dict, inert: set[str]) -> list[str]:
+    """Parameters the baseline moved and the candidate (almost) did not. A parameter whose
+    gradient is zero in the reference model (``inert``: the baseline moved it by rounding
+    alone, e.g. an attention key bias that softmax cancels) is no evidence either way."""
+    return [n for n in wb if n not in inert and _norm([wb[n] - w0[n]]) > 0 and
+            _norm([wc[n] - w0[n]]) < FROZEN_SHARE * _norm([wb[n] - w0[n]])]
+
+
 def _held_out(found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: float,
-              loss_rtol: float) -> None:
+              loss_rtol: float, hint: str = "") -> None:
     eb, ec = baseline.evaluation.eval_loss, cand.evaluation.eval_loss
     e0 = baseline.evaluation.initial_eval_loss
-    if eb is None or ec is None:
+    if eb is None:
         found.not_checked.append("held-out loss: no evaluation command")
+        return
+    if ec is None:
+        found.reasons.append("the candidate has no held-out loss; the baseline has one")
         return
     if abs(ec / eb - 1) > loss_rtol:
         found.reasons.append(f"held-out loss (reference code) {ec:.5f} vs the baseline's "
@@ -105,4 +141,5 @@ def _held_out(found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: fl
     share = abs(ec - eb) / (e0 - eb)
     if share > tol:
         found.reasons.append(f"held-out loss differs by {share:.2e} of the baseline's held-out "
-                             f"improvement (tolerance {tol:.1e}): it learned something else")
+                             f"improvement (tolerance {tol:.1e}): it learned something else"
+                             f"{hint}")

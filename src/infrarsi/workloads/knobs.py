@@ -98,3 +98,17 @@ def precision_of(manifest: Manifest, values: Mapping[str, Any]) -> str:
         if "bf16" in text or (knob.type == "bool" and value):
             return "bf16"
     return "fp32"
+
+
+KIND_ROLES = {"split": ("micro_batch", "grad_accum"), "ranks": ("ranks",),
+              "precision": ("precision",)}
+
+
+def change_kinds(manifest: Manifest, base: Mapping[str, Any],
+                 other: Mapping[str, Any]) -> frozenset[str]:
+    """Which kinds of change (``split``, ``ranks``, ``precision``) ``other`` makes to ``base``:
+    a knob with one of the kind's roles has another value. Verification judges a candidate by
+    the noise floors of exactly these kinds."""
+    return frozenset(kind for kind, roles in KIND_ROLES.items()
+                     if any(base.get(name) != other.get(name)
+                            for role in roles for name in manifest.knobs_with_role(role)))

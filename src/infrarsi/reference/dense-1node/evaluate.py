@@ -4,8 +4,11 @@ python evaluate.py --weights final.pt [--initial initial.pt] --n-layer 2 ... --s
 
 Run by the harness in an unpatched copy of the workload: whatever a patch changed, the numbers
 here come from the reference model. The held-out batch is the sequences right after the last
-one training used, which no step ever saw. Prints one JSON line: the eval loss of each file and
-any parameter the reference model lacks, misses or shapes differently.
+one training used, which no step ever saw. Prints one JSON line: the eval loss of each file,
+any parameter the reference model lacks, misses or shapes differently, and the parameters
+whose gradient on the held-out batch is zero at both the initial and the final parameters
+(``inert_params``: the loss does not depend on them, e.g. an attention key bias, which softmax
+cancels; moving them or not changes nothing the model computes).
 """
 
 import argparse
@@ -39,8 +42,12 @@ first = args.steps * args.global_batch
 x, y = stream.batch(list(range(first, first + args.eval_seqs)))
 
 
+INERT_SHARE = 1e-5  # a gradient below this share of the median parameter's is rounding
+
+
 def evaluate(path):
-    """Eval loss of the parameters in ``path``, and how they differ from the reference model."""
+    """Eval loss of the parameters in ``path``, how they differ from the reference model, and
+    the parameters whose gradient there is zero."""
     torch.manual_seed(0)
     model = GPT(config)
     saved = torch.load(path, map_location="cpu", weights_only=True)
@@ -50,15 +57,21 @@ def evaluate(path):
     problems += [f"shape of {n}: {tuple(saved[n].shape)} vs {tuple(p.shape)}"
                  for n, p in own.items() if n in saved and saved[n].shape != p.shape]
     if problems:
-        return None, problems
+        return None, problems, set()
     with torch.no_grad():
         for name, param in own.items():
             param.copy_(saved[name].to(param.dtype))
-        model.eval()
-        return float(model(x, y)), []
+    model.eval()
+    loss = model(x, y)
+    loss.backward()
+    rms = {n: float(p.grad.double().pow(2).mean().sqrt()) if p.grad is not None else 0.0
+           for n, p in own.items()}
+    typical = sorted(rms.values())[len(rms) // 2]
+    return float(loss.detach()), [], {n for n, g in rms.items() if g <= INERT_SHARE * typical}
 
 
-final_loss, problems = evaluate(args.weights)
-initial_loss = evaluate(args.initial)[0] if args.initial else None
+final_loss, problems, inert = evaluate(args.weights)
+initial_loss, _, inert_initial = evaluate(args.initial) if args.initial else (None, [], inert)
 print(json.dumps({"eval_loss": final_loss, "initial_eval_loss": initial_loss,
-                  "layout_problems": problems}))
+                  "layout_problems": problems,
+                  "inert_params": sorted(inert & inert_initial)}))

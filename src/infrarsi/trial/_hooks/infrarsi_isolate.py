@@ -8,10 +8,14 @@ moves into a mount namespace of its own where:
 - the folders the harness names (the trials root, the hardware cache) are covered by an empty
   tmpfs, and only the process's own trial folder is bound back, writable;
 - ``/dev/shm`` is fresh and private (what it keeps there is still charged to its memory
-  cgroup); temporary files go to its own trial folder (the harness sets ``TMPDIR``), since
-  ``/tmp`` may hold what it needs (a virtualenv, a checkout) and is only made read-only;
-- everything else — the file system root, the harness's code, the cgroup hierarchies with the
-  rank's own limit — is read-only;
+  cgroup); temporary files, the home and cache folders go to its own trial folder (the
+  harness sets ``TMPDIR``, ``HOME``, ``XDG_CACHE_HOME``), since ``/tmp`` may hold what it
+  needs (a virtualenv, a checkout) and is only made read-only;
+- everything else — the file system root, ``/dev`` (its devices still work), ``/proc/sys``,
+  the harness's code, the cgroup hierarchies with the rank's own limit — is read-only, so
+  nothing one trial writes survives for the next: its own folder is the harness's to read;
+- System V shared memory, semaphores and message queues, which outlive the process that made
+  them, live in an IPC namespace of its own, gone when its last process ends;
 
 and then gives up every capability (and the means to regain one), so it cannot undo any of it,
 raise a hard limit, or trace the harness. Not root: nothing is done (the caller says so).
@@ -20,7 +24,7 @@ raise a hard limit, or trace the harness. Not root: nothing is done (the caller 
 import ctypes
 import os
 
-CLONE_NEWNS = 0x00020000
+CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
 CAPABILITY_VERSION_3 = 0x20080522
@@ -60,7 +64,7 @@ def isolate(own_dir, hidden):
     """Enter the namespace: ``own_dir`` writable, ``hidden`` folders covered, the rest
     read-only; then drop every capability. IsolationError when the kernel refuses."""
     own_dir = os.path.realpath(own_dir)
-    if _libc.unshare(CLONE_NEWNS) != 0:
+    if _libc.unshare(CLONE_NEWNS | CLONE_NEWIPC) != 0 and _libc.unshare(CLONE_NEWNS) != 0:
         errno = ctypes.get_errno()
         raise NamespacesRefused(errno, f"unshare: {os.strerror(errno)}")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -73,9 +77,11 @@ def isolate(own_dir, hidden):
     os.makedirs(own_dir, exist_ok=True)
     _mount(f"/proc/self/fd/{keep}", own_dir, None, MS_BIND | MS_REC)
     os.close(keep)
-    writable = set(covered) | {own_dir, "/proc", "/dev", "/dev/pts"}
+    if os.path.isdir("/proc/sys"):  # global kernel settings: one trial could leave them changed
+        _mount("/proc/sys", "/proc/sys", None, MS_BIND | MS_REC)
+    writable = set(covered) | {own_dir, "/proc"}
     for point in _mount_points():
-        if point == "/" or point.startswith("/sys") or (
+        if point == "/" or point.startswith("/sys") or point == "/proc/sys" or (
                 point not in writable and not any(_inside(point, w) for w in writable)):
             try:
                 _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
