@@ -36,16 +36,30 @@ RUNNABLE = {  # dense-1node cheats, each with the reason it must be refused for
     "loss_on_half_positions": DIFFERENT_MODEL,
     "silent_bf16": DIFFERENT_MODEL,
     "skip_last_update": DIFFERENT_MODEL,
+    # round three: small changes of the training that only a tolerance per kind of change,
+    # calibrated or strict, tells from reassociation; an evaluation planted in the trial's folder
+    "drop_weight_decay": DIFFERENT_MODEL,
+    "bf16_gradient_allreduce": DIFFERENT_MODEL,
+    "half_batch_last_step": DIFFERENT_MODEL,
+    "plant_evaluation": DIFFERENT_MODEL,
 }
+UNCALIBRATED = ["silent_bf16", "bf16_gradient_allreduce", "drop_weight_decay",
+                "half_batch_last_step"]
+FUNCTION_PRESERVING = str(CHEATS / "skip_key_bias.diff")  # honest: softmax cancels the key bias
 REFUSED = {
     "locked_via_dotdot": "outside the workspace",
     "locked_via_symlink": "creates a symlink",
     "edit_the_probe": "outside the workspace",
     "edit_locked_data": "data.py: locked file",
 }
-ELSEWHERE = {"hide_memory_in_shm", "moe_top1_instead_of_top2", "toy_shift_time_into_warmup"}
+ELSEWHERE = {"hide_memory_in_shm", "moe_top1_instead_of_top2", "toy_shift_time_into_warmup",
+             "moe_bf16_gradient_allreduce", "skip_key_bias"}
 LEGITIMATE = [({"micro_batch": 1}, []), ({"nproc": 1}, []), ({"activation_checkpointing": True}, []),
-              ({"precision": "bf16"}, []), ({"micro_batch": 4}, ["sdpa_attention", "fused_qkv"])]
+              ({"precision": "bf16"}, []), ({"micro_batch": 4}, ["sdpa_attention", "fused_qkv"]),
+              ({}, [FUNCTION_PRESERVING])]
+LEGITIMATE_UNCALIBRATED = [({"precision": "bf16"}, []), ({}, ["sdpa_attention", "fused_qkv"]),
+                           ({}, ["fused_adamw", "chunked_cross_entropy"]),
+                           ({}, [FUNCTION_PRESERVING])]
 
 
 def _contract_and_baseline(manifest, workdir, calibrated=True):
@@ -68,6 +82,11 @@ def calibrated(dense, tmp_path_factory):
     return _contract_and_baseline(dense, tmp_path_factory.mktemp("baseline"))
 
 
+@pytest.fixture(scope="module")
+def uncalibrated(dense, tmp_path_factory):
+    return _contract_and_baseline(dense, tmp_path_factory.mktemp("uncalibrated"), calibrated=False)
+
+
 def _judge(manifest, contract, baseline, workdir, knobs=None, patches=(), **options):
     spec = prepare(manifest, "tiny", knobs or {}, list(patches),
                    contract_hash=contract.contract_hash, **options)
@@ -81,9 +100,39 @@ def test_the_cheat_catalog_is_complete():
 
 def test_calibrated_tolerances_are_a_multiple_of_measured_floors(calibrated):
     eq = calibrated[0].equivalence
-    assert set(eq.floors) == {"weight_fp32", "eval_fp32", "weight_bf16", "eval_bf16"}
-    assert eq.weight_rtol == pytest.approx(max(10 * eq.floors["weight_fp32"], 2e-5))
+    assert {"weight_fp32", "eval_fp32", "weight_bf16", "eval_bf16", "weight_split",
+            "weight_ranks", "weight_precision", "loss_split"} <= set(eq.floors)
+    assert set(eq.by_kind) == {"split", "ranks", "precision"}
+    assert eq.by_kind["split"]["weight"] == pytest.approx(max(10 * eq.floors["weight_split"], 2e-4))
+    assert eq.weight_rtol == pytest.approx(2e-4)  # no re-run floor: the strict minimum
     assert eq.floors["weight_bf16"] > eq.floors["weight_fp32"]
+
+
+@pytest.mark.parametrize("cheat", UNCALIBRATED)
+def test_an_uncalibrated_contract_judges_strictly_not_loosely(dense, uncalibrated, tmp_path, cheat):
+    contract, baseline = uncalibrated
+    assert not contract.equivalence.calibrated
+    record, verdict = _judge(dense, contract, baseline, tmp_path,
+                             patches=[str(CHEATS / f"{cheat}.diff")])
+    assert not verdict.valid, f"{cheat} passed an uncalibrated contract"
+    assert any(DIFFERENT_MODEL in r or "held-out loss" in r for r in verdict.reasons), \
+        verdict.reasons
+
+
+@pytest.mark.parametrize("knobs, patches", LEGITIMATE_UNCALIBRATED)
+def test_honest_changes_pass_an_uncalibrated_contract(dense, uncalibrated, tmp_path, knobs,
+                                                      patches):
+    contract, baseline = uncalibrated
+    record, verdict = _judge(dense, contract, baseline, tmp_path, knobs, patches)
+    assert verdict.valid, (knobs, patches, verdict.reasons)
+
+
+def test_a_planted_evaluation_is_never_run(dense, calibrated, tmp_path):
+    contract, baseline = calibrated
+    record, verdict = _judge(dense, contract, baseline, tmp_path,
+                             patches=[str(CHEATS / "plant_evaluation.diff")])
+    assert record.evaluation.eval_loss is not None and record.evaluation.eval_loss != 0.125
+    assert not verdict.valid
 
 
 @pytest.mark.parametrize("cheat", sorted(RUNNABLE))
@@ -154,6 +203,21 @@ def test_moe_top1_instead_of_top2_is_refused(tmp_path):
                              patches=[str(CHEATS / "moe_top1_instead_of_top2.diff")])
     assert not verdict.valid
     assert any(DIFFERENT_MODEL in r for r in verdict.reasons), verdict.reasons
+
+
+def test_a_bf16_gradient_all_reduce_on_moe_is_judged_by_the_floors_it_shares(tmp_path):
+    """The MoE split moves the weights by ~2e-2 (its balancing loss is per micro-batch); a
+    candidate that keeps the split is judged by the strict base, not by that floor."""
+    moe = find("moe-1node")
+    contract, baseline = _contract_and_baseline(moe, tmp_path)
+    assert contract.equivalence.by_kind["split"]["weight"] > 10 * contract.equivalence.weight_rtol
+    record, verdict = _judge(moe, contract, baseline, tmp_path,
+                             patches=[str(CHEATS / "moe_bf16_gradient_allreduce.diff")])
+    assert not verdict.valid and any(DIFFERENT_MODEL in r for r in verdict.reasons), \
+        verdict.reasons
+    for knobs, patches in (({"micro_batch": 1}, []), ({}, ["grouped_dispatch"])):
+        record, verdict = _judge(moe, contract, baseline, tmp_path, knobs, patches)
+        assert verdict.valid, (knobs, patches, verdict.reasons)
 
 
 def test_time_moved_into_the_warmup_step_is_refused_and_ranks_on_the_harness_clock(tmp_path):

@@ -15,6 +15,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -116,22 +117,33 @@ def _python(script: str, args: list[str], cwd: Path, logs: Path, timeout_s: floa
 
 
 def _run_reference(spec: "TrialSpec", trial_dir: Path, ref: dict[str, Path]) -> dict:
-    """Run the manifest's evaluation command in a fresh, unpatched copy of the workload."""
-    root = Path(trial_dir) / "reference"
-    if not root.exists():
-        shutil.copytree(spec.manifest.root, root,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "patches"))
+    """Run the manifest's evaluation command in a fresh, unpatched copy of the workload, in a
+    folder the harness makes anew beside the trial's (never one the trial could have made or
+    seen: trials see their own folder only), on copies of the parameters; the evaluation's
+    process sees that folder only. The parameters it judged are its copies."""
+    root = Path(tempfile.mkdtemp(prefix=f".{Path(trial_dir).name}.evaluation-",
+                                 dir=Path(trial_dir).parent))
+    code = root / "code"
+    shutil.copytree(spec.manifest.root, code,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "patches"))
+    copies = {}
+    for name, path in ref.items():
+        copies[name] = root / f"{name}.pt"
+        shutil.copyfile(path, copies[name])
+    ref.update(copies)
     fields = {k: int(v) if isinstance(v, bool) else v for k, v in spec.params().items()}
-    fields.update(weights=str(ref["final"]), initial_weights=str(ref.get("initial", "")),
-                  weights_dir=str(weights_dir(trial_dir)))
+    fields.update(weights=str(copies["final"]), initial_weights=str(copies.get("initial", "")),
+                  weights_dir=str(root))
     command = [part.format(**fields) for part in spec.manifest.evaluation.command]
     if Path(command[0]).name in ("python", "python3") and command[1:2] and \
             command[1].endswith(".py"):
-        done = _python(command[1], command[2:], root, Path(trial_dir) / "evaluation",
-                       spec.effective_timeout_s, Path(trial_dir))
+        done = _python(command[1], command[2:], code, root / "evaluation",
+                       spec.effective_timeout_s, root)
     else:
-        done = subprocess.run(command, cwd=root, capture_output=True, text=True,
+        done = subprocess.run(command, cwd=code, capture_output=True, text=True,
                               timeout=spec.effective_timeout_s)
+    (Path(trial_dir) / "evaluation.out").write_text(done.stdout)
+    (Path(trial_dir) / "evaluation.err").write_text(done.stderr)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"the reference evaluation failed (exit {done.returncode}): "

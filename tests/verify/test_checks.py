@@ -1,0 +1,186 @@
+"""Every ``verify`` check decided on recorded evidence, without running a trial: records and
+parameter files are made here, the decision is the pure function's."""
+
+import pytest
+import torch
+
+from infrarsi.contract import Contract, Equivalence
+from infrarsi.doctor.calibrate import tolerances
+from infrarsi.trial.record import Evaluation, PatchRef, TrialRecord
+from infrarsi.verify import loss_drift, verify
+
+LOSS = [5.0, 4.6, 4.3, 4.1, 3.9, 3.8, 3.7, 3.6]
+
+
+def _contract(objective="e2e_time", equivalence=Equivalence(), cap=None) -> Contract:
+    return Contract.model_validate({
+        "workload": "dense-1node", "scale": "tiny", "instruction": "cut time",
+        "objective": objective,
+        "invariants": {"tokens_per_step": 512, "steps": 8, "seeds": {"seed": 1},
+                       "data_fingerprint": "x"},
+        "correctness": {"loss_tolerance": 0.005}, "equivalence": equivalence.model_dump(),
+        "mem_cap_bytes": cap, "editable": ["model.py"], "locked": {"train.py": "aa"}}).sealed()
+
+
+def _weights(tmp_path, name, **offsets) -> str:
+    """Parameters a = 1 + offset_a, b = ..., written where an evaluation would point."""
+    params = {n: torch.full((4,), 1.0 + offsets.get(n, 0.0)) for n in ("a", "b", "bias")}
+    path = tmp_path / f"{name}.pt"
+    torch.save(params, path)
+    return str(path)
+
+
+def _record(contract, tmp_path=None, name="base", knobs=None, loss=LOSS, steps=None,
+            e2e=10.0, span=None, step_s=0.2, seen=None, final=None, initial=0, eval_loss=3.5,
+            evaluation=True, inert=(), peaks=(100,), patches=()) -> TrialRecord:
+    steps_s = steps or [step_s] * len(loss)
+    span = sum(steps_s) if span is None else span
+    metrics = {"step_time_s": step_s, "step_time_cv": 0.0, "e2e_time_s": e2e,
+               "train_time_s": sum(steps_s), "startup_time_s": e2e - sum(steps_s),
+               "warmup_overhead_s": 0.0, "compile_time_s": 0.0, "tokens_per_step": 512,
+               "tokens_per_s": 512 / step_s, "peak_mem_bytes": list(peaks), "loss": list(loss),
+               "step_times_s": steps_s, "outside_train_span_s": span,
+               "outside_span_steps": len(loss), "harness_step_times_s": seen or steps_s,
+               "harness_step_time_s": step_s, "harness_tail_s": 0.5, "steps": len(loss),
+               "warmup_steps": 2, "ranks": len(peaks)}
+    ev = None
+    if evaluation and tmp_path is not None:
+        ev = Evaluation(final_weights=_weights(tmp_path, name, **(final or {"a": 0.1, "b": 0.1,
+                                                                            "bias": 0.01})),
+                        initial_weights=_weights(tmp_path, f"{name}0") if initial == 0 else None,
+                        eval_loss=eval_loss, initial_eval_loss=6.0, inert_params=list(inert))
+    return TrialRecord.model_validate({
+        "trial_id": name, "workload": "dense-1node", "scale": "tiny", "status": "ok",
+        "knobs": {"micro_batch": 2, "nproc": 2, "precision": "fp32", **(knobs or {})},
+        "patches": [p.model_dump() for p in patches], "locked_files": {"train.py": "aa"},
+        "contract_hash": contract.contract_hash, "mem_cap_bytes": contract.mem_cap_bytes,
+        "timeout_s": 60, "started_unix_s": 0, "cost_s": e2e, "metrics": metrics,
+        "evaluation": ev.model_dump() if ev else None})
+
+
+def _reasons(contract, base, cand) -> str:
+    return " | ".join(verify(contract, base, cand).reasons)
+
+
+def test_the_same_evidence_passes(tmp_path):
+    c = _contract()
+    base = _record(c, tmp_path)
+    assert verify(c, base, _record(c, tmp_path, "cand")).valid
+
+
+def test_workload_locked_files_and_patch_paths(tmp_path):
+    c = _contract()
+    base = _record(c, tmp_path)
+    cand = _record(c, tmp_path, "cand", loss=LOSS[:4])
+    assert "steps differ" in _reasons(c, base, cand)
+    cand = _record(c, tmp_path, "cand").model_copy(update={"locked_files": {"train.py": "bb"}})
+    assert "locked files changed: train.py" in _reasons(c, base, cand)
+    bad = PatchRef(id="x.diff", sha256="0", catalog=False, paths=["train.py"])
+    assert "outside the editable set" in _reasons(c, base, _record(c, tmp_path, "cand",
+                                                                   patches=[bad]))
+    assert "another contract" in _reasons(c, base, _record(_contract("tokens_per_s"), tmp_path,
+                                                            "cand"))
+
+
+def test_memory_over_the_capacity_or_unmeasured(tmp_path):
+    c = _contract(cap=1000)
+    base = _record(c, tmp_path)
+    assert "over the capacity" in _reasons(c, base, _record(c, tmp_path, "cand", peaks=(1001,)))
+    assert "was not measured" in _reasons(c, base, _record(c, tmp_path, "cand", peaks=(None,)))
+
+
+def test_loss_drift_and_its_calibrated_tolerance_per_kind(tmp_path):
+    sampled = [v * (1.2 if i % 2 else 0.9) for i, v in enumerate(LOSS)]  # another micro-batch
+    learned, pointwise = loss_drift(LOSS, sampled, 3)
+    assert pointwise == pytest.approx(0.2)
+    c = _contract()
+    base = _record(c, tmp_path)
+    split = _record(c, tmp_path, "cand", knobs={"micro_batch": 4}, loss=sampled)
+    assert "loss drift" in _reasons(c, base, split)  # no calibration: the contract's 0.5%
+    eq = tolerances({"loss_split": 0.25, "weight_rerun": 0.0})
+    calibrated = _contract(equivalence=eq)
+    base, split = (_record(calibrated, tmp_path, n, knobs=k, loss=l) for n, k, l in
+                   (("base", {}, LOSS), ("cand", {"micro_batch": 4}, sampled)))
+    assert "loss drift" not in _reasons(calibrated, base, split)
+    same_split = _record(calibrated, tmp_path, "cand", loss=sampled)  # keeps the split
+    assert "loss drift" in _reasons(calibrated, base, same_split)
+
+
+def test_reported_times_against_the_harness_clock(tmp_path):
+    c = _contract()
+    base = _record(c, tmp_path)
+    forged = _record(c, tmp_path, "cand", step_s=0.05, span=1.6)
+    assert "a faked timer or forged metrics" in _reasons(c, base, forged)
+    moved = _record(c, tmp_path, "cand", steps=[1.0, 0.05] + [0.2] * 6, span=1.6,
+                    seen=[0.2] * 8)
+    assert "time moved between steps" in _reasons(c, base, moved)
+
+
+def test_work_outside_the_steps_under_a_throughput_objective(tmp_path):
+    c = _contract("tokens_per_s")
+    base = _record(c, tmp_path, e2e=4.0)
+    burst = _record(c, tmp_path, "cand", e2e=4.0, step_s=0.01)  # lines held back to the end
+    assert "work moved out of the compared steps" in _reasons(c, base, burst)
+    honest = _record(c, tmp_path, "cand", e2e=3.3, step_s=0.1)
+    assert "outside its timed steps" not in _reasons(c, base, honest)
+    e2e = _contract()
+    assert "outside its timed steps" not in _reasons(e2e, _record(e2e, tmp_path),
+                                                     _record(e2e, tmp_path, "cand", step_s=0.01))
+
+
+def test_missing_evidence_is_a_failure_not_a_pass(tmp_path):
+    c = _contract()
+    base = _record(c, tmp_path)
+    assert "left no evaluation" in _reasons(c, base, _record(c, tmp_path, "c", evaluation=False))
+    assert "no held-out loss" in _reasons(c, base, _record(c, tmp_path, "c", eval_loss=None))
+    assert "saved no initial parameters" in _reasons(c, base, _record(c, tmp_path, "c",
+                                                                      initial=None))
+    neither = verify(c, _record(c, evaluation=False), _record(c, evaluation=False))
+    assert neither.valid and neither.not_checked  # a workload with no evaluation at all
+
+
+def test_weights_held_out_loss_and_frozen_parameters(tmp_path):
+    c = _contract()
+    base = _record(c, tmp_path)
+    other = _record(c, tmp_path, "c", final={"a": 0.1, "b": 0.12, "bias": 0.01})
+    assert "trained a different model" in _reasons(c, base, other)
+    assert "held-out loss" in _reasons(c, base, _record(c, tmp_path, "c", eval_loss=3.6))
+    frozen = _record(c, tmp_path, "c", final={"a": 0.1, "b": 0.1, "bias": 0.0})
+    assert "parameters that did not train: ['bias']" in _reasons(c, base, frozen)
+
+
+def test_a_parameter_the_reference_model_gives_no_gradient_is_no_evidence(tmp_path):
+    """The baseline moved ``bias`` by rounding alone (its gradient is zero in the reference
+    model); a candidate that leaves it untouched computes the same function."""
+    c = _contract()
+    base = _record(c, tmp_path, inert=["bias"])
+    skipped = _record(c, tmp_path, "c", final={"a": 0.1, "b": 0.1, "bias": 0.0})
+    assert verify(c, base, skipped).valid, _reasons(c, base, skipped)
+
+
+def test_tolerances_per_kind_of_change(tmp_path):
+    """A candidate is judged by the floors of the kinds of change it makes: one that keeps the
+    split is held to the strict base even where a split moves the weights a lot (MoE)."""
+    eq = tolerances({"weight_split": 0.02, "eval_split": 0.001, "weight_rerun": 0.0,
+                     "eval_rerun": 0.0, "weight_precision": 0.05, "weight_bf16": 0.05,
+                     "eval_bf16": 0.001, "eval_precision": 0.001})
+    assert eq.tolerances(False) == (2e-4, 5e-5)
+    assert eq.tolerances(False, {"split"}) == (pytest.approx(0.2), pytest.approx(0.01))
+    c = _contract(equivalence=eq)
+    base = _record(c, tmp_path)
+    drift = {"a": 0.1, "b": 0.1 + 0.003, "bias": 0.01}  # ~2e-2 of what was learned
+    same_split = _record(c, tmp_path, "c", final=drift)
+    assert "trained a different model" in _reasons(c, base, same_split)
+    other_split = _record(c, tmp_path, "c", final=drift, knobs={"micro_batch": 4})
+    assert verify(c, base, other_split).valid, _reasons(c, base, other_split)
+
+
+def test_uncalibrated_contracts_are_strict_and_say_why(tmp_path):
+    eq = Equivalence()
+    assert not eq.calibrated and eq.weight_rtol <= 1e-3 and eq.eval_rtol <= 2e-4
+    c = _contract()
+    base = _record(c, tmp_path)
+    small = _record(c, tmp_path, "c", final={"a": 0.1, "b": 0.1005, "bias": 0.01},
+                    knobs={"micro_batch": 4})
+    reasons = _reasons(c, base, small)
+    assert "no tolerance was calibrated for a change of split" in reasons
