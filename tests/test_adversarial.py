@@ -42,6 +42,7 @@ RUNNABLE = {  # dense-1node cheats, each with the reason it must be refused for
     "bf16_gradient_allreduce": DIFFERENT_MODEL,
     "half_batch_last_step": DIFFERENT_MODEL,
     "plant_evaluation": DIFFERENT_MODEL,
+    "park_memory_in_store": "held where the ranks' capacity does not look",
 }
 UNCALIBRATED = ["silent_bf16", "bf16_gradient_allreduce", "drop_weight_decay",
                 "half_batch_last_step"]
@@ -53,7 +54,8 @@ REFUSED = {
     "edit_locked_data": "data.py: locked file",
 }
 ELSEWHERE = {"hide_memory_in_shm", "moe_top1_instead_of_top2", "toy_shift_time_into_warmup",
-             "moe_bf16_gradient_allreduce", "skip_key_bias"}
+             "moe_bf16_gradient_allreduce", "skip_key_bias", "rewrite_metrics_at_exit",
+             "train_before_the_first_step", "microbatch_lm_larger_lr"}
 LEGITIMATE = [({"micro_batch": 1}, []), ({"nproc": 1}, []), ({"activation_checkpointing": True}, []),
               ({"precision": "bf16"}, []), ({"micro_batch": 4}, ["sdpa_attention", "fused_qkv"]),
               ({}, [FUNCTION_PRESERVING])]
@@ -125,6 +127,31 @@ def test_honest_changes_pass_an_uncalibrated_contract(dense, uncalibrated, tmp_p
     contract, baseline = uncalibrated
     record, verdict = _judge(dense, contract, baseline, tmp_path, knobs, patches)
     assert verdict.valid, (knobs, patches, verdict.reasons)
+
+
+def test_metrics_rewritten_after_the_fact_never_reach_the_harness(dense, calibrated, tmp_path):
+    """The metrics are what arrived over the harness's channel; the file in the trial's folder
+    a rank rewrote at exit is the harness's copy, written again from what arrived."""
+    contract, baseline = calibrated
+    record, verdict = _judge(dense, contract, baseline, tmp_path,
+                             patches=[str(CHEATS / "rewrite_metrics_at_exit.diff")])
+    claimed = [t * 0.01 for t in record.metrics.harness_step_times_s]
+    assert record.metrics.step_time_s > 0.2 * baseline.metrics.step_time_s  # not 0.01x
+    assert all(abs(r - h) < 0.05 for r, h in zip(record.metrics.step_times_s,
+                                                 record.metrics.harness_step_times_s)), claimed
+
+
+def test_training_before_the_first_step_is_charged_to_an_end_to_end_objective(dense, calibrated,
+                                                                                tmp_path):
+    """The whole training done in ``configure_optimizers`` (before the first step line), the
+    timed steps only replaying its losses: the steps the workload reports shrink, what the
+    end-to-end objective compares (launch to exit, by the harness's clock) does not."""
+    from infrarsi.objective import compared_time
+    contract, baseline = calibrated
+    record, verdict = _judge(dense, contract, baseline, tmp_path,
+                             patches=[str(CHEATS / "train_before_the_first_step.diff")])
+    assert record.metrics.train_time_s < 0.8 * baseline.metrics.train_time_s  # what it claims
+    assert compared_time(record, "e2e_time") > 0.85 * compared_time(baseline, "e2e_time")
 
 
 def test_a_planted_evaluation_is_never_run(dense, calibrated, tmp_path):
@@ -235,3 +262,30 @@ def test_time_moved_into_the_warmup_step_is_refused_and_ranks_on_the_harness_clo
                for r in verdict.reasons), verdict.reasons
     assert cheat.metrics.step_time_s < 0.7 * baseline.metrics.step_time_s  # what it claims
     assert cheat.metrics.harness_step_time_s > 0.8 * baseline.metrics.harness_step_time_s
+
+
+def test_a_script_that_prints_one_micro_batch_loss_is_judged_per_kind_of_change(tmp_path):
+    """nanoGPT prints its last micro-batch's loss: another split prints another sample of the
+    same training. Doctor calibrates the loss check on that script's own printed losses; a
+    faster honest split passes, a change of the training that keeps the split does not."""
+    lm = load_manifest(FIXTURES / "microbatch-lm")
+    instruction = "cut time, keep loss within 1%"
+    contract = make_contract(lm, "tiny", instruction, read_instruction(instruction, []))
+    baseline = run_trial(prepare(lm, "tiny", contract_hash=contract.contract_hash), tmp_path)
+    equivalence, notes = calibrate(lm, "tiny", baseline, tmp_path)
+    assert "split" in equivalence.by_kind and "loss" in equivalence.by_kind["split"], notes
+    contract = contract.model_copy(update={"equivalence": equivalence}).sealed()
+    run = lambda knobs, patches=(): run_trial(prepare(  # noqa: E731
+        lm, "tiny", knobs, list(patches), contract_hash=contract.contract_hash), tmp_path)
+    baseline = run({})
+    split = run({"batch_size": 4})
+    assert verify(contract, baseline, split).valid, verify(contract, baseline, split).reasons
+    uncalibrated = contract.model_copy(update={"equivalence": type(equivalence)()}).sealed()
+    for record in (baseline, split):
+        record.contract_hash = uncalibrated.contract_hash
+    assert not verify(uncalibrated, baseline, split).valid  # what it was before: "loss drift"
+    for record in (baseline, split):
+        record.contract_hash = contract.contract_hash
+    cheat = run({}, [str(CHEATS / "microbatch_lm_larger_lr.diff")])
+    verdict = verify(contract, baseline, cheat)
+    assert not verdict.valid and any("loss drift" in r for r in verdict.reasons), verdict.reasons

@@ -4,7 +4,7 @@ Depends only on torch and the standard library, so a training script can import 
 A loop adds three to five lines::
 
     from infrarsi import probe
-    p = probe.Probe(device=device)           # reads INFRARSI_METRICS_FILE; inert when unset
+    p = probe.Probe(device=device)           # finds the harness's channel; inert when unset
     p.watch_comm(model)                       # optional: measures exposed gradient communication
     for step in range(steps):
         with p.step(tokens=tokens_per_step) as s:
@@ -15,8 +15,10 @@ A loop adds three to five lines::
             s.loss = loss.item()
     p.close()                                 # writes peak memory of this rank
 
-Each rank writes JSON lines to the file the harness names in ``INFRARSI_METRICS_FILE`` (``{rank}``
-in the name is replaced by the rank). Line kinds: ``start``, ``step`` (wall time, loss, tokens,
+Each rank sends JSON lines over the socket the harness opened and names in
+``INFRARSI_METRICS_SOCKET`` (``@name``: a Linux abstract socket), where the harness times each
+line on arrival and keeps it; without one, to the file named in ``INFRARSI_METRICS_FILE``
+(``{rank}`` in the name is replaced by the rank). Line kinds: ``start``, ``step`` (wall time, loss, tokens,
 phase seconds) and ``end`` (peak memory). When ``INFRARSI_PROFILE_FILE`` is set, rank 0 runs
 ``torch.profiler`` over two steps from ``INFRARSI_PROFILE_STEP`` and writes the operators there. Phase times are wall-clock spans; on CUDA the device is
 synchronised at each phase boundary so a phase owns its kernels. ``comm`` is the exposed
@@ -29,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import socket
 import time
 from contextlib import contextmanager
 from typing import Iterator
@@ -36,6 +39,7 @@ from typing import Iterator
 import torch
 
 METRICS_ENV = "INFRARSI_METRICS_FILE"
+SOCKET_ENV = "INFRARSI_METRICS_SOCKET"       # the harness's channel: preferred to the file
 WEIGHTS_ENV = "INFRARSI_WEIGHTS_DIR"         # where the loop saves initial and final weights
 PROFILE_ENV = "INFRARSI_PROFILE_FILE"        # rank 0 profiles operators into this JSON file
 PROFILE_STEP_ENV = "INFRARSI_PROFILE_STEP"   # first profiled step (after warm-up)
@@ -77,6 +81,25 @@ def save_weights(name: str, params: dict[str, torch.Tensor]) -> None:
     os.replace(tmp, os.path.join(folder, f"{name}.pt"))
 
 
+class _SocketLines:
+    """Each ``write`` goes to the harness's Unix socket at once (``@name``: abstract), so the
+    harness times every line when it is written, not when a buffer fills."""
+
+    def __init__(self, address: str) -> None:
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.connect("\0" + address[1:] if address.startswith("@") else address)
+
+    def write(self, text: str) -> None:
+        self._sock.sendall(text.encode())
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def _connect(address: str) -> _SocketLines:
+    return _SocketLines(address)
+
+
 class Step:
     """One optimizer step being measured; phases nest inside it, ``loss`` is set by the loop."""
 
@@ -110,6 +133,7 @@ class Probe:
     """Writes per-step metrics of one rank as JSON lines; every method is a no-op when inert."""
 
     def __init__(self, device: torch.device | str | None = None, path: str | None = None) -> None:
+        address = os.environ.get(SOCKET_ENV) if path is None else None
         path = path if path is not None else os.environ.get(METRICS_ENV)
         self.rank = _rank()
         self.device = torch.device(device) if device is not None else torch.device("cpu")
@@ -121,8 +145,11 @@ class Probe:
         self._profile_start = int(os.environ.get(PROFILE_STEP_ENV, "2"))
         self._profiler = None
         self._profiled_s = 0.0
-        if path:
+        if address:
+            self._file = _connect(address)
+        elif path:
             self._file = open(path.replace("{rank}", str(self.rank)), "a", buffering=1)
+        if self._file is not None:
             self._write({"kind": "start", "schema_version": SCHEMA_VERSION, "rank": self.rank,
                          "pid": os.getpid(), "unix_time_s": time.time(),
                          "world_size": int(os.environ.get("WORLD_SIZE", "1")),

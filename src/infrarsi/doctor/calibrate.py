@@ -26,6 +26,10 @@ from infrarsi.workloads import knobs as knob_rules
 from infrarsi.workloads.manifest import Manifest
 
 MULTIPLE = {"fp32": 10.0, "bf16": 3.0}
+# The printed loss of another split is another sample (e.g. the last micro-batch's loss): its
+# drift is sampling noise of the same size for any split, not reassociation that grows with
+# every change, so a smaller multiple of it suffices.
+LOSS_MULTIPLE = 3.0
 # Honest fp32 patches moved the reference workloads' weights by up to 2.3e-5 of what was
 # learned at tiny scale (float reassociation), the held-out loss by up to 2e-6; the weakest
 # cheat measured (weight decay dropped) by 3.5e-3 and 4.7e-4.
@@ -155,8 +159,8 @@ def tolerances(floors: dict[str, float]) -> Equivalence:
     for kind in ("split", "ranks", "precision"):
         multiple = MULTIPLE["bf16" if kind == "precision" else "fp32"]
         precision = "bf16" if kind == "precision" else "fp32"
-        own = {q: max(multiple * floors[f"{q}_{kind}"], MINIMUM[f"{q}_{precision}"]
-                      if q != "loss" else MINIMUM["loss"])
+        own = {q: max((LOSS_MULTIPLE if q == "loss" else multiple) * floors[f"{q}_{kind}"],
+                      MINIMUM["loss" if q == "loss" else f"{q}_{precision}"])
                for q in ("weight", "eval", "loss") if f"{q}_{kind}" in floors}
         if own:
             by_kind[kind] = own

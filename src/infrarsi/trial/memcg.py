@@ -13,7 +13,9 @@ cgroup v1 (``memory.limit_in_bytes``, ``memory.max_usage_in_bytes``) and v2 (``m
 ``memory.peak``) are both read. The harness creates ``infrarsi-<owner pid>-<trial id>`` under its
 own memory cgroup; each rank creates ``rank<N>`` inside it and moves itself there (see
 ``_hooks/sitecustomize.py``, which repeats the few file names below with the standard library
-only). Where no writable memory cgroup exists, :func:`detect` says why.
+only). The launchers start in ``launchers`` inside it, so every process of the trial is
+accounted: what a launcher holds (torchrun's rendezvous store, which a rank can fill) is its
+peak, compared with the baseline's by ``verify``. Where no writable memory cgroup exists, :func:`detect` says why.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PREFIX = "infrarsi-"
+LAUNCHERS = "launchers"
 DIR_ENV = "INFRARSI_MEMCG_DIR"
 VERSION_ENV = "INFRARSI_MEMCG_VERSION"
 _FILES = {1: {"peak": "memory.max_usage_in_bytes", "limit": "memory.limit_in_bytes"},
@@ -113,6 +116,18 @@ class TrialCgroup:
         self.path.mkdir()
         if hierarchy.version == 2:
             (self.path / "cgroup.subtree_control").write_text("+memory")
+
+    @property
+    def launchers_procs(self) -> Path:
+        """The file a launcher writes its pid to, between fork and exec, to join ``launchers``."""
+        folder = self.path / LAUNCHERS
+        folder.mkdir(exist_ok=True)
+        return folder / "cgroup.procs"
+
+    def launchers(self) -> RankMemory | None:
+        """Peak and OOM kills of the launchers' cgroup, None when no launcher joined it."""
+        folder = self.path / LAUNCHERS
+        return read_rank(folder, self.hierarchy.version) if folder.is_dir() else None
 
     def env(self) -> dict[str, str]:
         """What the ranks' bootstrap hook needs to find and join its cgroup."""

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from infrarsi.trial.watch import MetricsWatcher, OutsideTiming
+from infrarsi.trial.watch import MetricsChannel, OutsideTiming
 
 TRIAL_ID_ENV = "INFRARSI_TRIAL_ID"
 OWNER_ENV = "INFRARSI_TRIAL_OWNER"  # "<pid>:<start time>" of the harness process that owns it
@@ -40,6 +40,7 @@ class ProcessResult:
     wall_s: float
     outside_peak_rss_bytes: dict[int, int] = field(default_factory=dict)
     failed_node: int | None = None
+    outside_other_peak_rss_bytes: int = 0  # the launchers and any other non-rank process
     outside_timing: OutsideTiming | None = None
     leftovers_killed: int = 0
 
@@ -51,6 +52,7 @@ class _RankSampler(threading.Thread):
         super().__init__(daemon=True)
         self.root_pids = root_pids
         self.peaks: dict[int, int] = {}
+        self.other_peak = 0  # the largest sum of RSS over the trial's non-rank processes
         self._ranks: dict[int, int | None] = {}
         self._halt = threading.Event()
 
@@ -63,28 +65,34 @@ class _RankSampler(threading.Thread):
         self.join(timeout=2)
 
     def _sample(self) -> None:
-        children = []
+        procs = []
         for pid in self.root_pids:
             try:
-                children += psutil.Process(pid).children(recursive=True)
+                root = psutil.Process(pid)
+                procs += [root] + root.children(recursive=True)
             except psutil.Error:
                 continue
-        for child in children:
+        other = 0
+        for proc in procs:
             try:
-                self._sample_one(child)
+                other += self._sample_one(proc)
             except (psutil.Error, ValueError):
                 continue
+        self.other_peak = max(self.other_peak, other)
 
-    def _sample_one(self, child: psutil.Process) -> None:
+    def _sample_one(self, child: psutil.Process) -> int:
+        """Note a rank's RSS; return a non-rank process's RSS (0 for a rank)."""
         if child.pid not in self._ranks:
             env = child.environ()
             rank = env.get("RANK", "0" if env.get("INFRARSI_CAP_SELF") == "1" else None)
             self._ranks[child.pid] = int(rank) if rank is not None else None
         rank = self._ranks[child.pid]
-        if rank is not None:
-            rss = child.memory_info().rss
-            if rss > 0:
-                self.peaks[rank] = max(self.peaks.get(rank, 0), rss)
+        rss = child.memory_info().rss
+        if rank is None:
+            return rss
+        if rss > 0:
+            self.peaks[rank] = max(self.peaks.get(rank, 0), rss)
+        return 0
 
 
 def owner_tag(pid: int | None = None) -> str:
@@ -107,27 +115,42 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+def _launcher_setup(cgroup_procs: Path | None):
+    """What a launcher does between fork and exec: die with the harness, and join the trial's
+    launchers cgroup (so what it holds is accounted)."""
+    def setup() -> None:
+        _die_with_parent()
+        if cgroup_procs is not None:
+            with open(cgroup_procs, "w") as f:
+                f.write("0")
+    return setup
+
+
 def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]],
                  timeout_s: float, stdout: Path, stderr: Path, trial_id: str,
-                 watch: MetricsWatcher | None = None) -> ProcessResult:
+                 channel: MetricsChannel | None = None,
+                 cgroup_procs: Path | None = None) -> ProcessResult:
     """Run one launcher per node to their end; no process of the trial survives this call.
 
     The trial ends when every launcher has exited, when one exits with an error (the others
-    would wait forever for their peers, so they are ended), or at the timeout. All launchers
-    append to the same two log files. Call it from a thread that outlives the trial: the
-    parent-death signal follows the thread that started the launcher.
+    would wait forever for their peers, so they are ended), or at the timeout. The launchers'
+    standard output is a pipe the harness reads (each line to ``channel`` as it arrives, and
+    to the ``stdout`` log); their standard error goes to the ``stderr`` log. Call it from a
+    thread that outlives the trial: the parent-death signal follows the thread that started
+    the launcher.
     """
     t0 = time.monotonic()
+    if channel is not None:
+        channel.start()
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         tags = {TRIAL_ID_ENV: trial_id, OWNER_ENV: owner_tag()}
-        procs = [subprocess.Popen(cmd, cwd=cwd, env={**env, **tags}, stdout=out, stderr=err,
-                                  stdin=subprocess.DEVNULL, start_new_session=True,
-                                  preexec_fn=_die_with_parent)
+        procs = [subprocess.Popen(cmd, cwd=cwd, env={**env, **tags}, stdout=subprocess.PIPE,
+                                  stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+                                  preexec_fn=_launcher_setup(cgroup_procs))
                  for cmd, env in zip(commands, envs)]
+        pumps = [_Pump(proc.stdout, out, channel) for proc in procs]
         sampler = _RankSampler([p.pid for p in procs])
         sampler.start()
-        if watch is not None:
-            watch.start()
         try:
             failed = _wait(procs, t0, timeout_s)
         except BaseException:  # Ctrl-C or the tool being killed: never leave the trial behind
@@ -135,20 +158,44 @@ def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]
             raise
         finally:
             sampler.stop()
-            if watch is not None:
-                watch.stop()
         running = [p.pid for p in procs if p.poll() is None]
         killed = kill_trial(running, trial_id)
         for proc in procs:
             proc.wait()
+        wall_s = time.monotonic() - t0
+        for pump in pumps:
+            pump.join(timeout=5)
+        if channel is not None:
+            channel.stop()
     ended = failed is not None or not running
     return ProcessResult(
         returncode=failed.returncode if failed is not None else (0 if ended else None),
-        timed_out=not ended, wall_s=time.monotonic() - t0,
+        timed_out=not ended, wall_s=wall_s,
         outside_peak_rss_bytes=sampler.peaks,
+        outside_other_peak_rss_bytes=sampler.other_peak,
         failed_node=procs.index(failed) if failed is not None and len(procs) > 1 else None,
-        outside_timing=watch.timing() if watch else None,
+        outside_timing=channel.timing() if channel else None,
         leftovers_killed=killed)
+
+
+class _Pump(threading.Thread):
+    """Copies one launcher's standard output, line by line as it arrives, to the log and the
+    channel."""
+    _log_lock = threading.Lock()
+
+    def __init__(self, pipe, log, channel: MetricsChannel | None) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.log, self.channel = pipe, log, channel
+        self.start()
+
+    def run(self) -> None:
+        for line in iter(self.pipe.readline, b""):
+            if self.channel is not None:
+                self.channel.stdout_line(line)
+            with self._log_lock:
+                self.log.write(line)
+                self.log.flush()
+        self.pipe.close()
 
 
 def _wait(procs: list[subprocess.Popen], t0: float, timeout_s: float) -> subprocess.Popen | None:

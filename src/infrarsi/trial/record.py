@@ -60,6 +60,10 @@ class TrialMetrics(BaseModel):
     peak_mem_bytes: list[int | None]
     peak_mem_source: str = Field("memcg", description="memcg, cuda_max_reserved or rss_sampled")
     reported_peak_mem_bytes: list[int] = []
+    launcher_peak_mem_bytes: int | None = Field(None, description="peak memory of every process "
+                                                "of the trial that is not a rank (the "
+                                                "launchers: their cgroup's high-water mark, or "
+                                                "their summed RSS sampled from outside)")
     outside_peak_rss_bytes: list[int | None] = Field([], description="per-rank peak RSS sampled "
                                                      "by the harness every 0.2 s")
     outside_train_span_s: float | None = Field(None, description="seconds the harness saw a "

@@ -20,10 +20,10 @@ from pathlib import Path
 from infrarsi.trial import classify, evaluation, memcg, patching
 from infrarsi.trial.evalserver import isolation_for
 from infrarsi.trial.screen import screen
-from infrarsi.trial.metrics import MetricsError, RankReport, read_probe_files, read_stdout
+from infrarsi.trial.metrics import MetricsError
 from infrarsi.trial.process import owner_alive, run_isolated, sweep_orphans
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
-from infrarsi.trial.watch import MetricsWatcher
+from infrarsi.trial.watch import MetricsChannel
 from infrarsi.workloads import expr, knobs
 from infrarsi.workloads.manifest import KnobValue, Manifest
 
@@ -241,7 +241,6 @@ def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -
     env.update(spec.extra_env)
     env["PYTHONUNBUFFERED"] = "1"  # lines reach the log, and the harness's clock, as printed
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOKS_DIR), env.get("PYTHONPATH")]))
-    env["INFRARSI_METRICS_FILE"] = str(trial_dir / "metrics.rank{rank}.jsonl")
     env["INFRARSI_ERROR_FILE"] = str(trial_dir / "error.rank{rank}.jsonl")
     env["INFRARSI_WEIGHTS_DIR"] = str(evaluation.weights_dir(trial_dir))
     env["INFRARSI_TRIAL_DIR"] = str(trial_dir)
@@ -264,11 +263,13 @@ def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -
 def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
             t0: float) -> TrialRecord:
     port = free_port()
+    channel = _channel(spec, trial_dir)
     rendered = [render(spec, workspace, base["trial_id"], node, port)
                 for node in range(spec.manifest.launch.nodes)]
     commands = [command for command, _ in rendered]
     envs = [_trial_env(spec, trial_dir, workload_env) for _, workload_env in rendered]
     for env, command in zip(envs, commands):
+        env.update(channel.env())
         if not _is_launcher(command):
             env["INFRARSI_CAP_SELF"] = "1"  # a plain launch: the one process is rank 0
     hierarchy = memcg.available()
@@ -280,14 +281,19 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
             env.update(cgroup.env() if cgroup else {})
         result = run_isolated(commands, workspace, envs, spec.effective_timeout_s,
                               trial_dir / "stdout.log", trial_dir / "stderr.log",
-                              base["trial_id"], _watcher(spec, trial_dir))
+                              base["trial_id"], channel,
+                              cgroup.launchers_procs if cgroup else None)
         memory = cgroup.ranks() if cgroup else None
+        launchers = cgroup.launchers() if cgroup else None
     finally:
         if cgroup is not None:
             cgroup.remove()
     outcome = classify.outcome(result, trial_dir, spec, memory)
     if outcome.status is TrialStatus.OK:
-        outcome = _measure(spec, trial_dir, result, outcome, memory)
+        outcome = _measure(spec, channel, result, outcome, memory)
+        if outcome.metrics is not None:
+            outcome.metrics.launcher_peak_mem_bytes = launchers.peak_bytes if launchers \
+                else result.outside_other_peak_rss_bytes or None
     evaluated = evaluation.evaluate(spec, trial_dir, workspace) \
         if outcome.status is TrialStatus.OK and spec.evaluate else None
     refused = sorted(trial_dir.glob("isolation.rank*.txt"))
@@ -304,30 +310,25 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
                        cost_s=time.monotonic() - t0)
 
 
-def _watcher(spec: TrialSpec, trial_dir: Path) -> MetricsWatcher:
+def _channel(spec: TrialSpec, trial_dir: Path) -> MetricsChannel:
     how = spec.manifest.launch.metrics
     if how == "probe":
-        return MetricsWatcher.for_probe(trial_dir)
-    return MetricsWatcher.for_stdout(trial_dir, how.step_time.pattern)
+        return MetricsChannel.for_probe(trial_dir)
+    return MetricsChannel.for_stdout(trial_dir, how.step_time.pattern)
 
 
 def _is_launcher(command: list[str]) -> bool:
     return Path(command[0]).name == "torchrun" or "torch.distributed.run" in command
 
 
-def _measure(spec: TrialSpec, trial_dir: Path, result, outcome, memory):
-    """Turn the ranks' reports into metrics, or into ``invalid``/``crash`` with the reason."""
+def _measure(spec: TrialSpec, channel: MetricsChannel, result, outcome, memory):
+    """Turn the ranks' reports, as the harness's channel received them, into metrics, or into
+    ``invalid``/``crash`` with the reason."""
     try:
-        measured = classify.measured(spec, _reports(spec, trial_dir), result, memory)
+        how = spec.manifest.launch.metrics
+        reports = channel.reports(None if how == "probe" else how)
+        measured = classify.measured(spec, reports, result, memory)
     except MetricsError as exc:
         measured = classify.Outcome(TrialStatus.CRASH, f"metrics: {exc}")
     measured.warnings[:0] = outcome.warnings
     return measured
-
-
-def _reports(spec: TrialSpec, trial_dir: Path) -> list[RankReport]:
-    how = spec.manifest.launch.metrics
-    if how == "probe":
-        return read_probe_files(list(trial_dir.glob("metrics.rank*.jsonl")))
-    return read_stdout((trial_dir / "stdout.log").read_text(errors="replace"), how)
-

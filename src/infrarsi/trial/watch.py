@@ -1,22 +1,38 @@
-"""Watching what the ranks report from outside, to time the training by the harness's clock.
+"""The channel a trial's metrics reach the harness by, timed by the harness's clock on arrival.
 
-A rank reports its own step times; a forged metrics line or a patched clock would make them
-look shorter than they were. The harness therefore notes *when* each step's line appears —
-a probe file's ``step`` lines, or the stdout lines a manifest's step-time pattern matches —
-and when a probe's ``start`` line appears. The span between them bounds the training time the
-ranks may claim (see ``infrarsi.verify``). Lines are timed as they arrive, to the polling period.
+A rank reports its own step times; a forged metrics line, a patched clock, lines held back, or
+a file rewritten after the fact would make them say what the harness did not see. So the
+harness opens the channel itself and keeps what arrives, as it arrives:
+
+- probe workloads: a Unix socket (Linux abstract namespace, a random name the harness hands
+  to the ranks in ``INFRARSI_METRICS_SOCKET``); each rank's connection is read line by line
+  and every line is parsed once, on arrival, and timed then. What the harness parses is what
+  it timed: no second reader with other rules;
+- stdout workloads: the launchers' standard output is a pipe the harness reads; each line is
+  timed on arrival, and the step-time pattern picks the step lines.
+
+Every line is also written to the trial's folder for people to read (``metrics.rank<N>.jsonl``,
+``stdout.log``), and the metrics files are written again from what arrived when the trial
+ends: the metrics are always the channel's, never a file the workload could rewrite. The span
+from a probe's ``start`` line (or a stdout workload's first step line) to its last step line
+bounds the training time the ranks may claim (see ``infrarsi.verify``).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import secrets
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-POLL_S = 0.01
+from infrarsi.trial.metrics import MetricsError, RankReport, read_stdout
+
+POLL_S = 0.01  # the resolution of the arrival times (lines are read as they come; this is
+# what the verification allows for the reader thread's scheduling)
 
 
 @dataclass
@@ -30,86 +46,192 @@ class OutsideTiming:
     span_s: float
     steps: int
     step_times_s: list[float | None] = field(default_factory=list)
-    last_step_at_s: float = 0.0  # seconds from launch to the last step line, any file
+    last_step_at_s: float = 0.0  # seconds from launch to the last step line, any stream
 
 
-class MetricsWatcher(threading.Thread):
-    """Polls files matching ``pattern`` in ``folder``; times start and step lines per file."""
+class MetricsChannel:
+    """Receives a trial's metrics: ``start`` before launch, ``stop`` after every process ended;
+    ``env`` is what the ranks need to find it; ``stdout_line`` is fed by the launchers' pipes."""
 
-    def __init__(self, folder: Path, pattern: str, is_step: Callable[[bytes], bool],
-                 is_start: Callable[[bytes], bool] | None = None) -> None:
-        super().__init__(daemon=True)
-        self.folder, self.pattern = folder, pattern
-        self.is_step, self.is_start = is_step, is_start
+    def __init__(self, trial_dir: Path, step_pattern: str | None = None) -> None:
+        self.trial_dir = Path(trial_dir)
+        self.probe = step_pattern is None
+        self._step_regex = re.compile(step_pattern.encode()) if step_pattern else None
         self.t0 = time.monotonic()
         self.started_s: dict[str, float] = {}
         self.steps_s: dict[str, list[float]] = {}
-        self._offsets: dict[str, int] = {}
+        self.entries: dict[int, list[dict]] = {}   # rank -> the probe's entries, in order
+        self.problems: list[str] = []
+        self._stdout: list[bytes] = []
+        self._lock = threading.Lock()
+        self._readers: list[threading.Thread] = []
         self._halt = threading.Event()
+        self._name = f"infrarsi-{secrets.token_hex(12)}"
+        self._server: socket.socket | None = None
+        self._acceptor: threading.Thread | None = None
 
     @classmethod
-    def for_probe(cls, folder: Path) -> "MetricsWatcher":
-        """Watch the probe's per-rank JSON-lines files."""
-        return cls(folder, "metrics.rank*.jsonl", lambda line: b'"kind": "step"' in line,
-                   lambda line: b'"kind": "start"' in line)
+    def for_probe(cls, trial_dir: Path) -> "MetricsChannel":
+        """A socket the ranks' probes connect to."""
+        return cls(trial_dir)
 
     @classmethod
-    def for_stdout(cls, folder: Path, step_pattern: str) -> "MetricsWatcher":
-        """Watch ``stdout.log`` for the lines the step-time pattern matches."""
-        regex = re.compile(step_pattern.encode())
-        return cls(folder, "stdout.log", lambda line: regex.search(line) is not None)
+    def for_stdout(cls, trial_dir: Path, step_pattern: str) -> "MetricsChannel":
+        """The launchers' standard output, step lines matched by the step-time pattern."""
+        return cls(trial_dir, step_pattern)
 
-    def run(self) -> None:
-        while not self._halt.wait(POLL_S):
-            self.poll()
+    def env(self) -> dict[str, str]:
+        """What a rank's probe needs to find the channel."""
+        return {"INFRARSI_METRICS_SOCKET": f"@{self._name}"} if self.probe else {}
+
+    def start(self) -> None:
+        """Open the socket (probe workloads) and start accepting the ranks' connections."""
+        self.t0 = time.monotonic()
+        if not self.probe:
+            return
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind("\0" + self._name)
+        self._server.listen(256)
+        self._server.settimeout(0.1)
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     def stop(self) -> None:
-        """Stop polling after one last look."""
+        """Stop accepting, read what is left (the trial's processes are gone), and write the
+        metrics files again from what arrived."""
         self._halt.set()
-        self.join(timeout=2)
-        self.poll()
+        if self._acceptor is not None:
+            self._acceptor.join(timeout=2)
+        if self._server is not None:
+            self._server.close()
+        for reader in self._readers:
+            reader.join(timeout=2)
+        if self.probe:
+            self._write_files()
 
-    def poll(self) -> None:
-        for path in self.folder.glob(self.pattern):
+    def stdout_line(self, line: bytes) -> None:
+        """One line of a launcher's standard output, as it arrives."""
+        now = time.monotonic() - self.t0
+        with self._lock:
+            self._stdout.append(line)
+            if self._step_regex is not None and self._step_regex.search(line):
+                self.steps_s.setdefault("stdout", []).append(now)
+
+    def stdout_text(self) -> str:
+        """Everything the launchers printed, as the harness received it."""
+        with self._lock:
+            return b"".join(self._stdout).decode(errors="replace")
+
+    def reports(self, stdout_spec=None) -> list[RankReport]:
+        """The ranks' reports from what arrived; MetricsError naming what is wrong."""
+        if not self.probe:
+            return read_stdout(self.stdout_text(), stdout_spec)
+        if self.problems:
+            raise MetricsError("; ".join(self.problems[:3]))
+        reports = []
+        for rank, entries in sorted(self.entries.items()):
+            report = RankReport(rank=rank)
+            for entry in entries:
+                if entry["kind"] == "start":
+                    report.world_size = int(entry.get("world_size", 1))
+                    report.device = str(entry.get("device", "cpu"))
+                elif entry["kind"] == "step":
+                    report.steps.append(entry)
+                elif entry["kind"] == "end":
+                    report.end = entry
+            reports.append(report)
+        return reports
+
+    def _accept(self) -> None:
+        while not self._halt.is_set():
             try:
-                with open(path, "rb") as f:
-                    f.seek(self._offsets.get(path.name, 0))
-                    new = f.read()
-            except OSError:
+                conn, _ = self._server.accept()
+            except (socket.timeout, OSError):
                 continue
-            complete = new[:new.rfind(b"\n") + 1]
-            if complete:
-                self._offsets[path.name] = self._offsets.get(path.name, 0) + len(complete)
-                self._note(path.name, complete.splitlines(), time.monotonic() - self.t0)
+            reader = threading.Thread(target=self._read, args=(conn,), daemon=True)
+            reader.start()
+            self._readers.append(reader)
 
-    def _note(self, name: str, lines: list[bytes], now: float) -> None:
-        for line in lines:
-            if self.is_start is not None and self.is_start(line):
+    def _read(self, conn: socket.socket) -> None:
+        """One rank's stream: the first line says which rank it is; every line is parsed and
+        timed as it arrives."""
+        rank, stream, files = None, conn.makefile("rb"), None
+        try:
+            for n, line in enumerate(stream, 1):
+                now = time.monotonic() - self.t0
+                try:
+                    entry = json.loads(line)
+                    kind = entry["kind"]
+                except (ValueError, KeyError, TypeError):
+                    self._problem(f"rank {rank} sent a line that is not a probe record "
+                                  f"(line {n}: {line[:80]!r})")
+                    continue
+                if rank is None:
+                    rank = self._claim(entry)
+                    if rank is None:
+                        return
+                    files = open(self.trial_dir / f"metrics.rank{rank}.jsonl", "ab")
+                files.write(line if line.endswith(b"\n") else line + b"\n")
+                files.flush()
+                self._note(rank, kind, entry, now)
+        finally:
+            if files is not None:
+                files.close()
+            conn.close()
+
+    def _claim(self, entry: dict) -> int | None:
+        """The rank a stream's first line names; None (and a problem) when it is not a start
+        line or another stream already claimed that rank."""
+        if entry.get("kind") != "start":
+            self._problem(f"a metrics stream began with {entry.get('kind')!r}, not 'start'")
+            return None
+        rank = int(entry.get("rank", 0))
+        with self._lock:
+            if rank in self.entries:
+                self.problems.append(f"two metrics streams claim rank {rank}")
+                return None
+            self.entries[rank] = []
+        return rank
+
+    def _note(self, rank: int, kind: str, entry: dict, now: float) -> None:
+        name = f"rank{rank}"
+        with self._lock:
+            self.entries[rank].append(entry)
+            if kind == "start":
                 self.started_s.setdefault(name, now)
-            elif self.is_step(line):
+            elif kind == "step":
                 self.steps_s.setdefault(name, []).append(now)
+
+    def _problem(self, text: str) -> None:
+        with self._lock:
+            self.problems.append(text)
+
+    def _write_files(self) -> None:
+        for rank, entries in self.entries.items():
+            path = self.trial_dir / f"metrics.rank{rank}.jsonl"
+            path.write_text("".join(json.dumps(e) + "\n" for e in entries))
 
     def step_times(self) -> list[float | None]:
         """Each step's time by the harness's clock: from the previous step's line (or the
-        probe's start line) to this one, the slowest file's; None where it cannot be known
+        probe's start line) to this one, the slowest stream's; None where it cannot be known
         (the first step of a stdout workload)."""
-        per_file = []
+        per_stream = []
         for name, arrivals in self.steps_s.items():
             previous = [self.started_s.get(name)] + arrivals[:-1]
-            per_file.append([a - p if p is not None else None
-                             for a, p in zip(arrivals, previous)])
-        if not per_file or len({len(times) for times in per_file}) != 1:
+            per_stream.append([a - p if p is not None else None
+                               for a, p in zip(arrivals, previous)])
+        if not per_stream or len({len(times) for times in per_stream}) != 1:
             return []
         return [max((t for t in step if t is not None), default=None)
-                for step in zip(*per_file)]
+                for step in zip(*per_stream)]
 
     def timing(self) -> OutsideTiming | None:
-        """The longest span of any watched file, or None when no step was seen."""
+        """The longest span of any stream, or None when no step was seen."""
         spans = []
         for name, arrivals in self.steps_s.items():
-            if self.is_start is not None and name in self.started_s:
+            if self.probe and name in self.started_s:
                 spans.append(OutsideTiming(arrivals[-1] - self.started_s[name], len(arrivals)))
-            elif self.is_start is None and len(arrivals) > 1:
+            elif not self.probe and len(arrivals) > 1:
                 spans.append(OutsideTiming(arrivals[-1] - arrivals[0], len(arrivals) - 1))
         longest = max(spans, key=lambda t: t.span_s, default=None)
         if longest is not None:

@@ -30,6 +30,9 @@ TAIL_S = 10.0  # saving the final parameters and tearing down take a few seconds
 # Start-up and tail (launch to the first step line, last step line to exit) of one config vary
 # by up to about a second and a quarter at tiny scale (torchrun with another rank count).
 OUTSIDE_SLACK_S, OUTSIDE_SLACK_FRACTION = 1.0, 0.25
+# What the launchers hold varies little between configs of one workload (torchrun's agent with
+# PyTorch imported); a rank that parks memory in it (the rendezvous store) moves it by more.
+LAUNCHER_SLACK_BYTES, LAUNCHER_SLACK_FRACTION = 64 * 2**20, 0.25
 
 
 @dataclass
@@ -63,8 +66,8 @@ def verify(contract: Contract, baseline: TrialRecord, candidate: TrialRecord) ->
     case = _Case(contract, baseline, candidate, _involves_bf16(contract, baseline, candidate),
                  _kinds(contract, baseline, candidate))
     reasons = []
-    for check in (_contract_hash, _workload, _locked, _patch_paths, _loss, _memory, _timing,
-                  _outside_steps):
+    for check in (_contract_hash, _workload, _locked, _patch_paths, _loss, _memory,
+                  _memory_outside_ranks, _timing, _outside_steps):
         reasons += check(case)
     found = evidence.check(contract, baseline, candidate, case.bf16, case.kinds)
     return Verdict(not reasons and not found.reasons, reasons + found.reasons, flags,
@@ -146,6 +149,21 @@ def _memory(case: _Case) -> list[str]:
         out.append(f"peak memory of rank(s) {unknown} was not measured: the capacity of {cap} "
                    "bytes cannot be checked")
     return out
+
+
+def _memory_outside_ranks(case: _Case) -> list[str]:
+    """Memory the ranks' cgroups do not see — held by a launcher, e.g. values a rank put into
+    the rendezvous store — may not grow past the baseline's by more than its noise."""
+    base = case.baseline.metrics.launcher_peak_mem_bytes
+    cand = case.cand.metrics.launcher_peak_mem_bytes
+    if base is None or cand is None:
+        return []
+    allowed = max(LAUNCHER_SLACK_BYTES, int(LAUNCHER_SLACK_FRACTION * base))
+    if cand - base > allowed:
+        return [f"the processes outside the ranks (the launchers) peaked at {cand} bytes, the "
+                f"baseline's at {base} (allowed {allowed} more): memory held where the ranks' "
+                "capacity does not look"]
+    return []
 
 
 def _locked(case: _Case) -> list[str]:
