@@ -184,3 +184,12 @@ def test_uncalibrated_contracts_are_strict_and_say_why(tmp_path):
                     knobs={"micro_batch": 4})
     reasons = _reasons(c, base, small)
     assert "no tolerance was calibrated for a change of split" in reasons
+
+
+def test_a_slowed_clock_fails_the_total_even_when_each_step_is_within_its_slack(tmp_path):
+    """Steps of 40 ms reported at 0.7x: each is within a step's absolute slack, the span's
+    total is not."""
+    c = _contract()
+    base = _record(c, tmp_path, step_s=0.04)
+    slowed = _record(c, tmp_path, "c", steps=[0.028] * 8, span=0.32, seen=[0.04] * 8)
+    assert "a faked timer or forged metrics" in _reasons(c, base, slowed)

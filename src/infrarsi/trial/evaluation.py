@@ -65,10 +65,15 @@ def evaluate(spec: "TrialSpec", trial_dir: Path, workspace: Path) -> Evaluation 
     if "final" not in found:
         return Evaluation(error=f"the workload wrote no final parameters at "
                           f"{how.final_weights}", cost_s=time.monotonic() - t0)
+    saved = {name: sha256_file(path) for name, path in found.items()}  # as training left them
     try:
         t_remap = time.monotonic()
         ref = _to_reference(spec, found, trial_dir, workspace)
         remap_s = time.monotonic() - t_remap if spec.patches else 0.0
+        changed = [name for name, path in found.items() if sha256_file(path) != saved[name]]
+        if changed:
+            raise RuntimeError(f"the saved {' and '.join(changed)} parameters changed after the "
+                               "training ended (while the patch's mapping ran)")
         result = _run_reference(spec, trial_dir, ref) if how.command else {}
     except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
         return Evaluation(final_weights=str(found["final"]), error=str(exc)[-1000:],
