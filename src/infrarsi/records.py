@@ -59,6 +59,8 @@ class ApplyResult(BaseModel):
                           "(launch to exit, plus the patch's remapping) for an end-to-end "
                           "objective, harness_step_time_s (steady step) for throughput")
     rounds: int
+    evidence: str = Field("", description="how strong the evidence behind the verdicts was "
+                          "(verify.evidence_strength)")
     confidence: float
     method: str
     baseline: dict = Field(description="knobs, and medians over rounds: step_time_s, "

@@ -193,3 +193,14 @@ def test_a_slowed_clock_fails_the_total_even_when_each_step_is_within_its_slack(
     base = _record(c, tmp_path, step_s=0.04)
     slowed = _record(c, tmp_path, "c", steps=[0.028] * 8, span=0.32, seen=[0.04] * 8)
     assert "a faked timer or forged metrics" in _reasons(c, base, slowed)
+
+
+def test_the_report_says_how_strong_the_evidence_was():
+    from infrarsi.verify import evidence_strength
+    assert evidence_strength(_contract(), []).startswith("strong")
+    weaker = evidence_strength(_contract(), ["final parameters and held-out loss: the workload "
+                                             "declares no evaluation (manifest 'evaluation')"])
+    assert weaker.startswith("weaker") and "not calibrated: run doctor" in weaker
+    calibrated = _contract(equivalence=tolerances({"loss_split": 0.1}))
+    assert "calibrated per kind of change" in evidence_strength(calibrated, [
+        "final parameters and held-out loss: the workload declares no evaluation"])

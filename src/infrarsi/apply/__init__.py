@@ -20,6 +20,7 @@ from infrarsi.contract import Contract
 from infrarsi.executors import Executor, LocalExecutor
 from infrarsi.records import ApplyResult, CandidateResult, Measurement
 from infrarsi.store import RunDirError, Store, StoredRun, StoredTrial, open_run_dir
+from infrarsi.verify import evidence_strength
 from infrarsi.workloads import knobs as knob_rules
 
 
@@ -116,12 +117,19 @@ def apply_run(run_dir: Path, top_k: int = 3, executor: Executor | None = None,
         run_dir=str(run_dir), run_id=run.run_id, contract_hash=contract.contract_hash,
         workload=manifest.name, scale=contract.scale,
         compared=compared_name(contract.objective), rounds=n_rounds,
-        confidence=contract.noise.confidence, method=decide.METHOD,
+        evidence=_evidence(contract, measurements), confidence=contract.noise.confidence, method=decide.METHOD,
         baseline=_baseline_summary(baseline_knobs, measurements), candidates=judged,
         measurements=measurements, promoted=promoted, decision=decision)
     result.files = _write(result, run, trials, contract, manifest, run_dir)
     result.save(run_dir)
     return result
+
+
+def _evidence(contract: Contract, measurements: list[Measurement]) -> str:
+    """How strong the evidence of the candidates' verdicts was (what could not be checked)."""
+    judged = [m for m in measurements if m.valid is not None]
+    missing = sorted({n for m in judged for n in m.not_checked})
+    return evidence_strength(contract, missing) if judged else ""
 
 
 def _baseline_summary(knobs: dict, measurements: list[Measurement]) -> dict:
@@ -144,7 +152,8 @@ def _write(result: ApplyResult, run, trials, contract, manifest, run_dir: Path) 
     (run_dir / "verification.md").write_text(
         f"# Verification of run {result.run_id}\n\n{result.decision}\n\nCompared: "
         f"{result.compared}, {result.rounds} interleaved rounds, confidence "
-        f"{result.confidence:.0%}.\n\n" + outputs.verification_table(result))
+        f"{result.confidence:.0%}.\n\nEvidence: {result.evidence}.\n\n"
+        + outputs.verification_table(result))
     files["verification"] = "verification.md"
     for stale in ("winner.patch", "launch.sh"):
         (run_dir / stale).unlink(missing_ok=True)

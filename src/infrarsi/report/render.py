@@ -92,6 +92,7 @@ def markdown_report(data, figure_dir: str) -> str:
 
 def _verification_md(a) -> str:
     rows = [f"{a.decision}", "", f"Compared: {a.compared}; {a.rounds} rounds; {a.method}.", "",
+            *([f"Evidence: {a.evidence}.", ""] if a.evidence else []),
             "| candidate | patches | speed-up | interval | checks | promoted |",
             "|---|---|---|---|---|---|"]
     for c in a.candidates:
@@ -119,7 +120,8 @@ def html_report(data) -> str:
     if data.apply is not None:
         a = data.apply
         parts.append(f"<h2>Verification</h2><p>{e(a.decision)}</p><p>Compared: "
-                     f"{e(a.compared)}; {a.rounds} rounds; {e(a.method)}.</p>")
+                     f"{e(a.compared)}; {a.rounds} rounds; {e(a.method)}.</p>"
+                     + (f"<p>Evidence: {e(a.evidence)}.</p>" if a.evidence else ""))
         parts.append(_table(["candidate", "patches", "speed-up", "interval", "checks",
                              "promoted"],
                             [[c.label, ", ".join(c.patches) or "-", _x(c.speedup),

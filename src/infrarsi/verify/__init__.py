@@ -254,3 +254,18 @@ def _contract_hash(case: _Case) -> list[str]:
         elif record.contract_hash != case.contract.contract_hash:
             out.append(f"{name} ran under another contract ({record.contract_hash[:12]})")
     return out
+
+
+def evidence_strength(contract: Contract, not_checked: list[str]) -> str:
+    """One sentence a report can show: how strong the evidence behind a verdict was."""
+    if not not_checked:
+        return ("strong: final parameters and held-out loss judged by the reference code, the "
+                "loss curve, the harness's clock and memory")
+    eq = contract.equivalence
+    if any("final parameters" in n for n in not_checked):
+        loss = ("calibrated per kind of change on the workload's own printed losses"
+                if any("loss" in t for t in eq.by_kind.values()) else
+                "judged at the contract's tolerance (not calibrated: run doctor)")
+        return (f"weaker: no final parameters or held-out evaluation (the manifest names none); "
+                f"the reported loss curve, {loss}, the harness's clock and memory")
+    return "partial: " + "; ".join(not_checked)
