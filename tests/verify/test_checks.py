@@ -204,3 +204,23 @@ def test_the_report_says_how_strong_the_evidence_was():
     calibrated = _contract(equivalence=tolerances({"loss_split": 0.1}))
     assert "calibrated per kind of change" in evidence_strength(calibrated, [
         "final parameters and held-out loss: the workload declares no evaluation"])
+
+
+def test_memory_held_outside_the_ranks(tmp_path):
+    c = _contract()
+    base = _record(c, tmp_path)
+    base.metrics.launcher_peak_mem_bytes = 160 << 20
+    parked = _record(c, tmp_path, "c")
+    parked.metrics.launcher_peak_mem_bytes = 660 << 20
+    assert "held where the ranks' capacity does not look" in _reasons(c, base, parked)
+    same = _record(c, tmp_path, "c")
+    same.metrics.launcher_peak_mem_bytes = 170 << 20
+    assert verify(c, base, same).valid
+
+
+def test_a_job_that_works_on_after_its_last_step(tmp_path):
+    c = _contract()
+    base = _record(c, tmp_path)
+    ahead = _record(c, tmp_path, "c")
+    ahead.metrics.harness_tail_s = 30.0
+    assert "steps reported ahead of the work" in _reasons(c, base, ahead)
