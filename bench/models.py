@@ -275,8 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     out["timing"] = {"fit_predict_s": per_family["gp"],
                      "fit_predict_s_by_family": per_family, "trials": 200, "candidates": 10_000}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    from searchers import merge
-    out = merge(args.out, out)
+    out = tables.merge_results(args.out, out)
     args.out.write_text(json.dumps(out, indent=1))
     print(f"timing: {per_family}  -> {args.out}")
     return 0

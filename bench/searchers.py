@@ -232,24 +232,9 @@ def plot(results: dict, path: Path) -> None:
 
 
 def merge(path: Path, new: dict) -> dict:
-    """The results file with what was just replayed replacing its older entries, searcher by
-    searcher within a table (the others stay), and the paired tests computed again on the
-    merged per-seed results — only between runs of the same settings; different settings
-    start the file afresh."""
-    if not path.exists():
-        return new
-    try:
-        old = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return new
-    if old.get("settings") != json.loads(json.dumps(new.get("settings"))):
-        return new
-    for table, per in new["results"].items():
-        old.setdefault("results", {}).setdefault(table, {}).update(per)
-        detail = old.setdefault("details", {}).setdefault(table, {})
-        detail.update(new.get("details", {}).get(table, {}))
-        detail["tests"] = paired_tests(old["results"][table])
-    return old
+    """The results file with what was just replayed merged in (``tables.merge_results``), the
+    paired tests computed again on the merged per-seed results."""
+    return tables.merge_results(path, new, paired_tests)
 
 
 def _bench_one(path, names, seeds, budgets):

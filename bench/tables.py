@@ -9,6 +9,7 @@ peak is known); rows with a cap validate the replay rule "OOM at capacity C iff 
 from __future__ import annotations
 
 import csv
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -185,3 +186,25 @@ def table_paths(given: list[str] | None) -> list[Path]:
     if given:
         return [Path(p) for p in given]
     return sorted(DATA.glob("*.csv"))
+
+
+def merge_results(path: Path, new: dict, recompute=None) -> dict:
+    """The results file at ``path`` with what was just measured replacing its older entries,
+    entry by entry within a table (the others stay); ``recompute(results_of_table)`` refreshes
+    each merged table's ``details[table]["tests"]``. Only runs of the same settings merge;
+    different settings start the file afresh."""
+    if not path.exists():
+        return new
+    try:
+        old = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return new
+    if old.get("settings") != json.loads(json.dumps(new.get("settings"))):
+        return new
+    for table, per in new["results"].items():
+        old.setdefault("results", {}).setdefault(table, {}).update(per)
+        detail = old.setdefault("details", {}).setdefault(table, {})
+        detail.update(new.get("details", {}).get(table, {}))
+        if recompute is not None:
+            detail["tests"] = recompute(old["results"][table])
+    return old

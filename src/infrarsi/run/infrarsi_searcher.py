@@ -37,7 +37,7 @@ from scipy import special
 from infrarsi.run.cost import TrialCostModel
 from infrarsi.run.memory import MemoryObservation, TobitMemoryModel
 from infrarsi.run.problem import Outcome, Problem, distance
-from infrarsi.run.searchers import Searcher
+from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.run.steptime import StepTimeModel
 

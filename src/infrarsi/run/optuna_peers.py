@@ -18,7 +18,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from infrarsi.run.problem import Outcome, Problem
-from infrarsi.run.searchers import Searcher
+from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 
 OOM_EXCESS = 0.05

@@ -6,52 +6,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
 from infrarsi.run.problem import Outcome, Problem
+from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 
-
-class Searcher:
-    """Proposes configs of a problem one at a time and learns from their outcomes."""
-    name = "base"
-
-    def __init__(self, problem: Problem, seed: int = 0):
-        self.problem = problem
-        self.rng = np.random.default_rng(seed)
-        self.history: list[tuple[Config, Outcome]] = []
-        self.tried: set[Config] = set()
-
-    def ask(self) -> Config | None:
-        """The next config to run (None when nothing is left)."""
-        raise NotImplementedError
-
-    def tell(self, config: Config, outcome: Outcome) -> None:
-        """Record what a trial of ``config`` showed."""
-        self.history.append((config, outcome))
-        self.tried.add(config)
-
-    def recommend(self) -> Config | None:
-        """The config this searcher would ship now: the fastest ok trial it has seen."""
-        ok = [(o.step_time_s, i) for i, (c, o) in enumerate(self.history) if o.status == "ok"]
-        return self.history[min(ok)[1]][0] if ok else None
-
-    def ranking(self, k: int) -> list[Config]:
-        """Up to ``k`` distinct configs that ran ``ok``, best first: by their median measured
-        step time (what Apply re-measures against the baseline)."""
-        times: dict[Config, list[float]] = {}
-        for c, o in self.history:
-            if o.status == "ok":
-                times.setdefault(c, []).append(o.step_time_s)
-        return sorted(times, key=lambda c: float(np.median(times[c])))[:k]
-
-    def _untried(self) -> list[Config]:
-        return [c for c in self.problem.candidates if c not in self.tried]
-
-    def should_stop(self, trials_left: int | None = None) -> bool:
-        """Whether the searcher expects nothing worth a trial from what is left (``trials_left``
-        of the budget; None when the budget is in seconds)."""
-        return not self._untried()
+__all__ = ["SEARCHERS", "GreedySearcher", "GridSearcher", "RandomSearcher", "Searcher", "make"]
 
 
 class RandomSearcher(Searcher):

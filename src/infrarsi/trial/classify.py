@@ -25,7 +25,7 @@ from infrarsi.trial.process import ProcessResult
 from infrarsi.trial.record import TrialMetrics, TrialStatus
 
 if TYPE_CHECKING:
-    from infrarsi.trial.runner import TrialSpec
+    from infrarsi.trial.spec import TrialSpec
 
 OOM_PATTERNS = re.compile(
     r"DefaultCPUAllocator: can't allocate memory|CUDA out of memory|OutOfMemoryError|"

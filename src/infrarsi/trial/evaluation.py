@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from infrarsi.trial.patching import sha256_file
 from infrarsi.trial.record import Evaluation
 
 if TYPE_CHECKING:
-    from infrarsi.trial.runner import TrialSpec
+    from infrarsi.trial.spec import TrialSpec
 
 WEIGHTS_DIR = "weights"
 REMAP_MODULE = "model"

@@ -14,7 +14,6 @@ import socket
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from infrarsi.trial import classify, evaluation, memcg, patching
@@ -23,48 +22,14 @@ from infrarsi.trial.screen import screen
 from infrarsi.trial.metrics import MetricsError
 from infrarsi.trial.process import owner_alive, run_isolated, sweep_orphans
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
+from infrarsi.trial.spec import PatchSource, TrialSpec
 from infrarsi.trial.watch import MetricsChannel
-from infrarsi.workloads import expr, knobs
-from infrarsi.workloads.manifest import KnobValue, Manifest
+from infrarsi.workloads import knobs
+from infrarsi.workloads.manifest import Manifest
 
 HOOKS_DIR = Path(__file__).resolve().parent / "_hooks"
 PROFILE_FILE = "profile.json"
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-@dataclass(frozen=True)
-class PatchSource:
-    """A patch to apply: a catalog entry of the workload, or a diff file a user dropped in."""
-    id: str
-    path: Path
-    catalog: bool
-
-
-@dataclass(frozen=True)
-class TrialSpec:
-    """A trial that passed every check that can be made before running: ready to launch."""
-    manifest: Manifest
-    scale: str
-    knobs: dict[str, KnobValue]
-    patches: tuple[PatchSource, ...] = ()
-    mem_cap_bytes: int | None = None
-    timeout_s: float | None = None
-    contract_hash: str | None = None
-    extra_env: dict[str, str] = field(default_factory=dict)
-    evaluate: bool = True  # False: skip the held-out evaluation (measurement-only benchmarks)
-
-    @property
-    def effective_timeout_s(self) -> float:
-        """The timeout given, or the scale preset's."""
-        return self.timeout_s or self.manifest.scale(self.scale).timeout_s
-
-    def params(self) -> dict[str, KnobValue]:
-        """Scale parameters and knobs together: the names templates and expressions may use."""
-        return {**self.manifest.scale(self.scale).params, **self.knobs}
-
-    def tokens_per_step(self) -> int:
-        """Tokens per optimizer step the workload fixes, from the manifest's invariant."""
-        return int(expr.evaluate(self.manifest.invariants.tokens_per_step, self.params()))
 
 
 def prepare(manifest: Manifest, scale: str, overrides: dict | None = None,

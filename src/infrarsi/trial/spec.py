@@ -1,0 +1,46 @@
+"""What a trial is before it runs: a checked assignment of knobs and patches at a scale, with
+its capacity and timeout. Its own module, so the runner and the rooms it calls (classification,
+evaluation) share it without importing one another."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infrarsi.workloads import expr
+from infrarsi.workloads.manifest import KnobValue, Manifest
+
+
+@dataclass(frozen=True)
+class PatchSource:
+    """A patch to apply: a catalog entry of the workload, or a diff file a user dropped in."""
+    id: str
+    path: Path
+    catalog: bool
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """A trial that passed every check that can be made before running: ready to launch."""
+    manifest: Manifest
+    scale: str
+    knobs: dict[str, KnobValue]
+    patches: tuple[PatchSource, ...] = ()
+    mem_cap_bytes: int | None = None
+    timeout_s: float | None = None
+    contract_hash: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    evaluate: bool = True  # False: skip the held-out evaluation (measurement-only benchmarks)
+
+    @property
+    def effective_timeout_s(self) -> float:
+        """The timeout given, or the scale preset's."""
+        return self.timeout_s or self.manifest.scale(self.scale).timeout_s
+
+    def params(self) -> dict[str, KnobValue]:
+        """Scale parameters and knobs together: the names templates and expressions may use."""
+        return {**self.manifest.scale(self.scale).params, **self.knobs}
+
+    def tokens_per_step(self) -> int:
+        """Tokens per optimizer step the workload fixes, from the manifest's invariant."""
+        return int(expr.evaluate(self.manifest.invariants.tokens_per_step, self.params()))
