@@ -65,8 +65,7 @@ def make_contract_for(manifest: Manifest, scale: str, instruction: str,
     files = workload_files(manifest)
     reading, drafted_by = read_instruction(instruction, files), "rules"
     if llm_configured():
-        from rich.console import Console
-        reading, drafted_by = draft_reading(instruction, files, reading, Console(stderr=True))
+        reading, drafted_by = draft_reading(instruction, files, reading, on_note)
     if reading.problems:
         raise OptimizeError("; ".join(reading.problems))
     for clause in reading.not_understood:

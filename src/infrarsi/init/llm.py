@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from rich.console import Console
 
 from infrarsi.init.parse import Reading
 from infrarsi.units import parse_bytes
@@ -55,8 +55,9 @@ def llm_configured() -> bool:
 
 
 def draft_reading(instruction: str, files: list[str], rules: Reading,
-                  err: Console) -> tuple[Reading, str]:
-    """(the LLM's reading, "llm"), or (the rules' reading, "rules") when the LLM's is unusable."""
+                  on_note: Callable[[str], None]) -> tuple[Reading, str]:
+    """(the LLM's reading, "llm"), or (the rules' reading, "rules") when the LLM's is unusable;
+    ``on_note`` (the screen's) is told why a draft was not used."""
     try:
         answer = _ask(instruction, files)
         draft = LLMDraft.model_validate(json.loads(_strip_fences(answer)))
@@ -64,8 +65,8 @@ def draft_reading(instruction: str, files: list[str], rules: Reading,
         if unknown:
             raise ValueError(f"it locks files the workload does not have: {unknown}")
     except Exception as exc:  # any failure of the optional path falls back to the rules
-        err.print(f"note: the LLM draft was not used ({_short(exc)}); the contract comes from "
-                  "the deterministic rules", markup=False)
+        on_note(f"the LLM draft was not used ({_short(exc)}); the contract comes from the "
+                "deterministic rules")
         return rules, "rules"
     return Reading(objective=draft.objective, loss_tolerance=draft.loss_tolerance,
                    mem_cap_bytes=parse_bytes(draft.mem_cap) if draft.mem_cap else None,

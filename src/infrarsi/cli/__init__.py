@@ -185,7 +185,7 @@ def demo(
     top: int = typer.Option(2, min=1, help="candidates Apply re-measures"),
 ) -> None:
     """optimize on the bundled dense-1node workload, offline: Init, Doctor, Run, Apply, Report."""
-    from infrarsi.optimize_cli import demo_command
+    from infrarsi.cli.optimize import demo_command
     demo_command(scale, budget, top, out, err)
 
 
@@ -203,7 +203,7 @@ def init(
     as_json: bool = typer.Option(False, "--json", help="print the contract as JSON"),
 ) -> None:
     """Stage 1: turn an instruction into a frozen task contract."""
-    from infrarsi.init.cli import run_init
+    from infrarsi.cli.init import run_init
     run_init(workload, instruction, scale, output, yes, as_json, out, err)
 
 
@@ -219,7 +219,7 @@ def doctor(
                                         "tolerances from it"),
 ) -> None:
     """Stage 2: profile the baseline, measure peak, noise and tolerances, diagnose."""
-    from infrarsi.doctor.cli import run_doctor_command
+    from infrarsi.cli.doctor import run_doctor_command
     run_doctor_command(contract, repeats, workdir, as_json, out, err, calibrate)
 
 
@@ -239,7 +239,7 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
 ) -> None:
     """Stage 3: search knobs and patches together with the step-time and memory models."""
-    from infrarsi.run.cli import run_command
+    from infrarsi.cli.run import run_command
     run_command(contract, budget, budget_s, searcher, resume, run_dir, store, seed, as_json,
                 out, err)
 
@@ -256,7 +256,7 @@ def apply(
 ) -> None:
     """Stage 4: re-verify the best candidates against the baseline, interleaved; promote only
     what holds; write winner.patch, launch.sh, audit.jsonl and the verification table."""
-    from infrarsi.apply.cli import apply_command
+    from infrarsi.cli.apply import apply_command
     apply_command(run_dir, top, rounds, to_branch, as_json, out, err)
 
 
@@ -303,7 +303,7 @@ def optimize(
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
 ) -> None:
     """All stages from one instruction: Init -> Doctor -> Run -> Apply -> Report."""
-    from infrarsi.optimize_cli import optimize_command
+    from infrarsi.cli.optimize import optimize_command
     optimize_command(workload, instruction, scale, budget, rounds, top, out_dir, yes, seed,
                      as_json, out, err, verify_rounds, doctor_repeats)
 

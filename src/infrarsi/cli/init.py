@@ -42,7 +42,8 @@ def run_init(workload: str, instruction: str, scale: str, output: Path, yes: boo
     files = workload_files(manifest)
     reading, drafted_by = read_instruction(instruction, files), "rules"
     if llm_configured():
-        reading, drafted_by = draft_reading(instruction, files, reading, err)
+        reading, drafted_by = draft_reading(
+            instruction, files, reading, lambda text: err.print(f"note: {text}", markup=False))
     if reading.problems:
         for problem in reading.problems:
             err.print(f"error: {problem}", markup=False)

@@ -101,7 +101,7 @@ def _json(result: OptimizeResult) -> dict:
 
 def _confirm(err: Console):
     def ask(contract) -> bool:
-        from infrarsi.init.cli import show
+        from infrarsi.cli.init import show
         show(contract, [], err)
         if not sys.stdin.isatty():
             err.print("error: not confirmed: run interactively, or add --yes", markup=False)

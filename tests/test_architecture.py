@@ -1,0 +1,112 @@
+"""The one-way rules of ARCHITECTURE.md, checked on the source: no import cycle, screens only in
+``cli``, stages that talk through records and the store (never import one another), and a
+ground floor (``trial``, ``workloads``, the probe) that knows no stage, store or screen."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+STAGES = ("init", "doctor", "run", "apply", "report", "bank", "proposers")
+SCREENS = ("rich", "typer")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in (SRC / "infrarsi").rglob("*.py"):
+        rel = path.relative_to(SRC)
+        if {"reference", "_hooks"} & set(rel.parts):  # workloads and the ranks' hooks
+            continue
+        parts = list(rel.with_suffix("").parts)
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (functions and TYPE_CHECKING blocks too):
+    ``from a import b`` counts ``a.b`` where that is a module, else ``a``."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = {f"{node.module}.{a.name}" for a in node.names
+                    if f"{node.module}.{a.name}" in MODULES}
+            out |= subs
+            if len(subs) < len(node.names):
+                out.add(node.module)
+    return out
+
+
+GRAPH = {name: _imports(path) for name, path in MODULES.items()}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _cycles() -> list[list[str]]:
+    graph = {m: {i for i in imps if i in MODULES and i != m} for m, imps in GRAPH.items()}
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_rules_see_the_whole_package():
+    assert {"infrarsi.cli", "infrarsi.trial.runner", "infrarsi.verify", "infrarsi.run.loop",
+            "infrarsi.doctor.run"} <= set(MODULES)
+
+
+def test_no_import_cycle():
+    assert _cycles() == []
+
+
+def test_only_the_screens_import_rich_or_typer():
+    offenders = {m: sorted(i for i in imps if i.split(".")[0] in SCREENS)
+                 for m, imps in GRAPH.items() if _room(m) != "cli"}
+    assert {m: i for m, i in offenders.items() if i} == {}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_imports_no_other_stage(stage):
+    own = [m for m in MODULES if _room(m) == stage]
+    crossing = {m: sorted(i for i in GRAPH[m] if i.startswith("infrarsi.") and
+                          _room(i) in STAGES and _room(i) != stage) for m in own}
+    assert {m: i for m, i in crossing.items() if i} == {}
+
+
+def test_the_ground_floor_knows_no_stage_store_or_screen():
+    upper = set(STAGES) | {"store", "executors", "cli", "optimize", "verify"}
+    ground = [m for m in MODULES if _room(m) in ("trial", "workloads", "probe", "units", "host")]
+    climbing = {m: sorted(i for i in GRAPH[m] if i.startswith("infrarsi.") and _room(i) in upper)
+                for m in ground}
+    assert {m: i for m, i in climbing.items() if i} == {}
