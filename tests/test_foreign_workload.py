@@ -43,7 +43,10 @@ def test_doctor_reports_what_stdout_cannot_measure_and_speaks_the_workloads_name
     suggested = {s for d in report["diagnosis"] for s in d["suggests"]}
     assert "batch_size" in suggested  # the script's own name for the micro-batch
     progress = json.loads(next(tmp_path.glob("doctor-progress-*.json")).read_text())
-    assert [t["status"] for t in progress["trials"]] == ["ok", "ok"]
+    assert [t["status"] for t in progress["trials"]][:2] == ["ok", "ok"]  # the baseline runs
+    # then the calibration on the script's own printed losses: another split, bf16
+    assert any(t["label"].startswith("calibration") for t in progress["trials"])
+    assert "split" in report["equivalence"]["by_kind"], report["equivalence"]
 
 
 def test_trial_under_the_contract_and_verify(contract, tmp_path):

@@ -77,6 +77,21 @@ def test_the_audit_trail_holds_every_trial_of_the_search_and_of_apply(optimized)
         assert set(line["patch_sha256"]) == set(line["patches"])
 
 
+def test_the_audit_holds_every_trial_of_every_stage_and_what_the_run_cost(optimized):
+    """Doctor's trials are in the audit too, and the trials' costs account for the run's wall
+    time: what is not a trial (fitting the models, writing the report) is small."""
+    answer, _ = optimized
+    run_dir = Path(answer["run_dir"])
+    lines = [json.loads(line) for line in (run_dir / "audit.jsonl").read_text().splitlines()]
+    doctor = json.loads((run_dir / "doctor.json").read_text())
+    doctor_lines = [line for line in lines if line["stage"] == "doctor"]
+    assert [line["trial_id"] for line in doctor_lines] == [t["trial_id"] for t in doctor["trials"]]
+    assert {"baseline run 1/3", "profiled run"} <= {line["label"] for line in doctor_lines}
+    assert all(line["cost_s"] > 0 for line in lines)
+    total = sum(line["cost_s"] for line in lines)
+    assert abs(total / answer["wall_s"] - 1) < 0.05, (total, answer["wall_s"])
+
+
 def test_apply_again_resumes_from_its_progress_and_decides_the_same(optimized):
     answer, _ = optimized
     run_dir = Path(answer["run_dir"])

@@ -16,9 +16,9 @@ from typing import Callable
 from pydantic import BaseModel
 
 from infrarsi.apply import apply_run
-from infrarsi.contract import Contract, Equivalence
+from infrarsi.contract import Contract
 from infrarsi.derive import derive_workload
-from infrarsi.doctor.run import noise_policy, run_doctor
+from infrarsi.doctor import run_doctor, sealed_contract
 from infrarsi.init.build import make_contract, workload_files
 from infrarsi.init.llm import draft_reading, llm_configured
 from infrarsi.init.parse import read_instruction
@@ -124,10 +124,7 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
                         on_trial=lambda label, rec: emit("trial", {"stage": "doctor",
                                                                    "label": label,
                                                                    "status": rec.status.value}))
-    contract = contract.model_copy(update={
-        "noise": noise_policy(report),
-        "equivalence": Equivalence.model_validate(report["equivalence"])}).sealed()
-    report["contract_hash_after"] = contract.contract_hash
+    contract, report = sealed_contract(contract, report)
     contract.save(round_dir / "contract.yaml")
     emit("run", {"round": r, "budget": budget})
     loop = RunLoop(contract, round_dir / "run", "infrarsi", budget, None, seed=seed,

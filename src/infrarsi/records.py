@@ -1,14 +1,124 @@
-"""Typed records the stages hand each other through the run directory: what Apply measured and
-decided (``apply.json``), which Report and ``optimize`` read. A stage never imports another
-stage; it reads these."""
+"""Typed records the stages hand each other: the Doctor's report (``doctor.json``), what Apply
+measured and decided (``apply.json``), which Run, Report and ``optimize`` read. A stage never
+imports another stage; it reads these. Stored records carry a schema version and are written
+and read through one ``to_json`` / ``from_json`` pair."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from infrarsi.contract import Equivalence
+from infrarsi.trial.record import TrialStatus
 
 APPLY_FILE = "apply.json"
+DOCTOR_FILE = "doctor.json"
+DOCTOR_SCHEMA_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Noise(_Frozen):
+    """The noise of this baseline on this host, on the contract's objective."""
+    cv_within: float = Field(description="coefficient of variation of steady steps in a run")
+    cv_between: float = Field(description="coefficient of variation between repeated runs")
+    objective: str
+    runs: int
+    mde_pct: dict[str, float] = Field(description="minimum detectable speed-up (%) by repeats")
+    recommended_repeats: int
+    method: str
+
+
+class Finding(_Frozen):
+    """One diagnosed waste: what, the numbers behind it, the knobs and patches that address
+    it (``suggests``), the roles it looks for, its share of the step."""
+    finding: str
+    evidence: str
+    suggests: list[str]
+    roles: list[str]
+    share_of_step: float
+    note: str | None = None
+
+
+class DoctorRun(_Frozen):
+    """One of the baseline's repeated runs."""
+    trial_id: str
+    warmup_steps_detected: int
+    step_time_s: float
+    cv: float
+
+
+class DoctorTrial(_Frozen):
+    """A trial the Doctor ran (a baseline run, the profiled run, a calibration run)."""
+    label: str
+    trial_id: str
+    status: TrialStatus
+    trial_dir: str
+    cost_s: float = 0.0
+
+
+class DoctorReport(_Frozen):
+    """What the Doctor measured before searching: the baseline's steady step time and phases,
+    top operators, MFU, peak memory per rank, the noise, the ranked diagnosis and the
+    tolerances it calibrated; every trial it ran. Run reads the diagnosis, the report shows
+    the rest."""
+    schema_version: int = DOCTOR_SCHEMA_VERSION
+    contract_hash: str
+    contract_hash_after: str | None = Field(None, description="the contract re-sealed with "
+                                            "the noise policy and the tolerances")
+    workload: str
+    scale: str
+    knobs: dict
+    step_time_s: float
+    tokens_per_s: float
+    e2e_time_s: float
+    compile_time_s: float
+    phases: dict[str, float] = Field(description="mean seconds per steady step of the slowest "
+                                     "rank, per phase")
+    phases_per_rank: list[dict[str, float]] = []
+    phase_step_time_s: float | None = None
+    unattributed_s: float | None = None
+    not_measured: dict[str, str] = {}
+    mfu_pct: float | None = None
+    flops_per_token: float | None = None
+    flops_formula: str | None = None
+    mfu_formula: str | None = None
+    peak_flops: dict[str, float]
+    peak_mem_bytes: list[int | None]
+    peak_mem_source: str
+    hardware: dict
+    noise: Noise
+    runs: list[DoctorRun]
+    top_ops: list[dict] = []
+    diagnosis: list[Finding] = []
+    equivalence: Equivalence = Equivalence()
+    equivalence_notes: list[str] = []
+    warnings: list[str] = []
+    trials: list[DoctorTrial] = []
+
+    def to_json(self) -> str:
+        """The report as stored (``doctor.json``)."""
+        return self.model_dump_json(indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "DoctorReport":
+        """A stored report; ValueError when it is not one."""
+        return cls.model_validate_json(text)
+
+    def save(self, path: Path) -> Path:
+        """Write the report, atomically."""
+        tmp = Path(path).with_suffix(".tmp")
+        tmp.write_text(self.to_json())
+        tmp.replace(path)
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: Path) -> "DoctorReport":
+        """Read a report written by ``save``."""
+        return cls.from_json(Path(path).read_text())
 
 
 class Measurement(BaseModel):

@@ -68,5 +68,5 @@ def test_a_noisy_machine_raises_the_minimum_detectable_effect(tmp_path, dense):
     finally:
         for proc in burners:
             proc.kill()
-    assert noisy["noise"]["mde_pct"]["3"] > quiet["noise"]["mde_pct"]["3"]
-    assert noisy["noise"]["cv_between"] > quiet["noise"]["cv_between"]
+    assert noisy.noise.mde_pct["3"] > quiet.noise.mde_pct["3"]
+    assert noisy.noise.cv_between > quiet.noise.cv_between

@@ -18,7 +18,8 @@ from infrarsi.apply.rounds import BASELINE, Rounds
 from infrarsi.objective import compared_name
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, LocalExecutor
-from infrarsi.records import ApplyResult, CandidateResult, Measurement
+from infrarsi.records import (DOCTOR_FILE, ApplyResult, CandidateResult, DoctorReport,
+                              DoctorTrial, Measurement)
 from infrarsi.store import RunDirError, Store, StoredRun, StoredTrial, open_run_dir
 from infrarsi.verify import evidence_strength
 from infrarsi.workloads import knobs as knob_rules
@@ -125,6 +126,15 @@ def apply_run(run_dir: Path, top_k: int = 3, executor: Executor | None = None,
     return result
 
 
+def _doctor_trials(run_dir: Path) -> list[DoctorTrial]:
+    """The Doctor's trials of this run, as its report (``doctor.json``) lists them."""
+    path = Path(run_dir) / DOCTOR_FILE
+    try:
+        return list(DoctorReport.load(path).trials) if path.is_file() else []
+    except ValueError:  # a report this version cannot read: the audit says what it can
+        return []
+
+
 def _evidence(contract: Contract, measurements: list[Measurement]) -> str:
     """How strong the evidence of the candidates' verdicts was (what could not be checked)."""
     judged = [m for m in measurements if m.valid is not None]
@@ -147,7 +157,8 @@ def _write(result: ApplyResult, run, trials, contract, manifest, run_dir: Path) 
     files = {}
     contract.save(run_dir / "contract.yaml")
     files["contract"] = "contract.yaml"
-    outputs.write_audit(run_dir / "audit.jsonl", outputs.audit_lines(run, trials, result))
+    outputs.write_audit(run_dir / "audit.jsonl", outputs.audit_lines(
+        run, trials, result, _doctor_trials(run_dir)))
     files["audit"] = "audit.jsonl"
     (run_dir / "verification.md").write_text(
         f"# Verification of run {result.run_id}\n\n{result.decision}\n\nCompared: "

@@ -11,9 +11,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from infrarsi.records import ApplyResult
+from infrarsi.records import ApplyResult, DoctorTrial
 from infrarsi.store import StoredRun, StoredTrial
-from infrarsi.trial import patching, prepare
+from infrarsi.trial import TrialRecord, patching, prepare
 from infrarsi.trial.runner import render
 
 RDZV_PORT = 29500
@@ -72,10 +72,30 @@ def launch_script(manifest, scale: str, knobs: dict, patches: list[str], headlin
     return "\n".join(lines) + "\n"
 
 
-def audit_lines(run: StoredRun, trials: list[StoredTrial], result: ApplyResult) -> list[dict]:
-    """Every trial of the run and of Apply: config, patch ids and hashes, status, metrics, cost,
-    failure reason, the stage that ran it and the model's prediction that proposed it."""
+def doctor_lines(doctor_trials: list[DoctorTrial]) -> list[dict]:
+    """The Doctor's trials (baseline runs, the profiled run, the calibration runs), each from
+    its own record: config, status, cost, metrics."""
     out = []
+    for t in doctor_trials:
+        path = Path(t.trial_dir) / "record.json"
+        record = TrialRecord.load(path) if path.is_file() else None
+        out.append({
+            "stage": "doctor", "label": t.label, "trial_id": t.trial_id,
+            "knobs": record.knobs if record else None,
+            "patches": [p.id for p in record.patches] if record else [],
+            "status": t.status.value, "cost_s": record.cost_s if record else t.cost_s,
+            "error": record.error if record else None,
+            "metrics": record.metrics.model_dump(mode="json") if record and record.metrics
+            else None})
+    return out
+
+
+def audit_lines(run: StoredRun, trials: list[StoredTrial], result: ApplyResult,
+                doctor_trials: list[DoctorTrial] = ()) -> list[dict]:
+    """Every trial of every stage — the Doctor's, the search's and Apply's: config, patch ids
+    and hashes, status, metrics, cost, failure reason, the stage that ran it and the model's
+    prediction that proposed it."""
+    out = doctor_lines(list(doctor_trials))
     for t in trials:
         record = t.record_json or {}
         out.append({

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from infrarsi.doctor.run import DoctorError, noise_policy, run_doctor
-from infrarsi.contract import ContractError, Equivalence, load_contract
+from infrarsi.contract import ContractError, load_contract
+from infrarsi.doctor import DoctorError, run_doctor, sealed_contract
+from infrarsi.records import DoctorReport
 from infrarsi.units import format_bytes
 
 
@@ -26,68 +26,67 @@ def run_doctor_command(contract_path: Path, repeats: int, workdir: Path, as_json
     except (ContractError, DoctorError, KeyError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2)
-    sealed = contract.model_copy(update={
-        "noise": noise_policy(report),
-        "equivalence": Equivalence.model_validate(report["equivalence"])}).sealed()
+    sealed, report = sealed_contract(contract, report)
     sealed.save(contract_path)
-    report["contract_hash_after"] = sealed.contract_hash
     Path(workdir).mkdir(parents=True, exist_ok=True)
-    (Path(workdir) / f"doctor-{sealed.contract_hash[:12]}.json").write_text(
-        json.dumps(report, indent=2))
+    report.save(Path(workdir) / f"doctor-{sealed.contract_hash[:12]}.json")
     if as_json:
-        print(json.dumps(report, indent=2))
+        print(report.to_json())
     else:
         show(report, out)
     err.print(f"noise policy and equivalence tolerances written to {contract_path} (contract "
               f"{sealed.contract_hash[:12]})", markup=False)
 
 
-def show(report: dict, out: Console) -> None:
+def show(report: DoctorReport, out: Console) -> None:
     """The report as a person reads it."""
-    step = report["step_time_s"]
-    mfu = f"{report['mfu_pct']:.1f}%" if report["mfu_pct"] is not None else "-"
-    out.print(f"[bold]{report['workload']}[/] at scale {report['scale']}: step_time_s "
-              f"{step:.4f}, tokens_per_s {report['tokens_per_s']:,.0f}, mfu {mfu} "
-              f"(fp32 peak {report['peak_flops']['fp32'] / 1e9:.0f} GFLOP/s, "
-              f"bf16 {report['peak_flops']['bf16'] / 1e9:.0f}), peak_mem "
-              + ", ".join(format_bytes(b) for b in report["peak_mem_bytes"])
-              + f" ({report['peak_mem_source']})")
-    if report["phases"]:
-        _phase_table(report, out)
-    for what, why in report.get("not_measured", {}).items():
+    r = report
+    mfu = f"{r.mfu_pct:.1f}%" if r.mfu_pct is not None else "-"
+    out.print(f"[bold]{r.workload}[/] at scale {r.scale}: step_time_s "
+              f"{r.step_time_s:.4f}, tokens_per_s {r.tokens_per_s:,.0f}, mfu {mfu} "
+              f"(fp32 peak {r.peak_flops['fp32'] / 1e9:.0f} GFLOP/s, "
+              f"bf16 {r.peak_flops['bf16'] / 1e9:.0f}), peak_mem "
+              + ", ".join(format_bytes(b) for b in r.peak_mem_bytes)
+              + f" ({r.peak_mem_source})")
+    if r.phases:
+        _phase_table(r, out)
+    for what, why in r.not_measured.items():
         out.print(f"{what}: {why}", markup=False)
-    n = report["noise"]
-    out.print(f"noise ({n['objective']}, {n['runs']} runs): cv within a run {n['cv_within']:.1%}, "
-              f"between runs {n['cv_between']:.1%}; minimum detectable speed-up (95%, power 80%) "
-              + ", ".join(f"{k} repeat(s) {v:.1f}%" for k, v in n["mde_pct"].items())
-              + f"; verifier repeats {n['recommended_repeats']}", markup=False)
-    if report["top_ops"]:
+    n = r.noise
+    out.print(f"noise ({n.objective}, {n.runs} runs): cv within a run {n.cv_within:.1%}, "
+              f"between runs {n.cv_between:.1%}; minimum detectable speed-up (95%, power 80%) "
+              + ", ".join(f"{k} repeat(s) {v:.1f}%" for k, v in n.mde_pct.items())
+              + f"; verifier repeats {n.recommended_repeats}", markup=False)
+    if r.top_ops:
         out.print("top operators: " + ", ".join(
-            f"{o['name']} {o['share']:.0%}" for o in report["top_ops"][:5]), markup=False)
-    eq = report.get("equivalence", {})
-    if eq:
-        floors = ", ".join(f"{k} {v:.1e}" for k, v in eq["floors"].items()) or "not measured"
-        out.print(f"equivalence: noise floors {floors}; tolerances weights {eq['weight_rtol']:.1e} "
-                  f"(bf16 {eq['weight_rtol_bf16']:.1e}), held-out {eq['eval_rtol']:.1e} (bf16 "
-                  f"{eq['eval_rtol_bf16']:.1e}) of what the baseline learned", markup=False)
-        for kind, tols in eq.get("by_kind", {}).items():
-            out.print(f"  a change of {kind} is judged at " + ", ".join(
-                f"{q} {v:.1e}" for q, v in tols.items()), markup=False)
-    for note in report.get("equivalence_notes", []):
+            f"{o['name']} {o['share']:.0%}" for o in r.top_ops[:5]), markup=False)
+    _equivalence(r, out)
+    for i, d in enumerate(r.diagnosis, 1):
+        suggests = ", ".join(d.suggests) or f"(no knob or patch with role {d.roles})"
+        out.print(f"{i}. {d.finding} — {d.evidence} -> {suggests}", markup=False)
+
+
+def _equivalence(r: DoctorReport, out: Console) -> None:
+    eq = r.equivalence
+    floors = ", ".join(f"{k} {v:.1e}" for k, v in eq.floors.items()) or "not measured"
+    out.print(f"equivalence: noise floors {floors}; tolerances weights {eq.weight_rtol:.1e} "
+              f"(bf16 {eq.weight_rtol_bf16:.1e}), held-out {eq.eval_rtol:.1e} (bf16 "
+              f"{eq.eval_rtol_bf16:.1e}) of what the baseline learned", markup=False)
+    for kind, tols in eq.by_kind.items():
+        out.print(f"  a change of {kind} is judged at " + ", ".join(
+            f"{q} {v:.1e}" for q, v in tols.items()), markup=False)
+    for note in r.equivalence_notes:
         out.print(f"note: {note}", markup=False)
-    for i, d in enumerate(report["diagnosis"], 1):
-        suggests = ", ".join(d["suggests"]) or f"(no knob or patch with role {d['roles']})"
-        out.print(f"{i}. {d['finding']} — {d['evidence']} -> {suggests}", markup=False)
 
 
-def _phase_table(report: dict, out: Console) -> None:
-    step = report["phase_step_time_s"]
+def _phase_table(report: DoctorReport, out: Console) -> None:
+    step = report.phase_step_time_s
     table = Table(title=f"phases (s per steady step of the slowest rank; mean step {step:.4f} s)",
                   title_justify="left")
     for col in ("phase", "seconds", "share"):
         table.add_column(col)
-    for name, seconds in sorted(report["phases"].items(), key=lambda kv: -kv[1]):
+    for name, seconds in sorted(report.phases.items(), key=lambda kv: -kv[1]):
         table.add_row(name, f"{seconds:.4f}", f"{seconds / step:.0%}")
-    table.add_row("unattributed", f"{report['unattributed_s']:.4f}",
-                  f"{report['unattributed_s'] / step:.0%}")
+    table.add_row("unattributed", f"{report.unattributed_s:.4f}",
+                  f"{report.unattributed_s / step:.0%}")
     out.print(table)

@@ -14,6 +14,7 @@ from rich.table import Table
 from infrarsi.contract import ContractError, load_contract
 from infrarsi.run.loop import RunError, RunLoop, RunResult
 from infrarsi.units import format_bytes
+from infrarsi.records import DoctorReport
 
 
 def run_command(contract_path: Path | None, budget: int | None, budget_s: float | None,
@@ -45,12 +46,12 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
         _summary(result, out)
 
 
-def _doctor_report(contract, contract_path: Path) -> dict | None:
+def _doctor_report(contract, contract_path: Path) -> DoctorReport | None:
     """The Doctor's report of this contract, when one was written beside the trials."""
     for folder in (Path(".infrarsi") / "trials", Path(contract_path).parent):
         path = folder / f"doctor-{contract.contract_hash[:12]}.json"
         if path.exists():
-            return json.loads(path.read_text())
+            return DoctorReport.load(path)
     return None
 
 

@@ -19,6 +19,7 @@ from infrarsi.doctor.diagnose import Facts, diagnose
 from infrarsi.doctor.hardware import probe_hardware
 from infrarsi.contract import Contract, NoisePolicy
 from infrarsi.mfu import mfu as compute_mfu
+from infrarsi.records import DoctorReport, DoctorTrial
 from infrarsi.trial import TrialRecord, TrialStatus, prepare, run_trial
 from infrarsi.trial.metrics import critical, read_probe_files
 from infrarsi.trial.runner import PROFILE_FILE
@@ -38,7 +39,7 @@ class DoctorError(RuntimeError):
 def run_doctor(contract: Contract, repeats: int, workdir: Path,
                before_run: Callable[[int], None] | None = None,
                on_trial: Callable[[str, TrialRecord], None] | None = None,
-               calibrate_tolerances: bool = True) -> dict:
+               calibrate_tolerances: bool = True) -> DoctorReport:
     """Measure the baseline ``repeats`` times, one profiled run and the calibration runs (another
     split of the batch, bf16); return the report.
 
@@ -69,14 +70,15 @@ def run_doctor(contract: Contract, repeats: int, workdir: Path,
         equivalence = contract.equivalence
         notes = ["tolerances not calibrated (--no-calibrate): the contract's stay"]
     report = build_report(contract, manifest, spec.knobs, hardware, runs, profile)
-    if (report["mfu_pct"] or 0) > 100:  # the cached peak was measured on a busy machine
+    warnings = []
+    if (report.mfu_pct or 0) > 100:  # the cached peak was measured on a busy machine
         hardware = probe_hardware(refresh=True)
         report = build_report(contract, manifest, spec.knobs, hardware, runs, profile)
-        report["warnings"] = ["the cached hardware peak was below the achieved FLOP/s; "
-                              "the hardware was measured again"]
-    report["equivalence"] = equivalence.model_dump(mode="json")  # after any rebuild: kept
-    report["equivalence_notes"] = notes
-    return report
+        warnings = ["the cached hardware peak was below the achieved FLOP/s; the hardware was "
+                    "measured again"]
+    return report.model_copy(update={
+        "equivalence": equivalence, "equivalence_notes": notes, "warnings": warnings,
+        "trials": [DoctorTrial(**t) for t in progress.trials]})  # with its cost each
 
 
 class _Progress:
@@ -87,7 +89,8 @@ class _Progress:
 
     def __call__(self, label: str, record: TrialRecord) -> None:
         self.trials.append({"label": label, "trial_id": record.trial_id,
-                            "status": record.status.value, "trial_dir": record.trial_dir})
+                            "status": record.status.value, "trial_dir": record.trial_dir,
+                            "cost_s": record.cost_s})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"trials": self.trials}, indent=2))
@@ -130,7 +133,7 @@ NOT_MEASURED = "not measured (stdout metrics: the script reports step times and 
 
 
 def build_report(contract: Contract, manifest, knobs: dict, hardware: dict,
-                 runs: list[TrialRecord], profile: dict | None) -> dict:
+                 runs: list[TrialRecord], profile: dict | None) -> DoctorReport:
     """Every figure of the doctor's report, from the runs, the profile and the hardware.
 
     ``profile`` is None for a workload read from stdout: its phases and top operators are
@@ -152,7 +155,7 @@ def build_report(contract: Contract, manifest, knobs: dict, hardware: dict,
                   hardware["peak_flops"], hardware["facts"]["cores"],
                   hardware["facts"]["device_type"], peaks, contract.mem_cap_bytes)
     not_measured = {} if phases else {"phases": NOT_MEASURED, "top_ops": NOT_MEASURED}
-    return {
+    return DoctorReport.model_validate({
         "contract_hash": contract.contract_hash, "workload": manifest.name,
         "scale": contract.scale, "knobs": knobs, "step_time_s": step_time,
         "tokens_per_s": tokens_per_s, "phases": phases, "phases_per_rank": phases_per_rank,
@@ -173,7 +176,7 @@ def build_report(contract: Contract, manifest, knobs: dict, hardware: dict,
                   "method": noise.METHOD},
         "runs": [{"trial_id": r.trial_id, "warmup_steps_detected": p["warmup"],
                   "step_time_s": p["step_time_s"], "cv": p["cv"]} for r, p in zip(runs, per_run)],
-        "top_ops": top, "diagnosis": diagnose(facts)}
+        "top_ops": top, "diagnosis": diagnose(facts)})
 
 
 def _steady(record: TrialRecord) -> dict:
@@ -227,9 +230,17 @@ def top_ops(profile: dict, device_type: str) -> list[dict]:
             for o in ops[:TOP_OPS]]
 
 
-def noise_policy(report: dict) -> NoisePolicy:
+def noise_policy(report: DoctorReport) -> NoisePolicy:
     """The contract's noise policy as Doctor measured it."""
-    n = report["noise"]["recommended_repeats"]
+    n = report.noise.recommended_repeats
     return NoisePolicy(repeats=n, confidence=1 - noise.ALPHA,
                        min_detectable_effect=noise.min_detectable_effect(
-                           report["noise"]["cv_between"], n, report["noise"]["runs"]))
+                           report.noise.cv_between, n, report.noise.runs))
+
+
+def sealed_contract(contract: Contract, report: DoctorReport) -> tuple[Contract, DoctorReport]:
+    """The contract re-sealed with the noise policy and the tolerances the Doctor measured,
+    and the report that says so: the one way a Doctor's findings enter a contract."""
+    sealed = contract.model_copy(update={"noise": noise_policy(report),
+                                         "equivalence": report.equivalence}).sealed()
+    return sealed, report.model_copy(update={"contract_hash_after": sealed.contract_hash})

@@ -7,14 +7,13 @@ store, ``apply.json``, ``doctor.json`` and the trial records; it runs nothing.
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from infrarsi.contract import Contract
 from infrarsi.mfu import mfu
-from infrarsi.records import ApplyResult
+from infrarsi.records import DOCTOR_FILE, ApplyResult, DoctorReport, Finding
 from infrarsi.report import figures
 from infrarsi.report.render import html_report, markdown_report
 from infrarsi.store import RunDirError, open_run_dir
@@ -37,7 +36,7 @@ class ReportData:
     manifest: object
     trials: list[dict]
     apply: ApplyResult | None
-    doctor: dict | None
+    doctor: DoctorReport | None
     baseline_record: TrialRecord | None
     winner_record: TrialRecord | None
     summary: dict = field(default_factory=dict)
@@ -55,8 +54,8 @@ def gather(run_dir: Path) -> ReportData:
     manifest = contract.manifest()
     trials = [_trial_row(t) for t in store.trials(run.run_id)]
     applied = ApplyResult.load(run_dir) if (run_dir / "apply.json").exists() else None
-    doctor_path = run_dir / "doctor.json"
-    doctor = json.loads(doctor_path.read_text()) if doctor_path.exists() else None
+    doctor_path = run_dir / DOCTOR_FILE
+    doctor = DoctorReport.load(doctor_path) if doctor_path.exists() else None
     data = ReportData(run_dir, run, contract, manifest, trials, applied, doctor,
                       *_records(applied))
     data.summary = summarise(data)
@@ -123,15 +122,15 @@ def _median(values):
 
 
 def _mfu_pct(data: ReportData, knobs: dict, tokens_per_s: float | None) -> float | None:
-    if tokens_per_s is None or data.doctor is None or "hardware" not in data.doctor:
+    if tokens_per_s is None or data.doctor is None:
         return None
-    return mfu(data.manifest, data.contract.scale, knobs, data.doctor["hardware"],
+    return mfu(data.manifest, data.contract.scale, knobs, data.doctor.hardware,
                tokens_per_s)["mfu_pct"]
 
 
 def changes(data: ReportData, base: dict, knobs: dict, patches: list[str]) -> list[str]:
     """What the winner changes, each with why: the patch's title, the Doctor's finding."""
-    findings = (data.doctor or {}).get("diagnosis", [])
+    findings = data.doctor.diagnosis if data.doctor is not None else []
     out = []
     for name, value in knobs.items():
         if str(base.get(name)) != str(value):
@@ -142,8 +141,8 @@ def changes(data: ReportData, base: dict, knobs: dict, patches: list[str]) -> li
     return out
 
 
-def _why(findings: list[dict], name: str) -> str:
-    hits = [f["finding"] for f in findings if name in f.get("suggests", [])]
+def _why(findings: list[Finding], name: str) -> str:
+    hits = [f.finding for f in findings if name in f.suggests]
     return f" (the Doctor found: {hits[0]})" if hits else ""
 
 

@@ -27,6 +27,7 @@ from infrarsi.run.space import Config
 from infrarsi.store import (RunDirError, Store, StoredRun, StoredTrial, open_run_dir,
                             sqlite_url)
 from infrarsi.trial import TrialRecord
+from infrarsi.records import DOCTOR_FILE, DoctorReport
 
 
 class RunError(ValueError):
@@ -84,7 +85,7 @@ class RunLoop:
     def __init__(self, contract: Contract, run_dir: Path, searcher: str = "infrarsi",
                  budget_trials: int | None = None, budget_s: float | None = None,
                  store_url: str | None = None, executor: Executor | None = None,
-                 seed: int = 0, doctor_report: dict | None = None,
+                 seed: int = 0, doctor_report: DoctorReport | None = None,
                  on_event: Callable[[str, dict], None] | None = None):
         if searcher not in registry.SEARCHERS:
             raise RunError(f"searcher {searcher!r}: choose one of {', '.join(registry.SEARCHERS)}")
@@ -123,7 +124,7 @@ class RunLoop:
         (self.run_dir / "run.json").write_text(json.dumps(
             {"run_id": run_id, "store_url": self.store_url}, indent=2))
         if self.doctor_report is not None:  # later stages read the baseline's diagnosis here
-            (self.run_dir / "doctor.json").write_text(json.dumps(self.doctor_report, indent=2))
+            self.doctor_report.save(self.run_dir / DOCTOR_FILE)
         return self._loop(store, run_id, [])
 
     @classmethod

@@ -13,6 +13,7 @@ from infrarsi.run.problem import MemorySavers, Problem
 from infrarsi.run.space import Config, Space
 from infrarsi.workloads import expr, knobs
 from infrarsi.workloads.knobs import AssignmentError
+from infrarsi.records import DoctorReport
 
 MAX_RANDOM = 3000
 
@@ -101,21 +102,22 @@ def savers(manifest) -> MemorySavers:
                         follows=tuple(manifest.knobs_with_role("grad_accum")))
 
 
-def doctor_seeds(manifest, scale: str, report: dict | None) -> list[Config]:
+def doctor_seeds(manifest, scale: str, report: DoctorReport | None) -> list[Config]:
     """Configs the Doctor's findings point at: the baseline plus each finding's patches."""
     if not report:
         return []
     base = knobs.resolve(manifest, scale, {})
     ids = {p.id for p in manifest.patches}
     seeds = []
-    for finding in report.get("diagnosis", []):
-        patches = frozenset(s for s in finding.get("suggests", []) if s in ids)
+    for finding in report.diagnosis:
+        patches = frozenset(s for s in finding.suggests if s in ids)
         if patches and not any(set(manifest.patch(p).conflicts) & patches for p in patches):
             seeds.append(Config.of(base, patches))
     return list(dict.fromkeys(seeds))
 
 
-def build_problem(manifest, scale: str, capacity_bytes: int | None, report: dict | None = None,
+def build_problem(manifest, scale: str, capacity_bytes: int | None,
+                  report: DoctorReport | None = None,
                   min_effect: float | None = None, seed: int = 0) -> Problem:
     """The search problem of a workload at a scale under a per-rank capacity."""
     from infrarsi.run.compat import incompatible_pairs
@@ -126,7 +128,7 @@ def build_problem(manifest, scale: str, capacity_bytes: int | None, report: dict
               for k in manifest.knobs}
     space = Space.from_manifest(manifest, levels)
     seeds = [s for s in doctor_seeds(manifest, scale, report) if s in set(configs)]
-    cv = ((report or {}).get("noise") or {}).get("cv_between")
+    cv = report.noise.cv_between if report is not None else None
     return Problem(configs, space, configs[0], capacity_bytes=capacity_bytes,
                    analytic_log_peak=analytic(manifest, scale),
                    prior_log_speed=speed_prior(manifest), seeds=seeds,
