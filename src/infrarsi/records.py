@@ -121,6 +121,37 @@ class DoctorReport(_Frozen):
         return cls.from_json(Path(path).read_text())
 
 
+class RankedConfig(_Frozen):
+    """One config a run recommends to Apply, with what the store measured of it."""
+    knobs: dict
+    patches: list[str]
+    trials: int = Field(0, description="ok trials of it in the run")
+    step_time_s: float | None = Field(None, description="median steady step time of those "
+                                      "trials (the store's step_time_s)")
+
+
+class Best(_Frozen):
+    """The recommended config of a run."""
+    knobs: dict
+    patches: list[str]
+    step_time_s: float | None
+
+
+class RunResult(_Frozen):
+    """What a run did: where it lives, how many trials, why it stopped, what it recommends
+    (``best``) and the ranking it hands Apply, best first (also stored with the run)."""
+    run_dir: str
+    run_id: str
+    searcher: str
+    trials: int
+    oom_trials: int
+    interrupted_requeued: int = 0
+    stop_reason: str
+    best: Best | None
+    ranking: list[RankedConfig] = []
+    baseline_step_time_s: float | None = None
+
+
 class Measurement(BaseModel):
     """One trial of Apply's interleaved rounds, with the verdict of ``verify`` on it."""
     round: int

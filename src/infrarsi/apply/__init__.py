@@ -19,7 +19,7 @@ from infrarsi.objective import compared_name
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, LocalExecutor
 from infrarsi.records import (DOCTOR_FILE, ApplyResult, CandidateResult, DoctorReport,
-                              DoctorTrial, Measurement)
+                              DoctorTrial, Measurement, RankedConfig)
 from infrarsi.store import RunDirError, Store, StoredRun, StoredTrial, open_run_dir
 from infrarsi.verify import evidence_strength
 from infrarsi.workloads import knobs as knob_rules
@@ -42,22 +42,22 @@ def candidates_of(run: StoredRun, trials: list[StoredTrial], baseline: dict,
                   top_k: int) -> list[CandidateResult]:
     """The top ``top_k`` configs of the run other than the baseline itself: the run's ranking,
     or (a run stopped before it wrote one) its fastest measured configs."""
-    ranking = run.ranking_json
+    ranking = [RankedConfig.model_validate(e) for e in run.ranking_json or []]
     if not ranking:
         times: dict[str, list] = {}
         for t in trials:
             if t.status == "ok":
                 key = json.dumps(t.config_json, sort_keys=True)
                 times.setdefault(key, []).append(t.step_time_s)
-        ranking = [{**json.loads(k), "step_time_s": statistics.median(v)}
+        ranking = [RankedConfig(**json.loads(k), trials=len(v), step_time_s=statistics.median(v))
                    for k, v in sorted(times.items(), key=lambda kv: statistics.median(kv[1]))]
     out = []
     for entry in ranking:
-        if _same(entry["knobs"], baseline) and not entry["patches"]:
+        if _same(entry.knobs, baseline) and not entry.patches:
             continue  # the baseline is measured every round anyway
-        out.append(CandidateResult(label=f"c{len(out) + 1}", knobs=entry["knobs"],
-                                   patches=list(entry["patches"]),
-                                   search_step_time_s=entry.get("step_time_s")))
+        out.append(CandidateResult(label=f"c{len(out) + 1}", knobs=entry.knobs,
+                                   patches=list(entry.patches),
+                                   search_step_time_s=entry.step_time_s))
         if len(out) == top_k:
             break
     return out

@@ -12,9 +12,9 @@ from rich.live import Live
 from rich.table import Table
 
 from infrarsi.contract import ContractError, load_contract
-from infrarsi.run.loop import RunError, RunLoop, RunResult
+from infrarsi.run.loop import RunError, RunLoop
 from infrarsi.units import format_bytes
-from infrarsi.records import DoctorReport
+from infrarsi.records import DoctorReport, RunResult
 
 
 def run_command(contract_path: Path | None, budget: int | None, budget_s: float | None,

@@ -15,7 +15,6 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from pydantic import BaseModel
 
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
@@ -27,31 +26,11 @@ from infrarsi.run.space import Config
 from infrarsi.store import (RunDirError, Store, StoredRun, StoredTrial, open_run_dir,
                             sqlite_url)
 from infrarsi.trial import TrialRecord
-from infrarsi.records import DOCTOR_FILE, DoctorReport
+from infrarsi.records import DOCTOR_FILE, Best, DoctorReport, RankedConfig, RunResult
 
 
 class RunError(ValueError):
     """A run that cannot start or resume, with the reason and the fix."""
-
-
-class Best(BaseModel):
-    """The recommended config of a run."""
-    knobs: dict
-    patches: list[str]
-    step_time_s: float | None
-
-
-class RunResult(BaseModel):
-    """What a run did: where it lives, how many trials, and what it recommends."""
-    run_dir: str
-    run_id: str
-    searcher: str
-    trials: int
-    oom_trials: int
-    interrupted_requeued: int = 0
-    stop_reason: str
-    best: Best | None
-    baseline_step_time_s: float | None = None
 
 
 def outcome_of(record: TrialRecord, capacity: int | None,
@@ -200,9 +179,10 @@ class RunLoop:
             count, spent_s = count + 1, spent_s + record.cost_s
             self.on_event("end", {"seq": this_seq, "config": config, "outcome": outcome,
                                   "predicted": predictions, "best": searcher.recommend()})
-        store.set_ranking(run_id, ranking_json(searcher, store.trials(run_id)))
+        ranked = ranking(searcher, store.trials(run_id))
+        store.set_ranking(run_id, [r.model_dump(mode="json") for r in ranked])
         store.set_run_status(run_id, "finished", reason)
-        return self._result(store, run_id, searcher, reason, len(requeue))
+        return self._result(store, run_id, searcher, reason, len(requeue), ranked)
 
     def _trials_left(self, count: int, spent_s: float) -> int | None:
         """Trials the budget still allows: by count, or by seconds at the mean cost so far."""
@@ -218,7 +198,8 @@ class RunLoop:
             mem_cap_bytes=self.contract.mem_cap_bytes, contract_hash=self.contract.contract_hash)
         return self.executor.wait(self.executor.submit(request))
 
-    def _result(self, store, run_id, searcher, reason, requeued) -> RunResult:
+    def _result(self, store, run_id, searcher, reason, requeued,
+                ranked: list[RankedConfig] = ()) -> RunResult:
         trials = [t for t in store.trials(run_id) if t.status not in ("running", "interrupted")]
         best = searcher.recommend()
         best_row = None
@@ -232,20 +213,20 @@ class RunLoop:
         return RunResult(run_dir=str(self.run_dir), run_id=run_id, searcher=self.searcher_name,
                          trials=len(trials), oom_trials=sum(t.status == "oom" for t in trials),
                          interrupted_requeued=requeued, stop_reason=reason, best=best_row,
-                         baseline_step_time_s=min(base) if base else None)
+                         ranking=list(ranked), baseline_step_time_s=min(base) if base else None)
 
 
 RANKED = 5  # configs a run hands to Apply, best first
 
 
-def ranking_json(searcher, trials: list[StoredTrial]) -> list[dict]:
+def ranking(searcher, trials: list[StoredTrial]) -> list[RankedConfig]:
     """The searcher's best configs, best first, with what the store measured of each."""
     out = []
     for config in searcher.ranking(RANKED):
         times = sorted(t.step_time_s for t in trials if t.status == "ok" and
                        _config_from(t.config_json) == config)
-        out.append({**config_json(config), "trials": len(times),
-                    "step_time_s": times[len(times) // 2] if times else None})
+        out.append(RankedConfig(**config_json(config), trials=len(times),
+                                step_time_s=times[len(times) // 2] if times else None))
     return out
 
 
