@@ -15,12 +15,13 @@ Both come from the harness's own clock, never from the times the workload report
 from __future__ import annotations
 
 from infrarsi.trial import TrialRecord
+from infrarsi.trial.record import TrialStatus
 
 
 def compared_time(record: TrialRecord, objective: str) -> float | None:
     """The time compared for ``objective``; None for a trial that did not end ``ok``."""
     m = record.metrics
-    if record.status.value != "ok" or m is None:
+    if record.status.value != TrialStatus.OK or m is None:
         return None
     if objective == "e2e_time":
         return m.e2e_time_s + (record.evaluation.remap_s if record.evaluation else 0.0)

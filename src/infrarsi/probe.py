@@ -18,8 +18,8 @@ A loop adds three to five lines::
 Each rank sends JSON lines over the socket the harness opened and names in
 ``INFRARSI_METRICS_SOCKET`` (``@name``: a Linux abstract socket), where the harness times each
 line on arrival and keeps it; without one, to the file named in ``INFRARSI_METRICS_FILE``
-(``{rank}`` in the name is replaced by the rank). Line kinds: ``start``, ``step`` (wall time, loss, tokens,
-phase seconds) and ``end`` (peak memory). When ``INFRARSI_PROFILE_FILE`` is set, rank 0 runs
+(``{rank}`` in the name is replaced by the rank). Line kinds: ``start``, ``step`` (wall time, loss,
+tokens, phase seconds) and ``end`` (peak memory). When ``INFRARSI_PROFILE_FILE`` is set, rank 0 runs
 ``torch.profiler`` over two steps from ``INFRARSI_PROFILE_STEP`` and writes the operators there. Phase times are wall-clock spans; on CUDA the device is
 synchronised at each phase boundary so a phase owns its kernels. ``comm`` is the exposed
 gradient communication: the time backward keeps running after the last gradient was produced.

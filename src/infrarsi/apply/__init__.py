@@ -23,6 +23,7 @@ from infrarsi.records import (DOCTOR_FILE, ApplyResult, CandidateResult, DoctorR
 from infrarsi.store import RunDirError, Store, StoredRun, StoredTrial, open_run_dir
 from infrarsi.verify import evidence_strength
 from infrarsi.workloads import knobs as knob_rules
+from infrarsi.trial.record import TrialStatus
 
 
 class ApplyError(ValueError):
@@ -46,7 +47,7 @@ def candidates_of(run: StoredRun, trials: list[StoredTrial], baseline: dict,
     if not ranking:
         times: dict[str, list] = {}
         for t in trials:
-            if t.status == "ok":
+            if t.status == TrialStatus.OK:
                 key = json.dumps(t.config_json, sort_keys=True)
                 times.setdefault(key, []).append(t.step_time_s)
         ranking = [RankedConfig(**json.loads(k), trials=len(v), step_time_s=statistics.median(v))
@@ -118,7 +119,8 @@ def apply_run(run_dir: Path, top_k: int = 3, executor: Executor | None = None,
         run_dir=str(run_dir), run_id=run.run_id, contract_hash=contract.contract_hash,
         workload=manifest.name, scale=contract.scale,
         compared=compared_name(contract.objective), rounds=n_rounds,
-        evidence=_evidence(contract, measurements), confidence=contract.noise.confidence, method=decide.METHOD,
+        evidence=_evidence(contract, measurements), confidence=contract.noise.confidence,
+        method=decide.METHOD,
         baseline=_baseline_summary(baseline_knobs, measurements), candidates=judged,
         measurements=measurements, promoted=promoted, decision=decision)
     result.files = _write(result, run, trials, contract, manifest, run_dir)
@@ -143,7 +145,7 @@ def _evidence(contract: Contract, measurements: list[Measurement]) -> str:
 
 
 def _baseline_summary(knobs: dict, measurements: list[Measurement]) -> dict:
-    ok = [m for m in measurements if m.label == BASELINE and m.status == "ok"]
+    ok = [m for m in measurements if m.label == BASELINE and m.status == TrialStatus.OK]
 
     def median(field):
         values = [getattr(m, field) for m in ok if getattr(m, field) is not None]

@@ -16,6 +16,7 @@ from infrarsi.objective import compared_time
 from infrarsi.records import CandidateResult, Measurement
 from infrarsi.trial import TrialRecord
 from infrarsi.verify import verify
+from infrarsi.trial.record import TrialStatus
 
 PROGRESS_FILE = "apply-progress.jsonl"
 BASELINE = "baseline"
@@ -100,10 +101,10 @@ class Rounds:
                     tokens_per_s=m.tokens_per_s if m else None,
                     peak_mem_bytes=m.max_peak_mem_bytes if m else None, cost_s=record.cost_s)
         if label == BASELINE:
-            if record.status.value == "ok":
+            if record.status.value == TrialStatus.OK:
                 self.baselines[r] = record
-            reasons = [] if record.status.value == "ok" else [f"ended {record.status.value}: "
-                                                              f"{record.error}"]
+            reasons = [] if record.status is TrialStatus.OK else [
+                f"ended {record.status.value}: {record.error}"]
             return Measurement(**base, reasons=reasons)
         reference = self._baseline_near(r)
         if reference is None:

@@ -1,4 +1,4 @@
-"""Tolerances calibrated, not guessed: the numerical noise floor of this baseline, per kind of change.
+"""Tolerances calibrated, not guessed: this baseline's numerical noise floor, per kind of change.
 
 Two runs that must compute the same training — the baseline and the baseline with another
 split of the same global batch (a micro-batch or rank-count change) — still differ by float

@@ -19,6 +19,7 @@ from infrarsi.report.render import html_report, markdown_report
 from infrarsi.store import RunDirError, open_run_dir
 from infrarsi.trial import TrialRecord
 from infrarsi.workloads import knobs as knob_rules
+from infrarsi.trial.record import TrialStatus
 
 FIGURE_DIR = "report-figures"
 
@@ -77,7 +78,8 @@ def _records(applied: ApplyResult | None):
         return None, None
     found = {}
     for m in applied.measurements:
-        if m.status == "ok" and m.label in ("baseline", applied.promoted) and m.label not in found:
+        if m.status == TrialStatus.OK and m.label in ("baseline", applied.promoted) and \
+                m.label not in found:
             path = Path(m.trial_dir) / "record.json"
             if path.exists():
                 found[m.label] = TrialRecord.load(path)
@@ -89,7 +91,7 @@ def summarise(data: ReportData) -> dict:
     a, baseline_knobs = data.apply, knob_rules.baseline(data.manifest, data.contract.scale)
     out = {"workload": data.manifest.name, "scale": data.contract.scale,
            "run_id": data.run.run_id, "searcher": data.run.searcher,
-           "trials": len(data.trials), "oom_trials": sum(t["status"] == "oom"
+           "trials": len(data.trials), "oom_trials": sum(t["status"] == TrialStatus.OOM
                                                          for t in data.trials),
            "search_cost_s": sum(t["cost_s"] or 0 for t in data.trials),
            "capacity_bytes": data.contract.mem_cap_bytes, "applied": a is not None,
@@ -103,7 +105,7 @@ def summarise(data: ReportData) -> dict:
                        "peak_mem_bytes": a.baseline.get("peak_mem_bytes") if a else None,
                        "mfu_pct": _mfu_pct(data, baseline_knobs, base_tps)}
     if winner is not None:
-        mine = [m for m in a.measurements if m.label == winner.label and m.status == "ok"]
+        mine = [m for m in a.measurements if m.label == winner.label and m.status == TrialStatus.OK]
         tps = _median([m.tokens_per_s for m in mine])
         out["winner"] = {"knobs": winner.knobs, "patches": winner.patches,
                          "speedup": winner.speedup, "ci_low": winner.ci_low,

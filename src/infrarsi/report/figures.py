@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from infrarsi.trial.record import TrialStatus
 
 STATUS_STYLE = {"ok": ("o", "tab:blue"), "oom": (">", "tab:red"), "timeout": ("s", "tab:orange"),
                 "crash": ("x", "tab:gray"), "invalid": ("x", "tab:purple")}
@@ -37,12 +38,12 @@ def best_so_far(trials: list[dict]) -> bytes:
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     best, line = math.inf, []
     for t in trials:
-        if t["status"] == "ok" and t["step_time_s"] is not None:
+        if t["status"] == TrialStatus.OK and t["step_time_s"] is not None:
             best = min(best, t["step_time_s"])
         line.append(best if math.isfinite(best) else np.nan)
     xs = np.arange(1, len(trials) + 1)
     ok = [(i + 1, t["step_time_s"]) for i, t in enumerate(trials)
-          if t["status"] == "ok" and t["step_time_s"] is not None]
+          if t["status"] == TrialStatus.OK and t["step_time_s"] is not None]
     if ok:
         ax.scatter(*zip(*ok), s=18, color="tab:blue", label="trial (ok)")
     floor = min((y for _, y in ok), default=1.0)
@@ -60,7 +61,7 @@ def time_vs_memory(trials: list[dict], capacity_bytes: int | None) -> bytes:
     """Step time against peak memory per rank; OOM trials at the capacity (right-censored, their
     step time unknown), each trial's predicted peak beside its measured one."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ok = [t for t in trials if t["status"] == "ok" and t["peak_mem_bytes"]]
+    ok = [t for t in trials if t["status"] == TrialStatus.OK and t["peak_mem_bytes"]]
     mib = 2 ** 20
     if ok:
         ax.scatter([t["peak_mem_bytes"] / mib for t in ok], [t["step_time_s"] for t in ok],
@@ -72,7 +73,7 @@ def time_vs_memory(trials: list[dict], capacity_bytes: int | None) -> bytes:
                        edgecolors="tab:green", label="predicted peak at proposal")
     y_oom = [t.get("predicted_step_time_s") or (np.median([o["step_time_s"] for o in ok])
                                                  if ok else 1.0)
-             for t in trials if t["status"] == "oom"]
+             for t in trials if t["status"] == TrialStatus.OOM]
     if capacity_bytes:
         ax.axvline(capacity_bytes / mib, color="tab:red", linestyle="--",
                    label="capacity = predicted boundary (P(OOM) = 0.5)")
@@ -111,12 +112,12 @@ def memory_calibration(trials: list[dict], capacity_bytes: int | None) -> bytes:
     the predicted P(OOM) in bins against the observed OOM frequency."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(8.4, 3.6))
     mib = 2 ** 20
-    ok = [t for t in trials if t["status"] == "ok" and t.get("predicted_peak_bytes")
+    ok = [t for t in trials if t["status"] == TrialStatus.OK and t.get("predicted_peak_bytes")
           and t["peak_mem_bytes"]]
     if ok:
         left.scatter([t["predicted_peak_bytes"] / mib for t in ok],
                      [t["peak_mem_bytes"] / mib for t in ok], s=18, label="ok")
-    oom = [t for t in trials if t["status"] == "oom" and t.get("predicted_peak_bytes")]
+    oom = [t for t in trials if t["status"] == TrialStatus.OOM and t.get("predicted_peak_bytes")]
     if oom and capacity_bytes:
         left.scatter([t["predicted_peak_bytes"] / mib for t in oom],
                      [capacity_bytes / mib] * len(oom), marker="^", color="tab:red",
@@ -134,7 +135,7 @@ def memory_calibration(trials: list[dict], capacity_bytes: int | None) -> bytes:
         inside = [t for t in told if a <= t["predicted_p_oom"] < b or (b == 1 and
                                                                       t["predicted_p_oom"] == 1)]
         if inside:
-            freq = np.mean([t["status"] == "oom" for t in inside])
+            freq = np.mean([t["status"] == TrialStatus.OOM for t in inside])
             right.scatter([(a + b) / 2], [freq], s=12 + 6 * len(inside), color="tab:blue")
     right.plot([0, 1], [0, 1], color="black", linewidth=0.8)
     right.set_xlim(0, 1)

@@ -40,6 +40,7 @@ from infrarsi.run.problem import Outcome, Problem, distance
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.run.steptime import StepTimeModel
+from infrarsi.trial.record import TrialStatus
 
 N_SEEDS = 3
 RERUN_EVERY = 7  # one trial in seven re-measures a top candidate (METHODS: 10-15% of a budget)
@@ -95,13 +96,14 @@ class InfraRSISearcher(Searcher):
         idx = [p.index[c] for c, _ in self.history]
         outs = [o for _, o in self.history]
         mem_rows = [(i, o) for i, o in zip(idx, outs)
-                    if (o.status == "ok" and o.peak_bytes) or (o.status == "oom" and o.cap_bytes)]
+                    if (o.status == TrialStatus.OK and o.peak_bytes) or
+                    (o.status == TrialStatus.OOM and o.cap_bytes)]
         memory = TobitMemoryModel().fit(
             p.X[[i for i, _ in mem_rows]],
-            [MemoryObservation(o.peak_bytes if o.status == "ok" else o.cap_bytes,
-                               o.status == "oom") for _, o in mem_rows],
+            [MemoryObservation(o.peak_bytes if o.status == TrialStatus.OK else o.cap_bytes,
+                               o.status == TrialStatus.OOM) for _, o in mem_rows],
             None if p.offsets is None else p.offsets[[i for i, _ in mem_rows]])
-        ok = [(i, o) for i, o in zip(idx, outs) if o.status == "ok"]
+        ok = [(i, o) for i, o in zip(idx, outs) if o.status == TrialStatus.OK]
         catalog = PRIOR_SHRINK * p.prior_log_speed(p.candidates) if p.prior_log_speed else \
             np.zeros(len(p.X))
         logs = np.array([math.log(o.step_time_s) for _, o in ok])
@@ -113,7 +115,7 @@ class InfraRSISearcher(Searcher):
                                               catalog[[i for i, _ in ok]], noise, seed)
         prior = weight * catalog
         costs = TrialCostModel().fit(p.X[idx], np.array([o.cost_s for o in outs]),
-                                     np.array([o.status == "oom" for o in outs]))
+                                     np.array([o.status == TrialStatus.OOM for o in outs]))
         return memory, time_model, prior, costs, ok
 
     def _time_model(self, X, logs, catalog, noise, seed):
@@ -196,7 +198,7 @@ class InfraRSISearcher(Searcher):
         mu = self._predict()[0]
         counts: dict[Config, int] = {}
         for c, o in self.history:
-            if o.status == "ok":
+            if o.status == TrialStatus.OK:
                 counts[c] = counts.get(c, 0) + 1
         top = sorted(counts, key=lambda c: mu[self.problem.index[c]])[:k]
         fewest = [c for c in top if counts[c] < cap]
@@ -291,14 +293,14 @@ class InfraRSISearcher(Searcher):
 
     def recommend(self) -> Config | None:
         """The tried feasible config with the best posterior mean step time."""
-        if not any(o.status == "ok" for _, o in self.history):
+        if not any(o.status == TrialStatus.OK for _, o in self.history):
             return None
         mu, _, _, _, incumbent = self._predict()
         return self.problem.candidates[incumbent]
 
     def ranking(self, k: int) -> list[Config]:
         """Up to ``k`` distinct configs that ran ``ok``, by posterior mean step time."""
-        ran = {c for c, o in self.history if o.status == "ok"}
+        ran = {c for c, o in self.history if o.status == TrialStatus.OK}
         if not ran:
             return []
         mu = self._predict()[0]

@@ -27,6 +27,8 @@ from infrarsi.store import (RunDirError, Store, StoredRun, StoredTrial, open_run
                             sqlite_url)
 from infrarsi.trial import TrialRecord
 from infrarsi.records import DOCTOR_FILE, Best, DoctorReport, RankedConfig, RunResult
+from infrarsi.store import IN_FLIGHT, TrialState
+from infrarsi.trial.record import TrialStatus
 
 
 class RunError(ValueError):
@@ -39,10 +41,11 @@ def outcome_of(record: TrialRecord, capacity: int | None,
     step (``objective.ranked_step_time_s``: for ``e2e_time`` compile and warm-up count), the
     largest per-rank peak, the cost, and the trial's own noise."""
     m = record.metrics
-    if record.status.value != "ok" or m is None:
+    if record.status is not TrialStatus.OK or m is None:
         status = record.status.value
         return Outcome(status, cost_s=record.cost_s,
-                       cap_bytes=record.mem_cap_bytes or capacity if status == "oom" else None)
+                       cap_bytes=record.mem_cap_bytes or capacity
+                       if status == TrialStatus.OOM else None)
     steady = max(1, m.steps - m.warmup_steps)
     return Outcome("ok", step_time_s=ranked_step_time_s(record, objective),
                    peak_bytes=m.max_peak_mem_bytes, cost_s=record.cost_s,
@@ -99,7 +102,7 @@ class RunLoop:
             scale=self.contract.scale, contract_hash=self.contract.contract_hash,
             contract_json=self.contract.model_dump(mode="json"), searcher=self.searcher_name,
             seed=self.seed, budget_trials=self.budget_trials, budget_s=self.budget_s,
-            capacity_bytes=self.contract.mem_cap_bytes, status="running"))
+            capacity_bytes=self.contract.mem_cap_bytes, status="running"))  # the run's
         (self.run_dir / "run.json").write_text(json.dumps(
             {"run_id": run_id, "store_url": self.store_url}, indent=2))
         if self.doctor_report is not None:  # later stages read the baseline's diagnosis here
@@ -128,7 +131,7 @@ class RunLoop:
     def _loop(self, store: Store, run_id: str, requeue: list[StoredTrial]) -> RunResult:
         problem = self._problem()
         searcher = registry.make(self.searcher_name, problem, self.seed)
-        finished = [t for t in store.trials(run_id) if t.status not in ("running", "interrupted")]
+        finished = [t for t in store.trials(run_id) if t.status not in IN_FLIGHT]
         for trial in finished:  # a resumed run: its searcher learns everything measured so far
             config = _config_from(trial.config_json)
             if config in problem.index:
@@ -172,7 +175,7 @@ class RunLoop:
             outcome = outcome_of(record, problem.capacity_bytes, self.contract.objective)
             store.finish_trial(row, outcome.status, trial_id=record.trial_id,
                                step_time_s=steady_step_time_s(record)
-                               if outcome.status == "ok" else None,
+                               if outcome.status == TrialState.OK else None,
                                peak_mem_bytes=outcome.peak_bytes, cost_s=record.cost_s,
                                error=record.error, record=record.model_dump(mode="json"))
             searcher.tell(config, outcome)
@@ -200,18 +203,19 @@ class RunLoop:
 
     def _result(self, store, run_id, searcher, reason, requeued,
                 ranked: list[RankedConfig] = ()) -> RunResult:
-        trials = [t for t in store.trials(run_id) if t.status not in ("running", "interrupted")]
+        trials = [t for t in store.trials(run_id) if t.status not in IN_FLIGHT]
         best = searcher.recommend()
         best_row = None
         if best is not None:
             rows = [t for t in trials if _config_from(t.config_json) == best and
-                    t.status == "ok"]
+                    t.status == TrialState.OK]
             best_row = Best(knobs=best.knob_dict, patches=sorted(best.patches),
                             step_time_s=min(r.step_time_s for r in rows) if rows else None)
-        base = [t.step_time_s for t in trials if t.status == "ok" and
+        base = [t.step_time_s for t in trials if t.status == TrialState.OK and
                 _config_from(t.config_json) == searcher.problem.baseline]
         return RunResult(run_dir=str(self.run_dir), run_id=run_id, searcher=self.searcher_name,
-                         trials=len(trials), oom_trials=sum(t.status == "oom" for t in trials),
+                         trials=len(trials),
+                         oom_trials=sum(t.status == TrialState.OOM for t in trials),
                          interrupted_requeued=requeued, stop_reason=reason, best=best_row,
                          ranking=list(ranked), baseline_step_time_s=min(base) if base else None)
 
@@ -223,7 +227,7 @@ def ranking(searcher, trials: list[StoredTrial]) -> list[RankedConfig]:
     """The searcher's best configs, best first, with what the store measured of each."""
     out = []
     for config in searcher.ranking(RANKED):
-        times = sorted(t.step_time_s for t in trials if t.status == "ok" and
+        times = sorted(t.step_time_s for t in trials if t.status == TrialState.OK and
                        _config_from(t.config_json) == config)
         out.append(RankedConfig(**config_json(config), trials=len(times),
                                 step_time_s=times[len(times) // 2] if times else None))
@@ -234,7 +238,7 @@ def _outcome_of_stored(trial: StoredTrial, capacity: int | None, objective: str)
     if trial.record_json is not None:
         return outcome_of(TrialRecord.model_validate(trial.record_json), capacity, objective)
     return Outcome(trial.status, step_time_s=trial.step_time_s, peak_bytes=trial.peak_mem_bytes,
-                   cost_s=trial.cost_s or 0.0, cap_bytes=capacity if trial.status == "oom"
+                   cost_s=trial.cost_s or 0.0, cap_bytes=capacity if trial.status == TrialState.OOM
                    else None)
 
 

@@ -20,6 +20,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
+from infrarsi.trial.record import TrialStatus
 
 OOM_EXCESS = 0.05
 CONSTRAINT = "memory"
@@ -106,7 +107,7 @@ class OptunaSearcher(Searcher):
     def _value(self, outcome: Outcome) -> tuple[float, float]:
         """(objective, constraint) as told to the study."""
         capacity = self.problem.capacity_bytes
-        if outcome.status == "ok":
+        if outcome.status == TrialStatus.OK:
             log_s = math.log(outcome.step_time_s)
             self.worst_log_s = log_s if self.worst_log_s is None else max(self.worst_log_s, log_s)
             slack = math.log(outcome.peak_bytes / capacity) \

@@ -9,8 +9,9 @@ from typing import Callable
 import numpy as np
 
 from infrarsi.run.space import Config, Space
+from infrarsi.trial.record import TrialStatus
 
-STATUSES = ("ok", "oom", "timeout", "crash", "invalid")
+STATUSES = tuple(TrialStatus)  # str enum: "ok" and TrialStatus.OK are one
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class Outcome:
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"outcome status {self.status!r}: one of {STATUSES}")
-        if self.status == "ok" and self.step_time_s is None:
+        if self.status == TrialStatus.OK and self.step_time_s is None:
             raise ValueError("an ok outcome needs its step_time_s")
 
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.space import Config
+from infrarsi.trial.record import TrialStatus
 
 
 class Searcher:
@@ -30,7 +31,8 @@ class Searcher:
 
     def recommend(self) -> Config | None:
         """The config this searcher would ship now: the fastest ok trial it has seen."""
-        ok = [(o.step_time_s, i) for i, (c, o) in enumerate(self.history) if o.status == "ok"]
+        ok = [(o.step_time_s, i) for i, (c, o) in enumerate(self.history)
+              if o.status == TrialStatus.OK]
         return self.history[min(ok)[1]][0] if ok else None
 
     def ranking(self, k: int) -> list[Config]:
@@ -38,7 +40,7 @@ class Searcher:
         step time (what Apply re-measures against the baseline)."""
         times: dict[Config, list[float]] = {}
         for c, o in self.history:
-            if o.status == "ok":
+            if o.status == TrialStatus.OK:
                 times.setdefault(c, []).append(o.step_time_s)
         return sorted(times, key=lambda c: float(np.median(times[c])))[:k]
 

@@ -10,6 +10,7 @@ import math
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
+from infrarsi.trial.record import TrialStatus
 
 __all__ = ["SEARCHERS", "GreedySearcher", "GridSearcher", "RandomSearcher", "Searcher", "make"]
 
@@ -64,7 +65,7 @@ class GreedySearcher(Searcher):
 
     def tell(self, config: Config, outcome: Outcome) -> None:
         super().tell(config, outcome)
-        if outcome.status == "ok" and outcome.step_time_s < self.best_s:
+        if outcome.status == TrialStatus.OK and outcome.step_time_s < self.best_s:
             self.best_s, self.incumbent = outcome.step_time_s, config
             self.queue = []  # a new incumbent: sweep around it
 

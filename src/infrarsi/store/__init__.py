@@ -9,6 +9,7 @@ rewritten when it ends, so a run killed at any point loses no finished trial, an
 
 from __future__ import annotations
 
+import enum
 import time
 from pathlib import Path
 
@@ -17,9 +18,26 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from infrarsi.store.schema import RunRow, TrialRow
+from infrarsi.trial.record import TrialStatus
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-FINAL = ("ok", "oom", "timeout", "crash", "invalid")
+
+
+class TrialState(str, enum.Enum):
+    """A stored trial's state: in flight (``running``), cut off when the tool died
+    (``interrupted``, re-run in a row of its own on resume), or one of the record's final
+    statuses (``TrialStatus``)."""
+    RUNNING = "running"
+    INTERRUPTED = "interrupted"
+    OK = TrialStatus.OK.value
+    OOM = TrialStatus.OOM.value
+    TIMEOUT = TrialStatus.TIMEOUT.value
+    CRASH = TrialStatus.CRASH.value
+    INVALID = TrialStatus.INVALID.value
+
+
+FINAL = tuple(TrialState(s.value) for s in TrialStatus)
+IN_FLIGHT = (TrialState.RUNNING, TrialState.INTERRUPTED)
 
 
 class StoredRun(BaseModel):
@@ -48,7 +66,7 @@ class StoredTrial(BaseModel):
     run_id: str
     seq: int
     config_json: dict
-    status: str
+    status: TrialState
     trial_id: str | None = None
     predicted_step_time_s: float | None = None
     predicted_p_oom: float | None = None
@@ -128,7 +146,7 @@ class Store:
         """Write a trial as ``running`` before it is launched; returns its row id."""
         p = predictions or {}
         with Session(self.engine) as s, s.begin():
-            row = TrialRow(run_id=run_id, seq=seq, config_json=config, status="running",
+            row = TrialRow(run_id=run_id, seq=seq, config_json=config, status=TrialState.RUNNING,
                            predicted_step_time_s=p.get("step_time_s"),
                            predicted_p_oom=p.get("p_oom"),
                            predicted_peak_bytes=p.get("peak_bytes"),
@@ -156,7 +174,7 @@ class Store:
         p = predictions or {}
         with Session(self.engine) as s, s.begin():
             row = s.get(TrialRow, row_id)
-            if row.status != "interrupted":
+            if row.status != TrialState.INTERRUPTED:
                 raise ValueError(f"trial row {row_id} is {row.status}, not interrupted")
             row.status, row.error, row.ended_unix_s = "running", None, None
             row.started_unix_s = time.time()
@@ -175,7 +193,7 @@ class Store:
         """Mark the trials a killed run left ``running`` as ``interrupted``; returns them."""
         with Session(self.engine) as s, s.begin():
             rows = list(s.scalars(select(TrialRow).where(TrialRow.run_id == run_id,
-                                                         TrialRow.status == "running")))
+                                                         TrialRow.status == TrialState.RUNNING)))
             for row in rows:
                 row.status, row.ended_unix_s = "interrupted", time.time()
                 row.error = "the run was stopped while this trial ran; it is proposed again"

@@ -36,7 +36,7 @@ TAIL_CHARS = 2000
 
 
 @dataclass
-class Outcome:
+class Classified:
     """A status, the reason when it is not ``ok``, and the metrics when there are any."""
     status: TrialStatus
     error: str | None = None
@@ -45,24 +45,24 @@ class Outcome:
 
 
 def outcome(result: ProcessResult, trial_dir: Path, spec: "TrialSpec",
-            memory: dict[int, RankMemory] | None = None) -> Outcome:
+            memory: dict[int, RankMemory] | None = None) -> Classified:
     """Status from how the processes ended: oom, timeout, crash, or ok (to be measured)."""
     output = _read(trial_dir / "stderr.log") + _read(trial_dir / "stdout.log")
     rank_errors = _rank_errors(trial_dir)
     oom = _oom(result, spec, memory or {}, rank_errors, output)
     if oom is not None:
-        return Outcome(TrialStatus.OOM, oom)
+        return Classified(TrialStatus.OOM, oom)
     if result.timed_out:
-        return Outcome(TrialStatus.TIMEOUT, f"no exit after {spec.effective_timeout_s:g} s; "
+        return Classified(TrialStatus.TIMEOUT, f"no exit after {spec.effective_timeout_s:g} s; "
                        f"killed. Output tail:\n{_tail(output)}")
     if result.returncode != 0 and not rank_errors and _every_rank_finished(trial_dir, spec):
-        return Outcome(TrialStatus.OK, warnings=[
+        return Classified(TrialStatus.OK, warnings=[
             f"every step was reported, then the job ended with "
             f"{_exit_text(result.returncode)} during shutdown ({_teardown_hint(output)}); "
             "the measurements are complete"])
     if result.returncode != 0:
-        return Outcome(TrialStatus.CRASH, _crash_text(result, rank_errors, output))
-    return Outcome(TrialStatus.OK)
+        return Classified(TrialStatus.CRASH, _crash_text(result, rank_errors, output))
+    return Classified(TrialStatus.OK)
 
 
 def _oom(result: ProcessResult, spec: "TrialSpec", memory: dict[int, RankMemory],
@@ -105,18 +105,18 @@ def _teardown_hint(output: str) -> str:
 
 
 def measured(spec: "TrialSpec", reports: list[RankReport], result: ProcessResult,
-             memory: dict[int, RankMemory] | None = None) -> Outcome:
+             memory: dict[int, RankMemory] | None = None) -> Classified:
     """Metrics of a clean run, or ``invalid`` when steps or tokens per step differ."""
     reduced = reduce_ranks(reports)
     preset = spec.manifest.scale(spec.scale)
     steps_expected = int(preset.params["steps"])
     if len(reduced.step_times_s) != steps_expected:
-        return Outcome(TrialStatus.INVALID, f"ran {len(reduced.step_times_s)} optimizer steps; "
+        return Classified(TrialStatus.INVALID, f"ran {len(reduced.step_times_s)} optimizer steps; "
                        f"the workload fixes {steps_expected}")
     tokens = spec.tokens_per_step()
     wrong = [t for t in reduced.tokens if t is not None and t != tokens]
     if wrong:
-        return Outcome(TrialStatus.INVALID, f"tokens per optimizer step {wrong[0]}; the "
+        return Classified(TrialStatus.INVALID, f"tokens per optimizer step {wrong[0]}; the "
                        f"workload fixes {tokens}")
     too_long = [t for t in reduced.step_times_s if t > result.wall_s]
     if too_long:
@@ -124,8 +124,9 @@ def measured(spec: "TrialSpec", reports: list[RankReport], result: ProcessResult
                            f"({result.wall_s:.1f} s): check the unit of the step-time pattern "
                            "(e.g. unit: ms)")
     peaks, source, warnings = _peaks(reports, reduced, result, memory)
-    return Outcome(TrialStatus.OK, metrics=_metrics(spec, reduced, result, tokens, peaks, source),
-                   warnings=warnings)
+    return Classified(TrialStatus.OK,
+                      metrics=_metrics(spec, reduced, result, tokens, peaks, source),
+                      warnings=warnings)
 
 
 def _metrics(spec: "TrialSpec", reduced, result: ProcessResult, tokens: int,

@@ -15,7 +15,8 @@ own memory cgroup; each rank creates ``rank<N>`` inside it and moves itself ther
 ``_hooks/sitecustomize.py``, which repeats the few file names below with the standard library
 only). The launchers start in ``launchers`` inside it, so every process of the trial is
 accounted: what a launcher holds (torchrun's rendezvous store, which a rank can fill) is its
-peak, compared with the baseline's by ``verify``. Where no writable memory cgroup exists, :func:`detect` says why.
+peak, compared with the baseline's by ``verify``. Where no writable memory cgroup exists,
+:func:`detect` says why.
 """
 
 from __future__ import annotations

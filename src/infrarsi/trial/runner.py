@@ -294,6 +294,6 @@ def _measure(spec: TrialSpec, channel: MetricsChannel, result, outcome, memory):
         reports = channel.reports(None if how == "probe" else how)
         measured = classify.measured(spec, reports, result, memory)
     except MetricsError as exc:
-        measured = classify.Outcome(TrialStatus.CRASH, f"metrics: {exc}")
+        measured = classify.Classified(TrialStatus.CRASH, f"metrics: {exc}")
     measured.warnings[:0] = outcome.warnings
     return measured

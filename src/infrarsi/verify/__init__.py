@@ -130,9 +130,10 @@ def _loss(case: _Case) -> list[str]:
     learned, pointwise = loss_drift(ref, got, k)
     out = []
     if learned > tol:
-        out.append(f"loss drift: the loss fell by {statistics.fmean(got[:k]) - statistics.fmean(got[-k:]):.5f} "
-                   f"over the run, the baseline's by "
-                   f"{statistics.fmean(ref[:k]) - statistics.fmean(ref[-k:]):.5f} "
+        fell = statistics.fmean(got[:k]) - statistics.fmean(got[-k:])
+        fell_ref = statistics.fmean(ref[:k]) - statistics.fmean(ref[-k:])
+        out.append(f"loss drift: the loss fell by {fell:.5f} over the run, the baseline's by "
+                   f"{fell_ref:.5f} "
                    f"({learned:.2%}; tolerance {tol:.2%})")
     if case.contract.correctness.pointwise and pointwise > tol:
         step = max(range(len(ref)), key=lambda i: abs(got[i] / ref[i] - 1) if ref[i] else 0.0)
