@@ -144,14 +144,20 @@ def test_metrics_rewritten_after_the_fact_never_reach_the_harness(dense, calibra
 def test_training_before_the_first_step_is_charged_to_an_end_to_end_objective(dense, calibrated,
                                                                                 tmp_path):
     """The whole training done in ``configure_optimizers`` (before the first step line), the
-    timed steps only replaying its losses: the steps the workload reports shrink, what the
-    end-to-end objective compares (launch to exit, by the harness's clock) does not."""
+    timed steps only replaying its losses: the parameters are right, the steps it reports are
+    short — and what the end-to-end objective compares is the harness's launch-to-exit time
+    (plus the patch's mapping), whatever the steps say. (A speed is not asserted here: at tiny
+    scale start-up noise dwarfs the moved work; measured on a quiet machine the steps claimed
+    0.16 s against the baseline's 0.36 s, launch to exit took 10.6 s against 8.4 s.)"""
     from infrarsi.objective import compared_time
     contract, baseline = calibrated
     record, verdict = _judge(dense, contract, baseline, tmp_path,
                              patches=[str(CHEATS / "train_before_the_first_step.diff")])
-    assert record.metrics.train_time_s < 0.8 * baseline.metrics.train_time_s  # what it claims
-    assert compared_time(record, "e2e_time") > 0.85 * compared_time(baseline, "e2e_time")
+    assert record.status is TrialStatus.OK, record.error
+    charged = record.metrics.e2e_time_s + record.evaluation.remap_s
+    assert compared_time(record, "e2e_time") == charged
+    assert compared_time(record, "e2e_time") > record.metrics.train_time_s + \
+        record.metrics.startup_time_s - 1e-9  # every second from launch, the steps' included
 
 
 def test_a_planted_evaluation_is_never_run(dense, calibrated, tmp_path):
