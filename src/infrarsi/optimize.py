@@ -19,9 +19,7 @@ from infrarsi.apply import apply_run
 from infrarsi.contract import Contract
 from infrarsi.derive import derive_workload
 from infrarsi.doctor import run_doctor, sealed_contract
-from infrarsi.init.build import make_contract, workload_files
-from infrarsi.init.llm import draft_reading, llm_configured
-from infrarsi.init.parse import read_instruction
+from infrarsi.init import InitError, init
 from infrarsi.report import write_report
 from infrarsi.run.loop import RunLoop
 from infrarsi.workloads import Manifest, find
@@ -62,15 +60,13 @@ class OptimizeResult(BaseModel):
 def make_contract_for(manifest: Manifest, scale: str, instruction: str,
                       on_note: Callable[[str], None]) -> Contract:
     """Init without questions (``--yes``): the instruction read by the rules or the LLM."""
-    files = workload_files(manifest)
-    reading, drafted_by = read_instruction(instruction, files), "rules"
-    if llm_configured():
-        reading, drafted_by = draft_reading(instruction, files, reading, on_note)
-    if reading.problems:
-        raise OptimizeError("; ".join(reading.problems))
-    for clause in reading.not_understood:
+    try:
+        contract, _ = init(manifest, scale, instruction, on_note)
+    except InitError as exc:
+        raise OptimizeError(str(exc)) from None
+    for clause in contract.not_understood:
         on_note(f"not understood (not applied): {clause!r}")
-    return make_contract(manifest, scale, instruction, reading, drafted_by)
+    return contract
 
 
 def optimize(workload: str, instruction: str, scale: str, budget: int | None, rounds: int,

@@ -10,10 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from infrarsi.init.build import make_contract, workload_files
 from infrarsi.contract import Contract
-from infrarsi.init.llm import draft_reading, llm_configured
-from infrarsi.init.parse import read_instruction
+from infrarsi.init import InitError, init
 from infrarsi.units import format_bytes
 from infrarsi.workloads import ManifestError, find
 
@@ -39,16 +37,13 @@ def run_init(workload: str, instruction: str, scale: str, output: Path, yes: boo
     except (ManifestError, KeyError) as exc:
         err.print(f"error: {exc.args[0] if exc.args else exc}", markup=False)
         raise typer.Exit(2)
-    files = workload_files(manifest)
-    reading, drafted_by = read_instruction(instruction, files), "rules"
-    if llm_configured():
-        reading, drafted_by = draft_reading(
-            instruction, files, reading, lambda text: err.print(f"note: {text}", markup=False))
-    if reading.problems:
-        for problem in reading.problems:
+    try:
+        contract, reading = init(manifest, scale, instruction,
+                                 lambda text: err.print(f"note: {text}", markup=False))
+    except InitError as exc:
+        for problem in exc.problems:
             err.print(f"error: {problem}", markup=False)
         raise typer.Exit(2)
-    contract = make_contract(manifest, scale, instruction, reading, drafted_by)
     if as_json:
         print(json.dumps(contract_json(contract), indent=2, ensure_ascii=False))
     else:
