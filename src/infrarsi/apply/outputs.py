@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from infrarsi.objective import ranked_step_time_s
 from infrarsi.records import ApplyResult, DoctorTrial
 from infrarsi.store import StoredRun, StoredTrial
 from infrarsi.trial import TrialRecord, patching, prepare
@@ -96,6 +97,7 @@ def audit_lines(run: StoredRun, trials: list[StoredTrial], result: ApplyResult,
     and hashes, status, metrics, cost, failure reason, the stage that ran it and the model's
     prediction that proposed it."""
     out = doctor_lines(list(doctor_trials))
+    objective = run.contract_json.get("objective", "e2e_time")
     for t in trials:
         record = t.record_json or {}
         out.append({
@@ -104,8 +106,9 @@ def audit_lines(run: StoredRun, trials: list[StoredTrial], result: ApplyResult,
             "patch_sha256": {p["id"]: p["sha256"] for p in record.get("patches", [])},
             "status": t.status, "step_time_s": t.step_time_s, "peak_mem_bytes": t.peak_mem_bytes,
             "cost_s": t.cost_s, "error": t.error,
-            "predicted": {"step_time_s": t.predicted_step_time_s, "p_oom": t.predicted_p_oom,
-                          "peak_bytes": t.predicted_peak_bytes},
+            "ranked_time_per_step_s": _ranked(record, objective),
+            "predicted": {"ranked_time_per_step_s": t.predicted_step_time_s,
+                          "p_oom": t.predicted_p_oom, "peak_bytes": t.predicted_peak_bytes},
             "metrics": record.get("metrics")})
     configs = {"baseline": (result.baseline["knobs"], [])}
     configs.update({c.label: (c.knobs, c.patches) for c in result.candidates})
@@ -118,6 +121,11 @@ def audit_lines(run: StoredRun, trials: list[StoredTrial], result: ApplyResult,
                     "peak_mem_bytes": m.peak_mem_bytes, "cost_s": m.cost_s,
                     "valid": m.valid, "reasons": m.reasons, "flags": m.flags})
     return out
+
+
+def _ranked(record: dict, objective: str) -> float | None:
+    """What the search ranked this trial by (the objective's time per step), measured."""
+    return ranked_step_time_s(TrialRecord.model_validate(record), objective) if record else None
 
 
 def write_audit(path: Path, lines: list[dict]) -> None:

@@ -13,13 +13,14 @@ from pathlib import Path
 
 from infrarsi.contract import Contract
 from infrarsi.mfu import mfu
+from infrarsi.objective import ranked_step_time_s
 from infrarsi.records import DOCTOR_FILE, ApplyResult, DoctorReport, Finding
 from infrarsi.report import figures
 from infrarsi.report.render import html_report, markdown_report
 from infrarsi.store import RunDirError, open_run_dir
 from infrarsi.trial import TrialRecord
-from infrarsi.workloads import knobs as knob_rules
 from infrarsi.trial.record import TrialStatus
+from infrarsi.workloads import knobs as knob_rules
 
 FIGURE_DIR = "report-figures"
 
@@ -53,7 +54,7 @@ def gather(run_dir: Path) -> ReportData:
         raise ReportError(str(exc)) from None
     contract = Contract.model_validate(run.contract_json)
     manifest = contract.manifest()
-    trials = [_trial_row(t) for t in store.trials(run.run_id)]
+    trials = [_trial_row(t, contract.objective) for t in store.trials(run.run_id)]
     applied = ApplyResult.load(run_dir) if (run_dir / "apply.json").exists() else None
     doctor_path = run_dir / DOCTOR_FILE
     doctor = DoctorReport.load(doctor_path) if doctor_path.exists() else None
@@ -63,11 +64,16 @@ def gather(run_dir: Path) -> ReportData:
     return data
 
 
-def _trial_row(t) -> dict:
+def _trial_row(t, objective: str) -> dict:
+    """One search trial as the report shows it. ``ranked_time_per_step_s`` is what the search
+    ranks by (the objective's time per step), measured and predicted side by side under one
+    name; ``step_time_s`` is the steady step."""
+    record = TrialRecord.model_validate(t.record_json) if t.record_json else None
     return {"seq": t.seq, "status": t.status, "knobs": t.config_json["knobs"],
             "patches": t.config_json["patches"], "step_time_s": t.step_time_s,
+            "ranked_time_per_step_s": ranked_step_time_s(record, objective) if record else None,
             "peak_mem_bytes": t.peak_mem_bytes, "cost_s": t.cost_s, "error": t.error,
-            "predicted_step_time_s": t.predicted_step_time_s,
+            "predicted_ranked_time_per_step_s": t.predicted_step_time_s,
             "predicted_p_oom": t.predicted_p_oom, "predicted_peak_bytes": t.predicted_peak_bytes,
             "trial_id": t.trial_id}
 

@@ -33,17 +33,25 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+RANKED = "ranked_time_per_step_s"  # what the search ranks by: the objective's time per step
+
+
+def _ranked(t: dict) -> float | None:
+    return t.get(RANKED) if t.get(RANKED) is not None else t.get("step_time_s")
+
+
 def best_so_far(trials: list[dict]) -> bytes:
-    """Step time of every trial in order, failures marked on the axis, and the best so far."""
+    """The objective's time per step of every trial in order (what the search ranks by),
+    failures marked on the axis, and the best so far."""
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     best, line = math.inf, []
     for t in trials:
-        if t["status"] == TrialStatus.OK and t["step_time_s"] is not None:
-            best = min(best, t["step_time_s"])
+        if t["status"] == TrialStatus.OK and _ranked(t) is not None:
+            best = min(best, _ranked(t))
         line.append(best if math.isfinite(best) else np.nan)
     xs = np.arange(1, len(trials) + 1)
-    ok = [(i + 1, t["step_time_s"]) for i, t in enumerate(trials)
-          if t["status"] == TrialStatus.OK and t["step_time_s"] is not None]
+    ok = [(i + 1, _ranked(t)) for i, t in enumerate(trials)
+          if t["status"] == TrialStatus.OK and _ranked(t) is not None]
     if ok:
         ax.scatter(*zip(*ok), s=18, color="tab:blue", label="trial (ok)")
     floor = min((y for _, y in ok), default=1.0)
@@ -53,26 +61,28 @@ def best_so_far(trials: list[dict]) -> bytes:
             marker, colour = STATUS_STYLE[status]
             ax.scatter(pts, [floor * 0.9] * len(pts), marker=marker, color=colour, label=status)
     ax.step(xs, line, where="post", color="black", label="best so far")
-    _finish(ax, "trial", "step_time_s", "Search: step time per trial and best so far")
+    _finish(ax, "trial", RANKED, "Search: the objective's time per step and best so far")
     return _png(fig)
 
 
 def time_vs_memory(trials: list[dict], capacity_bytes: int | None) -> bytes:
-    """Step time against peak memory per rank; OOM trials at the capacity (right-censored, their
-    step time unknown), each trial's predicted peak beside its measured one."""
+    """The objective's time per step against peak memory per rank; OOM trials at the capacity
+    (right-censored, their time unknown: drawn at its prediction, on the same quantity), each
+    trial's predicted peak beside its measured one."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ok = [t for t in trials if t["status"] == TrialStatus.OK and t["peak_mem_bytes"]]
+    ok = [t for t in trials if t["status"] == TrialStatus.OK and t["peak_mem_bytes"]
+          and _ranked(t) is not None]
     mib = 2 ** 20
     if ok:
-        ax.scatter([t["peak_mem_bytes"] / mib for t in ok], [t["step_time_s"] for t in ok],
+        ax.scatter([t["peak_mem_bytes"] / mib for t in ok], [_ranked(t) for t in ok],
                    s=18, color="tab:blue", label="ok: measured peak")
         pred = [t for t in ok if t.get("predicted_peak_bytes")]
         if pred:
             ax.scatter([t["predicted_peak_bytes"] / mib for t in pred],
-                       [t["step_time_s"] for t in pred], s=18, facecolors="none",
+                       [_ranked(t) for t in pred], s=18, facecolors="none",
                        edgecolors="tab:green", label="predicted peak at proposal")
-    y_oom = [t.get("predicted_step_time_s") or (np.median([o["step_time_s"] for o in ok])
-                                                 if ok else 1.0)
+    y_oom = [t.get("predicted_" + RANKED) or (np.median([_ranked(o) for o in ok])
+                                              if ok else 1.0)
              for t in trials if t["status"] == TrialStatus.OOM]
     if capacity_bytes:
         ax.axvline(capacity_bytes / mib, color="tab:red", linestyle="--",
@@ -80,8 +90,8 @@ def time_vs_memory(trials: list[dict], capacity_bytes: int | None) -> bytes:
         if y_oom:
             ax.scatter([capacity_bytes / mib] * len(y_oom), y_oom, marker=">", color="tab:red",
                        label="oom (peak > capacity; predicted step time)")
-    _finish(ax, "peak_mem_bytes per rank (MiB)", "step_time_s",
-            "Step time vs peak memory of every trial")
+    _finish(ax, "peak_mem_bytes per rank (MiB)", RANKED,
+            "The objective's time per step vs peak memory of every trial")
     return _png(fig)
 
 

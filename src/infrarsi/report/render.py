@@ -57,20 +57,23 @@ def trial_rows(data) -> list[list[str]]:
                             if str(base.get(k)) != str(v))
         rows.append(["run", str(t["seq"]), t["status"], changed or "-",
                      ", ".join(t["patches"]) or "-", _x(t["step_time_s"], "{:.4f}"),
-                     _x(t["predicted_step_time_s"], "{:.4f}"), _bytes(t["peak_mem_bytes"]),
+                     _x(t.get("ranked_time_per_step_s"), "{:.4f}"),
+                     _x(t["predicted_ranked_time_per_step_s"], "{:.4f}"),
+                     _bytes(t["peak_mem_bytes"]),
                      _bytes(t["predicted_peak_bytes"]), _x(t["predicted_p_oom"], "{:.2f}"),
                      _x(t["cost_s"], "{:.1f}"), (t["error"] or "")[:120]])
     for m in (data.apply.measurements if data.apply else []):
         verdict = "" if m.valid is None else ("checks passed" if m.valid else
                                               "; ".join(m.reasons)[:120])
         rows.append(["apply", f"r{m.round + 1} {m.label}", m.status, "-", "-",
-                     _x(m.step_time_s, "{:.4f}"), "-", _bytes(m.peak_mem_bytes), "-", "-",
+                     _x(m.step_time_s, "{:.4f}"), "-", "-", _bytes(m.peak_mem_bytes), "-", "-",
                      _x(m.cost_s, "{:.1f}"), verdict])
     return rows
 
 
-HEADER = ["stage", "#", "status", "knobs changed", "patches", "step_time_s", "predicted",
-          "peak", "predicted peak", "P(OOM)", "cost_s", "error / verdict"]
+HEADER = ["stage", "#", "status", "knobs changed", "patches", "step_time_s",
+          "ranked_time_per_step_s", "predicted ranked_time_per_step_s", "peak", "predicted peak",
+          "P(OOM)", "cost_s", "error / verdict"]
 
 
 def markdown_report(data, figure_dir: str) -> str:
