@@ -71,10 +71,13 @@ def test_the_audit_trail_holds_every_trial_of_the_search_and_of_apply(optimized)
     assert len(run_lines) == answer["trials"]
     applied = json.loads((run_dir / "apply.json").read_text())
     assert len(apply_lines) == len(applied["measurements"]) == 2 * applied["rounds"] + 1
+    for line in run_lines + apply_lines:  # each row is the trial's record, with its context
+        assert {"trial_id", "knobs", "patches", "patch_ids", "patch_sha256", "status", "cost_s",
+                "metrics", "commands", "ranked_time_per_step_s"} <= set(line)
+        assert set(line["patch_sha256"]) == set(line["patch_ids"])
     for line in run_lines:
-        assert {"knobs", "patches", "patch_sha256", "status", "cost_s", "predicted",
-                "proposed_by"} <= set(line)
-        assert set(line["patch_sha256"]) == set(line["patches"])
+        assert {"predicted", "proposed_by"} <= set(line)
+        assert set(line["predicted"]) == {"ranked_time_per_step_s", "p_oom", "peak_bytes"}
 
 
 def test_the_audit_holds_every_trial_of_every_stage_and_what_the_run_cost(optimized):

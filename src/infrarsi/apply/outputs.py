@@ -73,53 +73,57 @@ def launch_script(manifest, scale: str, knobs: dict, patches: list[str], headlin
     return "\n".join(lines) + "\n"
 
 
-def doctor_lines(doctor_trials: list[DoctorTrial]) -> list[dict]:
-    """The Doctor's trials (baseline runs, the profiled run, the calibration runs), each from
-    its own record: config, status, cost, metrics."""
-    out = []
-    for t in doctor_trials:
-        path = Path(t.trial_dir) / "record.json"
-        record = TrialRecord.load(path) if path.is_file() else None
-        out.append({
-            "stage": "doctor", "label": t.label, "trial_id": t.trial_id,
-            "knobs": record.knobs if record else None,
-            "patches": [p.id for p in record.patches] if record else [],
-            "status": t.status.value, "cost_s": record.cost_s if record else t.cost_s,
-            "error": record.error if record else None,
-            "metrics": record.metrics.model_dump(mode="json") if record and record.metrics
-            else None})
-    return out
+def audit_row(record: TrialRecord | dict | None, objective: str, **context) -> dict:
+    """One audit row: the trial's record as it was stored, serialised, with the context its
+    stage adds (``stage``, who proposed it, the predictions, Apply's verdict) and the two
+    figures a reader looks for first: the patch ids with their sha256, and what the search
+    ranks by (``ranked_time_per_step_s``, the objective's time per step)."""
+    if isinstance(record, TrialRecord):
+        record = record.model_dump(mode="json")
+    row = dict(record or {})
+    refs = row.get("patches", [])
+    row["patch_ids"] = [ref["id"] for ref in refs]
+    row["patch_sha256"] = {ref["id"]: ref["sha256"] for ref in refs}
+    row["ranked_time_per_step_s"] = _ranked(record, objective)
+    row.update({k: v for k, v in context.items() if v is not None or k not in row})
+    return row
+
+
+def _load(trial_dir: str | None) -> TrialRecord | None:
+    path = Path(trial_dir or "") / "record.json"
+    return TrialRecord.load(path) if trial_dir and path.is_file() else None
+
+
+def doctor_lines(doctor_trials: list[DoctorTrial], objective: str = "e2e_time") -> list[dict]:
+    """The Doctor's trials (baseline runs, the profiled run, the calibration runs), each its
+    own record."""
+    return [audit_row(_load(t.trial_dir), objective, stage="doctor", label=t.label,
+                      trial_id=t.trial_id, status=t.status.value, cost_s=t.cost_s)
+            for t in doctor_trials]
 
 
 def audit_lines(run: StoredRun, trials: list[StoredTrial], result: ApplyResult,
                 doctor_trials: list[DoctorTrial] = ()) -> list[dict]:
-    """Every trial of every stage — the Doctor's, the search's and Apply's: config, patch ids
-    and hashes, status, metrics, cost, failure reason, the stage that ran it and the model's
-    prediction that proposed it."""
-    out = doctor_lines(list(doctor_trials))
+    """Every trial of every stage — the Doctor's, the search's and Apply's — each its record
+    with its stage's context: config, patch ids and hashes, status, metrics, cost, failure
+    reason, who proposed it and what the models predicted, Apply's verdict."""
     objective = run.contract_json.get("objective", "e2e_time")
+    out = doctor_lines(list(doctor_trials), objective)
     for t in trials:
-        record = t.record_json or {}
-        out.append({
-            "stage": "run", "proposed_by": run.searcher, "seq": t.seq, "trial_id": t.trial_id,
-            "knobs": t.config_json["knobs"], "patches": t.config_json["patches"],
-            "patch_sha256": {p["id"]: p["sha256"] for p in record.get("patches", [])},
-            "status": t.status, "step_time_s": t.step_time_s, "peak_mem_bytes": t.peak_mem_bytes,
-            "cost_s": t.cost_s, "error": t.error,
-            "ranked_time_per_step_s": _ranked(record, objective),
-            "predicted": {"ranked_time_per_step_s": t.predicted_step_time_s,
-                          "p_oom": t.predicted_p_oom, "peak_bytes": t.predicted_peak_bytes},
-            "metrics": record.get("metrics")})
+        out.append(audit_row(
+            t.record_json, objective, stage="run", proposed_by=run.searcher, seq=t.seq,
+            trial_id=t.trial_id, knobs=t.config_json["knobs"], status=t.status.value,
+            cost_s=t.cost_s, error=t.error,
+            predicted={"ranked_time_per_step_s": t.predicted_step_time_s,
+                       "p_oom": t.predicted_p_oom, "peak_bytes": t.predicted_peak_bytes}))
     configs = {"baseline": (result.baseline["knobs"], [])}
     configs.update({c.label: (c.knobs, c.patches) for c in result.candidates})
     for m in result.measurements:
-        knobs, patches = configs[m.label]
-        out.append({"stage": "apply", "round": m.round, "label": m.label,
-                    "trial_id": m.trial_id, "knobs": knobs, "patches": patches,
-                    "status": m.status, "compared_s": m.compared_s,
-                    "step_time_s": m.step_time_s, "e2e_time_s": m.e2e_time_s,
-                    "peak_mem_bytes": m.peak_mem_bytes, "cost_s": m.cost_s,
-                    "valid": m.valid, "reasons": m.reasons, "flags": m.flags})
+        knobs, _ = configs[m.label]
+        out.append(audit_row(
+            _load(m.trial_dir), objective, stage="apply", round=m.round, label=m.label,
+            trial_id=m.trial_id, knobs=knobs, status=m.status, compared_s=m.compared_s,
+            cost_s=m.cost_s, valid=m.valid, reasons=m.reasons, flags=m.flags))
     return out
 
 
