@@ -117,12 +117,18 @@ def trial_row(table, manifest, fp, cell_id, repeat, phase, spec, subset, record)
     return row
 
 
+def table_path(out_dir: Path, name: str) -> Path:
+    """Where the table of the workload called ``name`` (the manifest's name, never a path the
+    user gave: a manifest path has slashes) is kept for this host."""
+    return Path(out_dir) / f"{name}-{fingerprint(machine_facts(os.cpu_count()))}.csv"
+
+
 def measure(workload: str, n_cells: int, repeats: int, n_validate: int, seed: int,
             out_dir: Path) -> Path:
     """Measure (or resume) the table of ``workload`` on this host; returns its path."""
     manifest = find(workload)
     fp = fingerprint(machine_facts(os.cpu_count()))
-    path = out_dir / f"{workload}-{fp}.csv"
+    path = table_path(out_dir, manifest.name)
     name = path.stem
     cores = os.cpu_count() or 1
     cells = design(manifest, n_cells, seed, cores)
@@ -234,8 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.drop_during:
         windows = [tuple(map(float, line.split()[:2]))
                    for line in args.drop_during.read_text().splitlines() if line.strip()]
-        fp = fingerprint(machine_facts(os.cpu_count()))
-        path = args.out / f"{args.workload}-{fp}.csv"
+        path = table_path(args.out, find(args.workload).name)
         if path.exists():
             print(f"dropped {drop_rows_during(path, windows)} rows measured while other work "
                   "ran", file=sys.stderr)
