@@ -110,3 +110,22 @@ def test_the_ground_floor_knows_no_stage_store_or_screen():
     climbing = {m: sorted(i for i in GRAPH[m] if i.startswith("infrarsi.") and _room(i) in upper)
                 for m in ground}
     assert {m: i for m, i in climbing.items() if i} == {}
+
+
+def test_the_benchmarks_import_one_another_without_a_cycle():
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    names = {p.stem for p in bench.glob("*.py")}
+    graph = {}
+    for path in bench.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name in names}
+            elif isinstance(node, ast.ImportFrom) and node.module in names:
+                found.add(node.module)
+        graph[path.stem] = found - {path.stem}
+
+    def reaches(start, goal, seen=()):
+        return any(n == goal or (n not in seen and reaches(n, goal, (*seen, n)))
+                   for n in graph[start])
+    assert [m for m in graph if reaches(m, m)] == []
