@@ -44,3 +44,14 @@ def cli_json(*args: str, cwd: Path | None = None) -> dict:
 def assert_no_leftovers(trial_id: str) -> None:
     """No process of the trial is still alive."""
     assert trial_processes(trial_id) == [], f"processes of {trial_id} survived"
+
+
+def optimize_json(manifest: Path, instruction: str, out: Path, *options: str) -> dict:
+    """Run ``infrarsi optimize MANIFEST INSTRUCTION --scale tiny --yes --json`` as a real
+    process in ``out``; its last line, parsed (the command must succeed)."""
+    result = subprocess.run([sys.executable, "-m", "infrarsi", "optimize", str(manifest),
+                             instruction, "--scale", "tiny", *options, "--yes", "--json",
+                             "--out", str(out / "rounds")],
+                            capture_output=True, text=True, timeout=1200, cwd=out)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

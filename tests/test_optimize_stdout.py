@@ -6,26 +6,19 @@ measured here with the full suite running beside it, batch_size 8 was promoted a
 [1.02, 1.96] over 5 rounds."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, optimize_json
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_faster_split_of_a_script_that_prints_one_micro_batch_loss_passes_every_check(
         tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "infrarsi", "optimize",
-         str(FIXTURES / "microbatch-lm" / "workload.yaml"), "cut time-to-train, loss within 1%",
-         "--scale", "tiny", "--budget", "4", "--top", "2", "--verify-rounds", "3",
-         "--doctor-repeats", "2", "--yes", "--json", "--out", str(tmp_path / "rounds")],
-        capture_output=True, text=True, timeout=1200, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    answer = optimize_json(FIXTURES / "microbatch-lm" / "workload.yaml",
+                           "cut time-to-train, loss within 1%", tmp_path, "--budget", "4",
+                           "--top", "2", "--verify-rounds", "3", "--doctor-repeats", "2")
     applied = json.loads(open(f"{answer['run_dir']}/apply.json").read())
     splits = [c for c in applied["candidates"] if c["knobs"]["batch_size"] != 2]
     assert splits, applied["candidates"]  # the search handed Apply another split

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch
-
 from infrarsi.contract import Equivalence
 from infrarsi.trial import TrialRecord, TrialStatus, prepare, run_trial
 from infrarsi.verify import loss_drift
+from infrarsi.verify.evidence import held_out_share, load_params, weight_distance
 from infrarsi.workloads import change_kinds
 from infrarsi.workloads import knobs as knob_rules
 from infrarsi.workloads.manifest import Manifest
@@ -70,15 +69,10 @@ def bf16_variant(manifest: Manifest, scale: str) -> dict | None:
 def distances(baseline: TrialRecord, other: TrialRecord) -> tuple[float, float]:
     """(weight, held-out) distance of ``other`` from ``baseline``, as shares of what the
     baseline learned — the quantities ``verify.evidence`` bounds."""
-    load = lambda p: torch.load(p, map_location="cpu", weights_only=True)  # noqa: E731
-    wb, w0 = load(baseline.evaluation.final_weights), load(baseline.evaluation.initial_weights)
-    wo = load(other.evaluation.final_weights)
-    names = [n for n in wb if n not in set(baseline.evaluation.inert_params)]
-    norm = lambda ts: float(torch.sqrt(sum((t.double() ** 2).sum() for t in ts)))  # noqa: E731
-    weight = norm(wo[n] - wb[n] for n in names) / max(norm(wb[n] - w0[n] for n in names), 1e-12)
-    eb, e0 = baseline.evaluation.eval_loss, baseline.evaluation.initial_eval_loss
-    held_out = abs(other.evaluation.eval_loss - eb) / max(e0 - eb, 1e-12)
-    return weight, held_out
+    b, o = baseline.evaluation, other.evaluation
+    weight = weight_distance(load_params(b.final_weights), load_params(o.final_weights),
+                             load_params(b.initial_weights), set(b.inert_params))
+    return weight, held_out_share(b.eval_loss, o.eval_loss, b.initial_eval_loss)
 
 
 def _has_evidence(record: TrialRecord) -> bool:

@@ -64,12 +64,13 @@ def evaluate(spec: "TrialSpec", trial_dir: Path, workspace: Path) -> Evaluation 
     if "final" not in found:
         return Evaluation(error=f"the workload wrote no final parameters at "
                           f"{how.final_weights}", cost_s=time.monotonic() - t0)
-    saved = {name: sha256_file(path) for name, path in found.items()}  # as training left them
+    remaps = bool(spec.patches)  # a patch's code maps the parameters: watch what it touches
+    saved = {name: sha256_file(path) for name, path in found.items()} if remaps else {}
     try:
         t_remap = time.monotonic()
         ref = _to_reference(spec, found, trial_dir, workspace)
-        remap_s = time.monotonic() - t_remap if spec.patches else 0.0
-        changed = [name for name, path in found.items() if sha256_file(path) != saved[name]]
+        remap_s = time.monotonic() - t_remap if remaps else 0.0
+        changed = [name for name, path in saved.items() if sha256_file(found[name]) != saved[name]]
         if changed:
             raise RuntimeError(f"the saved {' and '.join(changed)} parameters changed after the "
                                "training ended (while the patch's mapping ran)")
@@ -82,7 +83,7 @@ def evaluate(spec: "TrialSpec", trial_dir: Path, workspace: Path) -> Evaluation 
         final_sha256=sha256_file(ref["final"]), eval_loss=result.get("eval_loss"),
         initial_eval_loss=result.get("initial_eval_loss"),
         layout_problems=result.get("layout_problems", []),
-        inert_params=result.get("inert_params", []), remapped=bool(spec.patches),
+        inert_params=result.get("inert_params", []), remapped=remaps,
         remap_s=remap_s,
         cost_s=time.monotonic() - t0)
 

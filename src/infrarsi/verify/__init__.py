@@ -20,7 +20,7 @@ from infrarsi.trial.patching import matches
 from infrarsi.trial.record import TrialRecord, TrialStatus
 from infrarsi.trial.watch import POLL_S
 from infrarsi.verify import evidence
-from infrarsi.workloads import change_kinds, precision_of
+from infrarsi.workloads import Manifest, change_kinds, precision_of
 
 # The harness times each line on arrival (its reader thread may be scheduled a little late on a
 # loaded machine); the loop does a little work outside its measured steps (a print,
@@ -66,8 +66,9 @@ def verify(contract: Contract, baseline: TrialRecord, candidate: TrialRecord) ->
                        flags)
     if baseline.status is not TrialStatus.OK:
         return Verdict(False, [f"the baseline ended {baseline.status.value}"], flags)
-    case = _Case(contract, baseline, candidate, _involves_bf16(contract, baseline, candidate),
-                 _kinds(contract, baseline, candidate))
+    manifest = _manifest(contract)
+    case = _Case(contract, baseline, candidate, _involves_bf16(manifest, baseline, candidate),
+                 _kinds(manifest, baseline, candidate))
     reasons = []
     for check in (_contract_hash, _workload, _locked, _patch_paths, _loss, _memory,
                   _memory_outside_ranks, _timing, _outside_steps):
@@ -77,22 +78,29 @@ def verify(contract: Contract, baseline: TrialRecord, candidate: TrialRecord) ->
                    found.not_checked)
 
 
-def _involves_bf16(contract: Contract, baseline: TrialRecord, cand: TrialRecord) -> bool:
+# Where the contract's workload cannot be loaded: the reference workloads' knob names.
+FALLBACK_KINDS = {"micro_batch": "split", "nproc": "ranks", "precision": "precision"}
+
+
+def _manifest(contract: Contract) -> Manifest | None:
     try:
-        manifest = contract.manifest()
+        return contract.manifest()
     except ContractError:
+        return None
+
+
+def _involves_bf16(manifest: Manifest | None, baseline: TrialRecord, cand: TrialRecord) -> bool:
+    if manifest is None:
         return any(r.knobs.get("precision") == "bf16" for r in (baseline, cand))
     return "bf16" in {precision_of(manifest, r.knobs) for r in (baseline, cand)}
 
 
-def _kinds(contract: Contract, baseline: TrialRecord, cand: TrialRecord) -> frozenset[str]:
+def _kinds(manifest: Manifest | None, baseline: TrialRecord, cand: TrialRecord) -> frozenset[str]:
     """The kinds of change the candidate makes (split, ranks, precision): it is judged by the
     noise floors of these, and of no other."""
-    try:
-        manifest = contract.manifest()
-    except ContractError:
-        return frozenset(k for k in ("micro_batch", "nproc", "precision")
-                         if baseline.knobs.get(k) != cand.knobs.get(k))
+    if manifest is None:
+        return frozenset(kind for knob, kind in FALLBACK_KINDS.items()
+                         if baseline.knobs.get(knob) != cand.knobs.get(knob))
     return change_kinds(manifest, baseline.knobs, cand.knobs)
 
 

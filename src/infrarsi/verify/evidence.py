@@ -69,8 +69,22 @@ def _hint(contract: Contract, kinds: frozenset[str]) -> str:
             f"of {', '.join(missing)}; run doctor to calibrate it]")
 
 
-def _load(path: str | None) -> dict[str, torch.Tensor] | None:
+def load_params(path: str | None) -> dict[str, torch.Tensor] | None:
+    """Parameters (name -> tensor) saved at ``path``; None for no path."""
     return torch.load(path, map_location="cpu", weights_only=True) if path else None
+
+
+def weight_distance(wb: dict, wc: dict, w0: dict, inert: set[str] = frozenset()) -> float:
+    """``|W_c - W_b| / |W_b - W_0|`` over the parameters that are not inert: how far the
+    candidate's final parameters are from the baseline's, as a share of what it learned."""
+    names = [n for n in wb if n not in inert]
+    return _norm(wc[n] - wb[n] for n in names) / max(_norm(wb[n] - w0[n] for n in names), 1e-12)
+
+
+def held_out_share(eb: float, ec: float, e0: float) -> float:
+    """``|E_c - E_b| / (E_0 - E_b)``: the held-out loss difference as a share of the
+    baseline's held-out improvement."""
+    return abs(ec - eb) / max(e0 - eb, 1e-12)
 
 
 def _norm(tensors) -> float:
@@ -79,8 +93,9 @@ def _norm(tensors) -> float:
 
 def _weights(found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: float,
              hint: str = "") -> None:
-    wb, wc = _load(baseline.evaluation.final_weights), _load(cand.evaluation.final_weights)
-    w0, c0 = _load(baseline.evaluation.initial_weights), _load(cand.evaluation.initial_weights)
+    b, c = baseline.evaluation, cand.evaluation
+    wb, wc = load_params(b.final_weights), load_params(c.final_weights)
+    w0, c0 = load_params(b.initial_weights), load_params(c.initial_weights)
     if set(wb) != set(wc):
         found.reasons.append(f"the parameters differ from the baseline's: "
                              f"{sorted(set(wb) ^ set(wc))[:6]}")
@@ -101,9 +116,7 @@ def _weights(found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: flo
             found.reasons.append(f"the initial parameters differ from the baseline's by {start:.1e}"
                                  " (relative): another seed or initialisation")
     inert = set(baseline.evaluation.inert_params)
-    names = [n for n in wb if n not in inert]
-    learned = _norm(wb[n] - w0[n] for n in names)
-    distance = _norm(wc[n] - wb[n] for n in names) / max(learned, 1e-12)
+    distance = weight_distance(wb, wc, w0, inert)
     if distance > tol:
         found.reasons.append(f"final parameters differ from the baseline's by {distance:.2e} of "
                              f"what the baseline learned (tolerance {tol:.1e}): the candidate "
@@ -138,7 +151,7 @@ def _held_out(found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: fl
         found.not_checked.append("held-out loss relative to what was learned: no initial "
                                  "evaluation, or the baseline did not improve it")
         return
-    share = abs(ec - eb) / (e0 - eb)
+    share = held_out_share(eb, ec, e0)
     if share > tol:
         found.reasons.append(f"held-out loss differs by {share:.2e} of the baseline's held-out "
                              f"improvement (tolerance {tol:.1e}): it learned something else"
