@@ -13,6 +13,15 @@ cap on cells nearest a capacity C where ~30% of cells are OOM.
 
 The table is ``bench/data/<workload>-<fingerprint>.csv``; a run resumes where it stopped while
 the host's fingerprint is the same, and a new host writes a new table beside the old one.
+
+``--factor KNOB=V1,V2`` (repeatable) and ``--patch-sets SET;SET`` measure a *full factorial*
+instead: every combination of the factors' values (other knobs at their defaults, derived ones
+derived) times every patch set, each cell at least ``--repeats`` times, into
+``<workload>-full-<fingerprint>.csv`` — a table whose every cell a searcher may ask for:
+
+    .venv/bin/python bench/make_table.py dense-1node --factor nproc=1,2 \
+        --factor micro_batch=1,2,4 --factor precision=fp32,bf16 \
+        --factor activation_checkpointing=false,true --patch-sets ";sdpa_attention" --repeats 5
 """
 
 from __future__ import annotations
@@ -78,6 +87,48 @@ def design(manifest, n_cells: int, seed: int, cores: int) -> list[tuple[dict, tu
     return cells
 
 
+def full_factorial(manifest, factors: dict[str, list], patch_sets: list[tuple]
+                   ) -> list[tuple[dict, tuple]]:
+    """Every combination of the factors' values times every patch set, baseline first; a
+    combination the manifest's constraints refuse is left out (said on stderr)."""
+    import itertools
+    base = knobs.resolve(manifest, SCALE, {})
+    cells, seen = [({}, ())], {_key(base, ())}
+    names = list(factors)
+    for values in itertools.product(*(factors[n] for n in names)):
+        overrides = {n: v for n, v in zip(names, values) if v != base.get(n)}
+        for subset in patch_sets:
+            try:
+                resolved = knobs.resolve(manifest, SCALE, overrides)
+            except AssignmentError as exc:
+                print(f"  left out {overrides} {subset}: {exc}", file=sys.stderr)
+                continue
+            if _key(resolved, subset) not in seen:
+                seen.add(_key(resolved, subset))
+                cells.append((overrides, subset))
+    return cells
+
+
+def parse_factor(manifest, text: str) -> tuple[str, list]:
+    """``KNOB=V1,V2`` as the knob's name and its typed values (ValueError naming the fix)."""
+    name, _, values = text.partition("=")
+    knob = manifest.knob(name.strip())  # KeyError names the knob
+    out = []
+    for raw in values.split(","):
+        raw = raw.strip()
+        if knob.type == "bool":
+            out.append(raw.lower() in ("1", "true", "yes", "on"))
+        elif knob.type == "int":
+            out.append(int(raw))
+        elif knob.type == "float":
+            out.append(float(raw))
+        else:
+            out.append(raw)
+    if not out:
+        raise ValueError(f"--factor {text!r}: give KNOB=V1,V2")
+    return knob.name, out
+
+
 def _key(resolved: dict, subset: tuple) -> tuple:
     return tuple(sorted(resolved.items())), tuple(sorted(subset))
 
@@ -99,7 +150,8 @@ def trial_row(table, manifest, fp, cell_id, repeat, phase, spec, subset, record)
     """One CSV row from a trial record."""
     m = record.metrics
     peaks = [b for b in (m.peak_mem_bytes if m else []) if b is not None]
-    row = {"table": table, "workload": manifest.name, "scale": SCALE, "fingerprint": fp,
+    row = {"table": table, "design": "full_factorial" if "-full-" in table else "sampled",
+           "workload": manifest.name, "scale": SCALE, "fingerprint": fp,
            "cell": cell_id, "repeat": repeat, "phase": phase, "patches": "+".join(sorted(subset)),
            "status": record.status.value, "cost_s": round(record.cost_s, 3),
            "analytic_peak_bytes": analytic_peak_bytes(manifest, spec.knobs),
@@ -117,21 +169,25 @@ def trial_row(table, manifest, fp, cell_id, repeat, phase, spec, subset, record)
     return row
 
 
-def table_path(out_dir: Path, name: str) -> Path:
+def table_path(out_dir: Path, name: str, full: bool = False) -> Path:
     """Where the table of the workload called ``name`` (the manifest's name, never a path the
     user gave: a manifest path has slashes) is kept for this host."""
-    return Path(out_dir) / f"{name}-{fingerprint(machine_facts(os.cpu_count()))}.csv"
+    kind = "-full" if full else ""
+    return Path(out_dir) / f"{name}{kind}-{fingerprint(machine_facts(os.cpu_count()))}.csv"
 
 
 def measure(workload: str, n_cells: int, repeats: int, n_validate: int, seed: int,
-            out_dir: Path) -> Path:
-    """Measure (or resume) the table of ``workload`` on this host; returns its path."""
+            out_dir: Path, factors: dict | None = None,
+            patch_sets: list[tuple] | None = None) -> Path:
+    """Measure (or resume) the table of ``workload`` on this host; returns its path. With
+    ``factors`` the design is their full factorial times ``patch_sets``."""
     manifest = find(workload)
     fp = fingerprint(machine_facts(os.cpu_count()))
-    path = table_path(out_dir, manifest.name)
+    path = table_path(out_dir, manifest.name, full=bool(factors))
     name = path.stem
     cores = os.cpu_count() or 1
-    cells = design(manifest, n_cells, seed, cores)
+    cells = full_factorial(manifest, factors, patch_sets or [()]) if factors else \
+        design(manifest, n_cells, seed, cores)
     done = {(r["cell"], r["repeat"], r["phase"]) for r in tables.read_rows(path)} \
         if path.exists() else set()
     plan = [(c, r) for c in range(len(cells)) for r in range(repeats)]
@@ -233,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--validate", type=int, default=16, help="capped replay-rule checks")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=tables.DATA)
+    parser.add_argument("--factor", action="append", default=[],
+                        help="KNOB=V1,V2: measure the full factorial of these factors")
+    parser.add_argument("--patch-sets", default="",
+                        help="with --factor: patch sets separated by ';', each a '+'-joined "
+                             "list of catalog ids ('' is no patch), e.g. ';sdpa_attention'")
     parser.add_argument("--drop-during", type=Path, help="a log of windows (START END ...) "
                         "when other work ran: their rows are measured again")
     args = parser.parse_args(argv)
@@ -244,7 +305,14 @@ def main(argv: list[str] | None = None) -> int:
         if path.exists():
             print(f"dropped {drop_rows_during(path, windows)} rows measured while other work "
                   "ran", file=sys.stderr)
-    path = measure(args.workload, args.cells, args.repeats, args.validate, args.seed, args.out)
+    manifest = find(args.workload)
+    factors = dict(parse_factor(manifest, f) for f in args.factor)
+    patch_sets = [tuple(p for p in s.split("+") if p) for s in args.patch_sets.split(";")]
+    for subset in patch_sets:
+        for pid in subset:
+            manifest.patch(pid)  # KeyError names an unknown patch before anything runs
+    path = measure(args.workload, args.cells, args.repeats, args.validate, args.seed, args.out,
+                   factors, patch_sets)
     print(path)
     return 0
 

@@ -42,7 +42,7 @@ import tables  # noqa: E402
 from models import config_of, offsets, space_of  # noqa: E402
 from infrarsi.run import searchers as registry  # noqa: E402
 from infrarsi.run.problem import MemorySavers, Outcome, Problem  # noqa: E402
-from infrarsi.run.problem_build import run_to_run_var, savers, speed_prior  # noqa: E402
+from infrarsi.run.problem_build import patch_speeds, run_to_run_var, savers  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "searchers.json"
 BUDGETS = (5, 10, 15, 20, 30, 40, 50, 60)
@@ -63,7 +63,7 @@ def problem_of(table: tables.Table, capacity: float) -> tuple[Problem, dict]:
     known = manifest is not None
     problem = Problem(configs, space_of(table), config_of(table.cells[table.baseline]),
                       capacity_bytes=capacity, analytic_log_peak=analytic,
-                      prior_log_speed=speed_prior(manifest) if known else None,
+                      patch_log_speed=patch_speeds(manifest) if known else {},
                       savers=savers(manifest) if known else MemorySavers(),
                       noise_var_log=run_to_run_var(tables.noise_cv(table)))
     return problem, by_config

@@ -21,7 +21,8 @@ COLUMNS = ["table", "workload", "scale", "fingerprint", "cell", "repeat", "phase
            "status", "step_time_s", "harness_step_time_s", "step_time_cv", "e2e_time_s",
            "startup_time_s", "cost_s", "peak_mem_bytes_max", "peak_mem_bytes_ranks",
            "analytic_peak_bytes", "patch_mem_ratio", "mem_cap_bytes", "ranks", "trial_id",
-           "started_unix_s", "error"]
+           "started_unix_s", "error", "design"]
+DESIGNS = ("full_factorial", "sampled")  # every cell of a space measured, or a random sample
 KNOB_PREFIX = "k_"
 
 
@@ -74,6 +75,7 @@ class Table:
     validation: list[dict]
     baseline: str = "c000"
     margin: float = 1.0
+    design: str = "sampled"
 
     def feasible(self, capacity: float | None = None) -> list[Cell]:
         """Cells that ran ``ok`` and, at ``capacity``, fit by the replay rule."""
@@ -126,8 +128,10 @@ def load(path: Path) -> Table:
     margin = replay_margin(cells, validation)
     for cell in cells.values():  # what a capacity must hold: the peak less what is reclaimable
         cell.peak_mem_bytes = [p / margin for p in cell.peak_mem_bytes]
+    design = first.get("design") or "sampled"  # tables measured before the column: sampled
     return Table(Path(path).stem, first.get("workload", Path(path).stem),
-                 first.get("fingerprint", ""), knob_names, cells, validation, baseline, margin)
+                 first.get("fingerprint", ""), knob_names, cells, validation, baseline, margin,
+                 design if design in DESIGNS else "sampled")
 
 
 def replay_margin(cells: dict[str, Cell], validation: list[dict]) -> float:

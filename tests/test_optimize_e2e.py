@@ -70,7 +70,8 @@ def test_the_audit_trail_holds_every_trial_of_the_search_and_of_apply(optimized)
     apply_lines = [line for line in lines if line["stage"] == "apply"]
     assert len(run_lines) == answer["trials"]
     applied = json.loads((run_dir / "apply.json").read_text())
-    assert len(apply_lines) == len(applied["measurements"]) == 2 * applied["rounds"] + 1
+    # Apply may end before its last round once the candidate cannot be promoted any more
+    assert len(apply_lines) == len(applied["measurements"]) <= 2 * applied["rounds"] + 1
     for line in run_lines + apply_lines:  # each row is the trial's record, with its context
         assert {"trial_id", "knobs", "patches", "patch_ids", "patch_sha256", "status", "cost_s",
                 "metrics", "commands", "ranked_time_per_step_s"} <= set(line)

@@ -136,14 +136,13 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
     result = RoundResult(
         round=r, run_dir=str(round_dir / "run"), contract_hash=contract.contract_hash,
         trials=found.trials, oom_trials=found.oom_trials,
-        search_cost_s=written["summary"]["search_cost_s"],
+        search_cost_s=written.summary.search_cost_s,
         promoted=winner is not None,
         winner={"knobs": winner.knobs, "patches": winner.patches, "speedup": winner.speedup,
                 "ci_low": winner.ci_low, "ci_high": winner.ci_high} if winner else None,
-        decision=applied.decision, report_html=written["html"], report_md=written["markdown"])
-    base = written["summary"]["baseline"]
-    return result, {"step_time_s": base["step_time_s"], "mfu_pct": base["mfu_pct"],
-                    "knobs": base["knobs"], "tokens_per_s": base["tokens_per_s"]}
+        decision=applied.decision, report_html=written.html, report_md=written.markdown)
+    base = written.summary.baseline
+    return result, base.model_dump(include={"step_time_s", "mfu_pct", "knobs", "tokens_per_s"})
 
 
 def _summary(out_dir: Path, done: list[RoundResult], baseline: dict | None,

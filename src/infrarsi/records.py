@@ -1,5 +1,6 @@
-"""Typed records the stages hand each other: the Doctor's report (``doctor.json``), what Apply
-measured and decided (``apply.json``), which Run, Report and ``optimize`` read. A stage never
+"""Typed records the stages hand each other: the Doctor's report (``doctor.json``), Run's result
+with its ranking, what Apply measured and decided (``apply.json``), the Report's files and
+headline, which Run, Apply, Report and ``optimize`` read. A stage never
 imports another stage; it reads these. Stored records carry a schema version and are written
 and read through one ``to_json`` / ``from_json`` pair."""
 
@@ -58,6 +59,9 @@ class DoctorTrial(_Frozen):
     status: TrialStatus
     trial_dir: str
     cost_s: float = 0.0
+    knobs: dict = Field({}, description="the knob assignment it ran")
+    ranked_time_per_step_s: float | None = Field(None, description="the objective's time per "
+                                                 "step (objective.ranked_step_time_s)")
 
 
 class DoctorReport(_Frozen):
@@ -158,7 +162,7 @@ class Measurement(BaseModel):
     label: str = Field(description="baseline, or the candidate's label (c1, c2, ...)")
     trial_id: str
     trial_dir: str = Field("", description="the trial's folder: its record.json and logs")
-    status: str
+    status: TrialStatus
     compared_s: float | None = Field(None, description="the time compared (see "
                                      "ApplyResult.compared)")
     step_time_s: float | None = None
@@ -229,3 +233,58 @@ class ApplyResult(BaseModel):
     def load(cls, run_dir: Path) -> "ApplyResult":
         """Read ``apply.json`` of a run directory (FileNotFoundError when Apply did not run)."""
         return cls.model_validate_json((Path(run_dir) / APPLY_FILE).read_text())
+
+
+class ReportSide(_Frozen):
+    """The baseline or the winner as the report's headline shows it (medians of Apply's
+    rounds)."""
+    knobs: dict
+    step_time_s: float | None = None
+    tokens_per_s: float | None = None
+    peak_mem_bytes: float | None = None
+    mfu_pct: float | None = None
+
+
+class ReportWinner(ReportSide):
+    """The promoted candidate: its speed-up and interval, rounds, and what it changes, why."""
+    patches: list[str]
+    speedup: float | None
+    ci_low: float | None
+    ci_high: float | None
+    rounds: int
+    changes: list[str] = Field(description="each change with why (patch title, finding)")
+
+
+class ReportSummary(_Frozen):
+    """The headline of a run's report: what was searched, what it cost, what was promoted."""
+    workload: str
+    scale: str
+    run_id: str
+    searcher: str
+    trials: int
+    oom_trials: int
+    search_cost_s: float
+    capacity_bytes: int | None
+    applied: bool
+    compared: str | None
+    promoted: bool
+    decision: str
+    baseline: ReportSide
+    winner: ReportWinner | None = None
+
+
+class Report(_Frozen):
+    """What the Report stage wrote: its two documents, its figures and the headline."""
+    markdown: str = Field(description="path of report.md")
+    html: str = Field(description="path of the self-contained report.html")
+    figures: list[str] = Field([], description="paths of the figures (PNG) beside report.md")
+    summary: ReportSummary
+
+    def to_json(self) -> str:
+        """The record as JSON."""
+        return self.model_dump_json(indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Report":
+        """A record written by ``to_json``."""
+        return cls.model_validate_json(text)

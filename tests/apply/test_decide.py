@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from infrarsi.apply import judge
+from infrarsi.apply import decide
 from infrarsi.apply.decide import Choice, Interval, interval, promote, round_ratios, rounds_needed
 from infrarsi.doctor import noise
 from infrarsi.records import CandidateResult, Measurement
@@ -146,3 +147,23 @@ def test_replayed_a_a_is_not_promoted_and_a_real_gain_is(path):
     assert promoted_aa <= 1, f"A/A promoted in {promoted_aa} of 20 seeds (cv {cv:.3f})"
     assert promoted_gain >= 12, f"a 1.3x gain promoted in only {promoted_gain} of 20 seeds"
     assert math.isfinite(cv)
+
+
+def test_a_candidate_wholly_below_the_baseline_is_futile_and_a_close_one_is_not():
+    slow = [0.70, 0.72, 0.69]
+    assert decide.futile(slow, 0.95, comparisons=3, looks=10)
+    assert not decide.futile([0.98, 1.01, 0.99], 0.95, comparisons=3, looks=10)
+    assert not decide.futile([0.5], 0.95, comparisons=1, looks=10)  # one round says nothing
+    # more looks demand more evidence before a drop: a borderline case survives many looks
+    borderline = [0.90, 0.93, 0.91]
+    assert decide.futile(borderline, 0.95, 1, looks=1)
+    assert not decide.futile(borderline, 0.95, 3, looks=10)
+
+
+def test_futility_never_drops_an_a_a_candidate_more_often_than_the_confidence_allows():
+    rng = np.random.default_rng(0)
+    drops = 0
+    for _ in range(400):
+        ratios = list(np.exp(rng.normal(0.0, 0.1, size=10)))
+        drops += any(decide.futile(ratios[:n], 0.95, 1, looks=10) for n in range(2, 11))
+    assert drops / 400 <= 0.05

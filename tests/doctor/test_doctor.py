@@ -9,6 +9,7 @@ import pytest
 
 from conftest import run_cli
 from infrarsi.doctor import run_doctor
+from infrarsi.executors import LocalExecutor
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
 from infrarsi.workloads import find, reference_names
@@ -44,6 +45,18 @@ def test_doctor_json_on_each_workload(tmp_path, name):
     assert "calibrated: true" in frozen
 
 
+class _Recording(LocalExecutor):
+    """A local executor that keeps the requests it was given."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.requests = []
+
+    def submit(self, request):
+        self.requests.append(request)
+        return super().submit(request)
+
+
 def _burner():
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
 
@@ -53,7 +66,12 @@ def test_a_noisy_machine_raises_the_minimum_detectable_effect(tmp_path, dense):
     # tiny scale is mostly start-up, noisy even on a quiet machine)
     contract = make_contract(dense, "tiny", "maximise throughput",
                              read_instruction("maximise throughput", workload_files(dense)))
-    quiet = run_doctor(contract, 4, tmp_path / "quiet", calibrate_tolerances=False)
+    executor = _Recording(tmp_path / "quiet")
+    quiet = run_doctor(contract, 4, tmp_path / "quiet", calibrate_tolerances=False,
+                       executor=executor)
+    # every Doctor trial (4 baseline runs, the profiled run) went through the executor given
+    assert len(executor.requests) == 5 == len(quiet.trials)
+    assert [r.extra_env for r in executor.requests][-1].get("INFRARSI_PROFILE_STEP")
     burners = []
 
     def noisy_half(i):

@@ -136,3 +136,58 @@ def test_infrarsi_firms_up_its_top_configs_once_exploring_is_expected_to_gain_no
                       else Outcome("ok", step_time_s=step, peak_bytes=peak, cost_s=5.0))
     assert firmed >= 5, "the toy problem is solved well within 40 trials"
     assert max(sum(c == h for h, _ in searcher.history) for c in p.candidates) <= mod.FIRM_MAX
+
+
+def _precision_problem(measured):
+    """A space with a precision knob; ``measured``: the Doctor's log ratio for bf16 (or None)."""
+    configs = [Config.of({"micro_batch": mb, "threads": t, "precision": pr}, p)
+               for mb, t, pr in itertools.product([1, 2, 4], [1, 2], ["fp32", "bf16"])
+               for p in ([], ["fast"])]
+    space = Space.from_levels({"micro_batch": [1, 2, 4], "threads": [1, 2],
+                               "precision": ["fp32", "bf16"]}, ["fast"])
+    prior = None if measured is None else (lambda cs: np.array(  # noqa: E731
+        [measured if c.knob_dict["precision"] == "bf16" else 0.0 for c in cs]))
+    return Problem(configs, space, configs[0], patch_log_speed={"fast": math.log(0.8)},
+                   measured_log_speed=prior)
+
+
+def _precision_truth(config):
+    k = config.knob_dict
+    step = 1.0 / (1 + 0.2 * math.log2(k["micro_batch"])) / (1 + 0.3 * (k["threads"] - 1))
+    return step * (100.0 if k["precision"] == "bf16" else 1.0) * \
+        (0.8 if "fast" in config.patches else 1.0)
+
+
+def _ask_tell(searcher, n, truth_s):
+    asked = []
+    for _ in range(n):
+        config = searcher.ask()
+        if config is None:
+            break
+        searcher.tell(config, Outcome("ok", step_time_s=truth_s(config), peak_bytes=1e9,
+                                      cost_s=truth_s(config) * 10))
+        asked.append(config)
+    return asked
+
+
+def test_a_precision_the_doctor_measured_slow_is_not_proposed_before_the_fast_ones():
+    searcher = InfraRSISearcher(_precision_problem(math.log(100.0)), seed=0)
+    asked = _ask_tell(searcher, 10, _precision_truth)
+    assert not [c for c in asked if c.knob_dict["precision"] == "bf16"], \
+        [c.describe() for c in asked]
+
+
+@pytest.mark.parametrize("claim, true_ratio, kept", [(0.5, 1.3, False), (0.8, 0.8, True)])
+def test_a_patch_prior_fades_once_its_own_trials_contradict_it(claim, true_ratio, kept):
+    p = _precision_problem(math.log(100.0))
+    p = Problem(p.candidates, p.space, p.baseline, patch_log_speed={"fast": math.log(claim)},
+                measured_log_speed=p.measured_log_speed)
+
+    def truth_s(config):
+        base = _precision_truth(config) / (0.8 if "fast" in config.patches else 1.0)
+        return base * (true_ratio if "fast" in config.patches else 1.0)
+    searcher = InfraRSISearcher(p, seed=0)
+    asked = _ask_tell(searcher, 14, truth_s)
+    assert sum("fast" in c.patches for c in asked) >= 2
+    searcher.recommend()  # refits on every trial
+    assert searcher.patch_weights["fast"] == (1.0 if kept else 0.0)

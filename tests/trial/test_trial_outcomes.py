@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 
 def _run(manifest, tmp_path, **knobs_and_options):
-    options = {k: knobs_and_options.pop(k) for k in ("mem_cap_bytes", "timeout_s")
+    options = {k: knobs_and_options.pop(k) for k in ("mem_cap_bytes", "timeout_s", "slow_after_s")
                if k in knobs_and_options}
     record = run_trial(prepare(manifest, "tiny", knobs_and_options, **options), tmp_path)
     assert_no_leftovers(record.trial_id)
@@ -25,6 +25,13 @@ def test_hang_ends_timeout(toy, tmp_path):
     assert record.status is TrialStatus.TIMEOUT
     assert "no exit after 8 s" in record.error
     assert record.metrics is None and 8 <= record.cost_s < 30
+
+
+def test_a_trial_past_the_search_bound_is_cut_short_as_slow_and_costs_what_it_ran(toy, tmp_path):
+    record = _run(toy, tmp_path, mode="hang", timeout_s=120, slow_after_s=4)
+    assert record.status is TrialStatus.SLOW and record.slow_after_s == 4
+    assert "cut short after 4.0 s" in record.error
+    assert record.metrics is None and 4 <= record.cost_s < 30  # not its 120 s timeout
 
 
 def test_crash_ends_crash_with_the_error_tail(toy, tmp_path):

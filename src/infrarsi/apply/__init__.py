@@ -112,7 +112,7 @@ def apply_run(run_dir: Path, top_k: int = 3, executor: Executor | None = None,
     measurements = []
     if candidates:
         measurements = Rounds(contract, run_dir, executor or LocalExecutor(run_dir), candidates,
-                              baseline_knobs, on_event).run(n_rounds)
+                              baseline_knobs, on_event).run(n_rounds, contract.noise.confidence)
     judged, promoted, decision = judge(candidates, measurements, n_rounds,
                                        contract.noise.confidence, seed)
     result = ApplyResult(

@@ -25,7 +25,10 @@ METHOD = ("per round, ratio = geometric mean of the baselines before and after /
           "interval of the geometric-mean ratio over rounds: the wider of the expanded "
           "percentile bootstrap and Student's t on log ratios, at the contract's confidence, "
           "Bonferroni-corrected for the candidates compared; promote the fastest candidate "
-          "whose lower bound is above 1 and which passed every check in every round")
+          "whose lower bound is above 1 and which passed every check in every round; after each "
+          "round, drop a candidate that failed a check or whose interval (at the confidence "
+          "Bonferroni-corrected also for one look per round) lies wholly below 1, and end "
+          "when none is left")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,19 @@ def _expanded_percentile(x: np.ndarray, alpha: float, t: float, seed: int,
     widened = 2 * stats.norm.cdf(-math.sqrt(n / (n - 1)) * t)  # Hesterberg's expanded level
     lo, hi = np.quantile(means, [widened / 2, 1 - widened / 2])
     return float(lo), float(hi)
+
+
+def futile(ratios: list[float], confidence: float, comparisons: int, looks: int) -> bool:
+    """Whether a candidate can no longer be promoted: its interval after these rounds lies
+    wholly below 1 (promotion needs a lower bound above 1). Each look is taken at the level
+    ``1 - (1 - confidence) / looks`` (Bonferroni over the looks and, as in ``interval``, over
+    the candidates), so the chance of dropping a candidate that is in truth at least as fast as
+    the baseline, over all the looks of a run, stays below ``1 - confidence``."""
+    if len(ratios) < 2:
+        return False
+    level = 1 - (1 - confidence) / max(1, looks)
+    high = interval(ratios, level, comparisons).high
+    return high is not None and high < 1
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
+from infrarsi.apply.decide import futile, round_ratios
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, TrialRequest
 from infrarsi.objective import compared_time
@@ -42,23 +43,60 @@ class Rounds:
         self.progress = self.run_dir / PROGRESS_FILE
         self.baselines: dict[int, TrialRecord] = {}
 
-    def run(self, rounds: int) -> list[Measurement]:
-        """Every measurement of the plan, the ones a killed Apply already made included."""
-        order = plan([label for label in self.configs if label != BASELINE], rounds)
-        done = self._done(order)
-        out = []
-        for i, (r, label) in enumerate(order):
-            if (r, label) in done:
-                out.append(done[(r, label)])
-                continue
-            self.on_event("launch", {"index": i, "total": len(order), "round": r,
-                                     "label": label})
-            measurement, entry = self._measure(r, label)
-            with self.progress.open("a") as f:
-                f.write(json.dumps(entry) + "\n")
-            out.append(measurement)
-            self.on_event("end", {"index": i, "total": len(order), "measurement": measurement})
+    def run(self, rounds: int, confidence: float | None = None) -> list[Measurement]:
+        """Every measurement of the plan, the ones a killed Apply already made included. With
+        ``confidence``, a candidate that failed a check or whose interval lies wholly below 1
+        after a round (``decide.futile``) is dropped from the rounds left, and the rounds end
+        when no candidate is left (its closing baseline measured)."""
+        labels = [label for label in self.configs if label != BASELINE]
+        done = self._done(plan(labels, rounds))
+        self.dropped: dict[str, int] = {}
+        out, index = [], 0
+        for r in range(rounds + 1):
+            if r and confidence is not None:
+                self._drop_futile(out, r, rounds, confidence, len(labels))
+            active = [label for label in labels if label not in self.dropped]
+            todo = [BASELINE] + (active if r < rounds else [])
+            total = index + (rounds - r) * (len(active) + 1) + 1 if active else index + 1
+            for label in todo:
+                out.append(self._one(done, r, label, index, total))
+                index += 1
+            if not active:
+                break
         return out
+
+    def _one(self, done: dict, r: int, label: str, index: int, total: int) -> Measurement:
+        """One measurement: the one a killed Apply already made, or a new one. ``total`` is
+        how many measurements the plan holds now (it shrinks as candidates are dropped)."""
+        if (r, label) in done:
+            return done[(r, label)]
+        self.on_event("launch", {"index": index, "total": total, "round": r, "label": label})
+        measurement, entry = self._measure(r, label)
+        with self.progress.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+        self.on_event("end", {"index": index, "total": total, "measurement": measurement})
+        return measurement
+
+    def _drop_futile(self, out: list[Measurement], r: int, rounds: int, confidence: float,
+                     comparisons: int) -> None:
+        """Before round ``r``: drop each candidate that failed a check, or whose interval over
+        the rounds so far lies wholly below 1 (one look per round)."""
+        base = [None] * (rounds + 1)
+        for m in out:
+            if m.label == BASELINE:
+                base[m.round] = m.compared_s if m.status == TrialStatus.OK else None
+        for label in self.configs:
+            if label == BASELINE or label in self.dropped:
+                continue
+            mine = [m for m in out if m.label == label]
+            times = [None] * rounds
+            for m in mine:
+                times[m.round] = m.compared_s if m.valid else None
+            ratios = round_ratios(base[:r + 1], times[:r])
+            if any(m.valid is False for m in mine) or futile(ratios, confidence, comparisons,
+                                                             rounds):
+                self.dropped[label] = r
+                self.on_event("drop", {"round": r, "label": label, "ratios": ratios})
 
     def _done(self, order: list[tuple[int, str]]) -> dict[tuple[int, str], Measurement]:
         """Measurements of this plan a previous Apply of the run finished (same configs)."""

@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from infrarsi import units
-from infrarsi.trial import PatchRefused, TrialRecord, TrialStatus, prepare, run_trial
+from infrarsi.executors import LocalExecutor, TrialRequest
+from infrarsi.trial import PatchRefused, TrialRecord, TrialStatus
 from infrarsi.workloads import AssignmentError, ManifestError, all_reference, find
 from infrarsi.workloads import parse_assignments
 
@@ -119,19 +120,30 @@ def trial(
         frozen = _checked_contract(contract, manifest) if contract else None
         if frozen is not None and cap is None:
             cap = frozen.mem_cap_bytes
-        spec = prepare(manifest, scale, parse_assignments(set_), patch, mem_cap_bytes=cap,
-                       timeout_s=timeout, contract_hash=frozen.contract_hash if frozen else None)
+        executor = LocalExecutor(Path.cwd())
+        request = TrialRequest(
+            workload=str(manifest.path) if Path(workload).exists() else workload, scale=scale,
+            knobs=parse_assignments(set_), patches=[_patch_path(p) for p in patch],
+            mem_cap_bytes=cap, timeout_s=timeout, workdir=str(workdir.resolve()),
+            contract_hash=frozen.contract_hash if frozen else None)
+        executor.resolve(request)  # a bad request is refused here, before anything runs
     except (ManifestError, AssignmentError, PatchRefused, ValueError, KeyError) as exc:
         fail(_message(exc))
     except Exception as exc:  # a contract or manifest problem we did not foresee: no traceback
         fail(f"{type(exc).__name__}: {exc}")
     with err.status(f"trial of {manifest.name} at scale {scale} ..."):
-        record = run_trial(spec, workdir)
+        record = executor.run(request)
     if as_json:
         print(json.dumps(trial_json(record), indent=2))
     else:
         print_trial(record)
     raise typer.Exit(0 if record.status is TrialStatus.OK else 1)
+
+
+def _patch_path(patch: str) -> str:
+    """A diff file as an absolute path (the executor resolves paths against its root), a
+    catalog id as given."""
+    return str(Path(patch).resolve()) if Path(patch).is_file() else patch
 
 
 def _checked_contract(path: Path, manifest):
@@ -271,7 +283,7 @@ def report(
         written = write_report(run_dir)
     except (ReportError, ContractError, KeyError) as exc:
         fail(_message(exc))
-    out.print(f"report: {written['markdown']} and {written['html']}", markup=False,
+    out.print(f"report: {written.markdown} and {written.html}", markup=False,
               highlight=False)
 
 

@@ -34,7 +34,12 @@ class ApplyScreen:
             return
         if self.progress is None:
             return
-        if kind == "launch":
+        if kind == "drop":
+            self.progress.console.print(
+                f"  {data['label']} dropped before round {data['round'] + 1}: it cannot be "
+                "promoted any more (a check failed, or its interval lies below 1)",
+                markup=False, highlight=False)
+        elif kind == "launch":
             self.progress.update(self.task, total=data["total"], completed=data["index"],
                                  description=f"round {data['round'] + 1}: {data['label']}")
         elif kind == "end":

@@ -41,6 +41,9 @@ class OptimizeScreen:
             o = data["outcome"]
             step = f"{o.step_time_s:.4f} s/step" if o.step_time_s else ""
             self._say(f"  trial {data['seq']}: {data['config'].describe()} -> {o.status} {step}")
+        elif stage == "verify" and data["kind"] == "drop":
+            self._say(f"  apply: {data['label']} dropped before round {data['round'] + 1} "
+                      "(cannot be promoted any more)")
         elif stage == "verify" and data["kind"] == "end":
             m = data["measurement"]
             check = "" if m.valid is None else (" checks passed" if m.valid else

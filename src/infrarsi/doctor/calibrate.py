@@ -100,14 +100,14 @@ def floors_of(manifest: Manifest, baseline: TrialRecord, other: TrialRecord,
 
 
 def calibrate(manifest: Manifest, scale: str, baseline: TrialRecord, workdir,
-              run: Callable[[str, object], TrialRecord] | None = None,
-              repeats: list[TrialRecord] = (), last_k: int = 3,
-              **trial_options) -> tuple[Equivalence, list[str]]:
+              run: Callable[[str, dict], TrialRecord] | None = None,
+              repeats: list[TrialRecord] = (), last_k: int = 3) -> tuple[Equivalence, list[str]]:
     """Measured floors and the tolerances they give, and notes on what could not be measured.
-    ``run(label, spec)`` runs one trial (Doctor passes its progress-keeping runner);
+    ``run(label, knobs)`` runs one trial under a knob assignment (the Doctor passes its
+    executor's runner; by default the trial runs here, in ``workdir``);
     ``repeats`` are further runs of the baseline (the re-run floor: 0 where the hardware is
     deterministic)."""
-    run = run or (lambda label, spec: run_trial(spec, workdir))
+    run = run or (lambda label, knobs: run_trial(prepare(manifest, scale, knobs), workdir))
     floors, notes = {}, []
     if not _has_evidence(baseline):
         notes.append("the workload saves no initial and final parameters with an evaluation: "
@@ -120,8 +120,7 @@ def calibrate(manifest: Manifest, scale: str, baseline: TrialRecord, workdir,
     others = [r for r in repeats if r.status is TrialStatus.OK and r.metrics is not None]
     for assignment in variants:
         changed = {k: v for k, v in assignment.items() if baseline.knobs.get(k) != v}
-        record = run(f"calibration ({changed})", prepare(manifest, scale, assignment,
-                                                         **trial_options))
+        record = run(f"calibration ({changed})", assignment)
         if record.status is not TrialStatus.OK or record.metrics is None or (
                 record.evaluation is not None and record.evaluation.error):
             notes.append(f"the calibration run {changed} ended {record.status.value}")

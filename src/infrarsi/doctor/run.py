@@ -7,7 +7,6 @@ means for the verifier, and a ranked diagnosis. The result is one JSON document.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -19,8 +18,10 @@ from infrarsi.doctor.diagnose import Facts, diagnose
 from infrarsi.doctor.hardware import probe_hardware
 from infrarsi.contract import Contract, NoisePolicy
 from infrarsi.mfu import mfu as compute_mfu
+from infrarsi.objective import ranked_step_time_s
 from infrarsi.records import DoctorReport, DoctorTrial
-from infrarsi.trial import TrialRecord, TrialStatus, prepare, run_trial
+from infrarsi.executors import Executor, LocalExecutor, TrialRequest
+from infrarsi.trial import TrialRecord, TrialStatus, prepare
 from infrarsi.trial.metrics import critical, read_probe_files
 from infrarsi.trial.runner import PROFILE_FILE
 
@@ -39,9 +40,11 @@ class DoctorError(RuntimeError):
 def run_doctor(contract: Contract, repeats: int, workdir: Path,
                before_run: Callable[[int], None] | None = None,
                on_trial: Callable[[str, TrialRecord], None] | None = None,
-               calibrate_tolerances: bool = True) -> DoctorReport:
+               calibrate_tolerances: bool = True,
+               executor: Executor | None = None) -> DoctorReport:
     """Measure the baseline ``repeats`` times, one profiled run and the calibration runs (another
-    split of the batch, bf16); return the report.
+    split of the batch, bf16); return the report. Every trial goes through ``executor`` (a
+    ``LocalExecutor`` on ``workdir`` by default), as the search's and Apply's do.
 
     Every finished trial is noted in ``doctor-progress-<contract>.json`` under ``workdir`` as
     it ends (its record is already saved in its trial folder), so nothing measured is lost
@@ -53,19 +56,18 @@ def run_doctor(contract: Contract, repeats: int, workdir: Path,
     spec = prepare(manifest, contract.scale, {}, mem_cap_bytes=contract.mem_cap_bytes,
                    contract_hash=contract.contract_hash)
     progress = _Progress(Path(workdir) / f"doctor-progress-{contract.contract_hash[:12]}.json",
-                         on_trial)
+                         on_trial, contract.objective)
+    trials = _Trials(executor or LocalExecutor(Path(workdir)), contract, workdir, progress)
     runs = []
     for i in range(repeats):
         if before_run is not None:
             before_run(i)
-        runs.append(_must_run(spec, workdir, progress, f"baseline run {i + 1}/{repeats}"))
-    profile = _profile(spec, workdir, runs[0], progress) if _has_probe(manifest) else None
+        runs.append(trials.must_run(f"baseline run {i + 1}/{repeats}", spec.knobs))
+    profile = _profile(trials, spec.knobs, runs[0]) if _has_probe(manifest) else None
     if calibrate_tolerances:
         equivalence, notes = calibrate(
-            manifest, contract.scale, runs[0], workdir, run=lambda label, variant: _ran(
-                variant, workdir, progress, label), repeats=runs[1:],
-            last_k=contract.correctness.last_k,
-            mem_cap_bytes=contract.mem_cap_bytes, contract_hash=contract.contract_hash)
+            manifest, contract.scale, runs[0], workdir, run=trials.run, repeats=runs[1:],
+            last_k=contract.correctness.last_k)
     else:
         equivalence = contract.equivalence
         notes = ["tolerances not calibrated (--no-calibrate): the contract's stay"]
@@ -84,13 +86,16 @@ def run_doctor(contract: Contract, repeats: int, workdir: Path,
 class _Progress:
     """Notes each finished trial in a JSON file (written atomically) and tells the screen."""
 
-    def __init__(self, path: Path, on_trial) -> None:
+    def __init__(self, path: Path, on_trial, objective: str) -> None:
         self.path, self.on_trial, self.trials = path, on_trial, []
+        self.objective = objective
 
     def __call__(self, label: str, record: TrialRecord) -> None:
         self.trials.append({"label": label, "trial_id": record.trial_id,
                             "status": record.status.value, "trial_dir": record.trial_dir,
-                            "cost_s": record.cost_s})
+                            "cost_s": record.cost_s, "knobs": record.knobs,
+                            "ranked_time_per_step_s": ranked_step_time_s(record,
+                                                                         self.objective)})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"trials": self.trials}, indent=2))
@@ -103,28 +108,41 @@ def _has_probe(manifest) -> bool:
     return manifest.launch.metrics == "probe"
 
 
-def _ran(spec, workdir: Path, progress, label: str) -> TrialRecord:
-    record = run_trial(spec, workdir)
-    progress(label, record)
-    return record
+class _Trials:
+    """The Doctor's trials as requests to its executor, each noted as it ends."""
+
+    def __init__(self, executor: Executor, contract: Contract, workdir: Path, progress):
+        self.executor, self.contract, self.progress = executor, contract, progress
+        self.workdir = str(Path(workdir).resolve())
+
+    def run(self, label: str, knobs: dict, **options) -> TrialRecord:
+        """One trial of the contract's workload under ``knobs``; its record, noted."""
+        request = TrialRequest(
+            workload=self.contract.workload_path or self.contract.workload,
+            scale=self.contract.scale, knobs=knobs, workdir=self.workdir,
+            contract_hash=self.contract.contract_hash,
+            **{"mem_cap_bytes": self.contract.mem_cap_bytes, **options})
+        record = self.executor.run(request)
+        self.progress(label, record)
+        return record
+
+    def must_run(self, label: str, knobs: dict, **options) -> TrialRecord:
+        """As ``run``; DoctorError unless the trial ended ok."""
+        record = self.run(label, knobs, **options)
+        if record.status is not TrialStatus.OK:
+            raise DoctorError(
+                f"the baseline ended {record.status.value} ({label}): {record.error}")
+        return record
 
 
-def _must_run(spec, workdir: Path, progress, label: str) -> TrialRecord:
-    record = _ran(spec, workdir, progress, label)
-    if record.status is not TrialStatus.OK:
-        raise DoctorError(f"the baseline ended {record.status.value} ({label}): {record.error}")
-    return record
-
-
-def _profile(spec, workdir: Path, first: TrialRecord, progress) -> dict:
+def _profile(trials: _Trials, knobs: dict, first: TrialRecord) -> dict:
     """One run with torch.profiler on rank 0 over two steady steps; its operator table. It runs
     without the capacity: the profiler's own buffers are not the workload's memory (a baseline
     that fits its capacity could otherwise run out of memory only because it is profiled)."""
     steps = first.metrics.steps
     start = min(max(1, noise.warmup_steps(first.metrics.step_times_s)), max(0, steps - 2))
-    profiled = dataclasses.replace(spec, extra_env={"INFRARSI_PROFILE_STEP": str(start)},
-                                   mem_cap_bytes=None)
-    record = _must_run(profiled, workdir, progress, "profiled run")
+    record = trials.must_run("profiled run", knobs, mem_cap_bytes=None,
+                             extra_env={"INFRARSI_PROFILE_STEP": str(start)})
     path = Path(record.trial_dir) / PROFILE_FILE  # the runner has it written there
     return json.loads(path.read_text()) if path.exists() else {"steps": 0, "wall_s": 0, "ops": []}
 

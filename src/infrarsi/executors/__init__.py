@@ -8,6 +8,7 @@ other's timing, so a second submission waits for the first to end.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 
@@ -32,6 +33,11 @@ class TrialRequest(BaseModel):
     timeout_s: float | None = None
     contract_hash: str | None = None
     workdir: str = Field("trials", description="where trial folders go, relative to the root")
+    extra_env: dict[str, str] = Field({}, description="environment the harness adds (e.g. "
+                                                      "the Doctor's profiled step)")
+    evaluate: bool = Field(True, description="False: no held-out evaluation (benchmarks)")
+    slow_after_s: float | None = Field(None, description="the search's bound: a trial still "
+                                       "running then is cut short and recorded slow")
 
 
 class Executor:
@@ -48,6 +54,11 @@ class Executor:
     def cancel(self, handle: str) -> bool:
         """Drop a trial that has not started (True); a started one runs to its end (False)."""
         raise NotImplementedError
+
+    def run(self, request: TrialRequest) -> TrialRecord:
+        """Submit one trial and wait for its record: what a stage that runs one trial at a
+        time (the Doctor, ``infrarsi trial``) calls."""
+        return self.wait(self.submit(request))
 
     def wait(self, handle: str, poll_s: float = 0.2) -> TrialRecord:
         """Block until the trial ends."""
@@ -75,9 +86,13 @@ class LocalExecutor(Executor):
         manifest = find(str(path) if path.exists() else workload)
         patches = [str(self.root / p) if (self.root / p).is_file() else p
                    for p in request.patches]
-        return prepare(manifest, request.scale, request.knobs, patches,
+        spec = prepare(manifest, request.scale, request.knobs, patches,
                        mem_cap_bytes=request.mem_cap_bytes, timeout_s=request.timeout_s,
-                       contract_hash=request.contract_hash)
+                       contract_hash=request.contract_hash, slow_after_s=request.slow_after_s)
+        if request.extra_env or not request.evaluate:
+            spec = dataclasses.replace(spec, extra_env=dict(request.extra_env),
+                                       evaluate=request.evaluate)
+        return spec
 
     def submit(self, request: TrialRequest) -> str:
         spec = self.resolve(request)  # a bad request fails here, in the caller
@@ -100,6 +115,19 @@ class LocalExecutor(Executor):
                 job["record"] = run_trial(spec, workdir)
             except BaseException as exc:  # surfaced by poll, never lost in the thread
                 job["error"] = exc
+
+    def run(self, request: TrialRequest) -> TrialRecord:
+        """One trial in the calling thread (after any submitted one): a stop signal that
+        reaches the caller ends the trial there and still leaves its record, as ``run_trial``
+        does, and the trial's processes die with that thread."""
+        spec = self.resolve(request)
+        with self._lock:
+            return run_trial(spec, self.root / request.workdir)
+
+    def wait(self, handle: str, poll_s: float = 0.2) -> TrialRecord:
+        """Block until the trial ends (joins its thread: no polling delay)."""
+        self._jobs[handle]["thread"].join()
+        return super().wait(handle, poll_s)
 
     def poll(self, handle: str) -> TrialRecord | None:
         job = self._jobs[handle]

@@ -14,7 +14,8 @@ from pathlib import Path
 from infrarsi.contract import Contract
 from infrarsi.mfu import mfu
 from infrarsi.objective import ranked_step_time_s
-from infrarsi.records import DOCTOR_FILE, ApplyResult, DoctorReport, Finding
+from infrarsi.records import (DOCTOR_FILE, ApplyResult, DoctorReport, Finding, Report,
+                              ReportSummary)
 from infrarsi.report import figures
 from infrarsi.report.render import html_report, markdown_report
 from infrarsi.store import RunDirError, open_run_dir
@@ -168,17 +169,20 @@ def draw(data: ReportData) -> dict[str, bytes]:
     return out
 
 
-def write_report(run_dir: Path) -> dict:
+def write_report(run_dir: Path) -> Report:
     """Write ``report.md`` (figures in ``report-figures/``) and ``report.html`` (figures
-    embedded); returns the paths and the summary."""
+    embedded); returns the record of what was written, with the headline."""
     data = gather(run_dir)
     data.figures = draw(data)
     folder = data.run_dir / FIGURE_DIR
     folder.mkdir(exist_ok=True)
+    written = []
     for name, png in data.figures.items():
         (folder / name).write_bytes(png)
+        written.append(str(folder / name))
     md = data.run_dir / "report.md"
     md.write_text(markdown_report(data, FIGURE_DIR))
     html = data.run_dir / "report.html"
     html.write_text(html_report(data))
-    return {"markdown": str(md), "html": str(html), "summary": data.summary}
+    return Report(markdown=str(md), html=str(html), figures=written,
+                  summary=ReportSummary.model_validate(data.summary))

@@ -10,7 +10,9 @@
   and proposes the untried candidate maximising ``log EI + log P(fits)``, per unit of expected
   cost when costs differ by more than 2x. EI is taken against the incumbent: the best posterior
   mean among the configs that ran, not the luckiest measurement. The step-time model's prior
-  mean is the catalog's patch ratios at half strength, dropped when the trials say so. P(fits)
+  mean is what the Doctor measured on this host (bf16, another split: trusted as measured) plus
+  the catalog's patch ratios at half strength, each patch's dropped once its own trials say
+  it does not hold here. A config the Doctor measured 1.5x slower is never a start point. P(fits)
   weighs the acquisition; only what the memory model is 90% sure will not fit is excluded (a
   hard cut at 50% kept the dense-2node table's fastest cells, which sit near the capacity, out
   of reach: 40 -> 23.5 trials to 95% of the best over 10 replayed seeds, OOMs 7 -> 10 of 40).
@@ -36,7 +38,7 @@ from scipy import special
 
 from infrarsi.run.cost import TrialCostModel
 from infrarsi.run.memory import MemoryObservation, TobitMemoryModel
-from infrarsi.run.problem import Outcome, Problem, distance
+from infrarsi.run.problem import Outcome, Problem, SlowBound, distance
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.run.steptime import StepTimeModel
@@ -56,9 +58,10 @@ class InfraRSISearcher(Searcher):
     """Model-based joint search over knobs and patches with a censored memory model."""
     name = "infrarsi"
 
-    def __init__(self, problem: Problem, seed: int = 0, family: str = "gp"):
+    def __init__(self, problem: Problem, seed: int = 0, family: str = "gp",
+                 cut_slow: bool = True):
         super().__init__(problem, seed)
-        self.family = family
+        self.family, self.cut_slow = family, cut_slow
         self.start = self._initial_design()
         self.last: dict | None = None  # the models' predictions for the last proposal
         self.paired = 0
@@ -76,8 +79,11 @@ class InfraRSISearcher(Searcher):
         fits = np.ones(len(p.candidates), dtype=bool)
         if p.offsets is not None and p.capacity_bytes:
             fits = p.offset_total <= math.log(p.capacity_bytes) - 0.05
-        prior = p.prior_log_speed(p.candidates) if p.prior_log_speed else \
-            self.rng.normal(size=len(p.candidates))
+        # what this host measured slow (the Doctor's calibration: bf16 where it is emulated)
+        # is not worth a trial to learn what is already known
+        fits &= p.measured <= math.log(MEASURED_SLOW)
+        prior = p.prior_log_speed(p.candidates) + p.measured if p.prior_log_speed else \
+            p.measured + 1e-3 * self.rng.normal(size=len(p.candidates))
         pool = [i for i in np.argsort(np.where(fits, prior, np.inf)) if fits[i]]
         if pool:
             design.append(p.candidates[pool[0]])
@@ -104,34 +110,51 @@ class InfraRSISearcher(Searcher):
                                o.status == TrialStatus.OOM) for _, o in mem_rows],
             None if p.offsets is None else p.offsets[[i for i, _ in mem_rows]])
         ok = [(i, o) for i, o in zip(idx, outs) if o.status == TrialStatus.OK]
-        catalog = PRIOR_SHRINK * p.prior_log_speed(p.candidates) if p.prior_log_speed else \
-            np.zeros(len(p.X))
-        logs = np.array([math.log(o.step_time_s) for _, o in ok])
+        # a slow trial enters at the time it was cut at: a lower bound, k times the incumbent's
+        # (taken as observed: far from the best either way, it only needs to look slow)
+        timed = ok + [(i, o) for i, o in zip(idx, outs) if o.status == TrialStatus.SLOW]
+        rows = [i for i, _ in timed]
+        catalog = PRIOR_SHRINK * p.catalog_parts  # (n, P): one column per patch
+        logs = np.array([math.log(o.step_time_s) for _, o in timed]) - p.measured[rows]
         # a trial's own steps say how steady it ran; repeated runs of one config differ by
         # more (the Doctor's between-run noise): a single lucky trial must not be believed
-        noise = np.array([max(o.noise_var_log or 1e-4, p.noise_var_log) for _, o in ok])
+        noise = np.array([max(o.noise_var_log or 1e-4, p.noise_var_log) for _, o in timed])
         seed = int(self.rng.integers(1 << 30))
-        time_model, weight = self._time_model(p.X[[i for i, _ in ok]], logs,
-                                              catalog[[i for i, _ in ok]], noise, seed)
-        prior = weight * catalog
+        time_model, weights = self._time_model(p.X[rows], logs, catalog[rows], noise, seed)
+        self.patch_weights = dict(zip(p.patch_ids, map(float, weights)))
+        prior = catalog @ weights + p.measured
         costs = TrialCostModel().fit(p.X[idx], np.array([o.cost_s for o in outs]),
                                      np.array([o.status == TrialStatus.OOM for o in outs]))
         return memory, time_model, prior, costs, ok
 
     def _time_model(self, X, logs, catalog, noise, seed):
-        """The step-time model on the measured times less the catalog's prior, weighted 1 or 0:
-        whichever the trials make more likely (the GP's marginal likelihood, on the raw scale).
-        Where the catalog's speed-ups do not hold on this host, the trials drop them."""
-        best = None
-        weigh = self.family == "gp" and catalog.any() and len(logs) >= PRIOR_DROP_MIN_TRIALS
-        for weight in PRIOR_WEIGHTS if weigh else (1.0,):
-            model = StepTimeModel(self.family, seed=seed).fit(X, np.exp(logs - weight * catalog),
-                                                              noise)
-            evidence = model.log_evidence()
-            if best is None or (evidence is not None and
-                                evidence > best[2] + PRIOR_DROP_EVIDENCE):
-                best = (model, weight, evidence if evidence is not None else -np.inf)
-        return best[0], best[1]
+        """The step-time model on the measured times less the catalog's prior, and each
+        patch's prior weight (1 or 0). A patch's prior is trusted only as far as measured: once
+        at least ``PATCH_FADE_MIN`` trials with it ran, its weight drops to 0 when the trials
+        make that more likely (the GP's marginal likelihood, on the raw scale) — patch by
+        patch, so a catalog ratio that does not hold on this host fades while the others
+        stay."""
+        weights = np.ones(catalog.shape[1])
+        model = self._fit_time(X, logs, catalog, weights, noise, seed)
+        if self.family != "gp" or not catalog.any():
+            return model, weights
+        evidence = model.log_evidence()
+        for j in range(catalog.shape[1]):
+            with_patch = int(np.count_nonzero(catalog[:, j]))
+            if with_patch < PATCH_FADE_MIN or len(logs) - with_patch < PATCH_FADE_MIN:
+                continue
+            trial = weights.copy()
+            trial[j] = 0.0
+            other = self._fit_time(X, logs, catalog, trial, noise, seed)
+            gained = other.log_evidence()
+            if evidence is not None and gained is not None and \
+                    gained > evidence + PRIOR_DROP_EVIDENCE:
+                model, weights, evidence = other, trial, gained
+        return model, weights
+
+    def _fit_time(self, X, logs, catalog, weights, noise, seed) -> StepTimeModel:
+        return StepTimeModel(self.family, seed=seed).fit(X, np.exp(logs - catalog @ weights),
+                                                         noise)
 
     def _predict(self):
         """Per candidate: log step-time mean and sd, P(OOM), expected cost; and the incumbent
@@ -148,7 +171,7 @@ class InfraRSISearcher(Searcher):
         p_oom = memory.p_oom(p.X, p.capacity_bytes, p.offsets) if p.capacity_bytes else \
             np.zeros(len(mu))
         for c, o in self.history:  # what ran is known: an OOM stays an OOM at this capacity
-            if o.status in ("oom", "crash", "timeout", "invalid"):
+            if o.status in ("oom", "crash", "timeout", "invalid", "slow"):
                 p_oom[p.index[c]] = 1.0
         ran_ok = [i for i, _ in ok]
         incumbent = min(ran_ok, key=lambda i: mu[i]) if ran_ok else None
@@ -232,9 +255,10 @@ class InfraRSISearcher(Searcher):
         best = mu[incumbent] if incumbent is not None else np.min(mu)
         log_ei = _log_ei(best, mu, sd)
         log_fit = np.log(np.clip(1 - p_oom, 1e-12, 1.0))
-        acq = log_ei + log_fit
-        if cost[untried].max() > 2 * cost[untried].min():
-            acq = acq - np.log(cost)
+        bound = self.slow_bound()
+        if bound is not None:  # a trial past the bound is cut there: it costs at most that
+            cost = np.minimum(cost, bound.after_s)
+        acq = log_ei + log_fit - np.log(np.maximum(cost, 1e-3))  # per second of wall time
         allowed = untried & (p_oom <= P_OOM_MAX)
         if not allowed.any():
             allowed = untried
@@ -291,6 +315,25 @@ class InfraRSISearcher(Searcher):
                 out.append(c)
         return out
 
+    def slow_bound(self) -> SlowBound | None:
+        """Cut the next trial short once it has cost ``k`` times what the incumbent's trials
+        cost (their median), ``k`` from the between-run noise (``slow_factor``); it is then
+        told as ``slow`` at ``k`` times the incumbent's posterior step time. None before any
+        trial ran ok, and when cutting is switched off (``cut_slow``)."""
+        if not self.cut_slow:
+            return None
+        incumbent = self.recommend()
+        if incumbent is None:
+            return None
+        costs = [o.cost_s for c, o in self.history if c == incumbent and
+                 o.status == TrialStatus.OK and o.cost_s]
+        if not costs:
+            return None
+        k = slow_factor(self.problem.noise_var_log)
+        mu = self._predict()[0]
+        return SlowBound(k * float(np.median(costs)),
+                         k * math.exp(mu[self.problem.index[incumbent]]))
+
     def recommend(self) -> Config | None:
         """The tried feasible config with the best posterior mean step time."""
         if not any(o.status == TrialStatus.OK for _, o in self.history):
@@ -323,6 +366,15 @@ class InfraRSISearcher(Searcher):
         return float(np.sum(gains[:max(1, trials_left or 1)]))
 
 
+def slow_factor(noise_var_log: float) -> float:
+    """How many times the incumbent's cost a trial may take before it is cut short: at least
+    ``SLOW_MIN``, wider on a noisy machine (``SLOW_Z`` between-run standard deviations in log
+    time), so that noise alone cuts a config as fast as the incumbent with odds below 1e-4."""
+    return max(SLOW_MIN, math.exp(SLOW_Z * math.sqrt(max(noise_var_log, 0.0))))
+
+
+SLOW_MIN = 2.0
+SLOW_Z = 4.0
 MAX_LEFT = 200  # candidates whose expected gains are kept for the stopping rule
 # the minimum detectable effect from 3 Doctor runs can be far off (dense-2node at bench: 20%,
 # and the search stopped after 8 of 40 trials having found 1.9x); stop below 5% at most
@@ -331,9 +383,9 @@ STOP_EFFECT_MAX = 0.05
 # mean is half its effect in log time (the mean of "holds" and "no effect"); replays, 10 seeds,
 # budget 40: dense-2node 23.5 -> 7.5 trials to 95% of the best, moe-1node 6 -> 6.5
 PRIOR_SHRINK = 0.5
-PRIOR_WEIGHTS = (1.0, 0.0)
-PRIOR_DROP_EVIDENCE = 2.0  # log-evidence the trials must gain to drop the catalog's prior
-PRIOR_DROP_MIN_TRIALS = 8
+PRIOR_DROP_EVIDENCE = 2.0  # log-evidence the trials must gain to drop a patch's prior
+PATCH_FADE_MIN = 2  # trials with (and without) a patch before its prior may be dropped
+MEASURED_SLOW = 1.5  # a config the Doctor measured this much slower is no start point
 
 
 def _log_ei(best: float, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:

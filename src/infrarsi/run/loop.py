@@ -20,7 +20,7 @@ from infrarsi.contract import Contract
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
 from infrarsi.objective import ranked_step_time_s, steady_step_time_s
 from infrarsi.run import searchers as registry
-from infrarsi.run.problem import Outcome, Problem
+from infrarsi.run.problem import Outcome, Problem, SlowBound
 from infrarsi.run.problem_build import build_problem
 from infrarsi.run.space import Config
 from infrarsi.store import (RunDirError, Store, StoredRun, StoredTrial, open_run_dir,
@@ -41,6 +41,11 @@ def outcome_of(record: TrialRecord, capacity: int | None,
     step (``objective.ranked_step_time_s``: for ``e2e_time`` compile and warm-up count), the
     largest per-rank peak, the cost, and the trial's own noise."""
     m = record.metrics
+    if record.status is TrialStatus.SLOW and record.censored_time_per_step_s:
+        return Outcome("slow", step_time_s=record.censored_time_per_step_s,
+                       cost_s=record.cost_s)
+    if record.status is TrialStatus.SLOW:  # cut without a bound on record: says nothing of time
+        return Outcome("timeout", cost_s=record.cost_s)
     if record.status is not TrialStatus.OK or m is None:
         status = record.status.value
         return Outcome(status, cost_s=record.cost_s,
@@ -171,7 +176,8 @@ class RunLoop:
                                                   predictions), seq
                 seq += 1
             self.on_event("launch", {"seq": this_seq, "config": config, "predicted": predictions})
-            record = self._run_one(config)
+            bound = searcher.slow_bound()
+            record = self._run_one(config, bound)
             outcome = outcome_of(record, problem.capacity_bytes, self.contract.objective)
             store.finish_trial(row, outcome.status, trial_id=record.trial_id,
                                step_time_s=steady_step_time_s(record)
@@ -194,12 +200,20 @@ class RunLoop:
             left.append(int((self.budget_s - spent_s) / max(spent_s / count, 1e-3)))
         return max(1, min(left)) if left else None
 
-    def _run_one(self, config: Config) -> TrialRecord:
+    def _run_one(self, config: Config, bound: SlowBound | None = None) -> TrialRecord:
+        """One trial through the executor; cut short past ``bound`` (recorded ``slow`` with
+        the bound's time per step on its record, right-censored)."""
         request = TrialRequest(
             workload=self.contract.workload_path or self.contract.workload,
             scale=self.contract.scale, knobs=config.knob_dict, patches=sorted(config.patches),
-            mem_cap_bytes=self.contract.mem_cap_bytes, contract_hash=self.contract.contract_hash)
-        return self.executor.wait(self.executor.submit(request))
+            mem_cap_bytes=self.contract.mem_cap_bytes, contract_hash=self.contract.contract_hash,
+            slow_after_s=bound.after_s if bound else None)
+        record = self.executor.wait(self.executor.submit(request))
+        if record.status is TrialStatus.SLOW and bound is not None:
+            record = record.model_copy(update={
+                "censored_time_per_step_s": bound.censored_step_time_s})
+            record.save(Path(record.trial_dir) / "record.json")
+        return record
 
     def _result(self, store, run_id, searcher, reason, requeued,
                 ranked: list[RankedConfig] = ()) -> RunResult:

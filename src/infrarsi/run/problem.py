@@ -28,8 +28,18 @@ class Outcome:
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"outcome status {self.status!r}: one of {STATUSES}")
-        if self.status == TrialStatus.OK and self.step_time_s is None:
-            raise ValueError("an ok outcome needs its step_time_s")
+        if self.status in (TrialStatus.OK, TrialStatus.SLOW) and self.step_time_s is None:
+            raise ValueError(f"an {self.status} outcome needs its step_time_s (for slow: the "
+                             "lower bound it was cut at)")
+
+
+@dataclass(frozen=True)
+class SlowBound:
+    """A trial still running after ``after_s`` seconds (of its cost: set-up included) is cut
+    short and told as ``slow`` with ``step_time_s`` = ``censored_step_time_s``, a lower bound
+    on its time per step (right-censored, as an OOM's peak is at the capacity)."""
+    after_s: float
+    censored_step_time_s: float
 
 
 @dataclass
@@ -55,6 +65,11 @@ class Problem:
     # (n, k) parts that add up to the log analytic peak (see memory.TobitMemoryModel)
     prior_log_speed: Callable[[list[Config]], np.ndarray] | None = None
     seeds: list[Config] = field(default_factory=list)
+    # the catalog's log step-time ratio per patch (prior_log_speed is their sum when not given)
+    patch_log_speed: dict[str, float] = field(default_factory=dict)
+    # log step-time ratio this host measured for some knob values (the Doctor's calibration
+    # runs: bf16, another split), trusted as measured rather than as a catalog's claim
+    measured_log_speed: Callable[[list[Config]], np.ndarray] | None = None
     savers: MemorySavers = field(default_factory=MemorySavers)
     min_effect: float = 0.02
     noise_var_log: float = 0.0  # between repeated runs of one config (the Doctor's measure)
@@ -64,6 +79,16 @@ class Problem:
             self.candidates = [self.baseline] + list(self.candidates)
         self.index = {c: i for i, c in enumerate(self.candidates)}
         self.X = self.space.encode(self.candidates)
+        self.patch_ids = sorted(self.patch_log_speed)
+        # (n, P): each candidate's catalog log ratio, one column per patch
+        self.catalog_parts = np.array([[self.patch_log_speed[q] if q in c.patches else 0.0
+                                        for q in self.patch_ids] for c in self.candidates]) \
+            .reshape(len(self.candidates), len(self.patch_ids))
+        if self.prior_log_speed is None and self.patch_ids:
+            self.prior_log_speed = lambda cs: np.array(
+                [sum(self.patch_log_speed.get(q, 0.0) for q in c.patches) for c in cs])
+        self.measured = self.measured_log_speed(self.candidates) \
+            if self.measured_log_speed else np.zeros(len(self.candidates))
         self.offsets = self.analytic_log_peak(self.candidates) if self.analytic_log_peak else None
 
     @property

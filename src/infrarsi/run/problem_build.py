@@ -86,11 +86,55 @@ def analytic(manifest, scale: str):
     return estimate
 
 
-def speed_prior(manifest):
-    """log step-time ratio the patch catalog expects of each config (0 for the baseline)."""
-    ratio = {p.id: math.log(p.prior.step_time_ratio) for p in manifest.patches}
-    return lambda configs: np.array([sum(ratio.get(p, 0.0) for p in c.patches)
-                                     for c in configs])
+def patch_speeds(manifest) -> dict[str, float]:
+    """The log step-time ratio the patch catalog claims for each patch."""
+    return {p.id: math.log(p.prior.step_time_ratio) for p in manifest.patches}
+
+
+BASELINE_LABEL = "baseline run"
+
+
+def measured_effects(manifest, scale: str, report: DoctorReport | None) -> list[tuple[dict, float]]:
+    """What the Doctor's calibration runs measured on this host: for each run that changed
+    some free knobs (bf16, another micro-batch or rank count), those knob values and the log
+    ratio of its ranked time per step to the baseline runs' median. Derived knobs (the
+    accumulation steps) follow and are left out."""
+    if report is None:
+        return []
+    base = [t.ranked_time_per_step_s for t in report.trials
+            if t.label.startswith(BASELINE_LABEL) and t.ranked_time_per_step_s]
+    if not base:
+        return []
+    ref = float(np.median(np.log(base)))
+    defaults = knobs.resolve(manifest, scale, {})
+    derived = {k.name for k in manifest.knobs if k.derive is not None}
+    out = []
+    for t in report.trials:
+        if not t.label.startswith("calibration") or not t.ranked_time_per_step_s:
+            continue
+        changed = {k: v for k, v in t.knobs.items()
+                   if k not in derived and str(defaults.get(k)) != str(v)}
+        if changed:
+            out.append((changed, math.log(t.ranked_time_per_step_s) - ref))
+    return out
+
+
+def measured_prior(manifest, scale: str, report: DoctorReport | None):
+    """The log step-time ratio the Doctor measured for the knob values its calibration runs
+    set, added up for each config that holds those values (None when nothing was measured):
+    a host where bf16 is 100x slower says so before any trial of the search."""
+    effects = measured_effects(manifest, scale, report)
+    if not effects:
+        return None
+
+    def prior(configs: list[Config]) -> np.ndarray:
+        out = np.zeros(len(configs))
+        for i, c in enumerate(configs):
+            have = {k: str(v) for k, v in c.knob_dict.items()}
+            out[i] = sum(effect for changed, effect in effects
+                         if all(have.get(k) == str(v) for k, v in changed.items()))
+        return out
+    return prior
 
 
 def savers(manifest) -> MemorySavers:
@@ -131,7 +175,8 @@ def build_problem(manifest, scale: str, capacity_bytes: int | None,
     cv = report.noise.cv_between if report is not None else None
     return Problem(configs, space, configs[0], capacity_bytes=capacity_bytes,
                    analytic_log_peak=analytic(manifest, scale),
-                   prior_log_speed=speed_prior(manifest), seeds=seeds,
+                   patch_log_speed=patch_speeds(manifest), seeds=seeds,
+                   measured_log_speed=measured_prior(manifest, scale, report),
                    savers=savers(manifest), min_effect=min_effect or 0.02,
                    noise_var_log=run_to_run_var(cv))
 

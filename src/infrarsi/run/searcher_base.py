@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infrarsi.run.problem import Outcome, Problem
+from infrarsi.run.problem import Outcome, Problem, SlowBound
 from infrarsi.run.space import Config
 from infrarsi.trial.record import TrialStatus
 
@@ -43,6 +43,11 @@ class Searcher:
             if o.status == TrialStatus.OK:
                 times.setdefault(c, []).append(o.step_time_s)
         return sorted(times, key=lambda c: float(np.median(times[c])))[:k]
+
+    def slow_bound(self) -> SlowBound | None:
+        """When the next trial should be cut short and recorded ``slow``: None (run it to its
+        timeout) unless the searcher sets a bound."""
+        return None
 
     def _untried(self) -> list[Config]:
         return [c for c in self.problem.candidates if c not in self.tried]

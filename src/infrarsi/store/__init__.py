@@ -34,6 +34,10 @@ class TrialState(str, enum.Enum):
     TIMEOUT = TrialStatus.TIMEOUT.value
     CRASH = TrialStatus.CRASH.value
     INVALID = TrialStatus.INVALID.value
+    SLOW = TrialStatus.SLOW.value
+
+    def __str__(self) -> str:  # f-strings and tables show the value ("ok"), not the name
+        return self.value
 
 
 FINAL = tuple(TrialState(s.value) for s in TrialStatus)

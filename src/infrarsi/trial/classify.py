@@ -52,6 +52,10 @@ def outcome(result: ProcessResult, trial_dir: Path, spec: "TrialSpec",
     oom = _oom(result, spec, memory or {}, rank_errors, output)
     if oom is not None:
         return Classified(TrialStatus.OOM, oom)
+    if result.timed_out and spec.cut_after_s < spec.effective_timeout_s:
+        return Classified(TrialStatus.SLOW, f"cut short after {spec.cut_after_s:.1f} s: slower "
+                          "than the search's bound (a multiple of the best config's time so "
+                          "far); its time is right-censored there")
     if result.timed_out:
         return Classified(TrialStatus.TIMEOUT, f"no exit after {spec.effective_timeout_s:g} s; "
                        f"killed. Output tail:\n{_tail(output)}")

@@ -22,6 +22,11 @@ class TrialStatus(str, enum.Enum):
     TIMEOUT = "timeout"    # did not finish within the time limit; killed
     CRASH = "crash"        # failed for another reason; ``error`` holds the tail of the failure
     INVALID = "invalid"    # finished, but computed something else than the workload (or refused)
+    SLOW = "slow"          # cut short at the search's bound: slower than worth finishing
+                           # (its time per step right-censored, as an OOM's peak is)
+
+    def __str__(self) -> str:  # f-strings and tables show the value ("ok"), not the name
+        return self.value
 
 
 class PatchRef(BaseModel):
@@ -126,6 +131,11 @@ class TrialRecord(BaseModel):
     mem_cap_bytes: int | None = Field(description="per-rank capacity; the censoring bound of "
                                       "an oom")
     timeout_s: float
+    slow_after_s: float | None = Field(None, description="the search's bound: past it the trial "
+                                       "was to be cut short and recorded slow")
+    censored_time_per_step_s: float | None = Field(
+        None, description="for a slow trial: the objective's time per step it was at least "
+        "(right-censored), as the search set its bound")
     started_unix_s: float
     cost_s: float = Field(description="wall time the trial cost the harness, set-up included")
     error: str | None = None

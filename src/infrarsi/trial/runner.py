@@ -115,6 +115,7 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
     base = dict(trial_id=trial_id, workload=spec.manifest.name, scale=spec.scale,
                 knobs=spec.knobs, contract_hash=spec.contract_hash,
                 mem_cap_bytes=spec.mem_cap_bytes, timeout_s=spec.effective_timeout_s,
+                slow_after_s=spec.slow_after_s,
                 started_unix_s=started, trial_dir=str(trial_dir),
                 isolation="namespace" if isolation_for(trial_dir) else "off: not root")
     shutil.copytree(spec.manifest.root, workspace,
@@ -244,7 +245,7 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
     try:
         for env in envs:
             env.update(cgroup.env() if cgroup else {})
-        result = run_isolated(commands, workspace, envs, spec.effective_timeout_s,
+        result = run_isolated(commands, workspace, envs, spec.cut_after_s,
                               trial_dir / "stdout.log", trial_dir / "stderr.log",
                               base["trial_id"], channel,
                               cgroup.launchers_procs if cgroup else None)

@@ -31,6 +31,15 @@ class TrialSpec:
     contract_hash: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     evaluate: bool = True  # False: skip the held-out evaluation (measurement-only benchmarks)
+    slow_after_s: float | None = None  # the search's bound: cut short there, recorded slow
+
+    @property
+    def cut_after_s(self) -> float:
+        """When the trial's processes are ended: the slow bound when it comes first, else the
+        timeout."""
+        if self.slow_after_s is not None and self.slow_after_s < self.effective_timeout_s:
+            return self.slow_after_s
+        return self.effective_timeout_s
 
     @property
     def effective_timeout_s(self) -> float:
