@@ -36,6 +36,7 @@ class RoundResult(BaseModel):
     contract_hash: str
     trials: int
     oom_trials: int
+    slow_trials: int = 0
     search_cost_s: float
     promoted: bool
     winner: dict | None
@@ -135,7 +136,7 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
     winner = applied.winner
     result = RoundResult(
         round=r, run_dir=str(round_dir / "run"), contract_hash=contract.contract_hash,
-        trials=found.trials, oom_trials=found.oom_trials,
+        trials=found.trials, oom_trials=found.oom_trials, slow_trials=found.slow_trials,
         search_cost_s=written.summary.search_cost_s,
         promoted=winner is not None,
         winner={"knobs": winner.knobs, "patches": winner.patches, "speedup": winner.speedup,

@@ -149,6 +149,7 @@ class RunResult(_Frozen):
     searcher: str
     trials: int
     oom_trials: int
+    slow_trials: int = Field(0, description="trials cut short at the search's bound")
     interrupted_requeued: int = 0
     stop_reason: str
     best: Best | None
@@ -263,6 +264,7 @@ class ReportSummary(_Frozen):
     searcher: str
     trials: int
     oom_trials: int
+    slow_trials: int = 0
     search_cost_s: float
     capacity_bytes: int | None
     applied: bool

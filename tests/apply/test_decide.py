@@ -151,19 +151,26 @@ def test_replayed_a_a_is_not_promoted_and_a_real_gain_is(path):
 
 def test_a_candidate_wholly_below_the_baseline_is_futile_and_a_close_one_is_not():
     slow = [0.70, 0.72, 0.69]
-    assert decide.futile(slow, 0.95, comparisons=3, looks=10)
-    assert not decide.futile([0.98, 1.01, 0.99], 0.95, comparisons=3, looks=10)
-    assert not decide.futile([0.5], 0.95, comparisons=1, looks=10)  # one round says nothing
-    # more looks demand more evidence before a drop: a borderline case survives many looks
-    borderline = [0.90, 0.93, 0.91]
-    assert decide.futile(borderline, 0.95, 1, looks=1)
-    assert not decide.futile(borderline, 0.95, 3, looks=10)
+    assert decide.futile(slow, 0.95, looks=10)
+    assert not decide.futile([0.98, 1.01, 0.99], 0.95, looks=10)
+    assert not decide.futile([0.5], 0.95, looks=10)  # one round says nothing
+    # more looks demand more evidence before a drop
+    borderline = [0.90, 0.97, 0.93]
+    assert decide.futile(borderline, 0.95, looks=1)
+    assert not decide.futile(borderline, 0.95, looks=10)
+    # the machine's noise pooled over candidates is known after two rounds
+    pooled = decide.pooled_sd([[0.70, 0.72], [0.50, 0.52], [1.0, 0.98]])
+    assert pooled[1] == 3 and decide.futile([0.70, 0.72], 0.95, looks=5, pooled=pooled)
 
 
 def test_futility_never_drops_an_a_a_candidate_more_often_than_the_confidence_allows():
     rng = np.random.default_rng(0)
     drops = 0
     for _ in range(400):
-        ratios = list(np.exp(rng.normal(0.0, 0.1, size=10)))
-        drops += any(decide.futile(ratios[:n], 0.95, 1, looks=10) for n in range(2, 11))
+        rounds = [list(np.exp(rng.normal(0.0, 0.1, size=10))) for _ in range(3)]
+        dropped = False
+        for n in range(2, 11):
+            pooled = decide.pooled_sd([r[:n] for r in rounds])
+            dropped |= decide.futile(rounds[0][:n], 0.95, looks=10, pooled=pooled)
+        drops += dropped
     assert drops / 400 <= 0.05

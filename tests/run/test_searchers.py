@@ -61,9 +61,13 @@ def test_every_searcher_proposes_distinct_candidates_baseline_first(name):
     assert asked[0] == p.baseline
     assert len(asked) == 20 and all(c in p.index for c in asked)
     again = [c for i, c in enumerate(asked) if c in asked[:i]]
-    # only InfraRSI measures a config twice: its top candidates (one trial in seven, and every
-    # trial once exploring is expected to gain nothing), each a config that ran ok before
-    assert not again if name != "infrarsi" else again
+    # InfraRSI measures its top candidates twice (one trial in seven, and every trial once
+    # exploring is expected to gain nothing), each a config that ran ok before; Optuna's
+    # samplers may propose a config again (it runs again, as proposed); the others never do
+    if name == "infrarsi":
+        assert again
+    elif name not in ("tpe", "gp"):
+        assert not again
     assert all(truth(c)[1] <= CAPACITY for c in again)
     best = searcher.recommend()
     assert best is not None and truth(best)[1] <= CAPACITY
@@ -128,7 +132,9 @@ def test_infrarsi_firms_up_its_top_configs_once_exploring_is_expected_to_gain_no
         if searcher._nothing_left():
             mu = searcher._predict()[0]
             top = sorted(set(ran_ok), key=lambda c: mu[p.index[c]])[:mod.FIRM_TOP]
-            if any(ran_ok.count(c) < mod.FIRM_MAX for c in top):
+            if any(ran_ok.count(c) < mod.FIRM_MAX for c in top) and config != p.baseline:
+                # past the stop rule only a top config runs again (or the baseline, measured
+                # again every few trials to notice a change of load)
                 assert config in top, "past the stop rule only a top config runs again"
                 firmed += 1
         step, peak = truth(config)

@@ -26,9 +26,10 @@ METHOD = ("per round, ratio = geometric mean of the baselines before and after /
           "percentile bootstrap and Student's t on log ratios, at the contract's confidence, "
           "Bonferroni-corrected for the candidates compared; promote the fastest candidate "
           "whose lower bound is above 1 and which passed every check in every round; after each "
-          "round, drop a candidate that failed a check or whose interval (at the confidence "
-          "Bonferroni-corrected also for one look per round) lies wholly below 1, and end "
-          "when none is left")
+          "round, drop a candidate that failed a check or whose one-sided upper bound (Student's "
+          "t on the log ratios, their spread pooled over the candidates, at the confidence "
+          "Bonferroni-corrected for one look per round) lies below 1, and end when none is "
+          "left")
 
 
 @dataclass(frozen=True)
@@ -89,17 +90,37 @@ def _expanded_percentile(x: np.ndarray, alpha: float, t: float, seed: int,
     return float(lo), float(hi)
 
 
-def futile(ratios: list[float], confidence: float, comparisons: int, looks: int) -> bool:
-    """Whether a candidate can no longer be promoted: its interval after these rounds lies
-    wholly below 1 (promotion needs a lower bound above 1). Each look is taken at the level
-    ``1 - (1 - confidence) / looks`` (Bonferroni over the looks and, as in ``interval``, over
-    the candidates), so the chance of dropping a candidate that is in truth at least as fast as
-    the baseline, over all the looks of a run, stays below ``1 - confidence``."""
-    if len(ratios) < 2:
+def futile(ratios: list[float], confidence: float, looks: int,
+           pooled: tuple[float, int] | None = None) -> bool:
+    """Whether a candidate can no longer be promoted: the one-sided upper bound of its mean log
+    ratio lies below 0 (promotion needs a lower bound above 1). Each look is taken at level
+    ``(1 - confidence) / looks`` (Bonferroni over the looks), so the chance of dropping a
+    candidate that is in truth at least as fast as the baseline, over every look of a run,
+    stays below ``1 - confidence``. ``pooled``: (standard deviation of one round's log ratio,
+    its degrees of freedom) pooled over the candidates measured in the same rounds — one
+    machine's noise, known sooner from all of them than from one (``pooled_sd``); without
+    it, the candidate's own spread. Dropping only ends measurements early: it can never make
+    Apply promote what it would not have promoted."""
+    n = len(ratios)
+    if n < 2:
         return False
-    level = 1 - (1 - confidence) / max(1, looks)
-    high = interval(ratios, level, comparisons).high
-    return high is not None and high < 1
+    x = np.log(np.asarray(ratios, dtype=float))
+    sd, df = pooled if pooled is not None else (float(x.std(ddof=1)), n - 1)
+    if df < 1:
+        return False
+    alpha = (1 - confidence) / max(1, looks)
+    high = float(x.mean()) + float(stats.t.ppf(1 - alpha, df)) * sd / math.sqrt(n)
+    return high < 0
+
+
+def pooled_sd(ratio_lists: list[list[float]]) -> tuple[float, int] | None:
+    """(pooled standard deviation of the log ratios, degrees of freedom) over the candidates
+    with at least two rounds; None when none has."""
+    groups = [np.log(np.asarray(r, dtype=float)) for r in ratio_lists if len(r) >= 2]
+    df = sum(len(g) - 1 for g in groups)
+    if not df:
+        return None
+    return math.sqrt(sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / df), df
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from infrarsi.apply.decide import futile, round_ratios
+from infrarsi.apply.decide import futile, pooled_sd, round_ratios
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, TrialRequest
 from infrarsi.objective import compared_time
@@ -54,7 +54,7 @@ class Rounds:
         out, index = [], 0
         for r in range(rounds + 1):
             if r and confidence is not None:
-                self._drop_futile(out, r, rounds, confidence, len(labels))
+                self._drop_futile(out, r, rounds, confidence)
             active = [label for label in labels if label not in self.dropped]
             todo = [BASELINE] + (active if r < rounds else [])
             total = index + (rounds - r) * (len(active) + 1) + 1 if active else index + 1
@@ -77,26 +77,34 @@ class Rounds:
         self.on_event("end", {"index": index, "total": total, "measurement": measurement})
         return measurement
 
-    def _drop_futile(self, out: list[Measurement], r: int, rounds: int, confidence: float,
-                     comparisons: int) -> None:
-        """Before round ``r``: drop each candidate that failed a check, or whose interval over
-        the rounds so far lies wholly below 1 (one look per round)."""
+    def _drop_futile(self, out: list[Measurement], r: int, rounds: int,
+                     confidence: float) -> None:
+        """Before round ``r``: drop each candidate that failed a check, or whose log ratios
+        over the rounds so far say it cannot reach 1 (``decide.futile``, one look per round,
+        the rounds' spread pooled over the candidates still measured)."""
         base = [None] * (rounds + 1)
         for m in out:
             if m.label == BASELINE:
                 base[m.round] = m.compared_s if m.status == TrialStatus.OK else None
+        ratios = {}
         for label in self.configs:
             if label == BASELINE or label in self.dropped:
                 continue
             mine = [m for m in out if m.label == label]
+            if any(m.valid is False for m in mine):
+                self.dropped[label] = r
+                self.on_event("drop", {"round": r, "label": label, "why": "a check failed"})
+                continue
             times = [None] * rounds
             for m in mine:
-                times[m.round] = m.compared_s if m.valid else None
-            ratios = round_ratios(base[:r + 1], times[:r])
-            if any(m.valid is False for m in mine) or futile(ratios, confidence, comparisons,
-                                                             rounds):
+                times[m.round] = m.compared_s
+            ratios[label] = round_ratios(base[:r + 1], times[:r])
+        pooled = pooled_sd(list(ratios.values()))
+        for label, mine in ratios.items():
+            if futile(mine, confidence, rounds, pooled):
                 self.dropped[label] = r
-                self.on_event("drop", {"round": r, "label": label, "ratios": ratios})
+                self.on_event("drop", {"round": r, "label": label, "ratios": mine,
+                                       "why": "its interval lies below 1"})
 
     def _done(self, order: list[tuple[int, str]]) -> dict[tuple[int, str], Measurement]:
         """Measurements of this plan a previous Apply of the run finished (same configs)."""

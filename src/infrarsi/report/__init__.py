@@ -73,6 +73,7 @@ def _trial_row(t, objective: str) -> dict:
     return {"seq": t.seq, "status": t.status, "knobs": t.config_json["knobs"],
             "patches": t.config_json["patches"], "step_time_s": t.step_time_s,
             "ranked_time_per_step_s": ranked_step_time_s(record, objective) if record else None,
+            "censored_time_per_step_s": record.censored_time_per_step_s if record else None,
             "peak_mem_bytes": t.peak_mem_bytes, "cost_s": t.cost_s, "error": t.error,
             "predicted_ranked_time_per_step_s": t.predicted_step_time_s,
             "predicted_p_oom": t.predicted_p_oom, "predicted_peak_bytes": t.predicted_peak_bytes,
@@ -100,6 +101,7 @@ def summarise(data: ReportData) -> dict:
            "run_id": data.run.run_id, "searcher": data.run.searcher,
            "trials": len(data.trials), "oom_trials": sum(t["status"] == TrialStatus.OOM
                                                          for t in data.trials),
+           "slow_trials": sum(t["status"] == TrialStatus.SLOW for t in data.trials),
            "search_cost_s": sum(t["cost_s"] or 0 for t in data.trials),
            "capacity_bytes": data.contract.mem_cap_bytes, "applied": a is not None,
            "compared": a.compared if a else None,

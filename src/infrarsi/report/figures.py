@@ -14,7 +14,8 @@ import numpy as np  # noqa: E402
 from infrarsi.trial.record import TrialStatus
 
 STATUS_STYLE = {"ok": ("o", "tab:blue"), "oom": (">", "tab:red"), "timeout": ("s", "tab:orange"),
-                "crash": ("x", "tab:gray"), "invalid": ("x", "tab:purple")}
+                "crash": ("x", "tab:gray"), "invalid": ("x", "tab:purple"),
+                "slow": ("^", "tab:brown")}
 
 
 def _finish(ax, xlabel: str, ylabel: str, title: str, legend: bool = True) -> None:
@@ -55,6 +56,12 @@ def best_so_far(trials: list[dict]) -> bytes:
     if ok:
         ax.scatter(*zip(*ok), s=18, color="tab:blue", label="trial (ok)")
     floor = min((y for _, y in ok), default=1.0)
+    slow = [(i + 1, t["censored_time_per_step_s"]) for i, t in enumerate(trials)
+            if t["status"] == TrialStatus.SLOW and t.get("censored_time_per_step_s")]
+    if slow:  # right-censored: cut short there, its time at least that
+        marker, colour = STATUS_STYLE["slow"]
+        ax.scatter(*zip(*slow), marker=marker, color=colour,
+                   label="slow: cut short (time at least this)")
     for status in ("oom", "timeout", "crash", "invalid"):
         pts = [i + 1 for i, t in enumerate(trials) if t["status"] == status]
         if pts:

@@ -31,7 +31,8 @@ def headline(summary: dict) -> list[str]:
     s, lines = summary, []
     lines.append(f"Workload {s['workload']} at scale {s['scale']}; run {s['run_id']} "
                  f"({s['searcher']} searcher): {s['trials']} trials, {s['oom_trials']} out of "
-                 f"memory, {s['search_cost_s']:.0f} s of search.")
+                 f"memory, {s.get('slow_trials', 0)} cut short as slow, "
+                 f"{s['search_cost_s']:.0f} s of search.")
     w, b = s.get("winner"), s["baseline"]
     if w is None:
         lines.append(f"No winner promoted. {s['decision']}")
@@ -57,7 +58,8 @@ def trial_rows(data) -> list[list[str]]:
                             if str(base.get(k)) != str(v))
         rows.append(["run", str(t["seq"]), t["status"], changed or "-",
                      ", ".join(t["patches"]) or "-", _x(t["step_time_s"], "{:.4f}"),
-                     _x(t.get("ranked_time_per_step_s"), "{:.4f}"),
+                     _x(t.get("ranked_time_per_step_s"), "{:.4f}") if t["status"] != "slow"
+                     else ">= " + _x(t.get("censored_time_per_step_s"), "{:.4f}"),
                      _x(t["predicted_ranked_time_per_step_s"], "{:.4f}"),
                      _bytes(t["peak_mem_bytes"]),
                      _bytes(t["predicted_peak_bytes"]), _x(t["predicted_p_oom"], "{:.2f}"),

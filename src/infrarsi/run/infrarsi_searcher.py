@@ -19,6 +19,9 @@
 - **Pairing**: when the candidate with the highest EI is likely to run out of memory, its
   memory-saving variants (checkpointing on, a smaller micro-batch with more accumulation, a
   memory patch added) that the memory model expects to fit are proposed in its place.
+- **Drift**: the baseline is measured again every ``drift.REBASE_EVERY`` trials; when its
+  repeats say the load changed, each trial is compared against the baseline measured nearest in
+  time (``drift.offsets``), so a config is ranked by its ratio to that, not by when it ran.
 - **Re-measures** the top two configs (by posterior mean) one trial in seven, so the
   recommendation rests on more than one lucky draw.
 - **Stops** when the trials left are not expected to gain the minimum detectable effect: the
@@ -36,9 +39,10 @@ import math
 import numpy as np
 from scipy import special
 
+from infrarsi.run import drift
 from infrarsi.run.cost import TrialCostModel
 from infrarsi.run.memory import MemoryObservation, TobitMemoryModel
-from infrarsi.run.problem import Outcome, Problem, SlowBound, distance
+from infrarsi.run.problem import MEASURED_SLOW, Outcome, Problem, SlowBound, distance
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.run.steptime import StepTimeModel
@@ -59,9 +63,12 @@ class InfraRSISearcher(Searcher):
     name = "infrarsi"
 
     def __init__(self, problem: Problem, seed: int = 0, family: str = "gp",
-                 cut_slow: bool = True):
+                 cut_slow: bool = True, censored: bool = True, pairing: bool = True):
+        """``cut_slow``, ``censored`` (OOMs enter the memory model as censored observations)
+        and ``pairing`` switch ideas off for the benchmark's ablations."""
         super().__init__(problem, seed)
         self.family, self.cut_slow = family, cut_slow
+        self.censored, self.pairing = censored, pairing
         self.start = self._initial_design()
         self.last: dict | None = None  # the models' predictions for the last proposal
         self.paired = 0
@@ -75,18 +82,11 @@ class InfraRSISearcher(Searcher):
         what the priors do not know — which knobs matter here, and whether the patches' prior
         speed-ups hold on this host."""
         p = self.problem
-        design = [p.baseline] + [s for s in p.seeds if s in p.index]
-        fits = np.ones(len(p.candidates), dtype=bool)
-        if p.offsets is not None and p.capacity_bytes:
-            fits = p.offset_total <= math.log(p.capacity_bytes) - 0.05
+        design = p.start_points()
         # what this host measured slow (the Doctor's calibration: bf16 where it is emulated)
         # is not worth a trial to learn what is already known
-        fits &= p.measured <= math.log(MEASURED_SLOW)
-        prior = p.prior_log_speed(p.candidates) + p.measured if p.prior_log_speed else \
-            p.measured + 1e-3 * self.rng.normal(size=len(p.candidates))
-        pool = [i for i in np.argsort(np.where(fits, prior, np.inf)) if fits[i]]
-        if pool:
-            design.append(p.candidates[pool[0]])
+        fits = p.analytic_fits() & (p.measured <= math.log(MEASURED_SLOW))
+        pool = [i for i in range(len(p.candidates)) if fits[i]]
         order = list(self.rng.permutation(pool))
         while len(design) < N_SEEDS + 1 + len(p.seeds) and order:
             gap = [min(distance(p.candidates[i], d) for d in design) for i in order]
@@ -103,7 +103,7 @@ class InfraRSISearcher(Searcher):
         outs = [o for _, o in self.history]
         mem_rows = [(i, o) for i, o in zip(idx, outs)
                     if (o.status == TrialStatus.OK and o.peak_bytes) or
-                    (o.status == TrialStatus.OOM and o.cap_bytes)]
+                    (self.censored and o.status == TrialStatus.OOM and o.cap_bytes)]
         memory = TobitMemoryModel().fit(
             p.X[[i for i, _ in mem_rows]],
             [MemoryObservation(o.peak_bytes if o.status == TrialStatus.OK else o.cap_bytes,
@@ -112,10 +112,13 @@ class InfraRSISearcher(Searcher):
         ok = [(i, o) for i, o in zip(idx, outs) if o.status == TrialStatus.OK]
         # a slow trial enters at the time it was cut at: a lower bound, k times the incumbent's
         # (taken as observed: far from the best either way, it only needs to look slow)
-        timed = ok + [(i, o) for i, o in zip(idx, outs) if o.status == TrialStatus.SLOW]
+        at = [k for k, o in enumerate(outs) if o.status in (TrialStatus.OK, TrialStatus.SLOW)]
+        timed = [(idx[k], outs[k]) for k in at]
         rows = [i for i, _ in timed]
         catalog = PRIOR_SHRINK * p.catalog_parts  # (n, P): one column per patch
-        logs = np.array([math.log(o.step_time_s) for _, o in timed]) - p.measured[rows]
+        self.drift_log = self._drift(outs)  # each trial against the baseline nearest in time
+        logs = np.array([math.log(o.step_time_s) for _, o in timed]) - p.measured[rows] - \
+            self.drift_log[at]
         # a trial's own steps say how steady it ran; repeated runs of one config differ by
         # more (the Doctor's between-run noise): a single lucky trial must not be believed
         noise = np.array([max(o.noise_var_log or 1e-4, p.noise_var_log) for _, o in timed])
@@ -126,6 +129,13 @@ class InfraRSISearcher(Searcher):
         costs = TrialCostModel().fit(p.X[idx], np.array([o.cost_s for o in outs]),
                                      np.array([o.status == TrialStatus.OOM for o in outs]))
         return memory, time_model, prior, costs, ok
+
+    def _drift(self, outs) -> np.ndarray:
+        """Per trial, the load change to take out of its log time (``drift.offsets``)."""
+        base = self.problem.baseline
+        times = [math.log(o.step_time_s) if o.status == TrialStatus.OK else None for o in outs]
+        return drift.offsets(times, [c == base for c, _ in self.history],
+                             self.problem.noise_var_log)
 
     def _time_model(self, X, logs, catalog, noise, seed):
         """The step-time model on the measured times less the catalog's prior, and each
@@ -185,6 +195,10 @@ class InfraRSISearcher(Searcher):
             if c not in self.tried:
                 self.last = self._describe(self.problem.index[c])
                 return c
+        if drift.rebase_due([c == self.problem.baseline for c, _ in self.history],
+                            len(self.history) - len(self.start)):
+            self.last = self._describe(self.problem.index[self.problem.baseline])
+            return self.problem.baseline  # the load may have changed: measure it again
         again = self._rerun()
         if again is not None:
             self.last = self._describe(self.problem.index[again])
@@ -284,7 +298,7 @@ class InfraRSISearcher(Searcher):
         likely to run out of memory and the variant is expected to fit."""
         p = self.problem
         risky = int(np.argmax(np.where(untried, log_ei, -np.inf)))
-        if p_oom[risky] <= PAIR_RISK or log_ei[risky] < log_ei[pick] + math.log(2):
+        if not self.pairing or p_oom[risky] <= PAIR_RISK or log_ei[risky] < log_ei[pick] + math.log(2):
             return pick
         variants = [p.index[v] for v in self._savers(p.candidates[risky])
                     if v in p.index and untried[p.index[v]] and p.index[v] not in chosen]
@@ -385,7 +399,6 @@ STOP_EFFECT_MAX = 0.05
 PRIOR_SHRINK = 0.5
 PRIOR_DROP_EVIDENCE = 2.0  # log-evidence the trials must gain to drop a patch's prior
 PATCH_FADE_MIN = 2  # trials with (and without) a patch before its prior may be dropped
-MEASURED_SLOW = 1.5  # a config the Doctor measured this much slower is no start point
 
 
 def _log_ei(best: float, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:

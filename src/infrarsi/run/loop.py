@@ -230,6 +230,7 @@ class RunLoop:
         return RunResult(run_dir=str(self.run_dir), run_id=run_id, searcher=self.searcher_name,
                          trials=len(trials),
                          oom_trials=sum(t.status == TrialState.OOM for t in trials),
+                         slow_trials=sum(t.status == TrialState.SLOW for t in trials),
                          interrupted_requeued=requeued, stop_reason=reason, best=best_row,
                          ranking=list(ranked), baseline_step_time_s=min(base) if base else None)
 

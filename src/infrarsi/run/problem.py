@@ -3,6 +3,7 @@ capacity) and the outcome of each trial. Shared by real runs and by table replay
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -70,6 +71,7 @@ class Problem:
     # log step-time ratio this host measured for some knob values (the Doctor's calibration
     # runs: bf16, another split), trusted as measured rather than as a catalog's claim
     measured_log_speed: Callable[[list[Config]], np.ndarray] | None = None
+    derived: tuple[str, ...] = ()  # knobs that follow the others (the accumulation steps)
     savers: MemorySavers = field(default_factory=MemorySavers)
     min_effect: float = 0.02
     noise_var_log: float = 0.0  # between repeated runs of one config (the Doctor's measure)
@@ -91,6 +93,45 @@ class Problem:
             if self.measured_log_speed else np.zeros(len(self.candidates))
         self.offsets = self.analytic_log_peak(self.candidates) if self.analytic_log_peak else None
 
+    def free_key(self, config: Config) -> tuple:
+        """A config without its derived knobs: what a searcher that sets each free knob (and
+        each patch) independently proposes."""
+        return (tuple((k, str(v)) for k, v in config.knobs if k not in self.derived),
+                tuple(sorted(config.patches)))
+
+    def by_free_key(self) -> dict[tuple, Config]:
+        """Each candidate by its free knobs and patches."""
+        if not hasattr(self, "_by_free"):
+            self._by_free = {self.free_key(c): c for c in self.candidates}
+        return self._by_free
+
+    def analytic_fits(self) -> np.ndarray:
+        """Per candidate, whether the analytic memory estimate says it fits the capacity (all
+        True without an estimate or a capacity): the prefilter any searcher may use."""
+        if self.offsets is None or not self.capacity_bytes:
+            return np.ones(len(self.candidates), dtype=bool)
+        return self.offset_total <= math.log(self.capacity_bytes) - ANALYTIC_MARGIN
+
+    def prior_pick(self) -> Config | None:
+        """The candidate the priors expect fastest (the catalog's ratios plus what the Doctor
+        measured) among those the analytic estimate says fit and the Doctor did not measure
+        slow; None without a prior. What a user of any tool could enqueue first."""
+        if self.prior_log_speed is None and not self.measured.any():
+            return None
+        prior = self.measured + (self.prior_log_speed(self.candidates)
+                                 if self.prior_log_speed else 0.0)
+        ok = self.analytic_fits() & (self.measured <= math.log(MEASURED_SLOW))
+        if not ok.any():
+            return None
+        return self.candidates[int(np.argmin(np.where(ok, prior, np.inf)))]
+
+    def start_points(self) -> list[Config]:
+        """The baseline, the Doctor's seeds and the priors' pick: what every searcher is given
+        to run first."""
+        pick = self.prior_pick()
+        return list(dict.fromkeys([self.baseline] + [s for s in self.seeds if s in self.index]
+                                  + ([pick] if pick is not None else [])))
+
     @property
     def offset_total(self) -> np.ndarray | None:
         """The log analytic peak of each candidate (its offset parts added up)."""
@@ -111,6 +152,10 @@ class Problem:
             elif d == best_d:
                 best.append(c)
         return best[int(rng.integers(len(best)))] if best else None
+
+
+ANALYTIC_MARGIN = 0.05  # log: an estimate within 5% of the capacity is not trusted to fit
+MEASURED_SLOW = 1.5  # a config the Doctor measured this much slower is no start point
 
 
 def distance(a: Config, b: Config) -> int:

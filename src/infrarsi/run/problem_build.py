@@ -177,6 +177,7 @@ def build_problem(manifest, scale: str, capacity_bytes: int | None,
                    analytic_log_peak=analytic(manifest, scale),
                    patch_log_speed=patch_speeds(manifest), seeds=seeds,
                    measured_log_speed=measured_prior(manifest, scale, report),
+                   derived=tuple(k.name for k in manifest.knobs if k.derive is not None),
                    savers=savers(manifest), min_effect=min_effect or 0.02,
                    noise_var_log=run_to_run_var(cv))
 

@@ -49,6 +49,18 @@ class Searcher:
         timeout) unless the searcher sets a bound."""
         return None
 
+    def _next_start(self) -> Config | None:
+        """The first untried of the problem's start points (the baseline, the Doctor's seeds,
+        the priors' pick), which every searcher is given."""
+        return next((c for c in self.problem.start_points() if c not in self.tried), None)
+
+    def _untried_that_fit(self) -> list[Config]:
+        """Untried candidates the analytic memory estimate says fit (every untried one when
+        none does)."""
+        fits = self.problem.analytic_fits()
+        left = [c for c, f in zip(self.problem.candidates, fits) if f and c not in self.tried]
+        return left or self._untried()
+
     def _untried(self) -> list[Config]:
         return [c for c in self.problem.candidates if c not in self.tried]
 

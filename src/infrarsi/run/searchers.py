@@ -20,9 +20,10 @@ class RandomSearcher(Searcher):
     name = "random"
 
     def ask(self) -> Config | None:
-        if self.problem.baseline not in self.tried:
-            return self.problem.baseline
-        left = self._untried()
+        first = self._next_start()
+        if first is not None:
+            return first
+        left = self._untried_that_fit()
         return left[int(self.rng.integers(len(left)))] if left else None
 
 
@@ -52,16 +53,16 @@ class GreedySearcher(Searcher):
         return [moves[i] for i in order]
 
     def ask(self) -> Config | None:
-        if self.problem.baseline not in self.tried:
-            return self.problem.baseline
-        while True:
-            if not self.queue:
-                self.queue = self._moves()
-            target = self.queue.pop(0)
-            found = self.problem.nearest(target, self.tried, self.rng)
-            if found is None:
-                return None
-            return found
+        first = self._next_start()
+        if first is not None:
+            return first
+        if not self.queue:
+            self.queue = self._moves()
+        target = self.queue.pop(0)
+        unfit = {c for c, f in zip(self.problem.candidates, self.problem.analytic_fits())
+                 if not f}
+        return self.problem.nearest(target, self.tried | unfit, self.rng) or \
+            self.problem.nearest(target, self.tried, self.rng)
 
     def tell(self, config: Config, outcome: Outcome) -> None:
         super().tell(config, outcome)
@@ -85,7 +86,7 @@ class GridSearcher(Searcher):
         mb = problem.savers.micro_batch
         key = (lambda i: -float(problem.candidates[i].knob_dict.get(mb, 0))) if mb else None
         grid = sorted(order, key=lambda i: (key(i) if key else 0, i))
-        self.order = [problem.baseline] + [problem.candidates[i] for i in grid]
+        self.order = problem.start_points() + [problem.candidates[i] for i in grid]
 
     def ask(self) -> Config | None:
         return next((c for c in self.order if c not in self.tried), None)
