@@ -1,0 +1,25 @@
+"""A workload where nothing beats the baseline: Apply promotes nothing, and it stops once no
+candidate can still be promoted — at most half the rounds it would have run to the end."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, optimize_json
+
+pytestmark = pytest.mark.slow
+
+
+def test_apply_stops_early_when_no_candidate_can_be_promoted(tmp_path):
+    answer = optimize_json(FIXTURES / "nothing-faster" / "workload.yaml", "cut time-to-train",
+                           tmp_path, "--budget", "4", "--top", "3", "--doctor-repeats", "2")
+    assert not answer["promoted"]
+    applied = json.loads((Path(answer["run_dir"]) / "apply.json").read_text())
+    assert applied["promoted"] is None and applied["candidates"]  # (a config cut as slow is none)
+    measured_rounds = 1 + max(m["round"] for m in applied["measurements"]
+                              if m["label"] != "baseline")
+    assert measured_rounds <= applied["rounds"] / 2, (measured_rounds, applied["rounds"])
+    # what ran instead of the full plan: each round's baseline and the candidates left
+    full_plan = applied["rounds"] * (len(applied["candidates"]) + 1) + 1
+    assert len(applied["measurements"]) <= full_plan / 2
