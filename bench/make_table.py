@@ -298,19 +298,19 @@ def main(argv: list[str] | None = None) -> int:
                         "when other work ran: their rows are measured again")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.drop_during:
-        windows = [tuple(map(float, line.split()[:2]))
-                   for line in args.drop_during.read_text().splitlines() if line.strip()]
-        path = table_path(args.out, find(args.workload).name)
-        if path.exists():
-            print(f"dropped {drop_rows_during(path, windows)} rows measured while other work "
-                  "ran", file=sys.stderr)
     manifest = find(args.workload)
     factors = dict(parse_factor(manifest, f) for f in args.factor)
     patch_sets = [tuple(p for p in s.split("+") if p) for s in args.patch_sets.split(";")]
     for subset in patch_sets:
         for pid in subset:
             manifest.patch(pid)  # KeyError names an unknown patch before anything runs
+    if args.drop_during:
+        windows = [tuple(map(float, line.split()[:2]))
+                   for line in args.drop_during.read_text().splitlines() if line.strip()]
+        path = table_path(args.out, manifest.name, full=bool(factors))
+        if path.exists():
+            print(f"dropped {drop_rows_during(path, windows)} rows measured while other work "
+                  "ran", file=sys.stderr)
     path = measure(args.workload, args.cells, args.repeats, args.validate, args.seed, args.out,
                    factors, patch_sets)
     print(path)

@@ -43,6 +43,7 @@ DOCTOR_RUNS = 3
 TOP_K = 3
 REMEASURE = 2
 TARGET_SE = 2.0
+PEERS = ("smac",)  # benchmark-only peers, beside the registry's
 ABLATIONS = {  # InfraRSI with one idea taken out
     "infrarsi-no-prior": {"prior": False},
     "infrarsi-no-censor": {"censored": False},
@@ -142,6 +143,9 @@ def _manifest(workload: str):
 
 def make_searcher(name: str, problem: Problem, seed: int):
     """A registered searcher, or an InfraRSI ablation."""
+    if name == "smac":
+        from smac_peer import SMACSearcher  # a benchmark extra (scripts/setup.sh installs it)
+        return SMACSearcher(problem, seed)
     if name in ABLATIONS:
         from infrarsi.run.infrarsi_searcher import InfraRSISearcher
         options = {k: v for k, v in ABLATIONS[name].items() if k != "prior"}

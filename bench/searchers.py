@@ -41,7 +41,7 @@ from scipy import stats  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 
 import tables  # noqa: E402
-from replay import ABLATIONS, OOM_FRACTION, replay, setting_of  # noqa: E402
+from replay import ABLATIONS, OOM_FRACTION, PEERS, replay, setting_of  # noqa: E402
 from infrarsi.run import searchers as registry  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "searchers.json"
@@ -124,7 +124,9 @@ def paired_tests(per_searcher: dict) -> dict:
     for name, result in per_searcher.items():
         if name == "infrarsi" or ours is None:
             continue
-        diff = score(result) - score(ours)
+        mine, theirs = score(ours), score(result)
+        n = min(len(mine), len(theirs))  # paired by seed: the seeds both ran
+        diff = theirs[:n] - mine[:n]
         p = float(stats.wilcoxon(diff, alternative="greater").pvalue) \
             if np.any(diff != 0) else 1.0
         out[name] = {"median_regret_difference": float(np.median(diff)), "p_value": p}
@@ -133,12 +135,14 @@ def paired_tests(per_searcher: dict) -> dict:
 
 
 def bench_table(table, names, seeds, budget) -> dict:
-    """Every searcher over every seed on one table."""
+    """Every searcher over every seed on one table; ``seeds``: (every searcher's, the GP
+    peer's)."""
     s = setting_of(table, OOM_FRACTION)
     per = {}
     for name in names:
         t0 = time.perf_counter()
-        traces = [replay(name, s, seed, budget) for seed in range(seeds)]
+        n = seeds[1] if name == "gp" else seeds[0]
+        traces = [replay(name, s, seed, budget) for seed in range(n)]
         per[name] = summarise(traces, budget)
         r = per[name]["regret_median"]
         print(f"  {table.name} {name:20s} regret 10/20/40: {r['10']}/{r['20']}/{r['40']}  "
@@ -231,10 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", action="append", help="a table CSV (default: bench/data)")
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--searchers", default=",".join(
-        list(registry.SEARCHERS) + list(ABLATIONS)))
+        list(registry.SEARCHERS) + list(PEERS) + list(ABLATIONS)))
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--jobs", type=int, default=1,
                         help="tables replayed at once, one process each (replays are not timed)")
+    parser.add_argument("--gp-seeds", type=int, default=None,
+                        help="seeds for Optuna's GP peer (its asks take ~1 s each): the first "
+                             "N seeds, paired with InfraRSI's same seeds")
     parser.add_argument("--replot", action="store_true",
                         help="only draw the plot again from the results file")
     args = parser.parse_args(argv)
@@ -245,17 +252,19 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         parser.error("no table: measure one with bench/make_table.py or give --table PATH")
     names = [n for n in args.searchers.split(",") if n]
-    unknown = [n for n in names if n not in registry.SEARCHERS and n not in ABLATIONS]
+    known = list(registry.SEARCHERS) + list(PEERS) + list(ABLATIONS)
+    unknown = [n for n in names if n not in known]
     if unknown:
-        parser.error(f"--searchers {','.join(unknown)}: choose among "
-                     f"{', '.join(list(registry.SEARCHERS) + list(ABLATIONS))}")
+        parser.error(f"--searchers {','.join(unknown)}: choose among {', '.join(known)}")
     seeds = args.seeds or (3 if args.quick else 30)
     budget = max(CHECKPOINTS)
     out = {"results": {}, "settings": {"seeds": seeds, "budget": budget,
                                        "checkpoints": list(CHECKPOINTS),
                                        "oom_fraction": OOM_FRACTION},
            "constants": {"tuned_on": list(TUNED_ON), "which": CONSTANTS}}
-    for table, detail in _bench_all(paths, names, seeds, budget, args.jobs):
+    out["settings"]["gp_seeds"] = min(args.gp_seeds or seeds, seeds)
+    for table, detail in _bench_all(paths, names, (seeds, out["settings"]["gp_seeds"]), budget,
+                                    args.jobs):
         out["results"][table.name] = {"design": detail["design"], **detail["searchers"]}
         out.setdefault("details", {})[table.name] = {"tests": detail["tests"],
                                                      "table": detail["table"]}

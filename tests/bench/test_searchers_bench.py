@@ -90,7 +90,7 @@ def test_nothing_is_credited_before_a_feasible_trial(tmp_path):
     assert fits.regret(None) == fits.true_log[base] - fits.best_log > 0.3
 
 
-@pytest.mark.parametrize("name", ["tpe", "gp"])
+@pytest.mark.parametrize("name", ["tpe", "gp", "smac"])
 def test_on_a_full_factorial_table_every_peer_trial_runs_as_its_sampler_proposed(tmp_path, name):
     s = replay.setting_of(tables.load(synthetic_table(tmp_path / "t.csv")))
     trace = replay.replay(name, s, seed=1, budget=6)
@@ -116,3 +116,14 @@ def test_a_later_run_of_one_searcher_replaces_only_its_entry_and_the_tests_follo
         pytest.approx(0.2)
     other = dict(later, settings=dict(settings, seeds=50))  # other settings: a fresh file
     assert "random" not in bench.merge(path, other)["results"]["t"]
+
+
+def test_a_replayed_trial_past_the_slow_bound_is_cut_there_and_costs_the_bound(tmp_path):
+    from infrarsi.run.problem import SlowBound
+    s = replay.setting_of(tables.load(synthetic_table(tmp_path / "t.csv")))
+    oracle, bound = replay.Oracle(s, seed=0), SlowBound(after_s=6.5, censored_step_time_s=2.0)
+    outcomes = {c: oracle.run(c, bound) for c, cell in s.by_config.items()
+                if cell.peak_bytes <= s.capacity}
+    slow = [o for o in outcomes.values() if o.status == "slow"]
+    assert slow and all(o.cost_s == 6.5 and o.step_time_s == 2.0 for o in slow)
+    assert all(o.cost_s <= 6.5 for o in outcomes.values() if o.status == "ok")

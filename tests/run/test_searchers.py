@@ -197,3 +197,23 @@ def test_a_patch_prior_fades_once_its_own_trials_contradict_it(claim, true_ratio
     assert sum("fast" in c.patches for c in asked) >= 2
     searcher.recommend()  # refits on every trial
     assert searcher.patch_weights["fast"] == (1.0 if kept else 0.0)
+
+
+def test_the_slow_bound_is_k_times_the_incumbents_cost_and_time():
+    from infrarsi.run.infrarsi_searcher import SLOW_MIN, slow_factor
+    p = _precision_problem(None)
+    searcher = InfraRSISearcher(p, seed=0)
+    assert searcher.slow_bound() is None  # nothing ran yet: no trial is cut
+    searcher.tell(p.baseline, Outcome("ok", step_time_s=0.5, peak_bytes=1e9, cost_s=10.0))
+    bound = searcher.slow_bound()
+    k = slow_factor(p.noise_var_log)
+    assert k >= SLOW_MIN and bound.after_s == pytest.approx(k * 10.0)
+    assert bound.censored_step_time_s == pytest.approx(k * 0.5, rel=0.2)
+    # a slow outcome is told at its bound: never the incumbent, and the models see it slow
+    other = next(c for c in p.candidates if c != p.baseline)
+    searcher.tell(other, Outcome("slow", step_time_s=bound.censored_step_time_s,
+                                 cost_s=bound.after_s))
+    assert searcher.recommend() == p.baseline
+    mu = searcher._predict()[0]
+    assert mu[p.index[other]] > mu[p.index[p.baseline]] + math.log(1.5)
+    assert InfraRSISearcher(p, seed=0, cut_slow=False).slow_bound() is None

@@ -7,8 +7,9 @@
   starts measured worse on the moe-1node table — 8 trials to 95% of the best vs 6 over 10
   replayed seeds — and no better on dense-1node, where the catalog's speed-ups do not hold.)
 - **Each step** fits the censored memory model and the step-time model on every trial so far
-  and proposes the untried candidate maximising ``log EI + log P(fits)``, per unit of expected
-  cost when costs differ by more than 2x. EI is taken against the incumbent: the best posterior
+  and proposes the untried candidate maximising ``log EI + log P(fits)`` per expected second of
+  wall time (compile and start-up included; a trial past the slow bound costs at most the
+  bound). EI is taken against the incumbent: the best posterior
   mean among the configs that ran, not the luckiest measurement. The step-time model's prior
   mean is what the Doctor measured on this host (bf16, another split: trusted as measured) plus
   the catalog's patch ratios at half strength, each patch's dropped once its own trials say
@@ -22,6 +23,9 @@
 - **Drift**: the baseline is measured again every ``drift.REBASE_EVERY`` trials; when its
   repeats say the load changed, each trial is compared against the baseline measured nearest in
   time (``drift.offsets``), so a config is ranked by its ratio to that, not by when it ran.
+- **Slow trials cut short** (``slow_bound``): a trial still running after ``k`` times the
+  incumbent's cost is ended and told ``slow``, its time right-censored at ``k`` times the
+  incumbent's (entered at that bound: it only needs to look slow).
 - **Re-measures** the top two configs (by posterior mean) one trial in seven, so the
   recommendation rests on more than one lucky draw.
 - **Stops** when the trials left are not expected to gain the minimum detectable effect: the
@@ -298,7 +302,8 @@ class InfraRSISearcher(Searcher):
         likely to run out of memory and the variant is expected to fit."""
         p = self.problem
         risky = int(np.argmax(np.where(untried, log_ei, -np.inf)))
-        if not self.pairing or p_oom[risky] <= PAIR_RISK or log_ei[risky] < log_ei[pick] + math.log(2):
+        if not self.pairing or p_oom[risky] <= PAIR_RISK or \
+                log_ei[risky] < log_ei[pick] + math.log(2):
             return pick
         variants = [p.index[v] for v in self._savers(p.candidates[risky])
                     if v in p.index and untried[p.index[v]] and p.index[v] not in chosen]
