@@ -46,6 +46,7 @@ from infrarsi.run import searchers as registry  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "searchers.json"
 CHECKPOINTS = (10, 20, 40)
+SLOW_REPLAYS = ("gp", "smac", *ABLATIONS)  # replayed on the first --few-seeds seeds
 N_BOOT = 2000
 # the tables the searchers' constants were chosen on (replayed while tuning them); any other
 # table is held out
@@ -135,13 +136,13 @@ def paired_tests(per_searcher: dict) -> dict:
 
 
 def bench_table(table, names, seeds, budget) -> dict:
-    """Every searcher over every seed on one table; ``seeds``: (every searcher's, the GP
-    peer's)."""
+    """Every searcher over every seed on one table; ``seeds``: (most searchers', the slow
+    replays' — ``SLOW_REPLAYS``)."""
     s = setting_of(table, OOM_FRACTION)
     per = {}
     for name in names:
         t0 = time.perf_counter()
-        n = seeds[1] if name == "gp" else seeds[0]
+        n = seeds[1] if name in SLOW_REPLAYS else seeds[0]
         traces = [replay(name, s, seed, budget) for seed in range(n)]
         per[name] = summarise(traces, budget)
         r = per[name]["regret_median"]
@@ -239,9 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--jobs", type=int, default=1,
                         help="tables replayed at once, one process each (replays are not timed)")
-    parser.add_argument("--gp-seeds", type=int, default=None,
-                        help="seeds for Optuna's GP peer (its asks take ~1 s each): the first "
-                             "N seeds, paired with InfraRSI's same seeds")
+    parser.add_argument("--few-seeds", type=int, default=None,
+                        help="seeds for the slow replays — Optuna's GP and SMAC (~1 s and "
+                             "~0.5 s per ask) and InfraRSI's ablations: the first N seeds, "
+                             "paired with InfraRSI's same seeds")
     parser.add_argument("--replot", action="store_true",
                         help="only draw the plot again from the results file")
     args = parser.parse_args(argv)
@@ -262,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
                                        "checkpoints": list(CHECKPOINTS),
                                        "oom_fraction": OOM_FRACTION},
            "constants": {"tuned_on": list(TUNED_ON), "which": CONSTANTS}}
-    out["settings"]["gp_seeds"] = min(args.gp_seeds or seeds, seeds)
-    for table, detail in _bench_all(paths, names, (seeds, out["settings"]["gp_seeds"]), budget,
+    out["settings"]["few_seeds"] = min(args.few_seeds or seeds, seeds)
+    for table, detail in _bench_all(paths, names, (seeds, out["settings"]["few_seeds"]), budget,
                                     args.jobs):
         out["results"][table.name] = {"design": detail["design"], **detail["searchers"]}
         out.setdefault("details", {})[table.name] = {"tests": detail["tests"],
