@@ -281,6 +281,19 @@ def drop_rows_during(path: Path, windows: list[tuple[float, float]]) -> int:
     return len(rows) - len(keep)
 
 
+def read_windows(path: Path) -> list[tuple[float, float]]:
+    """The ``START END ...`` lines of a log of other work (Unix seconds); other lines (a
+    command's text that ran over several lines) are skipped."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        parts = line.split()
+        try:
+            out.append((float(parts[0]), float(parts[1])))
+        except (IndexError, ValueError):
+            continue
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("workload")
@@ -305,8 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         for pid in subset:
             manifest.patch(pid)  # KeyError names an unknown patch before anything runs
     if args.drop_during:
-        windows = [tuple(map(float, line.split()[:2]))
-                   for line in args.drop_during.read_text().splitlines() if line.strip()]
+        windows = read_windows(args.drop_during)
         path = table_path(args.out, manifest.name, full=bool(factors))
         if path.exists():
             print(f"dropped {drop_rows_during(path, windows)} rows measured while other work "

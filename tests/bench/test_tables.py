@@ -65,3 +65,22 @@ def test_the_replay_margin_separates_the_capped_rows_or_is_one():
         pytest.approx(1.04)
     assert tables.replay_margin(cells, [row("b", "oom"), row("c", "ok")]) == 1.0  # no clean cut
     assert tables.replay_margin(cells, []) == 1.0
+
+
+def test_a_full_factorial_design_holds_every_combination_once_baseline_first():
+    manifest = find("dense-1node")
+    factors = dict(make_table.parse_factor(manifest, f) for f in
+                   ("nproc=1,2", "micro_batch=1,2,4", "precision=fp32,bf16"))
+    assert factors["precision"] == ["fp32", "bf16"] and factors["nproc"] == [1, 2]
+    cells = make_table.full_factorial(manifest, factors, [(), ("sdpa_attention",)])
+    assert cells[0] == ({}, ())
+    resolved = {make_table._key(knobs.resolve(manifest, "bench", o), p) for o, p in cells}
+    assert len(resolved) == len(cells) == 2 * 3 * 2 * 2  # distinct, each combination once
+    with pytest.raises(KeyError):
+        make_table.parse_factor(manifest, "no_such_knob=1,2")
+
+
+def test_the_log_of_other_work_reads_its_windows_and_skips_other_lines(tmp_path):
+    log = tmp_path / "busy.log"
+    log.write_text("10.5 20.0 pytest -q\nimport sys  # a command's second line\n30 40\n\n")
+    assert make_table.read_windows(log) == [(10.5, 20.0), (30.0, 40.0)]
