@@ -221,13 +221,17 @@ def _bench_one(path, names, seeds, budget):
 
 
 def _bench_all(paths, names, seeds, budget, jobs: int):
-    """(table, detail) per table path, in order; ``jobs`` > 1 replays tables in parallel."""
+    """(table, detail) per table path as each is done; ``jobs`` > 1 replays tables in
+    parallel."""
     if jobs <= 1 or len(paths) < 2:
-        return [_bench_one(p, names, seeds, budget) for p in paths]
-    from concurrent.futures import ProcessPoolExecutor
+        for p in paths:
+            yield _bench_one(p, names, seeds, budget)
+        return
+    from concurrent.futures import ProcessPoolExecutor, as_completed
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(_bench_one, p, names, seeds, budget) for p in paths]
-        return [f.result() for f in futures]
+        for future in as_completed(futures):
+            yield future.result()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,14 +269,16 @@ def main(argv: list[str] | None = None) -> int:
                                        "oom_fraction": OOM_FRACTION},
            "constants": {"tuned_on": list(TUNED_ON), "which": CONSTANTS}}
     out["settings"]["few_seeds"] = min(args.few_seeds or seeds, seeds)
-    for table, detail in _bench_all(paths, names, (seeds, out["settings"]["few_seeds"]), budget,
-                                    args.jobs):
-        out["results"][table.name] = {"design": detail["design"], **detail["searchers"]}
-        out.setdefault("details", {})[table.name] = {"tests": detail["tests"],
-                                                     "table": detail["table"]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    out = merge(args.out, out)
-    args.out.write_text(json.dumps(out, indent=1))
+    for table, detail in _bench_all(paths, names, (seeds, out["settings"]["few_seeds"]), budget,
+                                    args.jobs):  # each table saved as it is done
+        one = dict(out, results={table.name: {"design": detail["design"],
+                                              **detail["searchers"]}},
+                   details={table.name: {"tests": detail["tests"], "table": detail["table"]}})
+        merged = merge(args.out, one)
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(merged, indent=1))
+        tmp.replace(args.out)
     _plot_file(args.out)
     print(f"-> {args.out}")
     return 0

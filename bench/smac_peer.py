@@ -82,7 +82,7 @@ class SMACSearcher(Searcher):
         for _ in range(ASK_TRIES):
             try:
                 info = self.smac.ask()
-            except ConfigurationSpaceExhaustedException:
+            except (ConfigurationSpaceExhaustedException, StopIteration):  # every config told
                 break
             found, target = self._config(dict(info.config))
             if found is None:
