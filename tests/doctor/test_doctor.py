@@ -52,9 +52,9 @@ class _Recording(LocalExecutor):
         super().__init__(root)
         self.requests = []
 
-    def submit(self, request):
+    def resolve(self, request):  # every way a request runs (submit, run) resolves it here
         self.requests.append(request)
-        return super().submit(request)
+        return super().resolve(request)
 
 
 def _burner():
