@@ -16,6 +16,15 @@ INSTRUCTION_EN = ("Cut end-to-end time; keep loss within 0.5% and memory under 2
 INSTRUCTION_ZH = "缩短端到端时间；loss 偏差不超过 0.5%，每卡显存不超过 2 GiB；不要修改数据管道；20 次试验"
 
 
+@pytest.fixture(autouse=True)
+def own_bank(tmp_path_factory, monkeypatch):
+    """Every test its own empty experience bank (never the user's ~/.infrarsi/bank.sqlite);
+    the CLI processes a test starts inherit it."""
+    path = tmp_path_factory.mktemp("bank") / "bank.sqlite"
+    monkeypatch.setenv("INFRARSI_BANK", str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def dense():
     """The dense-1node reference workload."""

@@ -8,17 +8,6 @@ import yaml
 
 from conftest import run_cli
 
-STAGES = ["bank"]
-
-
-@pytest.mark.parametrize("stage", STAGES)
-def test_stages_not_built_yet_exit_2_and_say_so(stage):
-    result = run_cli(stage, "anything")
-    assert result.returncode == 2
-    assert "not built yet" in result.stderr and "nothing was run" in result.stderr
-    assert result.stdout == ""
-
-
 def test_apply_report_and_optimize_refuse_bad_input_with_the_fix(tmp_path):
     for stage in ("apply", "report"):
         result = run_cli(stage, str(tmp_path / "nothing"), cwd=tmp_path)

@@ -16,6 +16,7 @@ from typing import Callable
 from pydantic import BaseModel
 
 from infrarsi.apply import apply_run
+from infrarsi.bank import BankStore, advice_for, ingest_run
 from infrarsi.contract import Contract
 from infrarsi.derive import derive_workload
 from infrarsi.doctor import run_doctor, sealed_contract
@@ -37,6 +38,8 @@ class RoundResult(BaseModel):
     trials: int
     oom_trials: int
     slow_trials: int = 0
+    bank_seeds: list[dict] = []
+    bank_added: int = 0
     search_cost_s: float
     promoted: bool
     winner: dict | None
@@ -74,10 +77,14 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
              out_dir: Path, top_k: int = 3, doctor_repeats: int = 3,
              verify_rounds: int | None = None, seed: int = 0,
              on_stage: Callable[[str, dict], None] | None = None,
-             confirm: Callable[[Contract], bool] | None = None) -> OptimizeResult:
+             confirm: Callable[[Contract], bool] | None = None,
+             bank: str | None = None, use_bank: bool = True) -> OptimizeResult:
     """Every stage, ``rounds`` times; returns the summary and writes each round's report.
     ``confirm`` is asked about the first contract, before anything is written; later rounds'
-    contracts differ from it only in the workload they point at."""
+    contracts differ from it only in the workload they point at. ``bank``: the experience
+    bank's URL (default ``INFRARSI_BANK`` or ``~/.infrarsi/bank.sqlite``); each round starts
+    from its advice and adds what it measured; ``use_bank=False`` is a cold start that
+    leaves the bank as it was."""
     t0, emit = time.monotonic(), on_stage or (lambda stage, data: None)
     try:
         manifest = find(workload)
@@ -91,13 +98,14 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
     contract = make_contract_for(manifest, scale, instruction, note(1))  # before any folder
     if confirm is not None and not confirm(contract):
         raise OptimizeError("the contract was not confirmed: nothing was run")
+    store = BankStore(bank) if use_bank else None
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     done: list[RoundResult] = []
     first_baseline: dict | None = None
     for r in range(1, rounds + 1):
         result, baseline = _one_round(contract, budget, out_dir / f"round-{r}", top_k,
-                                      (doctor_repeats, verify_rounds), seed, r, emit)
+                                      (doctor_repeats, verify_rounds), seed, r, emit, store)
         done.append(result)
         first_baseline = first_baseline or baseline
         if not result.promoted or r == rounds:
@@ -111,9 +119,9 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
 
 
 def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed, r,
-               emit) -> tuple[RoundResult, dict]:
-    """Doctor, Run, Apply and Report once; ``repeats`` is (Doctor's baseline runs, Apply's
-    rounds or None)."""
+               emit, bank: BankStore | None = None) -> tuple[RoundResult, dict]:
+    """Doctor, Run, Apply and Report once, then the bank ingests the round; ``repeats`` is
+    (Doctor's baseline runs, Apply's rounds or None)."""
     repeats, verify_rounds = repeats
     round_dir.mkdir(parents=True, exist_ok=True)
     emit("doctor", {"round": r})
@@ -123,9 +131,13 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
                                                                    "status": rec.status.value}))
     contract, report = sealed_contract(contract, report)
     contract.save(round_dir / "contract.yaml")
+    advice = advice_for(contract, report, bank) if bank is not None else None
+    if advice is not None:
+        emit("bank", {"round": r, "url": bank.url, "experiences": advice.experiences,
+                      "used": advice.used, "seeds": [s.model_dump() for s in advice.seeds]})
     emit("run", {"round": r, "budget": budget})
     loop = RunLoop(contract, round_dir / "run", "infrarsi", budget, None, seed=seed,
-                   doctor_report=report,
+                   doctor_report=report, bank_advice=advice,
                    on_event=lambda kind, data: emit("search", {"kind": kind, **data}))
     found = loop.start()
     emit("apply", {"round": r})
@@ -133,10 +145,15 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
                         on_event=lambda kind, data: emit("verify", {"kind": kind, **data}))
     emit("report", {"round": r})
     written = write_report(round_dir / "run")
+    ingested = ingest_run(round_dir / "run", bank) if bank is not None else None
+    if ingested is not None:
+        emit("bank-ingest", {"round": r, "added": ingested.added, "url": bank.url})
     winner = applied.winner
     result = RoundResult(
         round=r, run_dir=str(round_dir / "run"), contract_hash=contract.contract_hash,
         trials=found.trials, oom_trials=found.oom_trials, slow_trials=found.slow_trials,
+        bank_seeds=ingested.seeds if ingested else [],
+        bank_added=ingested.added if ingested else 0,
         search_cost_s=written.summary.search_cost_s,
         promoted=winner is not None,
         winner={"knobs": winner.knobs, "patches": winner.patches, "speedup": winner.speedup,

@@ -290,3 +290,91 @@ class Report(_Frozen):
     def from_json(cls, text: str) -> "Report":
         """A record written by ``to_json``."""
         return cls.model_validate_json(text)
+
+
+BANK_ADVICE_FILE = "bank_advice.json"
+
+
+def bank_features(knobs: dict, patches) -> list[str]:
+    """The features the bank's additive models read off a config: one per knob value
+    (``name=value``) and one per patch (``patch:id``)."""
+    return [f"{k}={_canon(v)}" for k, v in sorted(knobs.items())] + \
+        [f"patch:{p}" for p in sorted(patches)]
+
+
+def _canon(value) -> str:
+    """One spelling per value: ``True``/``true``/``1`` of a flag alike, ``2``/``2.0`` alike."""
+    if isinstance(value, bool) or str(value).lower() in ("true", "false"):
+        return str(str(value).lower() == "true" or value is True).lower()
+    try:
+        number = float(value)
+        return str(int(number)) if number.is_integer() else str(number)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+class BankSeed(_Frozen):
+    """A config the bank says worked on a similar workload or host: where it came from and
+    what it expects here."""
+    knobs: dict
+    patches: list[str]
+    expected_speedup: float = Field(description="exp of the similarity-weighted mean log "
+                                    "speed-up of its experiences")
+    similarity: float = Field(description="the largest similarity of its experiences (1: the "
+                              "same host and workload)")
+    experiences: int
+    sources: list[dict] = Field(description="{run_id, hardware_fp, workload, stage} of each "
+                                "source run")
+
+
+class BankAdvice(_Frozen):
+    """What the experience bank tells a new run: seed candidates and additive priors (log
+    step-time ratio to the baseline, log peak ratio to the baseline) over knob values and
+    patches, each fitted on past outcomes weighted by their similarity to this host and
+    workload (so a distant past says little). Written as ``bank_advice.json`` in the run."""
+    bank_url: str
+    hardware: dict
+    workload: dict
+    experiences: int = Field(description="experiences the bank holds")
+    used: int = Field(description="experiences similar enough to weigh in")
+    weight: float = Field(0.0, description="the sum of their similarities")
+    time_coefficients: dict[str, float] = {}
+    memory_coefficients: dict[str, float] = {}
+    seeds: list[BankSeed] = []
+    notes: list[str] = []
+
+    def log_speed(self, knobs: dict, patches, baseline: dict) -> float:
+        """The bank's prior log step-time ratio of a config to the baseline (negative:
+        faster)."""
+        return _additive(self.time_coefficients, knobs, patches, baseline)
+
+    def log_peak(self, knobs: dict, patches, baseline: dict) -> float:
+        """The bank's prior log peak-memory ratio of a config to the baseline."""
+        return _additive(self.memory_coefficients, knobs, patches, baseline)
+
+    def save(self, path: Path) -> None:
+        """Write the record as JSON."""
+        Path(path).write_text(self.model_dump_json(indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> "BankAdvice":
+        """A record written by ``save``."""
+        return cls.model_validate_json(Path(path).read_text())
+
+
+def _additive(coefficients: dict[str, float], knobs: dict, patches, baseline: dict) -> float:
+    if not coefficients:
+        return 0.0
+    here = sum(coefficients.get(f, 0.0) for f in bank_features(knobs, patches))
+    return here - sum(coefficients.get(f, 0.0) for f in bank_features(baseline, ()))
+
+
+class BankIngest(_Frozen):
+    """What one run added to the experience bank."""
+    bank_url: str
+    run_id: str
+    added: int = Field(description="experiences new to the bank")
+    already: int = Field(description="experiences the bank held already (a run ingested again)")
+    by_stage: dict[str, int] = {}
+    seeds: list[dict] = Field([], description="the seeds the run was given: {knobs, patches, "
+                              "expected_speedup, measured_speedup, held}")

@@ -1,7 +1,8 @@
 """The ``infrarsi`` command line: one command per stage, plus workloads, trial and demo.
 
 Exit codes: 0 success (a trial that ended ``ok``); 1 a trial ran but did not end ``ok``;
-2 bad input (unknown workload, bad manifest, knob or patch refused) or a stage not built yet.
+2 bad input (unknown workload, bad manifest, knob or patch refused, a bank that cannot be
+opened).
 """
 
 from __future__ import annotations
@@ -201,10 +202,6 @@ def demo(
     demo_command(scale, budget, top, out, err)
 
 
-def _not_built(stage: str, issue: str) -> None:
-    fail(f"'infrarsi {stage}' is not built yet ({issue}); nothing was run.")
-
-
 @app.command()
 def init(
     workload: str = typer.Argument(..., help="bundled workload name or path to workload.yaml"),
@@ -249,11 +246,16 @@ def run(
                                         "SQLite in the run directory)"),
     seed: int = typer.Option(0, help="the searcher's random seed"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
+    bank: Optional[str] = typer.Option(None, "--bank", help="the experience bank's URL or "
+                                       "SQLite path (default: INFRARSI_BANK, else "
+                                       "~/.infrarsi/bank.sqlite)"),
+    no_bank: bool = typer.Option(False, "--no-bank", help="a cold start: neither read nor "
+                                 "write the bank"),
 ) -> None:
     """Stage 3: search knobs and patches together with the step-time and memory models."""
     from infrarsi.cli.run import run_command
     run_command(contract, budget, budget_s, searcher, resume, run_dir, store, seed, as_json,
-                out, err)
+                out, err, bank=bank, use_bank=not no_bank)
 
 
 @app.command()
@@ -265,11 +267,15 @@ def apply(
     to_branch: Optional[str] = typer.Option(None, "--to-branch", help="commit the winner on a "
                                             "new branch of the workload's git repository"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
+    bank: Optional[str] = typer.Option(None, "--bank", help="the experience bank's URL or "
+                                       "SQLite path (default: INFRARSI_BANK, else "
+                                       "~/.infrarsi/bank.sqlite)"),
+    no_bank: bool = typer.Option(False, "--no-bank", help="leave the bank as it was"),
 ) -> None:
     """Stage 4: re-verify the best candidates against the baseline, interleaved; promote only
     what holds; write winner.patch, launch.sh, audit.jsonl and the verification table."""
     from infrarsi.cli.apply import apply_command
-    apply_command(run_dir, top, rounds, to_branch, as_json, out, err)
+    apply_command(run_dir, top, rounds, to_branch, as_json, out, err, bank, not no_bank)
 
 
 @app.command()
@@ -287,10 +293,9 @@ def report(
               highlight=False)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def bank() -> None:
-    """Stage 5: inspect and query the experience bank (not built yet)."""
-    _not_built("bank", "the Experience Bank")
+from infrarsi.cli.bank import bank_app  # noqa: E402 - the sub-commands of `infrarsi bank`
+
+app.add_typer(bank_app, name="bank")
 
 
 @app.command()
@@ -313,11 +318,16 @@ def optimize(
     yes: bool = typer.Option(False, "--yes", help="freeze the contract without asking"),
     seed: int = typer.Option(0, help="the searcher's random seed"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
+    bank: Optional[str] = typer.Option(None, "--bank", help="the experience bank's URL or "
+                                       "SQLite path (default: INFRARSI_BANK, else "
+                                       "~/.infrarsi/bank.sqlite)"),
+    no_bank: bool = typer.Option(False, "--no-bank", help="a cold start: neither read nor "
+                                 "write the bank"),
 ) -> None:
     """All stages from one instruction: Init -> Doctor -> Run -> Apply -> Report."""
     from infrarsi.cli.optimize import optimize_command
     optimize_command(workload, instruction, scale, budget, rounds, top, out_dir, yes, seed,
-                     as_json, out, err, verify_rounds, doctor_repeats)
+                     as_json, out, err, verify_rounds, doctor_repeats, bank, not no_bank)
 
 
 def _terminate(signum, frame) -> None:

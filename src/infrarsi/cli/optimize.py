@@ -13,6 +13,7 @@ from rich.console import Console
 
 from infrarsi.contract import ContractError
 from infrarsi.optimize import OptimizeError, OptimizeResult, optimize
+from infrarsi.store.bank import BankError
 
 STAGES = {"init": "Init: the contract", "doctor": "Doctor: baseline, noise, tolerances",
           "run": "Run: the search", "apply": "Apply: interleaved re-verification",
@@ -35,6 +36,13 @@ class OptimizeScreen:
             self._say(f"round {data.get('round', '')}: {STAGES[stage]}{extra}")
         elif stage == "note":
             self._say(data["text"])
+        elif stage == "bank":
+            seeds = "; ".join(f"{_seed(s)} (expects {s['expected_speedup']:.2f}x, similarity "
+                              f"{s['similarity']:.2f})" for s in data["seeds"]) or "none"
+            self._say(f"round {data['round']}: bank {data['url']}: {data['used']} of "
+                      f"{data['experiences']} experiences similar enough; seeds: {seeds}")
+        elif stage == "bank-ingest":
+            self._say(f"round {data['round']}: bank: {data['added']} experiences added")
         elif stage == "trial":
             self._say(f"  doctor: {data['label']} {data['status']}")
         elif stage == "search" and data["kind"] == "end":
@@ -52,6 +60,11 @@ class OptimizeScreen:
                       f"{m.label} {m.status} {m.compared_s or 0:.4f} s{check}")
 
 
+def _seed(seed: dict) -> str:
+    knobs = " ".join(f"{k}={v}" for k, v in seed["knobs"].items())
+    return f"{knobs} {'+'.join(seed['patches']) or 'no patch'}"
+
+
 def headline(result: OptimizeResult) -> list[str]:
     """The numbers a person wants at the end."""
     lines = []
@@ -63,6 +76,12 @@ def headline(result: OptimizeResult) -> list[str]:
                          f"{r.trials} trials, {r.oom_trials} OOM")
         else:
             lines.append(f"round {r.round}: {r.decision}")
+        for seed in r.bank_seeds:
+            held = {True: "held", False: "did not hold", None: "not measured"}[seed["held"]]
+            measured = f", measured {seed['measured_speedup']:.2f}x" \
+                if seed["measured_speedup"] else ""
+            lines.append(f"  bank seed {_seed(seed)}: expected {seed['expected_speedup']:.2f}x"
+                         f"{measured}: {held}")
         lines.append(f"  report: {r.report_html}")
     b = result.baseline
     if b.get("mfu_pct") is not None:
@@ -75,15 +94,17 @@ def headline(result: OptimizeResult) -> list[str]:
 def optimize_command(workload: str, instruction: str, scale: str, budget: int | None,
                      rounds: int, top: int, out_dir: Path | None, yes: bool, seed: int,
                      as_json: bool, out: Console, err: Console, verify_rounds: int | None = None,
-                     doctor_repeats: int = 3) -> None:
+                     doctor_repeats: int = 3, bank: str | None = None,
+                     use_bank: bool = True) -> None:
     """Run every stage; exit 0 with or without a promoted winner, 2 on bad input."""
     screen = OptimizeScreen(err if as_json else out)
     directory = out_dir or Path(".infrarsi") / "optimize" / time.strftime("%Y%m%d-%H%M%S")
     try:
         result = optimize(workload, instruction, scale, budget, rounds, directory, top_k=top,
                           doctor_repeats=doctor_repeats, verify_rounds=verify_rounds, seed=seed,
-                          on_stage=screen, confirm=None if yes else _confirm(err))
-    except (OptimizeError, ContractError, KeyError) as exc:
+                          on_stage=screen, confirm=None if yes else _confirm(err),
+                          bank=bank, use_bank=use_bank)
+    except (OptimizeError, ContractError, KeyError, BankError) as exc:
         err.print(f"error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False,
                   soft_wrap=True)
         raise typer.Exit(2)

@@ -11,7 +11,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from infrarsi.bank import advice_for, ingest_run
 from infrarsi.contract import ContractError, load_contract
+from infrarsi.store.bank import BankError, BankStore
 from infrarsi.run.loop import RunError, RunLoop
 from infrarsi.units import format_bytes
 from infrarsi.records import DoctorReport, RunResult
@@ -19,10 +21,13 @@ from infrarsi.records import DoctorReport, RunResult
 
 def run_command(contract_path: Path | None, budget: int | None, budget_s: float | None,
                 searcher: str, resume: Path | None, run_dir: Path | None, store_url: str | None,
-                seed: int, as_json: bool, out: Console, err: Console) -> None:
-    """Start or resume a run; print its table and its result."""
+                seed: int, as_json: bool, out: Console, err: Console,
+                bank: str | None = None, use_bank: bool = True) -> None:
+    """Start or resume a run; print its table and its result. A new run starts from the
+    experience bank's advice; every run adds what it measured to the bank."""
     screen = _Screen(err if as_json else out)
     try:
+        store = BankStore(bank) if use_bank else None
         if resume is not None:
             contract = load_contract(contract_path) if contract_path else None
             with screen.live():
@@ -33,11 +38,17 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
             contract = load_contract(contract_path)
             report = _doctor_report(contract, contract_path)
             directory = run_dir or Path(".infrarsi") / "runs" / contract.contract_hash[:12]
+            advice = advice_for(contract, report, store) if store is not None else None
             loop = RunLoop(contract, directory, searcher, budget, budget_s, store_url,
-                           seed=seed, doctor_report=report, on_event=screen.event)
+                           seed=seed, doctor_report=report, on_event=screen.event,
+                           bank_advice=advice)
             with screen.live():
                 result = loop.start()
-    except (RunError, ContractError, KeyError) as exc:
+        if store is not None:
+            added = ingest_run(Path(result.run_dir), store)
+            err.print(f"bank: {added.added} experiences added to {store.url}", markup=False,
+                      highlight=False)
+    except (RunError, ContractError, KeyError, BankError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     if as_json:

@@ -119,7 +119,9 @@ class InfraRSISearcher(Searcher):
         at = [k for k, o in enumerate(outs) if o.status in (TrialStatus.OK, TrialStatus.SLOW)]
         timed = [(idx[k], outs[k]) for k in at]
         rows = [i for i, _ in timed]
-        catalog = PRIOR_SHRINK * p.catalog_parts  # (n, P): one column per patch
+        catalog, names = PRIOR_SHRINK * p.catalog_parts, list(p.patch_ids)  # (n, P)
+        if p.bank.any():  # the bank's prior: one column more, trusted as far as trials agree
+            catalog, names = np.hstack([catalog, p.bank[:, None]]), names + [BANK]
         self.drift_log = self._drift(outs)  # each trial against the baseline nearest in time
         logs = np.array([math.log(o.step_time_s) for _, o in timed]) - p.measured[rows] - \
             self.drift_log[at]
@@ -127,8 +129,9 @@ class InfraRSISearcher(Searcher):
         # more (the Doctor's between-run noise): a single lucky trial must not be believed
         noise = np.array([max(o.noise_var_log or 1e-4, p.noise_var_log) for _, o in timed])
         seed = int(self.rng.integers(1 << 30))
-        time_model, weights = self._time_model(p.X[rows], logs, catalog[rows], noise, seed)
-        self.patch_weights = dict(zip(p.patch_ids, map(float, weights)))
+        time_model, weights = self._time_model(p.X[rows], logs, catalog[rows], noise, seed,
+                                               bank=BANK in names)
+        self.patch_weights = dict(zip(names, map(float, weights)))
         prior = catalog @ weights + p.measured
         costs = TrialCostModel().fit(p.X[idx], np.array([o.cost_s for o in outs]),
                                      np.array([o.status == TrialStatus.OOM for o in outs]))
@@ -141,13 +144,15 @@ class InfraRSISearcher(Searcher):
         return drift.offsets(times, [c == base for c, _ in self.history],
                              self.problem.noise_var_log)
 
-    def _time_model(self, X, logs, catalog, noise, seed):
+    def _time_model(self, X, logs, catalog, noise, seed, bank: bool = False):
         """The step-time model on the measured times less the catalog's prior, and each
         patch's prior weight (1 or 0). A patch's prior is trusted only as far as measured: once
         at least ``PATCH_FADE_MIN`` trials with it ran, its weight drops to 0 when the trials
         make that more likely (the GP's marginal likelihood, on the raw scale) — patch by
         patch, so a catalog ratio that does not hold on this host fades while the others
-        stay."""
+        stay. With ``bank`` the last column is the experience bank's prior, which touches
+        nearly every config: it is weighed the same way once ``BANK_FADE_MIN`` trials ran (the
+        negative-transfer guard: a bank whose past disagrees with this host loses its say)."""
         weights = np.ones(catalog.shape[1])
         model = self._fit_time(X, logs, catalog, weights, noise, seed)
         if self.family != "gp" or not catalog.any():
@@ -155,7 +160,10 @@ class InfraRSISearcher(Searcher):
         evidence = model.log_evidence()
         for j in range(catalog.shape[1]):
             with_patch = int(np.count_nonzero(catalog[:, j]))
-            if with_patch < PATCH_FADE_MIN or len(logs) - with_patch < PATCH_FADE_MIN:
+            if bank and j == catalog.shape[1] - 1:
+                if with_patch < BANK_FADE_MIN:
+                    continue
+            elif with_patch < PATCH_FADE_MIN or len(logs) - with_patch < PATCH_FADE_MIN:
                 continue
             trial = weights.copy()
             trial[j] = 0.0
@@ -404,6 +412,8 @@ STOP_EFFECT_MAX = 0.05
 PRIOR_SHRINK = 0.5
 PRIOR_DROP_EVIDENCE = 2.0  # log-evidence the trials must gain to drop a patch's prior
 PATCH_FADE_MIN = 2  # trials with (and without) a patch before its prior may be dropped
+BANK = "bank"  # the name of the bank's prior column in ``patch_weights``
+BANK_FADE_MIN = 3  # trials the bank's prior touched before it may be dropped
 
 
 def _log_ei(best: float, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:

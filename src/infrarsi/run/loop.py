@@ -26,7 +26,8 @@ from infrarsi.run.space import Config
 from infrarsi.store import (RunDirError, Store, StoredRun, StoredTrial, open_run_dir,
                             sqlite_url)
 from infrarsi.trial import TrialRecord
-from infrarsi.records import DOCTOR_FILE, Best, DoctorReport, RankedConfig, RunResult
+from infrarsi.records import (BANK_ADVICE_FILE, DOCTOR_FILE, BankAdvice, Best, DoctorReport,
+                              RankedConfig, RunResult)
 from infrarsi.store import IN_FLIGHT, TrialState
 from infrarsi.trial.record import TrialStatus
 
@@ -73,7 +74,10 @@ class RunLoop:
                  budget_trials: int | None = None, budget_s: float | None = None,
                  store_url: str | None = None, executor: Executor | None = None,
                  seed: int = 0, doctor_report: DoctorReport | None = None,
-                 on_event: Callable[[str, dict], None] | None = None):
+                 on_event: Callable[[str, dict], None] | None = None,
+                 bank_advice: BankAdvice | None = None):
+        """``bank_advice``: the experience bank's seeds and priors (``bank.advice_for``);
+        kept in the run directory, so a resumed run searches with the same advice."""
         if searcher not in registry.SEARCHERS:
             raise RunError(f"searcher {searcher!r}: choose one of {', '.join(registry.SEARCHERS)}")
         if budget_trials is None and budget_s is None:
@@ -85,6 +89,7 @@ class RunLoop:
         self.store_url = store_url or sqlite_url(self.run_dir)
         self.executor = executor or LocalExecutor(self.run_dir)
         self.doctor_report = doctor_report
+        self.bank_advice = bank_advice
         self.on_event = on_event or (lambda kind, data: None)
         self.manifest = contract.manifest()
 
@@ -92,7 +97,7 @@ class RunLoop:
     def _problem(self) -> Problem:
         return build_problem(self.manifest, self.contract.scale, self.contract.mem_cap_bytes,
                              self.doctor_report, self.contract.noise.min_detectable_effect,
-                             self.seed)
+                             self.seed, bank=self.bank_advice)
 
     def start(self) -> RunResult:
         """A new run in ``run_dir`` (which must not hold one)."""
@@ -112,6 +117,8 @@ class RunLoop:
             {"run_id": run_id, "store_url": self.store_url}, indent=2))
         if self.doctor_report is not None:  # later stages read the baseline's diagnosis here
             self.doctor_report.save(self.run_dir / DOCTOR_FILE)
+        if self.bank_advice is not None:
+            self.bank_advice.save(self.run_dir / BANK_ADVICE_FILE)
         return self._loop(store, run_id, [])
 
     @classmethod
@@ -126,6 +133,9 @@ class RunLoop:
             raise RunError(f"the run was made for contract {stored.contract_hash[:12]}, not "
                            f"{contract.contract_hash[:12]}: resume it without a contract, or "
                            "start a new run")
+        advice = Path(run_dir) / BANK_ADVICE_FILE
+        if advice.exists() and "bank_advice" not in options:
+            options["bank_advice"] = BankAdvice.load(advice)
         loop = cls(stored, Path(run_dir), run.searcher, run.budget_trials, run.budget_s,
                    store.url, seed=run.seed, **options)
         requeue = store.interrupt_running(run.run_id)

@@ -13,7 +13,7 @@ from infrarsi.run.problem import MemorySavers, Problem
 from infrarsi.run.space import Config, Space
 from infrarsi.workloads import expr, knobs
 from infrarsi.workloads.knobs import AssignmentError
-from infrarsi.records import DoctorReport
+from infrarsi.records import BankAdvice, DoctorReport
 
 MAX_RANDOM = 3000
 
@@ -160,23 +160,73 @@ def doctor_seeds(manifest, scale: str, report: DoctorReport | None) -> list[Conf
     return list(dict.fromkeys(seeds))
 
 
+def bank_seeds(manifest, scale: str, advice: BankAdvice | None) -> list[Config]:
+    """The bank's seeds as configs of this workload: their free knobs resolved here (the
+    derived ones follow); a seed with a knob value or a patch this workload does not have is
+    left out."""
+    if advice is None:
+        return []
+    derived = {k.name for k in manifest.knobs if k.derive is not None}
+    names = {k.name for k in manifest.knobs}
+    ids = {p.id for p in manifest.patches}
+    out = []
+    for s in advice.seeds:
+        if not set(s.patches) <= ids:
+            continue
+        free = {k: v for k, v in s.knobs.items() if k in names and k not in derived}
+        try:
+            out.append(Config.of(knobs.resolve(manifest, scale, free), frozenset(s.patches)))
+        except AssignmentError:
+            continue
+    return list(dict.fromkeys(out))
+
+
+def bank_time_prior(advice: BankAdvice | None, baseline: Config):
+    """The bank's prior log step-time ratio to the baseline, per config (None without one)."""
+    if advice is None or not advice.time_coefficients:
+        return None
+    base = baseline.knob_dict
+    return lambda cs: np.array([advice.log_speed(c.knob_dict, c.patches, base) for c in cs])
+
+
+def bank_memory_prior(advice: BankAdvice | None, baseline: Config,
+                      report: DoctorReport | None):
+    """Where the manifest has no memory formula: the Doctor's measured baseline peak times the
+    bank's prior peak ratio to the baseline, per config, as the memory model's offset (None
+    without a bank, a measured peak or memory experiences)."""
+    peaks = [p for p in (report.peak_mem_bytes if report else []) if p]
+    if advice is None or not advice.memory_coefficients or not peaks:
+        return None
+    base, log_base = baseline.knob_dict, math.log(max(peaks))
+    return lambda cs: np.array([log_base + advice.log_peak(c.knob_dict, c.patches, base)
+                                for c in cs])
+
+
 def build_problem(manifest, scale: str, capacity_bytes: int | None,
                   report: DoctorReport | None = None,
-                  min_effect: float | None = None, seed: int = 0) -> Problem:
-    """The search problem of a workload at a scale under a per-rank capacity."""
+                  min_effect: float | None = None, seed: int = 0,
+                  bank: BankAdvice | None = None) -> Problem:
+    """The search problem of a workload at a scale under a per-rank capacity; ``bank``: the
+    experience bank's advice (seeds, and priors for the time and memory models)."""
     from infrarsi.run.compat import incompatible_pairs
     clashes = incompatible_pairs(manifest)
     configs = [c for c in candidates(manifest, scale, seed)
                if not any(pair <= c.patches for pair in clashes)]
+    from_bank = [c for c in bank_seeds(manifest, scale, bank)
+                 if not any(pair <= c.patches for pair in clashes)]
+    configs += [c for c in from_bank if c not in set(configs)]
     levels = {k.name: sorted({c.knob_dict[k.name] for c in configs})
               for k in manifest.knobs}
     space = Space.from_manifest(manifest, levels)
     seeds = [s for s in doctor_seeds(manifest, scale, report) if s in set(configs)]
+    seeds = list(dict.fromkeys(from_bank + seeds))
     cv = report.noise.cv_between if report is not None else None
     return Problem(configs, space, configs[0], capacity_bytes=capacity_bytes,
-                   analytic_log_peak=analytic(manifest, scale),
+                   analytic_log_peak=analytic(manifest, scale) or
+                   bank_memory_prior(bank, configs[0], report),
                    patch_log_speed=patch_speeds(manifest), seeds=seeds,
                    measured_log_speed=measured_prior(manifest, scale, report),
+                   bank_log_speed=bank_time_prior(bank, configs[0]),
                    derived=tuple(k.name for k in manifest.knobs if k.derive is not None),
                    savers=savers(manifest), min_effect=min_effect or 0.02,
                    noise_var_log=run_to_run_var(cv))

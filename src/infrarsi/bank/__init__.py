@@ -1,0 +1,73 @@
+"""The experience bank stage: what every run measured goes in (``ingest_run``), and a new run
+asks it for seeds and priors (``advice_for``), weighted by how similar the host and workload
+are (``signatures``, ``transfer``). The bank's tables live in ``store/bank.py``."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+from infrarsi.bank.ingest import experiences_of_run
+from infrarsi.bank.signatures import hardware_signature, workload_signature
+from infrarsi.bank.transfer import advise
+from infrarsi.contract import Contract
+from infrarsi.records import (BANK_ADVICE_FILE, BankAdvice, BankIngest, DoctorReport,
+                              bank_features)
+from infrarsi.store.bank import BankStore, StoredSeed
+
+__all__ = ["advice_for", "ingest_run", "BankStore"]
+
+
+def advice_for(contract: Contract, report: DoctorReport | None, bank: BankStore) -> BankAdvice:
+    """The bank's advice for a run of ``contract`` on the host the Doctor measured."""
+    manifest = contract.manifest()
+    knobs = report.knobs if report else {}
+    ranks = next((knobs.get(k) for k in manifest.knobs_with_role("ranks")), None)
+    hardware = hardware_signature(report.hardware if report else {}, contract.mem_cap_bytes,
+                                  ranks, manifest.launch.nodes)
+    workload = workload_signature(manifest, contract.scale, knobs,
+                                  report.flops_per_token if report else None)
+    return advise(bank.experiences(), hardware, workload, bank_url=bank.url)
+
+
+def ingest_run(run_dir: Path, bank: BankStore) -> BankIngest:
+    """Add a run directory's experiences to the bank, and judge the seeds it was given (from
+    its ``bank_advice.json``): each seed's measured speed-up here (the median of its search
+    trials) and whether it held (faster than the baseline)."""
+    experiences, texts, ctx = experiences_of_run(Path(run_dir))
+    added = bank.add(experiences, texts)
+    by_stage: dict[str, int] = {}
+    for e in experiences:
+        by_stage[e.stage] = by_stage.get(e.stage, 0) + 1
+    seeds = _judge_seeds(Path(run_dir), ctx.run.run_id, experiences, bank)
+    return BankIngest(bank_url=bank.url, run_id=ctx.run.run_id, added=added,
+                      already=len(experiences) - added, by_stage=by_stage, seeds=seeds)
+
+
+def _judge_seeds(run_dir: Path, run_id: str, experiences, bank: BankStore) -> list[dict]:
+    path = run_dir / BANK_ADVICE_FILE
+    if not path.exists():
+        return []
+    advice = BankAdvice.load(path)
+    if not bank.seeds(run_id) and advice.seeds:
+        bank.add_seeds([StoredSeed(run_id=run_id, created_unix_s=time.time(), knobs_json=s.knobs,
+                                   patches_json=s.patches, expected_speedup=s.expected_speedup,
+                                   similarity=s.similarity,
+                                   source_json={"sources": s.sources,
+                                                "experiences": s.experiences})
+                        for s in advice.seeds])
+    out = []
+    for stored in bank.seeds(run_id):
+        key = (sorted(bank_features(stored.knobs_json, [])), sorted(stored.patches_json))
+        measured = [e.speedup for e in experiences if e.stage == "run" and e.status == "ok" and
+                    e.speedup and (sorted(bank_features(e.knobs_json, [])),
+                                   sorted(p["id"] for p in e.patches_json)) == key]
+        speedup = statistics.median(measured) if measured else None
+        held = None if speedup is None else speedup > 1.0
+        bank.set_seed_outcome(stored.id, speedup, held)
+        out.append({"knobs": stored.knobs_json, "patches": stored.patches_json,
+                    "expected_speedup": stored.expected_speedup, "measured_speedup": speedup,
+                    "held": held, "similarity": stored.similarity,
+                    "sources": stored.source_json.get("sources", [])})
+    return out

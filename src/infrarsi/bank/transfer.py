@@ -1,0 +1,108 @@
+"""From past experiences to advice for a new run: seeds and priors, weighted by similarity.
+
+Each experience weighs ``w = similarity(its host and workload, these)`` (``signatures``); those
+below :data:`MIN_SIMILARITY` are left out. Two additive models are fitted by weighted ridge
+regression over the features of a config (one per knob value, one per patch;
+``records.bank_features``): the log step-time ratio to the baseline of the same run, and the log
+peak-memory ratio to it. The ridge's prior precision :data:`RIDGE` is in units of experience
+weight, so a feature seen once on the same host (weight 1) keeps half its measured effect, and
+one seen on a host ten distance units away (weight ~0) keeps nearly nothing: the distance
+down-weights the past. Censored outcomes (an OOM, a trial cut short) enter neither model.
+
+Seeds are whole configs that ran: ranked by expected speed-up (the weighted mean of their
+experiences) times their best similarity, never one that mostly ran out of memory, and only
+those expected to gain at least :data:`SEED_MIN_SPEEDUP`. Every seed is measured here like any
+trial; the search's time model drops the bank's prior once this host's trials contradict it
+(the negative-transfer guard, in ``run/infrarsi_searcher.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from infrarsi.bank.signatures import similarity
+from infrarsi.records import BankAdvice, BankSeed, bank_features
+from infrarsi.store.bank import Experience
+
+MIN_SIMILARITY = 0.02
+RIDGE = 1.0
+SEEDS = 2
+SEED_MIN_SPEEDUP = 1.02
+SEED_MAX_OOM_SHARE = 0.5
+
+
+def advise(experiences: list[Experience], hardware: dict, workload: dict, *, bank_url: str,
+           max_seeds: int = SEEDS) -> BankAdvice:
+    """The bank's advice for a run on ``hardware`` x ``workload`` (signatures)."""
+    weighted = [(e, similarity(e.hardware_json, e.workload_json, hardware, workload))
+                for e in experiences]
+    weighted = [(e, w) for e, w in weighted if w >= MIN_SIMILARITY]
+    timed = [(bank_features(e.knobs_json, _ids(e)), -math.log(e.speedup), w)
+             for e, w in weighted if e.status == "ok" and not e.censored and e.speedup]
+    sized = [(bank_features(e.knobs_json, _ids(e)),
+              math.log(e.peak_mem_bytes / e.baseline_peak_mem_bytes), w)
+             for e, w in weighted if e.status == "ok" and e.peak_mem_bytes and
+             e.baseline_peak_mem_bytes]
+    notes = []
+    if experiences and not weighted:
+        notes.append(f"none of the bank's {len(experiences)} experiences is similar enough to "
+                     f"this host and workload (similarity < {MIN_SIMILARITY})")
+    return BankAdvice(bank_url=bank_url, hardware=hardware, workload=workload,
+                      experiences=len(experiences), used=len(weighted),
+                      weight=float(sum(w for _, w in weighted)),
+                      time_coefficients=ridge(timed), memory_coefficients=ridge(sized),
+                      seeds=seeds(weighted, max_seeds), notes=notes)
+
+
+def _ids(e: Experience) -> list[str]:
+    return [p["id"] for p in e.patches_json]
+
+
+def ridge(rows: list[tuple[list[str], float, float]], precision: float = RIDGE
+          ) -> dict[str, float]:
+    """Weighted ridge regression without intercept: ``rows`` of (features, target, weight);
+    returns each feature's coefficient."""
+    if not rows:
+        return {}
+    names = sorted({f for features, _, _ in rows for f in features})
+    col = {f: j for j, f in enumerate(names)}
+    X = np.zeros((len(rows), len(names)))
+    for i, (features, _, _) in enumerate(rows):
+        X[i, [col[f] for f in features]] = 1.0
+    y = np.array([t for _, t, _ in rows])
+    w = np.array([w for _, _, w in rows])
+    A = X.T @ (w[:, None] * X) + precision * np.eye(len(names))
+    beta = np.linalg.solve(A, X.T @ (w * y))
+    return {f: float(b) for f, b in zip(names, beta) if abs(b) > 1e-9}
+
+
+def seeds(weighted: list[tuple[Experience, float]], max_seeds: int = SEEDS) -> list[BankSeed]:
+    """Whole configs worth a first trial here (see the module's docstring)."""
+    groups: dict[str, list[tuple[Experience, float]]] = defaultdict(list)
+    for e, w in weighted:
+        key = json.dumps([sorted(bank_features(e.knobs_json, []))] + [sorted(_ids(e))])
+        groups[key].append((e, w))
+    out = []
+    for members in groups.values():
+        ok = [(e, w) for e, w in members if e.status == "ok" and e.speedup and not e.censored]
+        ooms = sum(w for e, w in members if e.status == "oom")
+        total = sum(w for _, w in members)
+        if not ok or ooms > SEED_MAX_OOM_SHARE * total:
+            continue
+        weight = sum(w for _, w in ok)
+        expected = math.exp(sum(w * math.log(e.speedup) for e, w in ok) / weight)
+        if expected < SEED_MIN_SPEEDUP:
+            continue
+        best = max(w for _, w in ok)
+        first = ok[0][0]
+        sources = {(e.run_id, e.hardware_fp, e.workload, e.stage) for e, _ in ok}
+        out.append(BankSeed(knobs=first.knobs_json, patches=sorted(_ids(first)),
+                            expected_speedup=expected, similarity=best, experiences=len(ok),
+                            sources=[{"run_id": r, "hardware_fp": h, "workload": wl,
+                                      "stage": st} for r, h, wl, st in sorted(sources)]))
+    out.sort(key=lambda s: -s.expected_speedup * s.similarity)
+    return out[:max_seeds]

@@ -1,0 +1,145 @@
+"""``infrarsi bank``: what the experience bank holds — list, show, stats, export, import,
+forget — each as a table or, with ``--json``, one JSON object."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from infrarsi.store.bank import BankError, BankStore, Experience
+
+bank_app = typer.Typer(help="Stage 5: the experience bank — what past runs measured, reused "
+                            "by the next run on a similar workload or host.",
+                       no_args_is_help=True)
+out, err = Console(), Console(stderr=True)
+BANK_OPTION = typer.Option(None, "--bank", help="the bank's URL or SQLite path (default: "
+                           "INFRARSI_BANK, else ~/.infrarsi/bank.sqlite)")
+JSON_OPTION = typer.Option(False, "--json", help="print one JSON object")
+
+
+def _open(url: str | None) -> BankStore:
+    try:
+        return BankStore(url)
+    except BankError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+
+
+def _row(e: Experience) -> dict:
+    return {"id": e.id, "run_id": e.run_id, "stage": e.stage, "workload": e.workload,
+            "scale": e.scale, "host": e.hardware_fp, "status": e.status,
+            "speedup": e.speedup, "censored": e.censored, "peak_share": e.peak_share,
+            "knobs": e.knobs_json, "patches": [p["id"] for p in e.patches_json]}
+
+
+@bank_app.command("list")
+def list_(bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION,
+          workload: Optional[str] = typer.Option(None, help="only this workload"),
+          run: Optional[str] = typer.Option(None, "--run", help="only this run id"),
+          limit: int = typer.Option(50, min=1, help="rows shown (newest last)")) -> None:
+    """The experiences, newest last."""
+    store = _open(bank)
+    rows = [_row(e) for e in store.experiences(workload=workload, run_id=run)][-limit:]
+    if as_json:
+        print(json.dumps({"bank": store.url, "experiences": rows}))
+        return
+    table = Table("id", "run", "stage", "workload", "host", "status", "speed-up", "patches",
+                  title=f"{store.url}: {len(rows)} experiences shown")
+    for r in rows:
+        speed = "" if r["speedup"] is None else \
+            f"{'<=' if r['censored'] else ''}{r['speedup']:.3f}x"
+        table.add_row(str(r["id"]), r["run_id"], r["stage"], f"{r['workload']}@{r['scale']}",
+                      r["host"], r["status"], speed, "+".join(r["patches"]) or "-")
+    out.print(table)
+
+
+@bank_app.command()
+def show(experience_id: int = typer.Argument(..., help="an id from `infrarsi bank list`"),
+         bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """One experience in full: signatures, knobs, patches (with their hashes), outcome."""
+    store = _open(bank)
+    try:
+        e = store.experience(experience_id)
+    except KeyError as exc:
+        err.print(f"error: {exc.args[0]}", markup=False, highlight=False)
+        raise typer.Exit(2)
+    data = e.model_dump(mode="json")
+    if as_json:
+        print(json.dumps(data))
+        return
+    for key, value in data.items():
+        out.print(f"{key}: {json.dumps(value) if isinstance(value, (dict, list)) else value}",
+                  markup=False, highlight=False, soft_wrap=True)
+
+
+@bank_app.command()
+def stats(bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Counts by workload, host, stage and status; seeds given and how many held."""
+    store = _open(bank)
+    rows = store.experiences()
+    seeds = store.seeds()
+    data = {"bank": store.url, "experiences": len(rows),
+            "runs": len({e.run_id for e in rows}),
+            "by_workload": dict(Counter(f"{e.workload}@{e.scale}" for e in rows)),
+            "by_host": dict(Counter(e.hardware_fp for e in rows)),
+            "by_stage": dict(Counter(e.stage for e in rows)),
+            "by_status": dict(Counter(e.status for e in rows)),
+            "patch_texts": len(store.patch_texts()),
+            "seeds_given": len(seeds), "seeds_held": sum(s.held is True for s in seeds),
+            "seeds_not_held": sum(s.held is False for s in seeds)}
+    if as_json:
+        print(json.dumps(data))
+        return
+    for key, value in data.items():
+        out.print(f"{key}: {value}", markup=False, highlight=False, soft_wrap=True)
+
+
+@bank_app.command("export")
+def export(path: Path = typer.Argument(..., help="the JSON file to write"),
+           bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Write the whole bank to one JSON file (for another host or a team's bank)."""
+    store = _open(bank)
+    counts = store.export(path)
+    if as_json:
+        print(json.dumps({"bank": store.url, "file": str(path), **counts}))
+    else:
+        out.print(f"wrote {path}: {counts}", markup=False, highlight=False)
+
+
+@bank_app.command("import")
+def import_(path: Path = typer.Argument(..., help="a file written by `infrarsi bank export`"),
+            bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Add an exported bank's experiences (those already here are skipped)."""
+    store = _open(bank)
+    try:
+        counts = store.import_file(path)
+    except BankError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    if as_json:
+        print(json.dumps({"bank": store.url, "file": str(path), **counts}))
+    else:
+        out.print(f"imported {path}: {counts}", markup=False, highlight=False)
+
+
+@bank_app.command()
+def forget(run: str = typer.Option(..., "--run", help="the run id whose experiences go"),
+           bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Remove one run's experiences and seeds (e.g. a run measured on a loaded machine)."""
+    store = _open(bank)
+    removed = store.forget_run(run)
+    if removed == 0:
+        known = sorted({e.run_id for e in store.experiences()})
+        err.print(f"error: the bank holds no run {run!r}; it holds {known[:10]}",
+                  markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    if as_json:
+        print(json.dumps({"bank": store.url, "run_id": run, "removed": removed}))
+    else:
+        out.print(f"removed {removed} experiences of {run}", markup=False, highlight=False)

@@ -1,0 +1,157 @@
+"""Signatures, distances and the bank's advice (pure functions), and the negative-transfer
+guard: the search keeps a bank's prior that this host's trials agree with and drops one they
+contradict."""
+
+import itertools
+import math
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import HOST, WORKLOAD, experience
+from infrarsi.bank.signatures import (UNKNOWN_GAP, hardware_distance, hardware_signature,
+                                      similarity, workload_distance, workload_signature)
+from infrarsi.bank.transfer import advise, ridge
+from infrarsi.records import BankAdvice, BankSeed
+from infrarsi.run.infrarsi_searcher import BANK, InfraRSISearcher
+from infrarsi.run.problem import Outcome, Problem
+from infrarsi.run.problem_build import build_problem
+from infrarsi.run.space import Config, Space
+from infrarsi.workloads import find, load_manifest
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_the_same_host_and_workload_are_at_distance_zero_and_similarity_one():
+    assert hardware_distance(HOST, dict(HOST)) == 0.0
+    assert similarity(HOST, WORKLOAD, HOST, WORKLOAD) == 1.0
+
+
+def test_distance_grows_with_what_differs_and_unknown_fields_cost_a_fixed_gap():
+    one_core = {**HOST, "cores": 1}
+    gpu = {**HOST, "device_type": "cuda", "device": "H200", "peak_flops_fp32": 6e13}
+    assert hardware_distance(HOST, one_core) == pytest.approx(math.log(2))
+    assert hardware_distance(HOST, gpu) > 3 + hardware_distance(HOST, one_core)
+    no_bw = {k: v for k, v in HOST.items() if k != "memory_bandwidth_bytes_per_s"}
+    assert hardware_distance(HOST, no_bw) == pytest.approx(0.5 * UNKNOWN_GAP)
+    moe = {**WORKLOAD, "family": "moe", "experts": 8}
+    assert workload_distance(WORKLOAD, moe) > 3
+    assert workload_distance(WORKLOAD, {**WORKLOAD, "parameters": 2 * 2.5e6}) == \
+        pytest.approx(math.log(2))
+
+
+def test_signatures_read_the_probe_and_the_manifest_under_their_usual_names():
+    hw = hardware_signature({"fingerprint": "f", "facts": {"device_type": "cpu", "cpu": "X",
+                                                             "cores": 2, "isa": ["avx2"],
+                                                             "torch": "2.13.0+cpu"},
+                             "peak_flops": {"fp32": 1e11, "bf16": 1e9}}, 2**30, 2, 1)
+    assert hw["bf16_over_fp32"] == pytest.approx(0.01) and hw["torch"] == "2.13"
+    assert hw["capacity_per_rank_bytes"] == 2**30 and hw["device_count"] == 1
+    dense = workload_signature(find("dense-1node"), "bench", {"nproc": 2})
+    moe = workload_signature(find("moe-1node"), "bench", {"nproc": 2})
+    assert dense["family"] == "dense" and moe["family"] == "moe" and moe["experts"] == 8
+    assert dense["layers"] == 2 and dense["width"] == 128 and dense["seq_len"] == 256
+    assert dense["world_size"] == 2 and dense["global_batch"] == 8
+    assert dense["parameters"] > 1e5  # from the manifest's FLOPs per token
+    foreign = load_manifest(FIXTURES / "foreign")
+    sig = workload_signature(foreign, "tiny", {})
+    assert sig["family"] == "dense" and sig["name"] == foreign.name
+
+
+def test_ridge_keeps_half_of_an_effect_seen_once_on_the_same_host():
+    coef = ridge([(["a=1"], 0.0, 1.0), (["a=2"], -0.4, 1.0)])
+    assert coef["a=2"] == pytest.approx(-0.2)
+    far = ridge([(["a=1"], 0.0, 0.05), (["a=2"], -0.4, 0.05)])
+    assert abs(far["a=2"]) < 0.05 * 0.4 + 1e-9  # a distant past says little
+
+
+def _bank_rows(hardware=HOST, run="run-1"):
+    base = {"micro_batch": 2, "precision": "fp32"}
+    return [experience("b", base, 1.0, run=run, hardware=hardware, stage="doctor"),
+            experience("bf16", {**base, "precision": "bf16"}, 0.3, run=run, hardware=hardware),
+            experience("mb4", {**base, "micro_batch": 4}, 1.35, run=run, hardware=hardware),
+            experience("mb4b", {**base, "micro_batch": 4}, 1.25, run=run, hardware=hardware,
+                       stage="apply"),
+            experience("mb8", {**base, "micro_batch": 8}, None, run=run, hardware=hardware,
+                       status="oom", censored=True)]
+
+
+def test_advice_ranks_seeds_by_expected_speedup_and_never_seeds_what_ran_out_of_memory():
+    advice = advise(_bank_rows(), HOST, WORKLOAD, bank_url="sqlite://")
+    base = {"micro_batch": 2, "precision": "fp32"}
+    assert advice.used == 5
+    assert advice.log_speed({**base, "precision": "bf16"}, [], base) > 0.3  # slower
+    assert advice.log_speed({**base, "micro_batch": 4}, [], base) < -0.1  # faster
+    assert [s.knobs["micro_batch"] for s in advice.seeds] == [4]
+    (seed,) = advice.seeds
+    assert seed.expected_speedup == pytest.approx(math.sqrt(1.35 * 1.25))
+    assert seed.similarity == 1.0 and {s["stage"] for s in seed.sources} == {"run", "apply"}
+
+
+def test_a_distant_host_weighs_less_and_one_too_far_weighs_nothing():
+    base = {"micro_batch": 2, "precision": "fp32"}
+    near = advise(_bank_rows(), HOST, WORKLOAD, bank_url="sqlite://")
+    slower_host = {**HOST, "cores": 1, "peak_flops_fp32": 1.5e11}
+    mid = advise(_bank_rows(slower_host), HOST, WORKLOAD, bank_url="sqlite://")
+    gpu = {**HOST, "device_type": "cuda", "device": "H200", "peak_flops_fp32": 6e13,
+           "bf16_over_fp32": 15.0, "cores": 64}
+    far = advise(_bank_rows(gpu), HOST, WORKLOAD, bank_url="sqlite://")
+    mb4 = {**base, "micro_batch": 4}
+    assert abs(mid.log_speed(mb4, [], base)) < abs(near.log_speed(mb4, [], base))
+    assert far.used == 0 and far.time_coefficients == {} and far.seeds == []
+    assert "similar enough" in far.notes[0]
+
+
+def test_the_bank_seeds_a_run_of_the_same_workload_first():
+    manifest = find("dense-1node")
+    seed = BankSeed(knobs={"nproc": 1, "micro_batch": 4, "precision": "fp32", "grad_accum": 99},
+                    patches=["sdpa_attention"], expected_speedup=1.4, similarity=1.0,
+                    experiences=2, sources=[])
+    alien = BankSeed(knobs={"nproc": 1}, patches=["not_in_this_catalog"], expected_speedup=2.0,
+                     similarity=1.0, experiences=1, sources=[])
+    advice = BankAdvice(bank_url="sqlite://", hardware={}, workload={}, experiences=3, used=3,
+                        seeds=[alien, seed])
+    problem = build_problem(manifest, "tiny", None, bank=advice)
+    (config,) = [s for s in problem.seeds if "sdpa_attention" in s.patches]
+    assert config.knob_dict["micro_batch"] == 4 and config.knob_dict["grad_accum"] != 99
+    assert not any("not_in_this_catalog" in s.patches for s in problem.seeds)
+    searcher = InfraRSISearcher(problem, seed=0)
+    first = [searcher.ask()]
+    searcher.tell(first[0], Outcome("ok", step_time_s=1.0, peak_bytes=1e8, cost_s=5.0))
+    assert first[0] == problem.baseline and searcher.ask() == config
+
+
+def _guard_problem(bank_claim):
+    """A small space; the bank claims ``bank_claim(config)`` (a log ratio) for each config."""
+    configs = [Config.of({"micro_batch": mb, "threads": t}, p)
+               for mb, t in itertools.product([1, 2, 4, 8], [1, 2]) for p in ([], ["fast"])]
+    space = Space.from_levels({"micro_batch": [1, 2, 4, 8], "threads": [1, 2]}, ["fast"])
+    return Problem(configs, space, configs[0],
+                   bank_log_speed=lambda cs: np.array([bank_claim(c) for c in cs]),
+                   noise_var_log=0.03 ** 2)
+
+
+def _truth(config):
+    k = config.knob_dict
+    return 1.0 * (1 - 0.12 * math.log2(k["micro_batch"])) * (0.7 if k["threads"] == 2 else 1.0)
+
+
+def _measured(config, visit):
+    """The truth with 3% run-to-run noise (seeded by the config and the visit)."""
+    rng = np.random.default_rng([zlib.crc32(config.describe().encode()), visit])
+    return _truth(config) * math.exp(rng.normal(0, 0.03))
+
+
+@pytest.mark.parametrize("sign, kept", [(1.0, True), (-1.0, False)])
+def test_the_banks_prior_is_kept_while_trials_agree_and_dropped_once_they_contradict(sign, kept):
+    claim = lambda c: sign * math.log(_truth(c) / _truth(Config.of(  # noqa: E731
+        {"micro_batch": 1, "threads": 1})))
+    searcher = InfraRSISearcher(_guard_problem(claim), seed=0)
+    for visit in range(8):
+        config = searcher.ask()
+        searcher.tell(config, Outcome("ok", step_time_s=_measured(config, visit),
+                                      peak_bytes=1e8, cost_s=5.0))
+    searcher.recommend()  # refits on every trial
+    assert searcher.patch_weights[BANK] == (1.0 if kept else 0.0)
