@@ -295,6 +295,12 @@ class Report(_Frozen):
 BANK_ADVICE_FILE = "bank_advice.json"
 
 
+def seed_held(measured_speedup: float | None) -> bool | None:
+    """Whether a bank seed held where it was tried: faster than the baseline measured in the
+    same run (None: not measured there)."""
+    return None if measured_speedup is None else measured_speedup > 1.0
+
+
 def bank_features(knobs: dict, patches) -> list[str]:
     """The features the bank's additive models read off a config: one per knob value
     (``name=value``) and one per patch (``patch:id``)."""

@@ -155,3 +155,11 @@ def test_the_banks_prior_is_kept_while_trials_agree_and_dropped_once_they_contra
                                       peak_bytes=1e8, cost_s=5.0))
     searcher.recommend()  # refits on every trial
     assert searcher.patch_weights[BANK] == (1.0 if kept else 0.0)
+
+
+def test_the_baseline_is_never_a_seed():
+    base = {"micro_batch": 2, "precision": "fp32"}
+    rows = _bank_rows() + [experience("lucky", base, 1.1)]  # a baseline run that ran fast
+    assert any(s.knobs == base for s in advise(rows, HOST, WORKLOAD, bank_url="x").seeds)
+    assert not any(s.knobs == base for s in advise(rows, HOST, WORKLOAD, bank_url="x",
+                                                      baseline=base).seeds)

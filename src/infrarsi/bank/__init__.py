@@ -13,7 +13,7 @@ from infrarsi.bank.signatures import hardware_signature, workload_signature
 from infrarsi.bank.transfer import advise
 from infrarsi.contract import Contract
 from infrarsi.records import (BANK_ADVICE_FILE, BankAdvice, BankIngest, DoctorReport,
-                              bank_features)
+                              bank_features, seed_held)
 from infrarsi.store.bank import BankStore, StoredSeed
 
 __all__ = ["advice_for", "ingest_run", "BankStore"]
@@ -28,7 +28,8 @@ def advice_for(contract: Contract, report: DoctorReport | None, bank: BankStore)
                                   ranks, manifest.launch.nodes)
     workload = workload_signature(manifest, contract.scale, knobs,
                                   report.flops_per_token if report else None)
-    return advise(bank.experiences(), hardware, workload, bank_url=bank.url)
+    return advise(bank.experiences(), hardware, workload, bank_url=bank.url,
+                  baseline=knobs or None)
 
 
 def ingest_run(run_dir: Path, bank: BankStore) -> BankIngest:
@@ -64,7 +65,7 @@ def _judge_seeds(run_dir: Path, run_id: str, experiences, bank: BankStore) -> li
                     e.speedup and (sorted(bank_features(e.knobs_json, [])),
                                    sorted(p["id"] for p in e.patches_json)) == key]
         speedup = statistics.median(measured) if measured else None
-        held = None if speedup is None else speedup > 1.0
+        held = seed_held(speedup)
         bank.set_seed_outcome(stored.id, speedup, held)
         out.append({"knobs": stored.knobs_json, "patches": stored.patches_json,
                     "expected_speedup": stored.expected_speedup, "measured_speedup": speedup,

@@ -36,8 +36,9 @@ SEED_MAX_OOM_SHARE = 0.5
 
 
 def advise(experiences: list[Experience], hardware: dict, workload: dict, *, bank_url: str,
-           max_seeds: int = SEEDS) -> BankAdvice:
-    """The bank's advice for a run on ``hardware`` x ``workload`` (signatures)."""
+           max_seeds: int = SEEDS, baseline: dict | None = None) -> BankAdvice:
+    """The bank's advice for a run on ``hardware`` x ``workload`` (signatures) whose baseline
+    knobs are ``baseline`` (never a seed: every run measures it anyway)."""
     weighted = [(e, similarity(e.hardware_json, e.workload_json, hardware, workload))
                 for e in experiences]
     weighted = [(e, w) for e, w in weighted if w >= MIN_SIMILARITY]
@@ -55,7 +56,11 @@ def advise(experiences: list[Experience], hardware: dict, workload: dict, *, ban
                       experiences=len(experiences), used=len(weighted),
                       weight=float(sum(w for _, w in weighted)),
                       time_coefficients=ridge(timed), memory_coefficients=ridge(sized),
-                      seeds=seeds(weighted, max_seeds), notes=notes)
+                      seeds=seeds(weighted, max_seeds, baseline), notes=notes)
+
+
+def _key(knobs: dict, patches) -> str:
+    return json.dumps([sorted(bank_features(knobs, [])), sorted(patches)])
 
 
 def _ids(e: Experience) -> list[str]:
@@ -80,12 +85,15 @@ def ridge(rows: list[tuple[list[str], float, float]], precision: float = RIDGE
     return {f: float(b) for f, b in zip(names, beta) if abs(b) > 1e-9}
 
 
-def seeds(weighted: list[tuple[Experience, float]], max_seeds: int = SEEDS) -> list[BankSeed]:
+def seeds(weighted: list[tuple[Experience, float]], max_seeds: int = SEEDS,
+          baseline: dict | None = None) -> list[BankSeed]:
     """Whole configs worth a first trial here (see the module's docstring)."""
     groups: dict[str, list[tuple[Experience, float]]] = defaultdict(list)
+    skip = _key(baseline, []) if baseline else None
     for e, w in weighted:
-        key = json.dumps([sorted(bank_features(e.knobs_json, []))] + [sorted(_ids(e))])
-        groups[key].append((e, w))
+        key = _key(e.knobs_json, _ids(e))
+        if key != skip:
+            groups[key].append((e, w))
     out = []
     for members in groups.values():
         ok = [(e, w) for e, w in members if e.status == "ok" and e.speedup and not e.censored]

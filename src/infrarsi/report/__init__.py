@@ -14,8 +14,9 @@ from pathlib import Path
 from infrarsi.contract import Contract
 from infrarsi.mfu import mfu
 from infrarsi.objective import ranked_step_time_s
-from infrarsi.records import (DOCTOR_FILE, ApplyResult, DoctorReport, Finding, Report,
-                              ReportSummary)
+from infrarsi.records import (BANK_ADVICE_FILE, DOCTOR_FILE, ApplyResult, BankAdvice,
+                              DoctorReport, Finding, Report, ReportSummary, bank_features,
+                              seed_held)
 from infrarsi.report import figures
 from infrarsi.report.render import html_report, markdown_report
 from infrarsi.store import RunDirError, open_run_dir
@@ -44,6 +45,8 @@ class ReportData:
     winner_record: TrialRecord | None
     summary: dict = field(default_factory=dict)
     figures: dict[str, bytes] = field(default_factory=dict)
+    bank: BankAdvice | None = None
+    bank_seeds: list[dict] = field(default_factory=list)
 
 
 def gather(run_dir: Path) -> ReportData:
@@ -62,7 +65,34 @@ def gather(run_dir: Path) -> ReportData:
     data = ReportData(run_dir, run, contract, manifest, trials, applied, doctor,
                       *_records(applied))
     data.summary = summarise(data)
+    if (run_dir / BANK_ADVICE_FILE).exists():
+        data.bank = BankAdvice.load(run_dir / BANK_ADVICE_FILE)
+        data.bank_seeds = bank_seed_rows(data)
     return data
+
+
+def bank_seed_rows(data: ReportData) -> list[dict]:
+    """Each seed the bank gave the run: where it came from, what it expected, what its search
+    trials measured here against the baseline (the Doctor's baseline runs, else the search's
+    baseline trials), and whether it held."""
+    base = [t.ranked_time_per_step_s for t in (data.doctor.trials if data.doctor else [])
+            if t.label.startswith("baseline run") and t.ranked_time_per_step_s]
+    if not base and data.trials:
+        first = data.trials[0]
+        base = [t["ranked_time_per_step_s"] for t in data.trials if t["status"] == "ok" and
+                t["knobs"] == first["knobs"] and t["patches"] == first["patches"]]
+    base_s = _median(base)
+    rows = []
+    for seed in data.bank.seeds:
+        key = (sorted(bank_features(seed.knobs, [])), sorted(seed.patches))
+        times = [t["ranked_time_per_step_s"] for t in data.trials if t["status"] == "ok" and
+                 (sorted(bank_features(t["knobs"], [])), sorted(t["patches"])) == key]
+        measured = base_s / _median(times) if times and base_s else None
+        rows.append({"knobs": seed.knobs, "patches": seed.patches,
+                     "expected_speedup": seed.expected_speedup, "similarity": seed.similarity,
+                     "sources": seed.sources, "trials": len(times),
+                     "measured_speedup": measured, "held": seed_held(measured)})
+    return rows
 
 
 def _trial_row(t, objective: str) -> dict:

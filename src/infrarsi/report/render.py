@@ -78,6 +78,32 @@ HEADER = ["stage", "#", "status", "knobs changed", "patches", "step_time_s",
           "P(OOM)", "cost_s", "error / verdict"]
 
 
+BANK_HEADER = ["seed", "from (run @ host, workload, stage)", "similarity", "expected speed-up",
+               "trials here", "measured speed-up", "held"]
+
+
+def bank_lines(data) -> tuple[str, list[list[str]]]:
+    """The experience bank's part of the run: what it held, what it gave, what held here."""
+    b = data.bank
+    intro = (f"The bank ({b.bank_url}) held {b.experiences} experiences; {b.used} were similar "
+             f"enough to this host and workload to weigh in (total similarity "
+             f"{b.weight:.2f}); it gave {len(b.seeds)} seed(s) and priors over "
+             f"{len(b.time_coefficients)} knob values and patches." +
+             (" " + " ".join(b.notes) if b.notes else ""))
+    base = data.summary["baseline"]["knobs"]
+    rows = []
+    for r in data.bank_seeds:
+        changed = ", ".join(f"{k}={v}" for k, v in r["knobs"].items()
+                            if str(base.get(k)) != str(v)) or "baseline knobs"
+        held = {True: "held", False: "did not hold", None: "not measured"}[r["held"]]
+        rows.append([f"{changed}; {', '.join(r['patches']) or 'no patch'}",
+                     "; ".join(f"{x['run_id']} @ {x['hardware_fp']}, {x['workload']}, "
+                               f"{x['stage']}" for x in r["sources"]),
+                     _x(r["similarity"], "{:.2f}"), _x(r["expected_speedup"]),
+                     str(r["trials"]), _x(r["measured_speedup"]), held])
+    return intro, rows
+
+
 def markdown_report(data, figure_dir: str) -> str:
     """``report.md``."""
     s = data.summary
@@ -85,6 +111,11 @@ def markdown_report(data, figure_dir: str) -> str:
     out += [f"- {line}" for line in headline(s)]
     if data.apply is not None:
         out += ["", "## Verification", "", _verification_md(data.apply)]
+    if data.bank is not None:
+        intro, rows = bank_lines(data)
+        out += ["", "## Experience bank", "", intro, "", "| " + " | ".join(BANK_HEADER) + " |",
+                "|" + "---|" * len(BANK_HEADER)]
+        out += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
     out += ["", "## Figures", ""]
     for name in data.figures:
         out += [f"### {CAPTIONS.get(name, name)}", "", f"![{CAPTIONS.get(name, name)}]"
@@ -133,6 +164,10 @@ def html_report(data) -> str:
                               f"[{_x(c.ci_low)}, {_x(c.ci_high)}]",
                               "passed" if c.verified else "; ".join(c.reasons[:1]) or "failed",
                               "yes" if c.promoted else "no"] for c in a.candidates]))
+    if data.bank is not None:
+        intro, rows = bank_lines(data)
+        parts.append(f"<h2>Experience bank</h2><p>{e(intro)}</p>")
+        parts.append(_table(BANK_HEADER, rows))
     parts.append("<h2>Figures</h2>")
     for name, png in data.figures.items():
         uri = "data:image/png;base64," + base64.b64encode(png).decode()
