@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import tables  # noqa: E402
-from infrarsi.host import fingerprint, machine_facts  # noqa: E402
+from infrarsi.host import fingerprint, machine_facts, usable_threads  # noqa: E402
 from infrarsi.run.problem_build import patch_sets  # noqa: E402
 from infrarsi.trial import TrialStatus, prepare, run_trial  # noqa: E402
 from infrarsi.workloads import expr, find, knobs  # noqa: E402
@@ -173,7 +173,7 @@ def table_path(out_dir: Path, name: str, full: bool = False) -> Path:
     """Where the table of the workload called ``name`` (the manifest's name, never a path the
     user gave: a manifest path has slashes) is kept for this host."""
     kind = "-full" if full else ""
-    return Path(out_dir) / f"{name}{kind}-{fingerprint(machine_facts(os.cpu_count()))}.csv"
+    return Path(out_dir) / f"{name}{kind}-{fingerprint(machine_facts(usable_threads()))}.csv"
 
 
 def measure(workload: str, n_cells: int, repeats: int, n_validate: int, seed: int,
@@ -182,10 +182,10 @@ def measure(workload: str, n_cells: int, repeats: int, n_validate: int, seed: in
     """Measure (or resume) the table of ``workload`` on this host; returns its path. With
     ``factors`` the design is their full factorial times ``patch_sets``."""
     manifest = find(workload)
-    fp = fingerprint(machine_facts(os.cpu_count()))
+    fp = fingerprint(machine_facts(usable_threads()))
     path = table_path(out_dir, manifest.name, full=bool(factors))
     name = path.stem
-    cores = os.cpu_count() or 1
+    cores = usable_threads()
     cells = full_factorial(manifest, factors, patch_sets or [()]) if factors else \
         design(manifest, n_cells, seed, cores)
     done = {(r["cell"], r["repeat"], r["phase"]) for r in tables.read_rows(path)} \

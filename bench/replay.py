@@ -71,8 +71,13 @@ class Setting:
 
 
 def setting_of(table: tables.Table, oom_fraction: float = OOM_FRACTION) -> Setting:
-    """The table at a capacity where ``oom_fraction`` of the ok cells do not fit."""
+    """The table at a capacity where ``oom_fraction`` of the ok cells do not fit — raised to
+    the baseline's peak where that would leave the baseline out: a user's job runs at its
+    capacity, so the baseline fits (fewer cells then fail; ``oom_share`` says how many)."""
     capacity = table.capacity_for(oom_fraction)
+    base_cell = table.cells[table.baseline]
+    if base_cell.ok and base_cell.peak_bytes:
+        capacity = max(capacity, base_cell.peak_bytes)
     cells = list(table.cells.values())
     by_config = {config_of(c): c for c in cells}
     feasible = {config_of(c) for c in table.feasible(capacity)}
@@ -199,10 +204,13 @@ class Oracle:
         return min(means, key=means.get)
 
 
-def replay(name: str, s: Setting, seed: int, budget: int) -> dict:
+def replay(name: str, s: Setting, seed: int, budget: int, problem: Problem | None = None
+           ) -> dict:
     """One searcher, one seed: after each trial, the regret of each rule's recommendation, the
-    OOM trials and the wall cost so far, and how many trials ran as the searcher proposed."""
-    problem = problem_of(s, seed, prior=ABLATIONS.get(name, {}).get("prior", True))
+    OOM trials and the wall cost so far, and how many trials ran as the searcher proposed.
+    ``problem``: another problem than the one every searcher is given (a bank's advice added,
+    ``transfer.py``)."""
+    problem = problem or problem_of(s, seed, prior=ABLATIONS.get(name, {}).get("prior", True))
     searcher = make_searcher(name, problem, seed)
     oracle = Oracle(s, seed)
     trace = {"regret": [], "regret_own": [], "oom": [], "cost_s": [], "in_target": []}

@@ -274,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
                                     args.jobs):  # each table saved as it is done
         one = dict(out, results={table.name: {"design": detail["design"],
                                               **detail["searchers"]}},
-                   details={table.name: {"tests": detail["tests"], "table": detail["table"]}})
+                   details={table.name: {"tests": detail["tests"], "table": detail["table"],
+                                         "seeds": seeds,
+                                         "few_seeds": out["settings"]["few_seeds"]}})
         merged = merge(args.out, one)
         tmp = args.out.with_suffix(".tmp")
         tmp.write_text(json.dumps(merged, indent=1))

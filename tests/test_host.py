@@ -2,7 +2,13 @@
 is one file per fingerprint, written whole."""
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import threading
+
+import pytest
 
 from infrarsi.doctor import hardware
 from infrarsi.host import cpu_info, fingerprint, machine_facts
@@ -44,3 +50,16 @@ def test_cache_writes_are_atomic_and_per_fingerprint(tmp_path, monkeypatch):
         t.join()
     assert json.loads(path.read_text())["writer"] in range(8)  # one whole file, never a mix
     assert [p.name for p in tmp_path.iterdir()] == ["hardware-abc.json"]
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs taskset and two CPUs")
+def test_a_process_confined_to_one_core_is_a_one_core_host():
+    code = ("from infrarsi import host; f = host.machine_facts(host.usable_threads()); "
+            "print(f['cores'], f['threads'], host.fingerprint(f))")
+    confined = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code],
+                              capture_output=True, text=True, check=True).stdout.split()
+    free = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.split()
+    assert confined[:2] == ["1", "1"]
+    assert int(free[0]) >= 2 and confined[2] != free[2]

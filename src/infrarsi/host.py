@@ -49,8 +49,7 @@ def machine_facts(threads: int | None = None) -> dict:
     """What identifies this host for performance; ``threads`` = intra-op threads measured with."""
     model, flags = cpu_info()
     cuda = torch.cuda.is_available()
-    return {"cpu": model, "isa": flags,
-            "cores": psutil.cpu_count(logical=False) or os.cpu_count(),
+    return {"cpu": model, "isa": flags, "cores": usable_cores(),
             "logical_cores": os.cpu_count(),
             "memory_gib": round(psutil.virtual_memory().total / GIB),
             "gpu": torch.cuda.get_device_name(0) if cuda else None,
@@ -60,6 +59,26 @@ def machine_facts(threads: int | None = None) -> dict:
             "device_type": "cuda" if cuda else "cpu",
             "torch": torch.__version__, "cuda": torch.version.cuda,
             "threads": threads if threads is not None else torch.get_num_threads()}
+
+
+def usable_cores() -> int:
+    """The physical cores this process may run on: all of them, or fewer when it is confined
+    (``taskset``, a cpuset): a host confined to one core performs as a one-core host."""
+    physical = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return physical
+    return min(physical, allowed)
+
+
+def usable_threads() -> int:
+    """The logical CPUs this process may run on (fewer than ``os.cpu_count()`` when
+    confined): the intra-op threads a measurement here uses by default."""
+    try:
+        return len(os.sched_getaffinity(0)) or os.cpu_count() or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def fingerprint(facts: dict) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from infrarsi.host import CACHE_DIR, fingerprint, machine_facts
+from infrarsi.host import CACHE_DIR, fingerprint, machine_facts, usable_threads
 
 CACHE_VERSION = 2
 COMM_PROBE = Path(__file__).with_name("_comm_probe.py")
@@ -110,7 +110,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 def measure(threads: int | None = None) -> dict:
     """Measure this host now, with ``threads`` intra-op threads (default: every core)."""
-    facts = machine_facts(threads or os.cpu_count())
+    facts = machine_facts(threads or usable_threads())
     device = "cuda" if facts["device_type"] == "cuda" else "cpu"
     previous = torch.get_num_threads()
     torch.set_num_threads(facts["threads"])
@@ -129,7 +129,7 @@ def measure(threads: int | None = None) -> dict:
 
 def probe_hardware(refresh: bool = False, threads: int | None = None) -> dict:
     """The measured profile of this host, from its own cache file when it is there."""
-    key = fingerprint(machine_facts(threads or os.cpu_count()))
+    key = fingerprint(machine_facts(threads or usable_threads()))
     path = cache_path(key)
     if path.exists() and not refresh:
         try:

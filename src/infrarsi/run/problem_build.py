@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 
 import numpy as np
 
+from infrarsi.host import usable_threads
 from infrarsi.run.problem import MemorySavers, Problem
 from infrarsi.run.space import Config, Space
 from infrarsi.workloads import expr, knobs
@@ -21,7 +21,7 @@ MAX_RANDOM = 3000
 def free_levels(manifest, cores: int | None = None) -> dict[str, list]:
     """The values each knob the search sets may take: derived knobs follow the others; ranks
     and threads stay within this host's cores (more only oversubscribes them)."""
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_threads()
     out = {}
     for knob in manifest.knobs:
         if knob.derive is not None and knob.role == "grad_accum":

@@ -204,19 +204,21 @@ class Store:
             return [StoredTrial.model_validate(r, from_attributes=True) for r in rows]
 
 
-def upgrade(engine) -> None:
-    """Bring the store's schema to the newest Alembic revision."""
+def upgrade(engine, migrations: Path = MIGRATIONS) -> None:
+    """Bring a schema to the newest Alembic revision of ``migrations`` (the store's, or the
+    bank's, which names its own version table in its ``env.py``)."""
     from alembic import command
     from alembic.config import Config
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("script_location", str(migrations))
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
 
 
-def revision(engine) -> str | None:
-    """The schema revision a store is at."""
+def revision(engine, version_table: str = "alembic_version") -> str | None:
+    """The schema revision a store (or, with its version table, the bank) is at."""
     from alembic.runtime.migration import MigrationContext
     with engine.connect() as connection:
-        return MigrationContext.configure(connection).get_current_revision()
+        return MigrationContext.configure(
+            connection, opts={"version_table": version_table}).get_current_revision()

@@ -22,9 +22,11 @@ from sqlalchemy import create_engine, delete, event, func, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
+from infrarsi import store
 from infrarsi.store.bank_schema import ExperienceRow, PatchTextRow, SeedRow
 
 MIGRATIONS = Path(__file__).parent / "bank_migrations"
+VERSION_TABLE = "bank_alembic_version"  # named in bank_migrations/env.py too
 DEFAULT_PATH = Path.home() / ".infrarsi" / "bank.sqlite"
 RETRIES = 8
 T = TypeVar("T")
@@ -260,18 +262,9 @@ def _sqlite_pragmas(connection, _record) -> None:
 
 def upgrade(engine) -> None:
     """Bring the bank's schema to the newest Alembic revision."""
-    from alembic import command
-    from alembic.config import Config
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    store.upgrade(engine, MIGRATIONS)
 
 
 def revision(engine) -> str | None:
     """The schema revision a bank is at."""
-    from alembic.runtime.migration import MigrationContext
-    with engine.connect() as connection:
-        return MigrationContext.configure(
-            connection, opts={"version_table": "bank_alembic_version"}).get_current_revision()
+    return store.revision(engine, VERSION_TABLE)

@@ -1,0 +1,49 @@
+"""The transfer benchmark's wiring: a table becomes a bank of experiences (the harmful bank is
+its mirror image), and a pair of tables of one workload on two hosts is replayed warm, cold and
+harmful in both directions into the results file the checks read."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import tables  # noqa: E402
+import transfer  # noqa: E402
+from test_searchers_bench import synthetic_table  # noqa: E402
+
+
+def _host(path: Path, fingerprint: str) -> Path:
+    """The synthetic table as measured on another host (another fingerprint)."""
+    rows = tables.read_rows(synthetic_table(path.with_suffix(".tmp.csv")))
+    for row in rows:
+        row["fingerprint"] = fingerprint
+    tables.rewrite(path, rows)
+    return path
+
+
+def test_a_table_becomes_experiences_and_the_harmful_bank_is_its_mirror(tmp_path):
+    table = tables.load(_host(tmp_path / "a.csv", "hostA"))
+    bank = transfer.experiences_of(table, {"fingerprint": "hostA"}, {"name": "synthetic"})
+    mirror = transfer.experiences_of(table, {"fingerprint": "hostA"}, {"name": "synthetic"},
+                                     negate=True)
+    assert len(bank) == sum(len(c.status) for c in table.cells.values())
+    for e, m in zip(bank, mirror):
+        assert e.status == m.status == "ok" and e.speedup and e.knobs_json == m.knobs_json
+        assert math.log(e.speedup) == -math.log(m.speedup) or abs(
+            math.log(e.speedup) + math.log(m.speedup)) < 1e-12
+
+
+def test_a_pair_is_replayed_warm_cold_and_harmful_both_ways(tmp_path):
+    a, b = _host(tmp_path / "a.csv", "hostA"), _host(tmp_path / "b.csv", "hostB")
+    out = tmp_path / "transfer.json"
+    assert transfer.main(["--pair", str(a), str(b), "--seeds", "2", "--out", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert len(results) == 2  # both directions
+    for r in results.values():
+        for way in ("warm", "cold", "harmful"):
+            assert f"{way}_trials_to_target_median" in r
+            assert set(r[f"{way}_regret"]) == {"5", "10", "20"}
+        assert 0 < r["similarity"] <= 1
