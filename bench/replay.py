@@ -70,14 +70,17 @@ class Setting:
         return self.baseline_regret if config is None else self.true_log[config] - self.best_log
 
 
-def setting_of(table: tables.Table, oom_fraction: float = OOM_FRACTION) -> Setting:
+def setting_of(table: tables.Table, oom_fraction: float = OOM_FRACTION,
+               capacity: float | None = None) -> Setting:
     """The table at a capacity where ``oom_fraction`` of the ok cells do not fit — raised to
     the baseline's peak where that would leave the baseline out: a user's job runs at its
-    capacity, so the baseline fits (fewer cells then fail; ``oom_share`` says how many)."""
-    capacity = table.capacity_for(oom_fraction)
-    base_cell = table.cells[table.baseline]
-    if base_cell.ok and base_cell.peak_bytes:
-        capacity = max(capacity, base_cell.peak_bytes)
+    capacity, so the baseline fits (fewer cells then fail; ``oom_share`` says how many).
+    ``capacity``: this one instead (a test of a baseline that does not fit)."""
+    if capacity is None:
+        capacity = table.capacity_for(oom_fraction)
+        base_cell = table.cells[table.baseline]
+        if base_cell.ok and base_cell.peak_bytes:
+            capacity = max(capacity, base_cell.peak_bytes)
     cells = list(table.cells.values())
     by_config = {config_of(c): c for c in cells}
     feasible = {config_of(c) for c in table.feasible(capacity)}

@@ -195,20 +195,27 @@ def table_paths(given: list[str] | None) -> list[Path]:
 def merge_results(path: Path, new: dict, recompute=None) -> dict:
     """The results file at ``path`` with what was just measured replacing its older entries,
     entry by entry within a table (the others stay); ``recompute(results_of_table)`` refreshes
-    each merged table's ``details[table]["tests"]``. Only runs of the same settings merge;
-    different settings start the file afresh."""
+    each merged table's ``details[table]["tests"]``. Entries of one table merge only when
+    measured with the same settings: a table measured again with other settings (another
+    number of seeds) starts afresh, the other tables stay; each table's own seeds are in its
+    ``details``, the top-level ``settings`` are the newest run's."""
     if not path.exists():
         return new
     try:
         old = json.loads(path.read_text())
     except json.JSONDecodeError:
         return new
-    if old.get("settings") != json.loads(json.dumps(new.get("settings"))):
-        return new
+    same = old.get("settings") == json.loads(json.dumps(new.get("settings")))
     for table, per in new["results"].items():
+        if not same:
+            old.get("results", {}).pop(table, None)
+            old.get("details", {}).pop(table, None)
         old.setdefault("results", {}).setdefault(table, {}).update(per)
         detail = old.setdefault("details", {}).setdefault(table, {})
         detail.update(new.get("details", {}).get(table, {}))
         if recompute is not None:
             detail["tests"] = recompute(old["results"][table])
+    for key, value in new.items():
+        if key not in ("results", "details"):
+            old[key] = value
     return old

@@ -354,6 +354,11 @@ class BankAdvice(_Frozen):
         faster)."""
         return _additive(self.time_coefficients, knobs, patches, baseline)
 
+    def log_speed_parts(self, knobs: dict, patches, baseline: dict) -> dict[str, float]:
+        """``log_speed`` by the knob or patch it comes from (``name`` or ``patch:id``): the
+        search trusts each part only as far as its own trials agree."""
+        return _additive_parts(self.time_coefficients, knobs, patches, baseline)
+
     def log_peak(self, knobs: dict, patches, baseline: dict) -> float:
         """The bank's prior log peak-memory ratio of a config to the baseline."""
         return _additive(self.memory_coefficients, knobs, patches, baseline)
@@ -369,10 +374,20 @@ class BankAdvice(_Frozen):
 
 
 def _additive(coefficients: dict[str, float], knobs: dict, patches, baseline: dict) -> float:
-    if not coefficients:
-        return 0.0
-    here = sum(coefficients.get(f, 0.0) for f in bank_features(knobs, patches))
-    return here - sum(coefficients.get(f, 0.0) for f in bank_features(baseline, ()))
+    return sum(_additive_parts(coefficients, knobs, patches, baseline).values())
+
+
+def _additive_parts(coefficients: dict[str, float], knobs: dict, patches, baseline: dict
+                    ) -> dict[str, float]:
+    """Per knob (and per patch), its coefficient here less the baseline's."""
+    out: dict[str, float] = {}
+    for sign, features in ((1.0, bank_features(knobs, patches)),
+                           (-1.0, bank_features(baseline, ()))):
+        for f in features:
+            if f in coefficients:
+                group = f if f.startswith("patch:") else f.split("=", 1)[0]
+                out[group] = out.get(group, 0.0) + sign * coefficients[f]
+    return out
 
 
 class BankIngest(_Frozen):

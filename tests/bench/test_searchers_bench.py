@@ -74,7 +74,9 @@ def test_a_replayed_trial_is_one_of_the_cells_repeats_or_an_oom_above_the_capaci
 def test_nothing_is_credited_before_a_feasible_trial(tmp_path):
     # the baseline itself does not fit: until a trial runs ok, the regret is infinite
     path = synthetic_table(tmp_path / "t.csv", baseline_peak=5.0e9)
-    s = replay.setting_of(tables.load(path))
+    table = tables.load(path)
+    assert replay.setting_of(table).regret(None) < math.inf  # the benchmark lets it fit
+    s = replay.setting_of(table, capacity=table.capacity_for(replay.OOM_FRACTION))
     assert s.by_config[next(iter(s.by_config))].peak_bytes > s.capacity
     assert s.regret(None) == math.inf
     for name in ("random", "infrarsi", "tpe"):
@@ -114,8 +116,12 @@ def test_a_later_run_of_one_searcher_replaces_only_its_entry_and_the_tests_follo
     assert merged["results"]["t"]["infrarsi"] == entry([0.0, 0.1, 0.0])
     assert merged["details"]["t"]["tests"]["random"]["median_regret_difference"] == \
         pytest.approx(0.2)
-    other = dict(later, settings=dict(settings, seeds=50))  # other settings: a fresh file
-    assert "random" not in bench.merge(path, other)["results"]["t"]
+    path.write_text(json.dumps(dict(merged, results={**merged["results"], "u": {
+        "design": "sampled", "random": entry([0.1, 0.1, 0.1])}})))
+    other = dict(later, settings=dict(settings, seeds=50))  # other settings: table t afresh
+    again = bench.merge(path, other)
+    assert "random" not in again["results"]["t"] and again["settings"]["seeds"] == 50
+    assert again["results"]["u"]["random"] == entry([0.1, 0.1, 0.1])  # other tables stay
 
 
 def test_a_replayed_trial_past_the_slow_bound_is_cut_there_and_costs_the_bound(tmp_path):

@@ -5,12 +5,14 @@ below :data:`MIN_SIMILARITY` are left out. Two additive models are fitted by wei
 regression over the features of a config (one per knob value, one per patch;
 ``records.bank_features``): the log step-time ratio to the baseline of the same run, and the log
 peak-memory ratio to it. The ridge's prior precision :data:`RIDGE` is in units of experience
-weight, so a feature seen once on the same host (weight 1) keeps half its measured effect, and
-one seen on a host ten distance units away (weight ~0) keeps nearly nothing: the distance
-down-weights the past. Censored outcomes (an OOM, a trial cut short) enter neither model.
+weight, so a feature seen once on the same host (weight 1) keeps half its measured effect; and
+each model's effects are scaled by its ``fidelity`` — the similarity of the experiences behind
+it — so what a host at similarity 0.2 measured, however often, carries a fifth of its effect
+here. Censored outcomes (an OOM, a trial cut short) enter neither model.
 
-Seeds are whole configs that ran: ranked by expected speed-up (the weighted mean of their
-experiences) times their best similarity, never one that mostly ran out of memory, and only
+Seeds are whole configs that ran: ranked by expected speed-up here (the weighted mean of their
+experiences' log speed-ups, scaled by their similarity as the models' are) times their best
+similarity, never one that mostly ran out of memory, and only
 those expected to gain at least :data:`SEED_MIN_SPEEDUP`. Every seed is measured here like any
 trial; the search's time model drops the bank's prior once this host's trials contradict it
 (the negative-transfer guard, in ``run/infrarsi_searcher.py``).
@@ -55,8 +57,22 @@ def advise(experiences: list[Experience], hardware: dict, workload: dict, *, ban
     return BankAdvice(bank_url=bank_url, hardware=hardware, workload=workload,
                       experiences=len(experiences), used=len(weighted),
                       weight=float(sum(w for _, w in weighted)),
-                      time_coefficients=ridge(timed), memory_coefficients=ridge(sized),
+                      time_coefficients=_scaled(ridge(timed), fidelity(timed)),
+                      memory_coefficients=_scaled(ridge(sized), fidelity(sized)),
                       seeds=seeds(weighted, max_seeds, baseline), notes=notes)
+
+
+def fidelity(rows: list[tuple[list[str], float, float]]) -> float:
+    """The share of a past effect expected to hold here: the similarity of the experiences
+    behind a model, each weighted by itself (1 on the same host and workload). Many outcomes
+    from a distant host make its effects certain *there*, not here: the ridge weighs how well
+    they were measured, this how far they carry."""
+    total = sum(w for _, _, w in rows)
+    return sum(w * w for _, _, w in rows) / total if total else 0.0
+
+
+def _scaled(coefficients: dict[str, float], factor: float) -> dict[str, float]:
+    return {f: c * factor for f, c in coefficients.items() if c * factor}
 
 
 def _key(knobs: dict, patches) -> str:
@@ -102,7 +118,8 @@ def seeds(weighted: list[tuple[Experience, float]], max_seeds: int = SEEDS,
         if not ok or ooms > SEED_MAX_OOM_SHARE * total:
             continue
         weight = sum(w for _, w in ok)
-        expected = math.exp(sum(w * math.log(e.speedup) for e, w in ok) / weight)
+        share = sum(w * w for _, w in ok) / weight  # how far its effect carries here
+        expected = math.exp(share * sum(w * math.log(e.speedup) for e, w in ok) / weight)
         if expected < SEED_MIN_SPEEDUP:
             continue
         best = max(w for _, w in ok)

@@ -120,8 +120,11 @@ class InfraRSISearcher(Searcher):
         timed = [(idx[k], outs[k]) for k in at]
         rows = [i for i, _ in timed]
         catalog, names = PRIOR_SHRINK * p.catalog_parts, list(p.patch_ids)  # (n, P)
-        if p.bank.any():  # the bank's prior: one column more, trusted as far as trials agree
-            catalog, names = np.hstack([catalog, p.bank[:, None]]), names + [BANK]
+        used = [j for j in range(p.bank_parts.shape[1]) if p.bank_parts[:, j].any()]
+        if used:  # the bank's prior: a column per knob or patch, each trusted as far as
+            # its own trials agree (the negative-transfer guard)
+            catalog = np.hstack([catalog, p.bank_parts[:, used]])
+            names = names + [f"{BANK}:{p.bank_names[j]}" for j in used]
         self.drift_log = self._drift(outs)  # each trial against the baseline nearest in time
         logs = np.array([math.log(o.step_time_s) for _, o in timed]) - p.measured[rows] - \
             self.drift_log[at]
@@ -130,7 +133,7 @@ class InfraRSISearcher(Searcher):
         noise = np.array([max(o.noise_var_log or 1e-4, p.noise_var_log) for _, o in timed])
         seed = int(self.rng.integers(1 << 30))
         time_model, weights = self._time_model(p.X[rows], logs, catalog[rows], noise, seed,
-                                               bank=BANK in names)
+                                               n_catalog=len(p.patch_ids))
         self.patch_weights = dict(zip(names, map(float, weights)))
         prior = catalog @ weights + p.measured
         costs = TrialCostModel().fit(p.X[idx], np.array([o.cost_s for o in outs]),
@@ -144,15 +147,18 @@ class InfraRSISearcher(Searcher):
         return drift.offsets(times, [c == base for c, _ in self.history],
                              self.problem.noise_var_log)
 
-    def _time_model(self, X, logs, catalog, noise, seed, bank: bool = False):
+    def _time_model(self, X, logs, catalog, noise, seed, n_catalog: int | None = None):
         """The step-time model on the measured times less the catalog's prior, and each
         patch's prior weight (1 or 0). A patch's prior is trusted only as far as measured: once
         at least ``PATCH_FADE_MIN`` trials with it ran, its weight drops to 0 when the trials
         make that more likely (the GP's marginal likelihood, on the raw scale) — patch by
         patch, so a catalog ratio that does not hold on this host fades while the others
-        stay. With ``bank`` the last column is the experience bank's prior, which touches
-        nearly every config: it is weighed the same way once ``BANK_FADE_MIN`` trials ran (the
-        negative-transfer guard: a bank whose past disagrees with this host loses its say)."""
+        stay. The experience bank's prior comes in the same way, one column per knob and
+        patch it speaks of (the negative-transfer guard: what the bank learned on another host
+        about, say, the rank count loses its say once this host's trials contradict it, while
+        its part on precision stays if they agree). Columns from ``n_catalog`` on are the
+        bank's: one touches most configs, so it may fade once ``PATCH_FADE_MIN`` trials it
+        touched and ``BANK_FADE_MIN`` trials in all ran."""
         weights = np.ones(catalog.shape[1])
         model = self._fit_time(X, logs, catalog, weights, noise, seed)
         if self.family != "gp" or not catalog.any():
@@ -160,8 +166,8 @@ class InfraRSISearcher(Searcher):
         evidence = model.log_evidence()
         for j in range(catalog.shape[1]):
             with_patch = int(np.count_nonzero(catalog[:, j]))
-            if bank and j == catalog.shape[1] - 1:
-                if with_patch < BANK_FADE_MIN:
+            if n_catalog is not None and j >= n_catalog:
+                if with_patch < PATCH_FADE_MIN or len(logs) < BANK_FADE_MIN:
                     continue
             elif with_patch < PATCH_FADE_MIN or len(logs) - with_patch < PATCH_FADE_MIN:
                 continue
@@ -412,8 +418,8 @@ STOP_EFFECT_MAX = 0.05
 PRIOR_SHRINK = 0.5
 PRIOR_DROP_EVIDENCE = 2.0  # log-evidence the trials must gain to drop a patch's prior
 PATCH_FADE_MIN = 2  # trials with (and without) a patch before its prior may be dropped
-BANK = "bank"  # the name of the bank's prior column in ``patch_weights``
-BANK_FADE_MIN = 3  # trials the bank's prior touched before it may be dropped
+BANK = "bank"  # the bank's prior columns in ``patch_weights`` are ``bank:<knob or patch>``
+BANK_FADE_MIN = 3  # trials in all before a part of the bank's prior may be dropped
 
 
 def _log_ei(best: float, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:

@@ -72,8 +72,9 @@ class Problem:
     # runs: bf16, another split), trusted as measured rather than as a catalog's claim
     measured_log_speed: Callable[[list[Config]], np.ndarray] | None = None
     # the experience bank's prior log step-time ratio to the baseline (past runs, weighted by
-    # their similarity to this host and workload); the searcher drops it when trials here
-    # contradict it
+    # their similarity to this host and workload): (n,) or (n, K) parts, one per knob or patch
+    # it speaks of (their names in the callable's ``names``); the searcher drops each part
+    # whose trials here contradict it
     bank_log_speed: Callable[[list[Config]], np.ndarray] | None = None
     derived: tuple[str, ...] = ()  # knobs that follow the others (the accumulation steps)
     savers: MemorySavers = field(default_factory=MemorySavers)
@@ -95,8 +96,12 @@ class Problem:
                 [sum(self.patch_log_speed.get(q, 0.0) for q in c.patches) for c in cs])
         self.measured = self.measured_log_speed(self.candidates) \
             if self.measured_log_speed else np.zeros(len(self.candidates))
-        self.bank = self.bank_log_speed(self.candidates) \
-            if self.bank_log_speed else np.zeros(len(self.candidates))
+        n = len(self.candidates)
+        self.bank_parts = np.asarray(self.bank_log_speed(self.candidates), dtype=float) \
+            .reshape(n, -1) if self.bank_log_speed else np.zeros((n, 0))
+        self.bank_names = tuple(getattr(self.bank_log_speed, "names", ())) or \
+            tuple(f"part{j}" for j in range(self.bank_parts.shape[1]))
+        self.bank = self.bank_parts.sum(axis=1)
         self.offsets = self.analytic_log_peak(self.candidates) if self.analytic_log_peak else None
 
     def free_key(self, config: Config) -> tuple:
@@ -119,13 +124,14 @@ class Problem:
         return self.offset_total <= math.log(self.capacity_bytes) - ANALYTIC_MARGIN
 
     def prior_pick(self) -> Config | None:
-        """The candidate the priors expect fastest (the catalog's ratios, the bank's prior and
-        what the Doctor measured) among those the analytic estimate says fit and the Doctor did not measure
+        """The candidate the priors expect fastest (the catalog's ratios and what the Doctor
+        measured; not the bank's prior, whose own picks are its seeds — two starts from two
+        sources, not one) among those the analytic estimate says fit and the Doctor did not measure
         slow; None without a prior. What a user of any tool could enqueue first."""
-        if self.prior_log_speed is None and not self.measured.any() and not self.bank.any():
+        if self.prior_log_speed is None and not self.measured.any():
             return None
-        prior = self.measured + self.bank + (self.prior_log_speed(self.candidates)
-                                             if self.prior_log_speed else 0.0)
+        prior = self.measured + (self.prior_log_speed(self.candidates)
+                                 if self.prior_log_speed else 0.0)
         ok = self.analytic_fits() & (self.measured <= math.log(MEASURED_SLOW))
         if not ok.any():
             return None

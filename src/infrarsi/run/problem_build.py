@@ -182,11 +182,22 @@ def bank_seeds(manifest, scale: str, advice: BankAdvice | None) -> list[Config]:
 
 
 def bank_time_prior(advice: BankAdvice | None, baseline: Config):
-    """The bank's prior log step-time ratio to the baseline, per config (None without one)."""
+    """The bank's prior log step-time ratio to the baseline per config, in parts — one column
+    per knob and patch it speaks of — and the parts' names (None without one)."""
     if advice is None or not advice.time_coefficients:
         return None
     base = baseline.knob_dict
-    return lambda cs: np.array([advice.log_speed(c.knob_dict, c.patches, base) for c in cs])
+    names = sorted({f if f.startswith("patch:") else f.split("=", 1)[0]
+                    for f in advice.time_coefficients})
+
+    def prior(cs: list[Config]) -> np.ndarray:
+        out = np.zeros((len(cs), len(names)))
+        for i, c in enumerate(cs):
+            parts = advice.log_speed_parts(c.knob_dict, c.patches, base)
+            out[i] = [parts.get(n, 0.0) for n in names]
+        return out
+    prior.names = tuple(names)
+    return prior
 
 
 def bank_memory_prior(advice: BankAdvice | None, baseline: Config,
