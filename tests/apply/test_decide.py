@@ -114,23 +114,26 @@ def _residuals(path: Path) -> np.ndarray:
 
 
 TABLES = sorted((ROOT / "bench" / "data").glob("*.csv"))
+SEEDS = 40
+AA_MAX = 3  # of 40: a decision that holds the contract's 5% level exceeds it with odds ~1 in 7
 
 
 @pytest.mark.parametrize("path", TABLES, ids=[p.stem for p in TABLES])
 def test_replayed_a_a_is_not_promoted_and_a_real_gain_is(path):
-    """20 seeds of Apply's decision on measurement noise drawn from a committed table (repeats
+    """40 seeds of Apply's decision on measurement noise drawn from a committed table (repeats
     of one cell measured far apart in time: noisier than interleaved neighbours). Three
-    candidates identical to the baseline must not be promoted in at least 19 of 20 seeds; a
-    candidate 1.3x faster must be in most of them (60%: measured 16, 15, 20 and 13 of 20 on
-    the dense-1node, moe-1node, dense-2node and moe-2node tables; moe-2node's repeats differ
-    most, cv 0.28)."""
+    candidates identical to the baseline may be promoted in at most 3 of 40 seeds (7.5%, the
+    contract's 5% plus what 40 draws allow; 20 seeds and "at most 1" failed on the one-core
+    table, 2 of 20); a candidate 1.3x faster must be in most of them (60%: measured 16, 15, 20
+    and 13 of 20 on the dense-1node, moe-1node, dense-2node and moe-2node tables; moe-2node's
+    repeats differ most, cv 0.28)."""
     residuals = _residuals(path)
     if len(residuals) < 40:  # a table part-way through its measurement
         pytest.skip(f"{path.name}: only {len(residuals)} repeated measurements so far")
     cv = float(np.sqrt(2) * residuals.std())  # two repeats per cell: their spread, per trial
     rounds = rounds_needed(noise.recommended_repeats(cv, 3))
     promoted_aa, promoted_gain = 0, 0
-    for seed in range(20):
+    for seed in range(SEEDS):
         rng = np.random.default_rng(seed)
 
         def draw(n, factor=1.0):
@@ -144,8 +147,9 @@ def test_replayed_a_a_is_not_promoted_and_a_real_gain_is(path):
         _, label, _ = judge([_candidate(k) for k in cands], _measurements(base, cands),
                             rounds, 0.95, seed=seed)
         promoted_gain += label == "c1"
-    assert promoted_aa <= 1, f"A/A promoted in {promoted_aa} of 20 seeds (cv {cv:.3f})"
-    assert promoted_gain >= 12, f"a 1.3x gain promoted in only {promoted_gain} of 20 seeds"
+    assert promoted_aa <= AA_MAX, f"A/A promoted in {promoted_aa} of {SEEDS} seeds (cv {cv:.3f})"
+    assert promoted_gain >= 0.6 * SEEDS, \
+        f"a 1.3x gain promoted in only {promoted_gain} of {SEEDS} seeds"
     assert math.isfinite(cv)
 
 

@@ -1,8 +1,8 @@
 """The InfraRSI searcher: global models, constrained expected improvement, pairing.
 
-- **Multi-seed start**: the baseline, the Doctor's suggestions, the candidate the priors (patch
-  metadata, later the bank) expect fastest among those the analytic memory estimate says fit,
-  and space-filling picks among those that fit (each the farthest from the design so far): the
+- **Multi-seed start**: the baseline, the Doctor's suggestions and the experience bank's seeds,
+  the candidate the priors (patch metadata, the Doctor's calibration) expect fastest among those
+  the analytic memory estimate says fit, and space-filling picks among those that fit (each the farthest from the design so far): the
   priors choose one start, the others measure what the priors do not know. (Three prior-ranked
   starts measured worse on the moe-1node table — 8 trials to 95% of the best vs 6 over 10
   replayed seeds — and no better on dense-1node, where the catalog's speed-ups do not hold.)
