@@ -48,9 +48,10 @@ import tables  # noqa: E402
 from models import config_of  # noqa: E402
 from replay import OOM_FRACTION, problem_of, replay, setting_of  # noqa: E402
 from searchers import first_in_target  # noqa: E402
-from infrarsi.bank.signatures import similarity, workload_signature  # noqa: E402
+from infrarsi.bank.signatures import (hardware_signature, similarity,  # noqa: E402
+                                      workload_signature)
 from infrarsi.bank.transfer import advise  # noqa: E402
-from infrarsi.records import bank_features  # noqa: E402
+from infrarsi.records import config_key  # noqa: E402
 from infrarsi.run.problem_build import bank_time_prior  # noqa: E402
 from infrarsi.store.bank import Experience  # noqa: E402
 from infrarsi.workloads import find  # noqa: E402
@@ -66,7 +67,6 @@ SCALE = "bench"  # the scale every table is measured at (make_table.py)
 def hardware_of(fingerprint: str) -> dict:
     """The hardware signature of a table's host (``bench/data/hardware-<fp>.json``: the
     Doctor's probe there), or the fingerprint alone."""
-    from infrarsi.bank.signatures import hardware_signature
     path = DATA / f"hardware-{fingerprint}.json"
     if not path.exists():
         return {"fingerprint": fingerprint}
@@ -115,10 +115,8 @@ def warm_problem(s, seed: int, bank: list[Experience], hardware: dict, workload:
     problem = problem_of(s, seed)
     advice = advise(bank, hardware, workload, bank_url="replay",
                     baseline=problem.baseline.knob_dict)
-    by_key = {(tuple(bank_features(c.knob_dict, [])), tuple(sorted(c.patches))): c
-              for c in problem.candidates}
-    seeds = [by_key.get((tuple(bank_features(x.knobs, [])), tuple(sorted(x.patches))))
-             for x in advice.seeds]
+    by_key = {config_key(c.knob_dict, c.patches): c for c in problem.candidates}
+    seeds = [by_key.get(config_key(x.knobs, x.patches)) for x in advice.seeds]
     seeds = [c for c in seeds if c is not None]
     problem = dataclasses.replace(problem, seeds=seeds,
                                   bank_log_speed=bank_time_prior(advice, problem.baseline))
@@ -160,9 +158,9 @@ def direction(source: tables.Table, target: tables.Table, seeds: int) -> dict:
 
 
 def _true_speedup(s, seed) -> float | None:
-    key = (sorted(bank_features(seed.knobs, [])), sorted(seed.patches))
+    key = config_key(seed.knobs, seed.patches)
     for config, log_t in s.true_log.items():
-        if (sorted(bank_features(config.knob_dict, [])), sorted(config.patches)) == key:
+        if config_key(config.knob_dict, config.patches) == key:
             base = s.true_log[config_of(s.table.cells[s.table.baseline])]
             return math.exp(base - log_t) if math.isfinite(log_t) else None
     return None

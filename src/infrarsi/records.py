@@ -293,6 +293,7 @@ class Report(_Frozen):
 
 
 BANK_ADVICE_FILE = "bank_advice.json"
+DOCTOR_BASELINE_LABEL = "baseline run"  # the Doctor's baseline trials' labels start with it
 
 
 def seed_held(measured_speedup: float | None) -> bool | None:
@@ -306,6 +307,12 @@ def bank_features(knobs: dict, patches) -> list[str]:
     (``name=value``) and one per patch (``patch:id``)."""
     return [f"{k}={_canon(v)}" for k, v in sorted(knobs.items())] + \
         [f"patch:{p}" for p in sorted(patches)]
+
+
+def config_key(knobs: dict, patches) -> tuple:
+    """One config however its values are spelled: what a bank seed, an experience and a trial
+    of the same knobs and patches share."""
+    return tuple(bank_features(knobs, [])), tuple(sorted(patches))
 
 
 def _canon(value) -> str:

@@ -13,7 +13,7 @@ from infrarsi.bank.signatures import hardware_signature, workload_signature
 from infrarsi.bank.transfer import advise
 from infrarsi.contract import Contract
 from infrarsi.records import (BANK_ADVICE_FILE, BankAdvice, BankIngest, DoctorReport,
-                              bank_features, seed_held)
+                              config_key, seed_held)
 from infrarsi.store.bank import BankStore, StoredSeed
 
 __all__ = ["advice_for", "ingest_run", "BankStore"]
@@ -60,10 +60,10 @@ def _judge_seeds(run_dir: Path, run_id: str, experiences, bank: BankStore) -> li
                         for s in advice.seeds])
     out = []
     for stored in bank.seeds(run_id):
-        key = (sorted(bank_features(stored.knobs_json, [])), sorted(stored.patches_json))
+        key = config_key(stored.knobs_json, stored.patches_json)
         measured = [e.speedup for e in experiences if e.stage == "run" and e.status == "ok" and
-                    e.speedup and (sorted(bank_features(e.knobs_json, [])),
-                                   sorted(p["id"] for p in e.patches_json)) == key]
+                    e.speedup and config_key(e.knobs_json,
+                                             [p["id"] for p in e.patches_json]) == key]
         speedup = statistics.median(measured) if measured else None
         held = seed_held(speedup)
         bank.set_seed_outcome(stored.id, speedup, held)

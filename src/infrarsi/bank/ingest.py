@@ -28,13 +28,10 @@ from infrarsi.bank.signatures import (hardware_signature, signature_fp,
 from infrarsi.contract import Contract
 from infrarsi.host import fingerprint, machine_facts
 from infrarsi.objective import ranked_step_time_s
-from infrarsi.records import ApplyResult, DOCTOR_FILE, DoctorReport
+from infrarsi.records import DOCTOR_BASELINE_LABEL, DOCTOR_FILE, ApplyResult, DoctorReport
 from infrarsi.store import IN_FLIGHT, open_run_dir
 from infrarsi.store.bank import Experience
 from infrarsi.trial import TrialRecord
-
-BASELINE_LABEL = "baseline run"
-
 
 class RunContext:
     """What every experience of one run shares: ids, signatures, the baseline's figures."""
@@ -67,7 +64,7 @@ class RunContext:
         times, peaks = [], []
         if self.doctor:
             times = [t.ranked_time_per_step_s for t in self.doctor.trials
-                     if t.label.startswith(BASELINE_LABEL) and t.ranked_time_per_step_s]
+                     if t.label.startswith(DOCTOR_BASELINE_LABEL) and t.ranked_time_per_step_s]
             peaks = [p for p in self.doctor.peak_mem_bytes if p]
         if not times and self.trials:
             first = self.trials[0].config_json
@@ -143,10 +140,10 @@ def _doctor(ctx: RunContext) -> list[Experience]:
         return []
     out = []
     for t in ctx.doctor.trials:
-        if not t.knobs or not (t.label.startswith(BASELINE_LABEL) or
+        if not t.knobs or not (t.label.startswith(DOCTOR_BASELINE_LABEL) or
                                t.label.startswith("calibration")):
             continue
-        peak = ctx.baseline_peak_bytes if t.label.startswith(BASELINE_LABEL) else None
+        peak = ctx.baseline_peak_bytes if t.label.startswith(DOCTOR_BASELINE_LABEL) else None
         out.append(ctx.experience(t.trial_id, "doctor", t.knobs, [], t.status.value,
                                   speedup=_speedup(ctx, t.ranked_time_per_step_s),
                                   step_time_s=t.ranked_time_per_step_s, peak_mem_bytes=peak,

@@ -20,14 +20,13 @@ trial; the search's time model drops the bank's prior once this host's trials co
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 
 import numpy as np
 
 from infrarsi.bank.signatures import similarity
-from infrarsi.records import BankAdvice, BankSeed, bank_features
+from infrarsi.records import BankAdvice, BankSeed, bank_features, config_key
 from infrarsi.store.bank import Experience
 
 MIN_SIMILARITY = 0.02
@@ -75,10 +74,6 @@ def _scaled(coefficients: dict[str, float], factor: float) -> dict[str, float]:
     return {f: c * factor for f, c in coefficients.items() if c * factor}
 
 
-def _key(knobs: dict, patches) -> str:
-    return json.dumps([sorted(bank_features(knobs, [])), sorted(patches)])
-
-
 def _ids(e: Experience) -> list[str]:
     return [p["id"] for p in e.patches_json]
 
@@ -104,10 +99,10 @@ def ridge(rows: list[tuple[list[str], float, float]], precision: float = RIDGE
 def seeds(weighted: list[tuple[Experience, float]], max_seeds: int = SEEDS,
           baseline: dict | None = None) -> list[BankSeed]:
     """Whole configs worth a first trial here (see the module's docstring)."""
-    groups: dict[str, list[tuple[Experience, float]]] = defaultdict(list)
-    skip = _key(baseline, []) if baseline else None
+    groups: dict[tuple, list[tuple[Experience, float]]] = defaultdict(list)
+    skip = config_key(baseline, []) if baseline else None
     for e, w in weighted:
-        key = _key(e.knobs_json, _ids(e))
+        key = config_key(e.knobs_json, _ids(e))
         if key != skip:
             groups[key].append((e, w))
     out = []

@@ -27,7 +27,7 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
     experience bank's advice; every run adds what it measured to the bank."""
     screen = _Screen(err if as_json else out)
     try:
-        store = BankStore(bank) if use_bank else None
+        bank_store = BankStore(bank) if use_bank else None
         if resume is not None:
             contract = load_contract(contract_path) if contract_path else None
             with screen.live():
@@ -38,15 +38,15 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
             contract = load_contract(contract_path)
             report = _doctor_report(contract, contract_path)
             directory = run_dir or Path(".infrarsi") / "runs" / contract.contract_hash[:12]
-            advice = advice_for(contract, report, store) if store is not None else None
+            advice = advice_for(contract, report, bank_store) if bank_store is not None else None
             loop = RunLoop(contract, directory, searcher, budget, budget_s, store_url,
                            seed=seed, doctor_report=report, on_event=screen.event,
                            bank_advice=advice)
             with screen.live():
                 result = loop.start()
-        if store is not None:
-            added = ingest_run(Path(result.run_dir), store)
-            err.print(f"bank: {added.added} experiences added to {store.url}", markup=False,
+        if bank_store is not None:
+            added = ingest_run(Path(result.run_dir), bank_store)
+            err.print(f"bank: {added.added} experiences added to {bank_store.url}", markup=False,
                       highlight=False)
     except (RunError, ContractError, KeyError, BankError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)

@@ -19,7 +19,7 @@ from infrarsi.doctor.hardware import probe_hardware
 from infrarsi.contract import Contract, NoisePolicy
 from infrarsi.mfu import mfu as compute_mfu
 from infrarsi.objective import ranked_step_time_s
-from infrarsi.records import DoctorReport, DoctorTrial
+from infrarsi.records import DOCTOR_BASELINE_LABEL, DoctorReport, DoctorTrial
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
 from infrarsi.trial import TrialRecord, TrialStatus, prepare
 from infrarsi.trial.metrics import critical, read_probe_files
@@ -62,7 +62,7 @@ def run_doctor(contract: Contract, repeats: int, workdir: Path,
     for i in range(repeats):
         if before_run is not None:
             before_run(i)
-        runs.append(trials.must_run(f"baseline run {i + 1}/{repeats}", spec.knobs))
+        runs.append(trials.must_run(f"{DOCTOR_BASELINE_LABEL} {i + 1}/{repeats}", spec.knobs))
     profile = _profile(trials, spec.knobs, runs[0]) if _has_probe(manifest) else None
     if calibrate_tolerances:
         equivalence, notes = calibrate(

@@ -14,9 +14,9 @@ from pathlib import Path
 from infrarsi.contract import Contract
 from infrarsi.mfu import mfu
 from infrarsi.objective import ranked_step_time_s
-from infrarsi.records import (BANK_ADVICE_FILE, DOCTOR_FILE, ApplyResult, BankAdvice,
-                              DoctorReport, Finding, Report, ReportSummary, bank_features,
-                              seed_held)
+from infrarsi.records import (BANK_ADVICE_FILE, DOCTOR_BASELINE_LABEL, DOCTOR_FILE,
+                              ApplyResult, BankAdvice, DoctorReport, Finding, Report,
+                              ReportSummary, config_key, seed_held)
 from infrarsi.report import figures
 from infrarsi.report.render import html_report, markdown_report
 from infrarsi.store import RunDirError, open_run_dir
@@ -76,7 +76,7 @@ def bank_seed_rows(data: ReportData) -> list[dict]:
     trials measured here against the baseline (the Doctor's baseline runs, else the search's
     baseline trials), and whether it held."""
     base = [t.ranked_time_per_step_s for t in (data.doctor.trials if data.doctor else [])
-            if t.label.startswith("baseline run") and t.ranked_time_per_step_s]
+            if t.label.startswith(DOCTOR_BASELINE_LABEL) and t.ranked_time_per_step_s]
     if not base and data.trials:
         first = data.trials[0]
         base = [t["ranked_time_per_step_s"] for t in data.trials if t["status"] == "ok" and
@@ -84,9 +84,9 @@ def bank_seed_rows(data: ReportData) -> list[dict]:
     base_s = _median(base)
     rows = []
     for seed in data.bank.seeds:
-        key = (sorted(bank_features(seed.knobs, [])), sorted(seed.patches))
+        key = config_key(seed.knobs, seed.patches)
         times = [t["ranked_time_per_step_s"] for t in data.trials if t["status"] == "ok" and
-                 (sorted(bank_features(t["knobs"], [])), sorted(t["patches"])) == key]
+                 config_key(t["knobs"], t["patches"]) == key]
         measured = base_s / _median(times) if times and base_s else None
         rows.append({"knobs": seed.knobs, "patches": seed.patches,
                      "expected_speedup": seed.expected_speedup, "similarity": seed.similarity,

@@ -101,7 +101,6 @@ class Problem:
             .reshape(n, -1) if self.bank_log_speed else np.zeros((n, 0))
         self.bank_names = tuple(getattr(self.bank_log_speed, "names", ())) or \
             tuple(f"part{j}" for j in range(self.bank_parts.shape[1]))
-        self.bank = self.bank_parts.sum(axis=1)
         self.offsets = self.analytic_log_peak(self.candidates) if self.analytic_log_peak else None
 
     def free_key(self, config: Config) -> tuple:

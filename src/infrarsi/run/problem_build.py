@@ -13,7 +13,7 @@ from infrarsi.run.problem import MemorySavers, Problem
 from infrarsi.run.space import Config, Space
 from infrarsi.workloads import expr, knobs
 from infrarsi.workloads.knobs import AssignmentError
-from infrarsi.records import BankAdvice, DoctorReport
+from infrarsi.records import DOCTOR_BASELINE_LABEL, BankAdvice, DoctorReport
 
 MAX_RANDOM = 3000
 
@@ -91,9 +91,6 @@ def patch_speeds(manifest) -> dict[str, float]:
     return {p.id: math.log(p.prior.step_time_ratio) for p in manifest.patches}
 
 
-BASELINE_LABEL = "baseline run"
-
-
 def measured_effects(manifest, scale: str, report: DoctorReport | None) -> list[tuple[dict, float]]:
     """What the Doctor's calibration runs measured on this host: for each run that changed
     some free knobs (bf16, another micro-batch or rank count), those knob values and the log
@@ -102,7 +99,7 @@ def measured_effects(manifest, scale: str, report: DoctorReport | None) -> list[
     if report is None:
         return []
     base = [t.ranked_time_per_step_s for t in report.trials
-            if t.label.startswith(BASELINE_LABEL) and t.ranked_time_per_step_s]
+            if t.label.startswith(DOCTOR_BASELINE_LABEL) and t.ranked_time_per_step_s]
     if not base:
         return []
     ref = float(np.median(np.log(base)))
