@@ -137,11 +137,19 @@ class Problem:
         return self.candidates[int(np.argmin(np.where(ok, prior, np.inf)))]
 
     def start_points(self) -> list[Config]:
-        """The baseline, the Doctor's seeds and the priors' pick: what every searcher is given
-        to run first."""
+        """The baseline, the seeds (the Doctor's, the bank's) and the priors' pick: what every
+        searcher is given to run first. A seed with other knobs than the baseline's that the
+        analytic estimate says does not fit this capacity is left out (it stays a candidate):
+        a config that ran on another host, or at another capacity, is no evidence that it fits
+        here — a bank seed from a host with more memory per rank would otherwise spend an
+        early trial on an OOM, and the censored memory model would then shy away from its
+        whole neighbourhood. A seed on the baseline's knobs (a patch) is kept: the baseline
+        runs anyway."""
         pick = self.prior_pick()
-        return list(dict.fromkeys([self.baseline] + [s for s in self.seeds if s in self.index]
-                                  + ([pick] if pick is not None else [])))
+        fits = self.analytic_fits()
+        seeds = [s for s in self.seeds if s in self.index and
+                 (fits[self.index[s]] or s.knobs == self.baseline.knobs)]
+        return list(dict.fromkeys([self.baseline] + seeds + ([pick] if pick is not None else [])))
 
     @property
     def offset_total(self) -> np.ndarray | None:
