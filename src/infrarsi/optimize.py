@@ -21,6 +21,9 @@ from infrarsi.contract import Contract
 from infrarsi.derive import derive_workload
 from infrarsi.doctor import run_doctor, sealed_contract
 from infrarsi.init import InitError, init
+from infrarsi.executors import LocalExecutor
+from infrarsi.proposal import resolve
+from infrarsi.proposers import LLMBudget, check_kind, make_proposer
 from infrarsi.report import write_report
 from infrarsi.run.loop import RunLoop
 from infrarsi.workloads import Manifest, find
@@ -78,17 +81,21 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
              verify_rounds: int | None = None, seed: int = 0,
              on_stage: Callable[[str, dict], None] | None = None,
              confirm: Callable[[Contract], bool] | None = None,
-             bank: str | None = None, use_bank: bool = True) -> OptimizeResult:
+             bank: str | None = None, use_bank: bool = True, proposer: str | None = None,
+             llm_budget: LLMBudget = LLMBudget()) -> OptimizeResult:
     """Every stage, ``rounds`` times; returns the summary and writes each round's report.
     ``confirm`` is asked about the first contract, before anything is written; later rounds'
     contracts differ from it only in the workload they point at. ``bank``: the experience
     bank's URL (default ``INFRARSI_BANK`` or ``~/.infrarsi/bank.sqlite``); each round starts
     from its advice and adds what it measured; ``use_bank=False`` is a cold start that
-    leaves the bank as it was."""
+    leaves the bank as it was. ``proposer``: where code patches come from (``catalog``,
+    ``llm``, ``both``; None: ``both`` when an LLM endpoint is configured), with
+    ``llm_budget`` capping the LLM's calls, tokens and seconds per round."""
     t0, emit = time.monotonic(), on_stage or (lambda stage, data: None)
     try:
         manifest = find(workload)
         manifest.scale(scale)
+        proposing = (check_kind(proposer), llm_budget)
     except (ValueError, KeyError) as exc:
         raise OptimizeError(exc.args[0] if exc.args else str(exc)) from None
 
@@ -105,13 +112,14 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
     first_baseline: dict | None = None
     for r in range(1, rounds + 1):
         result, baseline = _one_round(contract, budget, out_dir / f"round-{r}", top_k,
-                                      (doctor_repeats, verify_rounds), seed, r, emit, store)
+                                      (doctor_repeats, verify_rounds), seed, r, emit, store,
+                                      proposing)
         done.append(result)
         first_baseline = first_baseline or baseline
         if not result.promoted or r == rounds:
             break
-        manifest = derive_workload(manifest, scale, result.winner, out_dir / f"round-{r + 1}"
-                                   / "workload")
+        winner = {**result.winner, "patches": resolve(result.winner["patches"], result.run_dir)}
+        manifest = derive_workload(manifest, scale, winner, out_dir / f"round-{r + 1}" / "workload")
         emit("derive", {"round": r + 1, "workload": str(manifest.root)})
         emit("init", {"round": r + 1})
         contract = make_contract_for(manifest, scale, instruction, note(r + 1))
@@ -119,9 +127,12 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
 
 
 def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed, r,
-               emit, bank: BankStore | None = None) -> tuple[RoundResult, dict]:
+               emit, bank: BankStore | None = None,
+               proposing: tuple[str, LLMBudget] = ("catalog", LLMBudget())
+               ) -> tuple[RoundResult, dict]:
     """Doctor, Run, Apply and Report once, then the bank ingests the round; ``repeats`` is
-    (Doctor's baseline runs, Apply's rounds or None)."""
+    (Doctor's baseline runs, Apply's rounds or None); ``proposing`` (the proposer's kind, the
+    LLM's budget)."""
     repeats, verify_rounds = repeats
     round_dir.mkdir(parents=True, exist_ok=True)
     emit("doctor", {"round": r})
@@ -136,8 +147,13 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
         emit("bank", {"round": r, "url": bank.url, "experiences": advice.experiences,
                       "used": advice.used, "seeds": [s.model_dump() for s in advice.seeds]})
     emit("run", {"round": r, "budget": budget})
-    loop = RunLoop(contract, round_dir / "run", "infrarsi", budget, None, seed=seed,
-                   doctor_report=report, bank_advice=advice,
+    run_dir = (round_dir / "run").resolve()
+    executor = LocalExecutor(run_dir)
+    kind, llm_budget = proposing
+    proposer = make_proposer(kind, contract, run_dir, executor, report, llm_budget,
+                             on_note=lambda text: emit("note", {"round": r, "text": text}))
+    loop = RunLoop(contract, run_dir, "infrarsi", budget, None, seed=seed, executor=executor,
+                   doctor_report=report, bank_advice=advice, proposer=proposer,
                    on_event=lambda kind, data: emit("search", {"kind": kind, **data}))
     found = loop.start()
     emit("apply", {"round": r})

@@ -16,6 +16,7 @@ from typing import Callable
 from infrarsi.apply import decide, outputs
 from infrarsi.apply.rounds import BASELINE, Rounds
 from infrarsi.objective import compared_name
+from infrarsi.proposal import proposed_by, resolve
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, LocalExecutor
 from infrarsi.records import (DOCTOR_FILE, ApplyResult, CandidateResult, DoctorReport,
@@ -160,7 +161,7 @@ def _write(result: ApplyResult, run, trials, contract, manifest, run_dir: Path) 
     contract.save(run_dir / "contract.yaml")
     files["contract"] = "contract.yaml"
     outputs.write_audit(run_dir / "audit.jsonl", outputs.audit_lines(
-        run, trials, result, _doctor_trials(run_dir)))
+        run, trials, result, _doctor_trials(run_dir), proposed_by(run_dir)))
     files["audit"] = "audit.jsonl"
     (run_dir / "verification.md").write_text(
         f"# Verification of run {result.run_id}\n\n{result.decision}\n\nCompared: "
@@ -172,11 +173,12 @@ def _write(result: ApplyResult, run, trials, contract, manifest, run_dir: Path) 
         (run_dir / stale).unlink(missing_ok=True)
     winner = result.winner
     if winner is not None:
+        patches = resolve(winner.patches, run_dir)  # a proposed patch lies in the run dir
         (run_dir / "winner.patch").write_text(
-            outputs.winner_patch(manifest, contract.scale, winner.knobs, winner.patches))
+            outputs.winner_patch(manifest, contract.scale, winner.knobs, patches))
         script = run_dir / "launch.sh"
         script.write_text(outputs.launch_script(
-            manifest, contract.scale, winner.knobs, winner.patches,
+            manifest, contract.scale, winner.knobs, patches,
             f"InfraRSI winner of run {result.run_id}: {winner.speedup:.3f}x "
             f"[{winner.ci_low:.3f}, {winner.ci_high:.3f}], contract "
             f"{contract.contract_hash[:12]}"))

@@ -103,15 +103,24 @@ def doctor_lines(doctor_trials: list[DoctorTrial], objective: str = "e2e_time") 
 
 
 def audit_lines(run: StoredRun, trials: list[StoredTrial], result: ApplyResult,
-                doctor_trials: list[DoctorTrial] = ()) -> list[dict]:
+                doctor_trials: list[DoctorTrial] = (),
+                writers: dict[str, str] | None = None) -> list[dict]:
     """Every trial of every stage — the Doctor's, the search's and Apply's — each its record
     with its stage's context: config, patch ids and hashes, status, metrics, cost, failure
-    reason, who proposed it and what the models predicted, Apply's verdict."""
+    reason, who proposed it and what the models predicted, Apply's verdict. ``writers``:
+    proposed patch id -> who wrote it ('llm:<model>'); a trial carrying such a patch is
+    ``proposed_by`` that writer (then the searcher that chose the config)."""
     objective = run.contract_json.get("objective", "e2e_time")
+    writers = writers or {}
+
+    def by(patches, default: str | None) -> str | None:
+        wrote = sorted({writers[p] for p in patches if p in writers})
+        return " + ".join(wrote) + (f" via {default}" if default else "") if wrote else default
     out = doctor_lines(list(doctor_trials), objective)
     for t in trials:
         out.append(audit_row(
-            t.record_json, objective, stage="run", proposed_by=run.searcher, seq=t.seq,
+            t.record_json, objective, stage="run",
+            proposed_by=by(t.config_json["patches"], run.searcher), seq=t.seq,
             trial_id=t.trial_id, knobs=t.config_json["knobs"], status=t.status.value,
             cost_s=t.cost_s, error=t.error,
             predicted={"ranked_time_per_step_s": t.predicted_step_time_s,
@@ -119,9 +128,10 @@ def audit_lines(run: StoredRun, trials: list[StoredTrial], result: ApplyResult,
     configs = {"baseline": (result.baseline["knobs"], [])}
     configs.update({c.label: (c.knobs, c.patches) for c in result.candidates})
     for m in result.measurements:
-        knobs, _ = configs[m.label]
+        knobs, patches = configs[m.label]
         out.append(audit_row(
             _load(m.trial_dir), objective, stage="apply", round=m.round, label=m.label,
+            proposed_by=by(patches, None),
             trial_id=m.trial_id, knobs=knobs, status=m.status, compared_s=m.compared_s,
             cost_s=m.cost_s, valid=m.valid, reasons=m.reasons, flags=m.flags))
     return out

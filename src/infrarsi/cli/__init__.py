@@ -251,11 +251,21 @@ def run(
                                        "~/.infrarsi/bank.sqlite)"),
     no_bank: bool = typer.Option(False, "--no-bank", help="a cold start: neither read nor "
                                  "write the bank"),
+    proposer: Optional[str] = typer.Option(None, "--proposer", help="where code patches come "
+                                           "from: catalog, llm or both (default: both when "
+                                           "INFRARSI_LLM_BASE_URL and INFRARSI_LLM_MODEL are "
+                                           "set, else catalog)"),
+    llm_calls: int = typer.Option(6, "--llm-max-calls", min=1, help="LLM requests per run"),
+    llm_tokens: int = typer.Option(400_000, "--llm-max-tokens", min=1, help="LLM tokens per "
+                                   "run (prompts and replies)"),
+    llm_seconds: float = typer.Option(1800.0, "--llm-max-seconds", min=1, help="seconds per "
+                                      "run spent asking the LLM and validating its patches"),
 ) -> None:
     """Stage 3: search knobs and patches together with the step-time and memory models."""
     from infrarsi.cli.run import run_command
     run_command(contract, budget, budget_s, searcher, resume, run_dir, store, seed, as_json,
-                out, err, bank=bank, use_bank=not no_bank)
+                out, err, bank=bank, use_bank=not no_bank,
+                proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)))
 
 
 @app.command()
@@ -323,11 +333,27 @@ def optimize(
                                        "~/.infrarsi/bank.sqlite)"),
     no_bank: bool = typer.Option(False, "--no-bank", help="a cold start: neither read nor "
                                  "write the bank"),
+    proposer: Optional[str] = typer.Option(None, "--proposer", help="where code patches come "
+                                           "from: catalog, llm or both (default: both when "
+                                           "INFRARSI_LLM_BASE_URL and INFRARSI_LLM_MODEL are "
+                                           "set, else catalog)"),
+    llm_calls: int = typer.Option(6, "--llm-max-calls", min=1, help="LLM requests per run"),
+    llm_tokens: int = typer.Option(400_000, "--llm-max-tokens", min=1, help="LLM tokens per "
+                                   "run (prompts and replies)"),
+    llm_seconds: float = typer.Option(1800.0, "--llm-max-seconds", min=1, help="seconds per "
+                                      "run spent asking the LLM and validating its patches"),
 ) -> None:
     """All stages from one instruction: Init -> Doctor -> Run -> Apply -> Report."""
     from infrarsi.cli.optimize import optimize_command
     optimize_command(workload, instruction, scale, budget, rounds, top, out_dir, yes, seed,
-                     as_json, out, err, verify_rounds, doctor_repeats, bank, not no_bank)
+                     as_json, out, err, verify_rounds, doctor_repeats, bank, not no_bank,
+                     proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)))
+
+
+def _llm_budget(calls: int, tokens: int, seconds: float):
+    """The LLM proposer's caps per run, from the command line."""
+    from infrarsi.proposers import LLMBudget
+    return LLMBudget(calls=calls, tokens=tokens, seconds=seconds)
 
 
 def _terminate(signum, frame) -> None:

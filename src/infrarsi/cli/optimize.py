@@ -45,6 +45,8 @@ class OptimizeScreen:
             self._say(f"round {data['round']}: bank: {data['added']} experiences added")
         elif stage == "trial":
             self._say(f"  doctor: {data['label']} {data['status']}")
+        elif stage == "search" and data["kind"] == "propose":
+            self._say(f"  {data['proposer']}: asked for a patch after {data['trials']} trials")
         elif stage == "search" and data["kind"] == "end":
             o = data["outcome"]
             step = f"{o.step_time_s:.4f} s/step" if o.step_time_s else ""
@@ -95,15 +97,17 @@ def optimize_command(workload: str, instruction: str, scale: str, budget: int | 
                      rounds: int, top: int, out_dir: Path | None, yes: bool, seed: int,
                      as_json: bool, out: Console, err: Console, verify_rounds: int | None = None,
                      doctor_repeats: int = 3, bank: str | None = None,
-                     use_bank: bool = True) -> None:
-    """Run every stage; exit 0 with or without a promoted winner, 2 on bad input."""
+                     use_bank: bool = True, proposing: tuple = ("catalog", None)) -> None:
+    """Run every stage; exit 0 with or without a promoted winner, 2 on bad input.
+    ``proposing``: (the proposer's kind or None for the default, the LLM's budget)."""
     screen = OptimizeScreen(err if as_json else out)
     directory = out_dir or Path(".infrarsi") / "optimize" / time.strftime("%Y%m%d-%H%M%S")
     try:
         result = optimize(workload, instruction, scale, budget, rounds, directory, top_k=top,
                           doctor_repeats=doctor_repeats, verify_rounds=verify_rounds, seed=seed,
                           on_stage=screen, confirm=None if yes else _confirm(err),
-                          bank=bank, use_bank=use_bank)
+                          bank=bank, use_bank=use_bank, proposer=proposing[0],
+                          **({"llm_budget": proposing[1]} if proposing[1] else {}))
     except (OptimizeError, ContractError, KeyError, BankError) as exc:
         err.print(f"error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False,
                   soft_wrap=True)
@@ -142,4 +146,4 @@ def demo_command(scale: str, budget: int, top: int, out: Console, err: Console) 
     out.print(f"demo: infrarsi optimize {DEMO['workload']} \"{DEMO['instruction']}\" --scale "
               f"{scale} --budget {budget} --top {top} --yes", markup=False, highlight=False)
     optimize_command(DEMO["workload"], DEMO["instruction"], scale, budget, 1, top, None, True,
-                     0, False, out, err)
+                     0, False, out, err, proposing=("catalog", None))  # offline, always

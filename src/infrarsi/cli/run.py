@@ -12,6 +12,8 @@ from rich.live import Live
 from rich.table import Table
 
 from infrarsi.bank import advice_for, ingest_run
+from infrarsi.executors import LocalExecutor
+from infrarsi.proposers import LLMBudget, check_kind, make_proposer
 from infrarsi.contract import ContractError, load_contract
 from infrarsi.store.bank import BankError, BankStore
 from infrarsi.run.loop import RunError, RunLoop
@@ -22,16 +24,23 @@ from infrarsi.records import DoctorReport, RunResult
 def run_command(contract_path: Path | None, budget: int | None, budget_s: float | None,
                 searcher: str, resume: Path | None, run_dir: Path | None, store_url: str | None,
                 seed: int, as_json: bool, out: Console, err: Console,
-                bank: str | None = None, use_bank: bool = True) -> None:
+                bank: str | None = None, use_bank: bool = True,
+                proposing: tuple = (None, None)) -> None:
     """Start or resume a run; print its table and its result. A new run starts from the
-    experience bank's advice; every run adds what it measured to the bank."""
+    experience bank's advice; every run adds what it measured to the bank. ``proposing``:
+    (the proposer's kind or None for the default, the LLM's budget); a resumed run keeps the
+    patches proposed before and asks for more only when a kind is given again."""
     screen = _Screen(err if as_json else out)
     try:
         bank_store = BankStore(bank) if use_bank else None
+        kind, llm_budget = proposing
         if resume is not None:
             contract = load_contract(contract_path) if contract_path else None
+            proposer = _proposer(kind, contract, Path(resume), None, llm_budget, err) \
+                if kind else None
             with screen.live():
-                result = RunLoop.resume(resume, contract, on_event=screen.event)
+                result = RunLoop.resume(resume, contract, on_event=screen.event,
+                                        proposer=proposer)
         else:
             if contract_path is None:
                 raise RunError("give a contract (from `infrarsi init`) or --resume RUN_DIR")
@@ -39,22 +48,37 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
             report = _doctor_report(contract, contract_path)
             directory = run_dir or Path(".infrarsi") / "runs" / contract.contract_hash[:12]
             advice = advice_for(contract, report, bank_store) if bank_store is not None else None
+            check_kind(kind)  # a missing endpoint fails before the run directory is made
+            executor = LocalExecutor(directory)
             loop = RunLoop(contract, directory, searcher, budget, budget_s, store_url,
-                           seed=seed, doctor_report=report, on_event=screen.event,
-                           bank_advice=advice)
+                           executor=executor, seed=seed, doctor_report=report,
+                           on_event=screen.event, bank_advice=advice,
+                           proposer=_proposer(kind, contract, directory, report, llm_budget,
+                                              err, executor))
             with screen.live():
                 result = loop.start()
         if bank_store is not None:
             added = ingest_run(Path(result.run_dir), bank_store)
             err.print(f"bank: {added.added} experiences added to {bank_store.url}", markup=False,
                       highlight=False)
-    except (RunError, ContractError, KeyError, BankError) as exc:
+    except (RunError, ContractError, KeyError, BankError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     if as_json:
         print(json.dumps(result.model_dump(mode="json")))
     else:
         _summary(result, out)
+
+
+def _proposer(kind, contract, run_dir: Path, report, llm_budget, err: Console,
+              executor: LocalExecutor | None = None):
+    """The proposer of a run (``proposers.make_proposer``), its notes on the error console."""
+    if contract is None:
+        raise RunError("asking for more patches on resume needs the contract: give it with "
+                       "--resume")
+    return make_proposer(kind, contract, Path(run_dir), executor or LocalExecutor(run_dir),
+                         report, llm_budget or LLMBudget(),
+                         on_note=lambda text: err.print(text, markup=False, highlight=False))
 
 
 def _doctor_report(contract, contract_path: Path) -> DoctorReport | None:

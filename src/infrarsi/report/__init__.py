@@ -14,6 +14,7 @@ from pathlib import Path
 from infrarsi.contract import Contract
 from infrarsi.mfu import mfu
 from infrarsi.objective import ranked_step_time_s
+from infrarsi.proposal import ProposalLine, read_lines
 from infrarsi.records import (BANK_ADVICE_FILE, DOCTOR_BASELINE_LABEL, DOCTOR_FILE,
                               ApplyResult, BankAdvice, DoctorReport, Finding, Report,
                               ReportSummary, config_key, seed_held)
@@ -47,6 +48,7 @@ class ReportData:
     figures: dict[str, bytes] = field(default_factory=dict)
     bank: BankAdvice | None = None
     bank_seeds: list[dict] = field(default_factory=list)
+    proposals: list[ProposalLine] = field(default_factory=list)
 
 
 def gather(run_dir: Path) -> ReportData:
@@ -68,6 +70,7 @@ def gather(run_dir: Path) -> ReportData:
     if (run_dir / BANK_ADVICE_FILE).exists():
         data.bank = BankAdvice.load(run_dir / BANK_ADVICE_FILE)
         data.bank_seeds = bank_seed_rows(data)
+    data.proposals = read_lines(run_dir)
     return data
 
 

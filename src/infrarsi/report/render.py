@@ -104,6 +104,34 @@ def bank_lines(data) -> tuple[str, list[list[str]]]:
     return intro, rows
 
 
+PROPOSAL_HEADER = ["n", "status", "stage", "reason", "patch", "expected step time",
+                   "smoke speed-up", "measured speed-up", "tokens", "seconds", "model / prompt"]
+
+
+def proposal_lines(data) -> tuple[str, list[list[str]]]:
+    """The LLM's replies in order: what became of each, what it cost, and for an accepted
+    patch its provenance and what the search measured of it."""
+    lines = data.proposals
+    accepted = [x for x in lines if x.status == "accepted"]
+    intro = (f"{len(lines)} replies, {len(accepted)} accepted; "
+             f"{sum(x.tokens for x in lines)} tokens and {sum(x.seconds for x in lines):.0f} s "
+             "spent asking and validating. A rejected reply never cost a search trial.")
+    knobs = {k: str(v) for k, v in data.summary["baseline"]["knobs"].items()}
+    base = [t["step_time_s"] for t in data.trials if not t["patches"] and t["status"] == "ok"
+            and {k: str(v) for k, v in t["knobs"].items()} == knobs and t["step_time_s"]]
+    base = sorted(base)[len(base) // 2] if base else None  # the search's own baseline trials
+    rows = []
+    for x in lines:
+        times = [t["step_time_s"] for t in data.trials if x.patch_id and
+                 x.patch_id in t["patches"] and t["status"] == "ok" and t["step_time_s"]]
+        measured = base / sorted(times)[len(times) // 2] if times and base else None
+        rows.append([str(x.n), x.status, x.stage, x.reason[:160], x.patch_id or "-",
+                     _x(x.expectation.step_time_ratio) if x.expectation else "-",
+                     _x(x.smoke_speedup), _x(measured), str(x.tokens), f"{x.seconds:.1f}",
+                     f"{x.model} / {x.prompt_sha256[:12]}"])
+    return intro, rows
+
+
 def markdown_report(data, figure_dir: str) -> str:
     """``report.md``."""
     s = data.summary
@@ -116,6 +144,12 @@ def markdown_report(data, figure_dir: str) -> str:
         out += ["", "## Experience bank", "", intro, "", "| " + " | ".join(BANK_HEADER) + " |",
                 "|" + "---|" * len(BANK_HEADER)]
         out += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
+    if data.proposals:
+        intro, rows = proposal_lines(data)
+        out += ["", "## Patches written by the LLM", "", intro, "",
+                "| " + " | ".join(PROPOSAL_HEADER) + " |", "|" + "---|" * len(PROPOSAL_HEADER)]
+        out += ["| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in row) + " |"
+                for row in rows]
     out += ["", "## Figures", ""]
     for name in data.figures:
         out += [f"### {CAPTIONS.get(name, name)}", "", f"![{CAPTIONS.get(name, name)}]"
@@ -168,6 +202,10 @@ def html_report(data) -> str:
         intro, rows = bank_lines(data)
         parts.append(f"<h2>Experience bank</h2><p>{e(intro)}</p>")
         parts.append(_table(BANK_HEADER, rows))
+    if data.proposals:
+        intro, rows = proposal_lines(data)
+        parts.append(f"<h2>Patches written by the LLM</h2><p>{e(intro)}</p>")
+        parts.append(_table(PROPOSAL_HEADER, rows))
     parts.append("<h2>Figures</h2>")
     for name, png in data.figures.items():
         uri = "data:image/png;base64," + base64.b64encode(png).decode()

@@ -21,7 +21,8 @@ from infrarsi.executors import Executor, LocalExecutor, TrialRequest
 from infrarsi.objective import ranked_step_time_s, steady_step_time_s
 from infrarsi.run import searchers as registry
 from infrarsi.run.problem import Outcome, Problem, SlowBound
-from infrarsi.run.problem_build import build_problem
+from infrarsi.run.problem_build import build_problem, with_proposed
+from infrarsi.proposal import Proposer, ProposalState, Recorded, patch_outcomes
 from infrarsi.run.space import Config
 from infrarsi.store import (RunDirError, Store, StoredRun, StoredTrial, open_run_dir,
                             sqlite_url)
@@ -75,9 +76,13 @@ class RunLoop:
                  store_url: str | None = None, executor: Executor | None = None,
                  seed: int = 0, doctor_report: DoctorReport | None = None,
                  on_event: Callable[[str, dict], None] | None = None,
-                 bank_advice: BankAdvice | None = None):
+                 bank_advice: BankAdvice | None = None, proposer: Proposer | None = None):
         """``bank_advice``: the experience bank's seeds and priors (``bank.advice_for``);
-        kept in the run directory, so a resumed run searches with the same advice."""
+        kept in the run directory, so a resumed run searches with the same advice.
+        ``proposer``: where code patches come from (``proposers``; None: the workload's
+        catalog) — asked before the first trial and every ``PROPOSE_EVERY`` trials while it
+        wants to; a patch it accepts joins the candidates and is tried on the baseline's
+        knobs first."""
         if searcher not in registry.SEARCHERS:
             raise RunError(f"searcher {searcher!r}: choose one of {', '.join(registry.SEARCHERS)}")
         if budget_trials is None and budget_s is None:
@@ -92,12 +97,44 @@ class RunLoop:
         self.bank_advice = bank_advice
         self.on_event = on_event or (lambda kind, data: None)
         self.manifest = contract.manifest()
+        self.proposer = proposer
+        self._proposed_at: int | None = None
 
     # -- set-up ----------------------------------------------------------------------------
     def _problem(self) -> Problem:
-        return build_problem(self.manifest, self.contract.scale, self.contract.mem_cap_bytes,
+        proposed = self.proposer.accepted() if self.proposer else []
+        catalog = self.proposer.searches_catalog if self.proposer else True
+        manifest = with_proposed(self.manifest, proposed, self.run_dir, catalog)
+        return build_problem(manifest, self.contract.scale, self.contract.mem_cap_bytes,
                              self.doctor_report, self.contract.noise.min_detectable_effect,
-                             self.seed, bank=self.bank_advice)
+                             self.seed, bank=self.bank_advice,
+                             first=tuple(frozenset([p.patch_id]) for p in proposed))
+
+    def _searcher(self, store: Store, run_id: str):
+        """The problem as it stands (with every patch proposed so far) and a searcher that
+        has been told every finished trial of the run, in order."""
+        problem = self._problem()
+        searcher = registry.make(self.searcher_name, problem, self.seed)
+        for trial in store.trials(run_id):
+            config = _config_from(trial.config_json)
+            if trial.status not in IN_FLIGHT and config in problem.index:
+                searcher.tell(config, _outcome_of_stored(trial, problem.capacity_bytes,
+                                                         self.contract.objective))
+        return problem, searcher
+
+    def _propose(self, store: Store, run_id: str, count: int, baseline: Config) -> bool:
+        """Ask the proposer when it is due; True when the candidates changed (a patch was
+        accepted, or the catalog came back because the proposer stopped)."""
+        due = self._proposed_at is None or count - self._proposed_at >= PROPOSE_EVERY
+        if self.proposer is None or not due or not self.proposer.wants_more():
+            return False
+        self._proposed_at = count
+        catalog = self.proposer.searches_catalog
+        self.on_event("propose", {"proposer": self.proposer.name, "trials": count})
+        new = self.proposer.propose(_proposal_state(store.trials(run_id), baseline))
+        self.on_event("proposed", {"proposer": self.proposer.name,
+                                   "accepted": [p.patch_id for p in new]})
+        return bool(new) or catalog != self.proposer.searches_catalog
 
     def start(self) -> RunResult:
         """A new run in ``run_dir`` (which must not hold one)."""
@@ -136,6 +173,8 @@ class RunLoop:
         advice = Path(run_dir) / BANK_ADVICE_FILE
         if advice.exists() and "bank_advice" not in options:
             options["bank_advice"] = BankAdvice.load(advice)
+        if options.get("proposer") is None:  # the patches proposed before it stopped stay
+            options["proposer"] = Recorded(Path(run_dir))
         loop = cls(stored, Path(run_dir), run.searcher, run.budget_trials, run.budget_s,
                    store.url, seed=run.seed, **options)
         requeue = store.interrupt_running(run.run_id)
@@ -144,14 +183,8 @@ class RunLoop:
 
     # -- the loop --------------------------------------------------------------------------
     def _loop(self, store: Store, run_id: str, requeue: list[StoredTrial]) -> RunResult:
-        problem = self._problem()
-        searcher = registry.make(self.searcher_name, problem, self.seed)
+        problem, searcher = self._searcher(store, run_id)  # resumed: told what was measured
         finished = [t for t in store.trials(run_id) if t.status not in IN_FLIGHT]
-        for trial in finished:  # a resumed run: its searcher learns everything measured so far
-            config = _config_from(trial.config_json)
-            if config in problem.index:
-                searcher.tell(config, _outcome_of_stored(trial, problem.capacity_bytes,
-                                                         self.contract.objective))
         queue = [(_config_from(t.config_json), t) for t in requeue
                  if _config_from(t.config_json) not in searcher.tried]
         seq = max((t.seq for t in store.trials(run_id)), default=-1) + 1
@@ -167,6 +200,8 @@ class RunLoop:
             if self.budget_s is not None and spent_s + (time.monotonic() - t0) >= self.budget_s:
                 reason = "time budget spent"
                 break
+            if not queue and self._propose(store, run_id, count, problem.baseline):
+                problem, searcher = self._searcher(store, run_id)
             config, again = queue.pop(0) if queue else (None, None)
             if config is None:
                 left = self._trials_left(count, spent_s + time.monotonic() - t0)
@@ -246,6 +281,19 @@ class RunLoop:
 
 
 RANKED = 5  # configs a run hands to Apply, best first
+PROPOSE_EVERY = 2  # trials between two requests to a proposer (a patch is tried in between)
+
+
+def _proposal_state(trials: list[StoredTrial], baseline: Config) -> ProposalState:
+    """What a proposer is told: per patch, what the finished trials carrying it measured."""
+    done = [t for t in trials if t.status not in IN_FLIGHT]
+    base = [t for t in done if t.status == TrialState.OK and _config_from(t.config_json) == baseline]
+    times = sorted(t.step_time_s for t in base if t.step_time_s)
+    peaks = sorted(t.peak_mem_bytes for t in base if t.peak_mem_bytes)
+    rows = [(t.config_json["patches"], t.status.value, t.step_time_s, t.peak_mem_bytes, t.error)
+            for t in done]
+    return ProposalState(trials_done=len(done), outcomes=patch_outcomes(
+        rows, times[len(times) // 2] if times else None, peaks[len(peaks) // 2] if peaks else None))
 
 
 def ranking(searcher, trials: list[StoredTrial]) -> list[RankedConfig]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -13,7 +14,9 @@ from infrarsi.run.problem import MemorySavers, Problem
 from infrarsi.run.space import Config, Space
 from infrarsi.workloads import expr, knobs
 from infrarsi.workloads.knobs import AssignmentError
+from infrarsi.proposal import ProposedPatch
 from infrarsi.records import DOCTOR_BASELINE_LABEL, BankAdvice, DoctorReport
+from infrarsi.workloads.manifest import PatchSpec, Prior
 
 MAX_RANDOM = 3000
 
@@ -210,12 +213,31 @@ def bank_memory_prior(advice: BankAdvice | None, baseline: Config,
                                 for c in cs])
 
 
+def with_proposed(manifest, proposed: list[ProposedPatch], run_dir, catalog: bool = True):
+    """The manifest as the search sees it: its catalog (or none, ``catalog=False``) and the
+    proposed patches as entries whose id is their path in the run directory and whose prior
+    is their stated expectation (faded by the models as any catalog prior once measured).
+    A view for building the problem only: trials resolve a proposed patch as a diff file."""
+    extra = [PatchSpec.model_construct(  # ids are paths, outside the catalog's id pattern
+        id=p.patch_id, file=str(Path(run_dir).resolve() / p.patch_id), title=p.title or p.patch_id, category="kernel",
+        roles=[], conflicts=[],
+        prior=Prior(step_time_ratio=p.expectation.step_time_ratio,
+                    peak_mem_ratio=p.expectation.peak_mem_ratio)) for p in proposed]
+    if not extra and catalog:
+        return manifest
+    return manifest.model_copy(update={"patches": (list(manifest.patches) if catalog else [])
+                                       + extra})
+
+
 def build_problem(manifest, scale: str, capacity_bytes: int | None,
                   report: DoctorReport | None = None,
                   min_effect: float | None = None, seed: int = 0,
-                  bank: BankAdvice | None = None) -> Problem:
+                  bank: BankAdvice | None = None,
+                  first: tuple[frozenset[str], ...] = ()) -> Problem:
     """The search problem of a workload at a scale under a per-rank capacity; ``bank``: the
-    experience bank's advice (seeds, and priors for the time and memory models)."""
+    experience bank's advice (seeds, and priors for the time and memory models); ``first``:
+    patch sets to try on the baseline's knobs before any other seed (a patch proposed during
+    the run: measured soon, so its proposer hears how it did)."""
     from infrarsi.run.compat import incompatible_pairs
     clashes = incompatible_pairs(manifest)
     configs = [c for c in candidates(manifest, scale, seed)
@@ -227,7 +249,9 @@ def build_problem(manifest, scale: str, capacity_bytes: int | None,
               for k in manifest.knobs}
     space = Space.from_manifest(manifest, levels)
     seeds = [s for s in doctor_seeds(manifest, scale, report) if s in set(configs)]
-    seeds = list(dict.fromkeys(from_bank + seeds))
+    proposed = [Config.of(configs[0].knob_dict, patches) for patches in first]
+    configs += [c for c in proposed if c not in set(configs)]
+    seeds = list(dict.fromkeys(proposed + from_bank + seeds))
     cv = report.noise.cv_between if report is not None else None
     return Problem(configs, space, configs[0], capacity_bytes=capacity_bytes,
                    analytic_log_peak=analytic(manifest, scale) or

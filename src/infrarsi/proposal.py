@@ -1,0 +1,183 @@
+"""Code patches proposed during a run — what every stage reads of them, and the interface the
+run loop calls.
+
+A *proposer* (the ``proposers`` stage: the workload's catalog, an LLM) hands the run loop
+patches that passed validation; the loop adds them to the search's candidates. A proposed patch
+lives in the run directory (``proposals/<id>.diff``, content-addressed by its diff's sha256) and
+its id *is* that relative path, so every executor rooted at the run directory, Apply, the
+winner's patch and the bank resolve it as a diff file, with nothing else to look up.
+``proposals.jsonl`` holds one line per LLM reply, in order (accepted or rejected, at which
+stage, why, what it cost); the accepted ones also carry their patch id and provenance.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROPOSALS_DIR = "proposals"
+PROPOSALS_LOG = "proposals.jsonl"
+LLM_PREFIX = "llm-"  # the file name of every LLM patch starts so
+STAGES = ("parse", "files", "apply", "compile", "screen", "smoke")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Expectation(_Frozen):
+    """What a proposal says it will do, as ratios to the baseline (0.8 = 20% lower), and the
+    finding it addresses: the search's prior for it until it is measured."""
+    step_time_ratio: float = Field(1.0, gt=0.05, lt=20)
+    peak_mem_ratio: float = Field(1.0, gt=0.05, lt=20)
+    addresses: str = ""
+
+
+class ProposalLine(_Frozen):
+    """One LLM reply and what became of it (a line of ``proposals.jsonl``)."""
+    n: int
+    status: Literal["accepted", "rejected"]
+    stage: Literal["parse", "files", "apply", "compile", "screen", "smoke"]
+    reason: str
+    diff_sha256: str | None = None
+    tokens: int = 0
+    seconds: float = 0.0
+    model: str = ""
+    prompt_sha256: str = ""
+    patch_id: str | None = Field(None, description="accepted: the patch's id (its path in the "
+                                 "run directory)")
+    expectation: Expectation | None = None
+    smoke_speedup: float | None = Field(None, description="the smoke trial's speed-up over the "
+                                        "smoke baseline (tiny scale: a sanity figure, not a "
+                                        "measurement of the gain)")
+
+
+class ProposedPatch(_Frozen):
+    """A validated patch the search may try: its id (the diff's path in the run directory),
+    its stated expectation (a prior the models down-weight until measured), who wrote it."""
+    patch_id: str
+    diff_sha256: str
+    expectation: Expectation = Expectation()
+    proposed_by: str = Field(description="'llm:<model>' for an LLM's patch")
+    prompt_sha256: str = ""
+    title: str = ""
+
+    @classmethod
+    def of_line(cls, line: "ProposalLine") -> "ProposedPatch":
+        """The patch an accepted line of ``proposals.jsonl`` stands for."""
+        expectation = line.expectation or Expectation()
+        return cls(patch_id=line.patch_id, diff_sha256=line.diff_sha256 or "",
+                   expectation=expectation, proposed_by=f"llm:{line.model}",
+                   prompt_sha256=line.prompt_sha256,
+                   title=expectation.addresses or f"LLM proposal {line.n}")
+
+
+class PatchOutcome(_Frozen):
+    """What the search measured of one patch so far: trials with it, their median speed-up
+    and peak over the baseline's, and how the failed ones ended."""
+    patch_id: str
+    trials: int
+    speedup: float | None = None
+    peak_mem_ratio: float | None = None
+    failures: list[str] = []
+
+
+class ProposalState(_Frozen):
+    """What a proposer is told before it proposes: the trials so far, per patch."""
+    trials_done: int
+    outcomes: list[PatchOutcome] = []
+
+
+class Proposer(Protocol):
+    """What the run loop calls. ``propose`` returns the patches it newly accepted (validated;
+    empty when it has nothing, or its budget is spent); ``accepted`` every patch accepted in
+    this run directory so far (a resumed run searches them again); ``searches_catalog``
+    whether the workload's own catalog patches are candidates too."""
+    name: str
+
+    @property
+    def searches_catalog(self) -> bool: ...
+
+    def wants_more(self) -> bool: ...
+
+    def propose(self, state: ProposalState) -> list[ProposedPatch]: ...
+
+    def accepted(self) -> list[ProposedPatch]: ...
+
+
+class Recorded:
+    """A proposer that proposes nothing more: the patches a run directory's
+    ``proposals.jsonl`` accepted, with the catalog (a run resumed without its proposer still
+    searches every patch it had)."""
+    name = "recorded"
+    searches_catalog = True
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+
+    def wants_more(self) -> bool:
+        return False
+
+    def propose(self, state: ProposalState) -> list[ProposedPatch]:
+        return []
+
+    def accepted(self) -> list[ProposedPatch]:
+        return [ProposedPatch.of_line(x) for x in read_lines(self.run_dir)
+                if x.status == "accepted" and x.patch_id]
+
+
+def is_proposed(patch_id: str) -> bool:
+    """Whether a config's patch id is a proposed patch (a diff in the run's proposals)."""
+    return patch_id.startswith(PROPOSALS_DIR + "/")
+
+
+def read_lines(run_dir: Path) -> list[ProposalLine]:
+    """Every line of a run directory's ``proposals.jsonl`` (empty without one)."""
+    path = Path(run_dir) / PROPOSALS_LOG
+    if not path.exists():
+        return []
+    return [ProposalLine.model_validate_json(line) for line in path.read_text().splitlines()
+            if line.strip()]
+
+
+def append_line(run_dir: Path, line: ProposalLine) -> None:
+    """Add one line to ``proposals.jsonl`` (flushed at once: a killed run loses none)."""
+    with open(Path(run_dir) / PROPOSALS_LOG, "a") as out:
+        out.write(line.model_dump_json() + "\n")
+        out.flush()
+
+
+def proposed_by(run_dir: Path) -> dict[str, str]:
+    """Patch id -> who proposed it ('llm:<model>'), for the accepted lines of a run."""
+    return {line.patch_id: f"llm:{line.model}" for line in read_lines(run_dir)
+            if line.status == "accepted" and line.patch_id}
+
+
+def resolve(patches: list[str], run_dir: Path) -> list[str]:
+    """Patch ids as something any working directory can apply: a proposed patch's id becomes
+    its absolute path; a catalog id or an absolute diff path stays."""
+    return [str(Path(run_dir).resolve() / p) if is_proposed(p) else p for p in patches]
+
+
+def patch_outcomes(rows: list[tuple[list[str], str, float | None, int | None, str | None]],
+                   baseline_time_s: float | None, baseline_peak_bytes: int | None
+                   ) -> list[PatchOutcome]:
+    """Per patch, what the trials that carried it measured. ``rows``: (patches, status,
+    step time, peak, error) of each finished trial."""
+    out = []
+    for pid in sorted({p for patches, *_ in rows for p in patches}):
+        mine = [r for r in rows if pid in r[0]]
+        times = [t for _, s, t, _, _ in mine if s == "ok" and t]
+        peaks = [p for _, s, _, p, _ in mine if s == "ok" and p]
+        fails = [f"{s}: {(e or '')[:160]}".rstrip(": ") for _, s, _, _, e in mine if s != "ok"]
+        out.append(PatchOutcome(
+            patch_id=pid, trials=len(mine),
+            speedup=baseline_time_s / statistics.median(times)
+            if times and baseline_time_s else None,
+            peak_mem_ratio=statistics.median(peaks) / baseline_peak_bytes
+            if peaks and baseline_peak_bytes else None, failures=fails[:3]))
+    return out
+

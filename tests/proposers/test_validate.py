@@ -1,0 +1,78 @@
+"""Validation of a proposed diff, cheapest check first: files, apply, compile, screen, and a
+smoke trial at tiny scale judged by ``verify`` against a smoke baseline."""
+
+import re
+
+import pytest
+
+from chat_server import broken_diff, catalog_diff, cheat_diff
+from infrarsi.executors import LocalExecutor
+from infrarsi.init import make_contract, read_instruction
+from infrarsi.init.build import workload_files
+from infrarsi.proposers.validate import Validator, smoke_contract
+from infrarsi.trial import patching
+from infrarsi.workloads import find
+
+INSTRUCTION = "Cut end-to-end time; keep loss within 0.5%"
+
+
+def _contract(workload="dense-1node", scale="tiny"):
+    manifest = find(workload)
+    return make_contract(manifest, scale, INSTRUCTION,
+                         read_instruction(INSTRUCTION, workload_files(manifest)))
+
+
+@pytest.fixture()
+def validator(tmp_path):
+    return Validator(_contract(), tmp_path, LocalExecutor(tmp_path))
+
+
+@pytest.mark.parametrize("diff, stage, reason", [
+    (cheat_diff("edit_locked_data"), "files", "data.py: locked file"),
+    (cheat_diff("locked_via_dotdot"), "files", "outside the workspace"),
+    (cheat_diff("locked_via_symlink"), "files", "creates a symlink"),
+    ("--- a/model.py\n+++ b/model.py\n@@ -1,2 +1,2 @@\n-no such line\n+x = 1\n", "apply",
+     "git apply --check"),
+    (broken_diff(), "compile", r"model\.py:\d+: "),
+    (cheat_diff("patch_perf_counter"), "screen", "reaches the clock"),
+    (cheat_diff("detach_attention"), "screen", "changes what gets a gradient"),
+    (cheat_diff("silent_bf16"), "screen", "changes the precision"),
+])
+def test_each_cheap_check_rejects_with_its_stage_and_reason(validator, diff, stage, reason):
+    checked = validator.check(diff, smoke=False)
+    assert (checked.ok, checked.stage) == (False, stage)
+    assert re.search(reason, checked.reason), checked.reason
+
+
+def test_a_diff_with_wrong_hunk_counts_is_kept_as_git_writes_it(validator, tmp_path):
+    diff = re.sub(r"^@@ -(\d+),\d+ \+(\d+),\d+ @@", r"@@ -\1,99 +\2,99 @@",
+                  catalog_diff("fused_adamw"), flags=re.MULTILINE)
+    checked = validator.check(diff, smoke=False)
+    assert checked.ok, checked.reason
+    stored = tmp_path / "canonical.diff"
+    stored.write_text(checked.diff)
+    workspace = tmp_path / "copy"
+    import shutil
+    shutil.copytree(find("dense-1node").root, workspace)
+    assert patching.applies(stored, workspace)  # plain git apply, as a trial does it
+    assert len(checked.sha256) == 64
+
+
+def test_the_smoke_contract_is_the_runs_at_tiny_with_that_scales_invariants():
+    contract = _contract(scale="cpu")
+    smoke = smoke_contract(contract)
+    assert smoke.scale == "tiny" and smoke.contract_hash != contract.contract_hash
+    assert smoke.invariants.tokens_per_step == _contract().invariants.tokens_per_step
+    assert smoke.equivalence == contract.equivalence and smoke.locked == contract.locked
+    assert smoke_contract(_contract()) == _contract()
+
+
+@pytest.mark.slow
+def test_the_smoke_trial_passes_an_honest_patch_and_refuses_another_model(validator):
+    good = validator.check(catalog_diff("sdpa_attention"))
+    assert good.ok and good.stage == "smoke" and good.smoke_speedup > 0, good.reason
+    for cheat, reason in (("drop_last_block", "final parameters differ"),
+                          ("fewer_steps", "ran 4 optimizer steps")):
+        checked = validator.check(cheat_diff(cheat))
+        assert (checked.ok, checked.stage) == (False, "smoke"), cheat
+        assert reason in checked.reason, checked.reason
