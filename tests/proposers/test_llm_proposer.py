@@ -171,3 +171,10 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
                r not in carrying)
     report = (run_dir / write_report(run_dir).markdown).read_text()
     assert "## Patches written by the LLM" in report and patch in report
+
+    from infrarsi.bank import ingest_run
+    from infrarsi.store.bank import BankStore
+    bank = BankStore(str(tmp_path / "bank.sqlite"))
+    ingest_run(run_dir, bank)
+    kept = [p for e in bank.experiences() for p in e.patches_json if p["id"] == patch]
+    assert kept and bank.patch_text(kept[0]["sha256"]) == (run_dir / patch).read_text()

@@ -28,15 +28,18 @@ from infrarsi.bank.signatures import (hardware_signature, signature_fp,
 from infrarsi.contract import Contract
 from infrarsi.host import fingerprint, machine_facts
 from infrarsi.objective import ranked_step_time_s
+from infrarsi.proposal import is_proposed
 from infrarsi.records import DOCTOR_BASELINE_LABEL, DOCTOR_FILE, ApplyResult, DoctorReport
 from infrarsi.store import IN_FLIGHT, open_run_dir
 from infrarsi.store.bank import Experience
 from infrarsi.trial import TrialRecord
 
+
 class RunContext:
     """What every experience of one run shares: ids, signatures, the baseline's figures."""
 
     def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
         self.store, self.run = open_run_dir(run_dir)
         self.contract = Contract.model_validate(self.run.contract_json)
         self.manifest = self.contract.manifest()
@@ -93,8 +96,11 @@ class RunContext:
             capacity_bytes=self.contract.mem_cap_bytes, **figures)
 
     def patch_text(self, patch_id: str) -> str | None:
-        """A catalog patch's text (None for one this workload's catalog does not hold)."""
+        """A patch's text: a catalog patch's, or one proposed during the run (its diff in the
+        run directory); None for a patch neither holds."""
         try:
+            if is_proposed(patch_id):
+                return (self.run_dir / patch_id).read_text()
             return self.manifest.patch_path(patch_id).read_text()
         except (KeyError, OSError, ValueError):
             return None
