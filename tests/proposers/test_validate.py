@@ -76,3 +76,30 @@ def test_the_smoke_trial_passes_an_honest_patch_and_refuses_another_model(valida
         checked = validator.check(cheat_diff(cheat))
         assert (checked.ok, checked.stage) == (False, "smoke"), cheat
         assert reason in checked.reason, checked.reason
+
+
+@pytest.mark.slow
+def test_a_users_workload_outside_the_package_is_validated_the_same_way(tmp_path):
+    """A workload found by path (its manifest lists model.py as editable): its file reaches the
+    prompt, an honest patch passes the smoke trial, one that changes the learning rate does
+    not."""
+    from chat_server import ROOT
+    from infrarsi.proposers.prompt import messages
+    manifest = find(str(ROOT / "tests" / "fixtures" / "microbatch-lm" / "workload.yaml"))
+    contract = make_contract(manifest, "tiny", INSTRUCTION,
+                             read_instruction(INSTRUCTION, workload_files(manifest)))
+    assert contract.workload_path
+    prompt = messages(contract, None, [], [])[1]["content"]
+    assert "## model.py" in prompt and "class BigramLM" in prompt and "train.py" not in \
+        prompt.split("# Editable files")[1]
+    validator = Validator(contract, tmp_path, LocalExecutor(tmp_path))
+    honest = ("--- a/model.py\n+++ b/model.py\n@@ -16,3 +16,3 @@\n"
+              "         logits = self.table(idx)\n"
+              "-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), "
+              "targets.reshape(-1))\n"
+              "+        return F.cross_entropy(logits.flatten(0, -2), targets.flatten())\n"
+              " \n")
+    good = validator.check(honest)
+    assert good.ok, good.reason
+    cheat = validator.check(cheat_diff("microbatch_lm_larger_lr"))
+    assert (cheat.ok, cheat.stage) == (False, "smoke"), cheat.reason
