@@ -178,3 +178,19 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
     ingest_run(run_dir, bank)
     kept = [p for e in bank.experiences() for p in e.patches_json if p["id"] == patch]
     assert kept and bank.patch_text(kept[0]["sha256"]) == (run_dir / patch).read_text()
+
+
+def test_a_run_whose_llm_cannot_be_reached_searches_the_catalog(contract, tmp_path):
+    from infrarsi.run.loop import RunLoop
+    from infrarsi.store import Store, sqlite_url
+    env = {"INFRARSI_LLM_BASE_URL": f"http://127.0.0.1:{_free_port()}/v1",
+           "INFRARSI_LLM_MODEL": "m"}
+    events = []
+    loop = RunLoop(contract, tmp_path, "infrarsi", 3, None,
+                   proposer=_proposer(contract, tmp_path, env),
+                   on_event=lambda kind, data: events.append((kind, data)))
+    before = loop._problem()
+    assert before.space.patches == []  # llm only: the catalog is left out
+    changed = loop._propose(Store(sqlite_url(tmp_path)), "no-run-yet", 0, before.baseline)
+    assert changed and [k for k, _ in events] == ["propose", "proposed"]
+    assert set(loop._problem().space.patches) == {p.id for p in find("dense-1node").patches}
