@@ -9,6 +9,7 @@ the PyTorch build, and the intra-op threads a measurement used.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -84,3 +85,10 @@ def usable_threads() -> int:
 def fingerprint(facts: dict) -> str:
     """A short hash of the facts: equal only on hosts that should perform alike."""
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def host_fingerprint() -> str:
+    """This host's fingerprint as the measured tables and the trial records carry it (the
+    facts with the threads this process may use)."""
+    return fingerprint(machine_facts(usable_threads()))

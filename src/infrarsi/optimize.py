@@ -21,7 +21,7 @@ from infrarsi.contract import Contract
 from infrarsi.derive import derive_workload
 from infrarsi.doctor import run_doctor, sealed_contract
 from infrarsi.init import InitError, init
-from infrarsi.executors import LocalExecutor
+from infrarsi.executors.choice import make_executor
 from infrarsi.proposal import resolve
 from infrarsi.proposers import LLMBudget, check_kind, make_proposer
 from infrarsi.report import write_report
@@ -82,7 +82,8 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
              on_stage: Callable[[str, dict], None] | None = None,
              confirm: Callable[[Contract], bool] | None = None,
              bank: str | None = None, use_bank: bool = True, proposer: str | None = None,
-             llm_budget: LLMBudget = LLMBudget()) -> OptimizeResult:
+             llm_budget: LLMBudget = LLMBudget(), executor: str = "local",
+             ray_address: str | None = None) -> OptimizeResult:
     """Every stage, ``rounds`` times; returns the summary and writes each round's report.
     ``confirm`` is asked about the first contract, before anything is written; later rounds'
     contracts differ from it only in the workload they point at. ``bank``: the experience
@@ -90,12 +91,14 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
     from its advice and adds what it measured; ``use_bank=False`` is a cold start that
     leaves the bank as it was. ``proposer``: where code patches come from (``catalog``,
     ``llm``, ``both``; None: ``both`` when an LLM endpoint is configured), with
-    ``llm_budget`` capping the LLM's calls, tokens and seconds per round."""
+    ``llm_budget`` capping the LLM's calls, tokens and seconds per round. ``executor``: where
+    every trial of every stage runs (``local``, or ``ray`` on the cluster at ``ray_address``)."""
     t0, emit = time.monotonic(), on_stage or (lambda stage, data: None)
     try:
         manifest = find(workload)
         manifest.scale(scale)
         proposing = (check_kind(proposer), llm_budget)
+        make_executor(executor, Path(out_dir), ray_address)  # Ray reachable, before any trial
     except (ValueError, KeyError) as exc:
         raise OptimizeError(exc.args[0] if exc.args else str(exc)) from None
 
@@ -113,7 +116,7 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
     for r in range(1, rounds + 1):
         result, baseline = _one_round(contract, budget, out_dir / f"round-{r}", top_k,
                                       (doctor_repeats, verify_rounds), seed, r, emit, store,
-                                      proposing)
+                                      proposing, (executor, ray_address))
         done.append(result)
         first_baseline = first_baseline or baseline
         if not result.promoted or r == rounds:
@@ -128,15 +131,17 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
 
 def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed, r,
                emit, bank: BankStore | None = None,
-               proposing: tuple[str, LLMBudget] = ("catalog", LLMBudget())
-               ) -> tuple[RoundResult, dict]:
+               proposing: tuple[str, LLMBudget] = ("catalog", LLMBudget()),
+               running: tuple[str, str | None] = ("local", None)) -> tuple[RoundResult, dict]:
     """Doctor, Run, Apply and Report once, then the bank ingests the round; ``repeats`` is
     (Doctor's baseline runs, Apply's rounds or None); ``proposing`` (the proposer's kind, the
-    LLM's budget)."""
+    LLM's budget); ``running`` (the executor's kind, the Ray address)."""
     repeats, verify_rounds = repeats
     round_dir.mkdir(parents=True, exist_ok=True)
     emit("doctor", {"round": r})
-    report = run_doctor(contract, repeats, round_dir / "doctor-trials",
+    doctor_dir = (round_dir / "doctor-trials").resolve()
+    report = run_doctor(contract, repeats, doctor_dir, executor=make_executor(*_at(running,
+                                                                              doctor_dir)),
                         on_trial=lambda label, rec: emit("trial", {"stage": "doctor",
                                                                    "label": label,
                                                                    "status": rec.status.value}))
@@ -148,7 +153,7 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
                       "used": advice.used, "seeds": [s.model_dump() for s in advice.seeds]})
     emit("run", {"round": r, "budget": budget})
     run_dir = (round_dir / "run").resolve()
-    executor = LocalExecutor(run_dir)
+    executor = make_executor(*_at(running, run_dir))
     kind, llm_budget = proposing
     proposer = make_proposer(kind, contract, run_dir, executor, report, llm_budget,
                              on_note=lambda text: emit("note", {"round": r, "text": text}))
@@ -158,6 +163,7 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
     found = loop.start()
     emit("apply", {"round": r})
     applied = apply_run(round_dir / "run", top_k=top_k, rounds=verify_rounds, seed=seed,
+                        executor=executor,
                         on_event=lambda kind, data: emit("verify", {"kind": kind, **data}))
     emit("report", {"round": r})
     written = write_report(round_dir / "run")
@@ -177,6 +183,12 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
         decision=applied.decision, report_html=written.html, report_md=written.markdown)
     base = written.summary.baseline
     return result, base.model_dump(include={"step_time_s", "mfu_pct", "knobs", "tokens_per_s"})
+
+
+def _at(running: tuple[str, str | None], root: Path) -> tuple[str, Path, str | None]:
+    """``make_executor``'s arguments for an executor of kind ``running[0]`` rooted at
+    ``root``."""
+    return running[0], root, running[1]
 
 
 def _summary(out_dir: Path, done: list[RoundResult], baseline: dict | None,

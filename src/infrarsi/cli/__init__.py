@@ -18,6 +18,7 @@ from rich.table import Table
 
 from infrarsi import units
 from infrarsi.executors import LocalExecutor, TrialRequest
+from infrarsi.executors.choice import make_executor
 from infrarsi.trial import PatchRefused, TrialRecord, TrialStatus
 from infrarsi.workloads import AssignmentError, ManifestError, all_reference, find
 from infrarsi.workloads import parse_assignments
@@ -113,6 +114,10 @@ def trial(
     contract: Optional[Path] = typer.Option(None, help="run under this frozen contract: its "
                                             "capacity, its hash on the record"),
     as_json: bool = typer.Option(False, "--json", help="print the trial record as JSON"),
+    executor: str = typer.Option("local", "--executor", help="where trials run: local (this "
+                                 "machine, one at a time) or ray (a Ray cluster)"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="the Ray cluster: "
+                                              "HOST:PORT or auto (default auto)"),
 ) -> None:
     """Run one isolated, measured trial of a workload under a knob assignment and patches."""
     try:
@@ -121,19 +126,19 @@ def trial(
         frozen = _checked_contract(contract, manifest) if contract else None
         if frozen is not None and cap is None:
             cap = frozen.mem_cap_bytes
-        executor = LocalExecutor(Path.cwd())
         request = TrialRequest(
             workload=str(manifest.path) if Path(workload).exists() else workload, scale=scale,
             knobs=parse_assignments(set_), patches=[_patch_path(p) for p in patch],
             mem_cap_bytes=cap, timeout_s=timeout, workdir=str(workdir.resolve()),
             contract_hash=frozen.contract_hash if frozen else None)
-        executor.resolve(request)  # a bad request is refused here, before anything runs
+        LocalExecutor(Path.cwd()).resolve(request)  # a bad request is refused before anything
+        runner = make_executor(executor, Path.cwd(), ray_address)
     except (ManifestError, AssignmentError, PatchRefused, ValueError, KeyError) as exc:
         fail(_message(exc))
     except Exception as exc:  # a contract or manifest problem we did not foresee: no traceback
         fail(f"{type(exc).__name__}: {exc}")
     with err.status(f"trial of {manifest.name} at scale {scale} ..."):
-        record = executor.run(request)
+        record = runner.run(request)
     if as_json:
         print(json.dumps(trial_json(record), indent=2))
     else:
@@ -260,12 +265,17 @@ def run(
                                    "run (prompts and replies)"),
     llm_seconds: float = typer.Option(1800.0, "--llm-max-seconds", min=1, help="seconds per "
                                       "run spent asking the LLM and validating its patches"),
+    executor: str = typer.Option("local", "--executor", help="where trials run: local (this "
+                                 "machine, one at a time) or ray (a Ray cluster)"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="the Ray cluster: "
+                                              "HOST:PORT or auto (default auto)"),
 ) -> None:
     """Stage 3: search knobs and patches together with the step-time and memory models."""
     from infrarsi.cli.run import run_command
     run_command(contract, budget, budget_s, searcher, resume, run_dir, store, seed, as_json,
                 out, err, bank=bank, use_bank=not no_bank,
-                proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)))
+                proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)),
+                executor=(executor, ray_address))
 
 
 @app.command()
@@ -342,12 +352,17 @@ def optimize(
                                    "run (prompts and replies)"),
     llm_seconds: float = typer.Option(1800.0, "--llm-max-seconds", min=1, help="seconds per "
                                       "run spent asking the LLM and validating its patches"),
+    executor: str = typer.Option("local", "--executor", help="where trials run: local (this "
+                                 "machine, one at a time) or ray (a Ray cluster)"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="the Ray cluster: "
+                                              "HOST:PORT or auto (default auto)"),
 ) -> None:
     """All stages from one instruction: Init -> Doctor -> Run -> Apply -> Report."""
     from infrarsi.cli.optimize import optimize_command
     optimize_command(workload, instruction, scale, budget, rounds, top, out_dir, yes, seed,
                      as_json, out, err, verify_rounds, doctor_repeats, bank, not no_bank,
-                     proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)))
+                     proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)),
+                     executor=(executor, ray_address))
 
 
 def _llm_budget(calls: int, tokens: int, seconds: float):

@@ -12,7 +12,8 @@ from rich.live import Live
 from rich.table import Table
 
 from infrarsi.bank import advice_for, ingest_run
-from infrarsi.executors import LocalExecutor
+from infrarsi.executors import Executor, LocalExecutor
+from infrarsi.executors.choice import make_executor
 from infrarsi.proposers import LLMBudget, check_kind, make_proposer
 from infrarsi.contract import ContractError, load_contract
 from infrarsi.store.bank import BankError, BankStore
@@ -25,22 +26,24 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
                 searcher: str, resume: Path | None, run_dir: Path | None, store_url: str | None,
                 seed: int, as_json: bool, out: Console, err: Console,
                 bank: str | None = None, use_bank: bool = True,
-                proposing: tuple = (None, None)) -> None:
+                proposing: tuple = (None, None), executor: tuple = ("local", None)) -> None:
     """Start or resume a run; print its table and its result. A new run starts from the
     experience bank's advice; every run adds what it measured to the bank. ``proposing``:
     (the proposer's kind or None for the default, the LLM's budget); a resumed run keeps the
-    patches proposed before and asks for more only when a kind is given again."""
+    patches proposed before and asks for more only when a kind is given again. ``executor``:
+    (``local`` or ``ray``, the Ray address)."""
     screen = _Screen(err if as_json else out)
     try:
         bank_store = BankStore(bank) if use_bank else None
         kind, llm_budget = proposing
         if resume is not None:
             contract = load_contract(contract_path) if contract_path else None
-            proposer = _proposer(kind, contract, Path(resume), None, llm_budget, err) \
+            runner = make_executor(executor[0], Path(resume).resolve(), executor[1])
+            proposer = _proposer(kind, contract, Path(resume), None, llm_budget, err, runner) \
                 if kind else None
             with screen.live():
                 result = RunLoop.resume(resume, contract, on_event=screen.event,
-                                        proposer=proposer)
+                                        proposer=proposer, executor=runner)
         else:
             if contract_path is None:
                 raise RunError("give a contract (from `infrarsi init`) or --resume RUN_DIR")
@@ -49,12 +52,12 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
             directory = run_dir or Path(".infrarsi") / "runs" / contract.contract_hash[:12]
             advice = advice_for(contract, report, bank_store) if bank_store is not None else None
             check_kind(kind)  # a missing endpoint fails before the run directory is made
-            executor = LocalExecutor(directory)
+            runner = make_executor(executor[0], Path(directory).resolve(), executor[1])
             loop = RunLoop(contract, directory, searcher, budget, budget_s, store_url,
-                           executor=executor, seed=seed, doctor_report=report,
+                           executor=runner, seed=seed, doctor_report=report,
                            on_event=screen.event, bank_advice=advice,
                            proposer=_proposer(kind, contract, directory, report, llm_budget,
-                                              err, executor))
+                                              err, runner))
             with screen.live():
                 result = loop.start()
         if bank_store is not None:
@@ -71,7 +74,7 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
 
 
 def _proposer(kind, contract, run_dir: Path, report, llm_budget, err: Console,
-              executor: LocalExecutor | None = None):
+              executor: Executor | None = None):
     """The proposer of a run (``proposers.make_proposer``), its notes on the error console."""
     if contract is None:
         raise RunError("asking for more patches on resume needs the contract: give it with "

@@ -143,3 +143,4 @@ class LocalExecutor(Executor):
             return False
         job["cancelled"] = True
         return True
+

@@ -147,6 +147,9 @@ class TrialRecord(BaseModel):
                            "rest read-only, no capabilities; or why not")
     returncode: int | None = None
     trial_dir: str = ""
+    node: str = Field("local", description="where it ran: 'local', or the cluster node's id")
+    fingerprint: str = Field("", description="the fingerprint of the host that ran it: times "
+                             "compare only between equal fingerprints")
 
     def save(self, path: Path) -> None:
         """Write the record as JSON, atomically (a reader never sees half a record)."""

@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+from infrarsi.host import host_fingerprint
 from infrarsi.trial import classify, evaluation, memcg, patching
 from infrarsi.trial.evalserver import isolation_for
 from infrarsi.trial.screen import screen
@@ -116,7 +117,7 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
                 knobs=spec.knobs, contract_hash=spec.contract_hash,
                 mem_cap_bytes=spec.mem_cap_bytes, timeout_s=spec.effective_timeout_s,
                 slow_after_s=spec.slow_after_s,
-                started_unix_s=started, trial_dir=str(trial_dir),
+                started_unix_s=started, trial_dir=str(trial_dir), fingerprint=host_fingerprint(),
                 isolation="namespace" if isolation_for(trial_dir) else "off: not root")
     shutil.copytree(spec.manifest.root, workspace,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

@@ -1,0 +1,207 @@
+"""Trials on a Ray cluster: each trial a Ray task on one node, in a placement group that
+reserves its CPUs, with the workload and its patches shipped through Ray and the trial's folder
+shipped back — no shared filesystem is assumed.
+
+What travels out: the request (plain data), and a tar of what the node cannot find on its own —
+the workload's folder when the request names a manifest by path (a user's workload, a derived
+one), and every diff file it names (a proposed patch, a user's diff). The node runs the trial
+with its own ``LocalExecutor`` (the same isolation, memory cgroups, parent-death rules and
+record) in a scratch folder, then sends back the record (its ``node``: the Ray node id; its
+``fingerprint``: that host's) and a tar of the trial's folder and its evaluation folder, which
+land under the executor's root as a local trial's would; paths in the record are rewritten to
+where they landed.
+
+A node lost mid-trial (its raylet or machine gone) ends that trial ``crash`` with the reason
+"node lost"; its processes die with the node's worker (the trial runner's parent-death rules).
+By default one timed trial runs per node at a time: a trial's placement group asks for every
+CPU of a node (``cpus_per_trial=None``), so two trials never share one.
+
+Ray is an optional extra (``pip install 'infrarsi[ray]'``; ``scripts/setup.sh`` installs it).
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from infrarsi.executors import Executor, LocalExecutor, TrialCancelled, TrialRequest
+from infrarsi.trial import TrialRecord, TrialStatus
+
+SKIP = ("tmp", "cache", "home", "__pycache__")  # scratch a trial leaves that nobody reads
+
+
+class RayUnavailable(ValueError):
+    """Ray is not installed, or the cluster cannot be reached; the message says which."""
+
+
+class RayExecutor(Executor):
+    """submit / poll / cancel on a Ray cluster at ``address`` ('auto': the one this machine
+    belongs to)."""
+
+    def __init__(self, root: Path, address: str = "auto", cpus_per_trial: float | None = None,
+                 resources: dict[str, float] | None = None):
+        """``cpus_per_trial``: CPUs a trial's placement group reserves (None: a whole node's,
+        so timed trials never share a node); ``resources``: custom resources it must have
+        (e.g. a node's name, to pin a trial there)."""
+        try:
+            import ray
+        except ImportError:
+            raise RayUnavailable("the Ray executor needs Ray: pip install 'infrarsi[ray]'") \
+                from None
+        if not ray.is_initialized():
+            try:
+                ray.init(address=address, namespace="infrarsi", log_to_driver=False,
+                         ignore_reinit_error=True)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise RayUnavailable(f"no Ray cluster at {address}: {exc}") from None
+        self.ray, self.root = ray, Path(root).resolve()
+        self.cpus_per_trial, self.resources = cpus_per_trial, dict(resources or {})
+        self._jobs: dict[str, dict] = {}
+        self._next = itertools.count()
+        self._remote = ray.remote(max_retries=0)(_run_on_node)
+
+    # -- submit ----------------------------------------------------------------------------
+    def submit(self, request: TrialRequest) -> str:
+        LocalExecutor(self.root).resolve(request)  # a bad request fails here, in the caller
+        shipped, bundle = _bundle(request, self.root)
+        cpus = self.cpus_per_trial or self._node_cpus()
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        group = placement_group([{"CPU": cpus, **self.resources}], strategy="PACK")
+        ref = self._remote.options(
+            num_cpus=cpus, resources=self.resources or None,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                group, placement_group_bundle_index=0)).remote(shipped.model_dump(), bundle)
+        handle = f"ray-{next(self._next)}"
+        self._jobs[handle] = {"ref": ref, "group": group, "request": request,
+                              "t0": time.time(), "record": None}
+        return handle
+
+    def _node_cpus(self) -> float:
+        """A whole node's CPUs: the smallest node's (a trial then fits on any)."""
+        cpus = [n["Resources"].get("CPU", 0) for n in self.ray.nodes()
+                if n.get("Alive") and n["Resources"].get("CPU")]
+        return min(cpus) if cpus else 1
+
+    # -- poll / cancel ---------------------------------------------------------------------
+    def poll(self, handle: str) -> TrialRecord | None:
+        job = self._jobs[handle]
+        if job["record"] is not None:
+            return job["record"]
+        ready, _ = self.ray.wait([job["ref"]], timeout=0)
+        if not ready:
+            return None
+        try:
+            record_json, node_workdir, tar = self.ray.get(job["ref"])
+            job["record"] = self._land(job["request"], record_json, node_workdir, tar)
+        except self.ray.exceptions.TaskCancelledError:
+            raise TrialCancelled(f"trial {handle} was cancelled") from None
+        except (self.ray.exceptions.NodeDiedError, self.ray.exceptions.WorkerCrashedError,
+                self.ray.exceptions.ObjectLostError, self.ray.exceptions.RaySystemError,
+                self.ray.exceptions.LocalRayletDiedError) as exc:
+            job["record"] = _lost(job["request"], job["t0"], exc)
+        finally:
+            self._release(job)
+        return job["record"]
+
+    def cancel(self, handle: str) -> bool:
+        job = self._jobs[handle]
+        ready, _ = self.ray.wait([job["ref"]], timeout=0)
+        if ready:
+            return False
+        self.ray.cancel(job["ref"], force=True)
+        self._release(job)
+        return True
+
+    def _release(self, job: dict) -> None:
+        if job.get("group") is not None:
+            from ray.util.placement_group import remove_placement_group
+            remove_placement_group(job["group"])
+            job["group"] = None
+
+    def _land(self, request: TrialRequest, record_json: str, node_workdir: str,
+              tar: bytes) -> TrialRecord:
+        """The node's trial folder unpacked under the root's workdir, its record's paths
+        rewritten to where it landed, and saved there."""
+        workdir = self.root / request.workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+            archive.extractall(workdir, filter="data")
+        record = TrialRecord.model_validate_json(record_json.replace(node_workdir, str(workdir)))
+        if record.trial_dir and Path(record.trial_dir).is_dir():
+            record.save(Path(record.trial_dir) / "record.json")
+        return record
+
+
+def _bundle(request: TrialRequest, root: Path) -> tuple[TrialRequest, bytes]:
+    """The request as the node will run it (paths inside the bundle) and the bundle: the
+    workload's folder when named by path, and each diff file it names."""
+    buffer = io.BytesIO()
+    shipped = request.model_copy(deep=True)
+    shipped.workdir = "trials"  # inside the node's scratch folder; it lands at request.workdir
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        path = root / request.workload
+        if path.exists():  # a manifest by path: its folder goes along
+            folder = path if path.is_dir() else path.parent
+            archive.add(folder, arcname="workload", filter=_no_scratch)
+            shipped.workload = "workload" if path.is_dir() else f"workload/{path.name}"
+        patches = []
+        for i, patch in enumerate(request.patches):
+            file = root / patch
+            if file.is_file():
+                name = f"patches/{i}-{file.name}"
+                archive.add(file, arcname=name)
+                patches.append(name)
+            else:
+                patches.append(patch)  # a catalog id: the node's workload has it
+        shipped.patches = patches
+    return shipped, buffer.getvalue()
+
+
+def _no_scratch(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    return None if Path(info.name).name in ("__pycache__", ".git") else info
+
+
+def _run_on_node(request: dict, bundle: bytes) -> tuple[str, str, bytes]:
+    """On the node: unpack, run the trial as a local one, pack its folder."""
+    import ray
+    scratch = Path(tempfile.mkdtemp(prefix="infrarsi-ray-"))
+    try:
+        with tarfile.open(fileobj=io.BytesIO(bundle)) as archive:
+            archive.extractall(scratch, filter="data")
+        req = TrialRequest.model_validate(request)
+        record = LocalExecutor(scratch).run(req)
+        record.node = ray.get_runtime_context().get_node_id()
+        workdir = scratch / req.workdir
+        record.save(Path(record.trial_dir) / "record.json")
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w:gz") as archive:
+            for item in sorted(workdir.iterdir()) if workdir.is_dir() else []:
+                if item.name == record.trial_id or item.name.startswith(f".{record.trial_id}."):
+                    archive.add(item, arcname=item.name, filter=_no_trial_scratch)
+        return record.model_dump_json(), str(workdir), out.getvalue()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _no_trial_scratch(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    parts = Path(info.name).parts
+    return None if len(parts) > 1 and parts[1] in SKIP else info
+
+
+def _lost(request: TrialRequest, t0: float, exc: Exception) -> TrialRecord:
+    """The record of a trial whose node was lost: ``crash``, "node lost"."""
+    return TrialRecord(trial_id=f"lost-{int(t0)}-{os.getpid()}", workload=request.workload,
+                       scale=request.scale, status=TrialStatus.CRASH, knobs=request.knobs,
+                       patches=[], locked_files={}, contract_hash=request.contract_hash,
+                       mem_cap_bytes=request.mem_cap_bytes, timeout_s=request.timeout_s or 0.0,
+                       started_unix_s=t0, cost_s=time.time() - t0, node="lost",
+                       error=f"node lost: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                       if str(exc) else f"node lost: {type(exc).__name__}")
+
