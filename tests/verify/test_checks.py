@@ -82,6 +82,15 @@ def test_workload_locked_files_and_patch_paths(tmp_path):
                                                             "cand"))
 
 
+def test_times_from_another_host_are_not_compared(tmp_path):
+    c = _contract()
+    base = _record(c, tmp_path).model_copy(update={"fingerprint": "aaaa", "node": "n1"})
+    same = _record(c, tmp_path, "cand").model_copy(update={"fingerprint": "aaaa", "node": "n2"})
+    assert verify(c, base, same).valid  # another node of the same kind: comparable
+    other = same.model_copy(update={"fingerprint": "bbbb"})
+    assert "ran on another host (fingerprint bbbb, node n2)" in _reasons(c, base, other)
+
+
 def test_memory_over_the_capacity_or_unmeasured(tmp_path):
     c = _contract(cap=1000)
     base = _record(c, tmp_path)

@@ -70,7 +70,7 @@ def verify(contract: Contract, baseline: TrialRecord, candidate: TrialRecord) ->
     case = _Case(contract, baseline, candidate, _involves_bf16(manifest, baseline, candidate),
                  _kinds(manifest, baseline, candidate))
     reasons = []
-    for check in (_contract_hash, _workload, _locked, _patch_paths, _loss, _memory,
+    for check in (_contract_hash, _same_host, _workload, _locked, _patch_paths, _loss, _memory,
                   _memory_outside_ranks, _timing, _outside_steps):
         reasons += check(case)
     found = evidence.check(contract, baseline, candidate, case.bf16, case.kinds)
@@ -251,6 +251,18 @@ def _per_step(m) -> list[str]:
         return [f"step {i} reported {m.step_times_s[i]:.3f} s but the harness saw it take "
                 f"{seen[i]:.3f} s ({len(short)} such step(s)): time moved between steps or a "
                 "slowed clock"]
+    return []
+
+
+def _same_host(case: _Case) -> list[str]:
+    """Times are compared on one host only: a candidate that ran on a host with another
+    fingerprint than the baseline it is judged against (another cluster node, another
+    machine) is refused. Records from before fingerprints were kept pass."""
+    mine, theirs = case.cand.fingerprint, case.baseline.fingerprint
+    if mine and theirs and mine != theirs:
+        return [f"ran on another host (fingerprint {mine}, node {case.cand.node}) than the "
+                f"baseline (fingerprint {theirs}, node {case.baseline.node}): times are "
+                "compared on one host only"]
     return []
 
 
