@@ -15,8 +15,13 @@ def test_one_fenced_diff_and_its_expectation():
     assert reply.expectation.addresses == "attn" and reply.note == ""
 
 
-def test_a_bare_diff_without_fences_is_read():
+def test_a_bare_diff_without_fences_is_read_without_the_prose_after_it():
     assert parse_reply("Here:\n" + DIFF).diff == DIFF
+    assert parse_reply("Here:\n" + DIFF + "\nThis removes the mask.\n").diff == DIFF
+
+
+def test_a_diff_in_a_python_block_is_read():
+    assert parse_reply(f"```python\n{DIFF}```").diff == DIFF
 
 
 @pytest.mark.parametrize("text, reason", [

@@ -36,10 +36,10 @@ def parse_reply(text: str) -> Reply:
     """The one diff and the expectation of a reply; ReplyRejected naming what is wrong."""
     blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text or "")]
     diffs = [body for lang, body in blocks if lang in _DIFF_LANGS or
-             (not lang and _first_header(body) is not None)]
+             (lang != "json" and _first_header(body) is not None)]  # a diff in a python block
     start = _first_header(text or "")
-    if not blocks and start is not None:  # a bare diff, without fences
-        diffs = [text[start:]]
+    if not diffs and start is not None:  # a bare diff, without fences: up to its last line
+        diffs = [_diff_lines(text[start:])]
     if not diffs:
         raise ReplyRejected("the reply holds no unified diff (one ```diff block is asked)")
     if len(diffs) > 1:
@@ -50,6 +50,19 @@ def parse_reply(text: str) -> Reply:
     expectation, note = _expectation([body for lang, body in blocks if lang == "json"] or
                                      re.findall(r"\{[^{}]*step_time_ratio[^{}]*\}", text or ""))
     return Reply(diff if diff.endswith("\n") else diff + "\n", expectation, note)
+
+
+_DIFF_LINE = re.compile(r"^(?:[ +\-@\\]|diff --git |index |new file|deleted file|"
+                        r"similarity |rename |old mode|new mode|$)")
+
+
+def _diff_lines(text: str) -> str:
+    """A bare diff without the prose that follows it."""
+    lines = text.splitlines()
+    end = next((i for i, line in enumerate(lines) if not _DIFF_LINE.match(line)), len(lines))
+    while end and not lines[end - 1].strip():
+        end -= 1
+    return "\n".join(lines[:end]) + "\n"
 
 
 def _first_header(text: str) -> int | None:
