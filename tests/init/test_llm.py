@@ -5,45 +5,19 @@ The endpoint answers with a fixed draft; the real ``openai`` client talks real H
 
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from chat_server import ChatServer
 from conftest import run_cli
 
 
-def _completion(content: str) -> dict:
-    return {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": content}}]}
-
-
 @pytest.fixture()
-def endpoint(monkeypatch):
-    """Start a loopback endpoint; returns a function that sets what it answers."""
-    state = {"answer": "{}", "requests": []}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            state["requests"].append(body)
-            data = json.dumps(_completion(state["answer"])).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    env = {"INFRARSI_LLM_BASE_URL": f"http://127.0.0.1:{server.server_port}/v1",
-           "INFRARSI_LLM_MODEL": "test-model"}
-    yield state, env
-    server.shutdown()
+def endpoint():
+    """A loopback endpoint answering every request with ``server.then`` (set per test)."""
+    server = ChatServer([], model="test-model")
+    yield server, server.env
+    server.close()
 
 
 def _init(env, tmp_path, instruction):
@@ -59,7 +33,7 @@ def _init(env, tmp_path, instruction):
 
 def test_a_valid_llm_draft_becomes_the_contract(endpoint, tmp_path):
     state, env = endpoint
-    state["answer"] = ("```json\n" + json.dumps({
+    state.then = ("```json\n" + json.dumps({
         "objective": "tokens_per_s", "loss_tolerance": 0.01, "mem_cap": "3GiB",
         "lock": ["data.py"], "budget_trials": 12, "budget_wall_time_s": None,
         "not_understood": ["in the style of a poem"]}) + "\n```")
@@ -69,12 +43,12 @@ def test_a_valid_llm_draft_becomes_the_contract(endpoint, tmp_path):
     assert c["contract"]["drafted_by"] == "llm" and c["objective"] == "tokens_per_s"
     assert c["mem_cap_bytes"] == 3 * 2**30 and c["budget_trials"] == 12
     assert c["not_understood"] == ["in the style of a poem"]
-    assert state["requests"][0]["model"] == "test-model"
+    assert state.requests[0]["model"] == "test-model"
 
 
 def test_an_invalid_llm_draft_falls_back_to_the_rules(endpoint, tmp_path):
     state, env = endpoint
-    state["answer"] = json.dumps({"mem_cap": "16G", "lock": ["secret.py"]})
+    state.then = json.dumps({"mem_cap": "16G", "lock": ["secret.py"]})
     result = _init(env, tmp_path, "Cut time; memory under 2 GiB")
     assert result.returncode == 0, result.stderr
     c = json.loads(result.stdout)

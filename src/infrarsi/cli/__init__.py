@@ -100,6 +100,24 @@ def _workload_summary(manifest) -> dict:
             "files": manifest.files.model_dump()}
 
 
+# options several commands share (each the same flag, default and help everywhere)
+BANK = typer.Option(None, "--bank", help="the experience bank's URL or SQLite path (default: "
+                    "INFRARSI_BANK, else ~/.infrarsi/bank.sqlite)")
+NO_BANK = typer.Option(False, "--no-bank", help="a cold start: neither read nor write the bank")
+PROPOSER = typer.Option(None, "--proposer", help="where code patches come from: catalog, llm "
+                        "or both (default: both when INFRARSI_LLM_BASE_URL and "
+                        "INFRARSI_LLM_MODEL are set, else catalog)")
+LLM_CALLS = typer.Option(6, "--llm-max-calls", min=1, help="LLM requests per run")
+LLM_TOKENS = typer.Option(400_000, "--llm-max-tokens", min=1, help="LLM tokens per run "
+                          "(prompts and replies)")
+LLM_SECONDS = typer.Option(1800.0, "--llm-max-seconds", min=1, help="seconds per run spent "
+                           "asking the LLM and validating its patches")
+EXECUTOR = typer.Option("local", "--executor", help="where trials run: local (this machine, "
+                        "one at a time) or ray (a Ray cluster)")
+RAY_ADDRESS = typer.Option(None, "--ray-address", help="the Ray cluster: HOST:PORT or auto "
+                           "(default auto)")
+
+
 @app.command()
 def trial(
     workload: str = typer.Argument(..., help="bundled workload name or path to workload.yaml"),
@@ -114,10 +132,8 @@ def trial(
     contract: Optional[Path] = typer.Option(None, help="run under this frozen contract: its "
                                             "capacity, its hash on the record"),
     as_json: bool = typer.Option(False, "--json", help="print the trial record as JSON"),
-    executor: str = typer.Option("local", "--executor", help="where trials run: local (this "
-                                 "machine, one at a time) or ray (a Ray cluster)"),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="the Ray cluster: "
-                                              "HOST:PORT or auto (default auto)"),
+    executor: str = EXECUTOR,
+    ray_address: Optional[str] = RAY_ADDRESS,
 ) -> None:
     """Run one isolated, measured trial of a workload under a knob assignment and patches."""
     try:
@@ -251,24 +267,14 @@ def run(
                                         "SQLite in the run directory)"),
     seed: int = typer.Option(0, help="the searcher's random seed"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
-    bank: Optional[str] = typer.Option(None, "--bank", help="the experience bank's URL or "
-                                       "SQLite path (default: INFRARSI_BANK, else "
-                                       "~/.infrarsi/bank.sqlite)"),
-    no_bank: bool = typer.Option(False, "--no-bank", help="a cold start: neither read nor "
-                                 "write the bank"),
-    proposer: Optional[str] = typer.Option(None, "--proposer", help="where code patches come "
-                                           "from: catalog, llm or both (default: both when "
-                                           "INFRARSI_LLM_BASE_URL and INFRARSI_LLM_MODEL are "
-                                           "set, else catalog)"),
-    llm_calls: int = typer.Option(6, "--llm-max-calls", min=1, help="LLM requests per run"),
-    llm_tokens: int = typer.Option(400_000, "--llm-max-tokens", min=1, help="LLM tokens per "
-                                   "run (prompts and replies)"),
-    llm_seconds: float = typer.Option(1800.0, "--llm-max-seconds", min=1, help="seconds per "
-                                      "run spent asking the LLM and validating its patches"),
-    executor: str = typer.Option("local", "--executor", help="where trials run: local (this "
-                                 "machine, one at a time) or ray (a Ray cluster)"),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="the Ray cluster: "
-                                              "HOST:PORT or auto (default auto)"),
+    bank: Optional[str] = BANK,
+    no_bank: bool = NO_BANK,
+    proposer: Optional[str] = PROPOSER,
+    llm_calls: int = LLM_CALLS,
+    llm_tokens: int = LLM_TOKENS,
+    llm_seconds: float = LLM_SECONDS,
+    executor: str = EXECUTOR,
+    ray_address: Optional[str] = RAY_ADDRESS,
 ) -> None:
     """Stage 3: search knobs and patches together with the step-time and memory models."""
     from infrarsi.cli.run import run_command
@@ -338,24 +344,14 @@ def optimize(
     yes: bool = typer.Option(False, "--yes", help="freeze the contract without asking"),
     seed: int = typer.Option(0, help="the searcher's random seed"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
-    bank: Optional[str] = typer.Option(None, "--bank", help="the experience bank's URL or "
-                                       "SQLite path (default: INFRARSI_BANK, else "
-                                       "~/.infrarsi/bank.sqlite)"),
-    no_bank: bool = typer.Option(False, "--no-bank", help="a cold start: neither read nor "
-                                 "write the bank"),
-    proposer: Optional[str] = typer.Option(None, "--proposer", help="where code patches come "
-                                           "from: catalog, llm or both (default: both when "
-                                           "INFRARSI_LLM_BASE_URL and INFRARSI_LLM_MODEL are "
-                                           "set, else catalog)"),
-    llm_calls: int = typer.Option(6, "--llm-max-calls", min=1, help="LLM requests per run"),
-    llm_tokens: int = typer.Option(400_000, "--llm-max-tokens", min=1, help="LLM tokens per "
-                                   "run (prompts and replies)"),
-    llm_seconds: float = typer.Option(1800.0, "--llm-max-seconds", min=1, help="seconds per "
-                                      "run spent asking the LLM and validating its patches"),
-    executor: str = typer.Option("local", "--executor", help="where trials run: local (this "
-                                 "machine, one at a time) or ray (a Ray cluster)"),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="the Ray cluster: "
-                                              "HOST:PORT or auto (default auto)"),
+    bank: Optional[str] = BANK,
+    no_bank: bool = NO_BANK,
+    proposer: Optional[str] = PROPOSER,
+    llm_calls: int = LLM_CALLS,
+    llm_tokens: int = LLM_TOKENS,
+    llm_seconds: float = LLM_SECONDS,
+    executor: str = EXECUTOR,
+    ray_address: Optional[str] = RAY_ADDRESS,
 ) -> None:
     """All stages from one instruction: Init -> Doctor -> Run -> Apply -> Report."""
     from infrarsi.cli.optimize import optimize_command

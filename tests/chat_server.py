@@ -6,7 +6,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DENSE = ROOT / "src" / "infrarsi" / "reference" / "dense-1node"
 CHEATS = ROOT / "tests" / "fixtures" / "adversarial"
 
@@ -40,8 +40,9 @@ class ChatServer:
     every request body. ``status`` answers every request with that HTTP status instead."""
 
     def __init__(self, replies: list[str], then: str = "I have nothing more to propose.",
-                 status: int = 200):
+                 status: int = 200, model: str = "scripted-model"):
         self.replies, self.then, self.status = list(replies), then, status
+        self.model = model
         self.requests: list[dict] = []
         server = self
 
@@ -72,7 +73,7 @@ class ChatServer:
     @property
     def env(self) -> dict[str, str]:
         return {"INFRARSI_LLM_BASE_URL": f"http://127.0.0.1:{self.httpd.server_port}/v1",
-                "INFRARSI_LLM_MODEL": "scripted-model"}
+                "INFRARSI_LLM_MODEL": self.model}
 
     def prompt(self, i: int) -> str:
         """The user message of the i-th request."""
