@@ -83,7 +83,7 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
              confirm: Callable[[Contract], bool] | None = None,
              bank: str | None = None, use_bank: bool = True, proposer: str | None = None,
              llm_budget: LLMBudget = LLMBudget(), executor: str = "local",
-             ray_address: str | None = None) -> OptimizeResult:
+             ray_address: str | None = None, parallel: int = 1) -> OptimizeResult:
     """Every stage, ``rounds`` times; returns the summary and writes each round's report.
     ``confirm`` is asked about the first contract, before anything is written; later rounds'
     contracts differ from it only in the workload they point at. ``bank``: the experience
@@ -92,7 +92,8 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
     leaves the bank as it was. ``proposer``: where code patches come from (``catalog``,
     ``llm``, ``both``; None: ``both`` when an LLM endpoint is configured), with
     ``llm_budget`` capping the LLM's calls, tokens and seconds per round. ``executor``: where
-    every trial of every stage runs (``local``, or ``ray`` on the cluster at ``ray_address``)."""
+    every trial of every stage runs (``local``, or ``ray`` on the cluster at ``ray_address``),
+    with up to ``parallel`` search trials in flight."""
     t0, emit = time.monotonic(), on_stage or (lambda stage, data: None)
     try:
         manifest = find(workload)
@@ -116,7 +117,7 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
     for r in range(1, rounds + 1):
         result, baseline = _one_round(contract, budget, out_dir / f"round-{r}", top_k,
                                       (doctor_repeats, verify_rounds), seed, r, emit, store,
-                                      proposing, (executor, ray_address))
+                                      proposing, (executor, ray_address, parallel))
         done.append(result)
         first_baseline = first_baseline or baseline
         if not result.promoted or r == rounds:
@@ -132,10 +133,10 @@ def optimize(workload: str, instruction: str, scale: str, budget: int | None, ro
 def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed, r,
                emit, bank: BankStore | None = None,
                proposing: tuple[str, LLMBudget] = ("catalog", LLMBudget()),
-               running: tuple[str, str | None] = ("local", None)) -> tuple[RoundResult, dict]:
+               running: tuple = ("local", None, 1)) -> tuple[RoundResult, dict]:
     """Doctor, Run, Apply and Report once, then the bank ingests the round; ``repeats`` is
     (Doctor's baseline runs, Apply's rounds or None); ``proposing`` (the proposer's kind, the
-    LLM's budget); ``running`` (the executor's kind, the Ray address)."""
+    LLM's budget); ``running`` (the executor's kind, the Ray address, trials in flight)."""
     repeats, verify_rounds = repeats
     round_dir.mkdir(parents=True, exist_ok=True)
     emit("doctor", {"round": r})
@@ -158,6 +159,7 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
     proposer = make_proposer(kind, contract, run_dir, executor, report, llm_budget,
                              on_note=lambda text: emit("note", {"round": r, "text": text}))
     loop = RunLoop(contract, run_dir, "infrarsi", budget, None, seed=seed, executor=executor,
+                   parallel=running[2],
                    doctor_report=report, bank_advice=advice, proposer=proposer,
                    on_event=lambda kind, data: emit("search", {"kind": kind, **data}))
     found = loop.start()
@@ -185,7 +187,7 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
     return result, base.model_dump(include={"step_time_s", "mfu_pct", "knobs", "tokens_per_s"})
 
 
-def _at(running: tuple[str, str | None], root: Path) -> tuple[str, Path, str | None]:
+def _at(running: tuple, root: Path) -> tuple[str, Path, str | None]:
     """``make_executor``'s arguments for an executor of kind ``running[0]`` rooted at
     ``root``."""
     return running[0], root, running[1]

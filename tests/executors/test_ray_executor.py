@@ -44,17 +44,6 @@ def _scratch_processes() -> list[psutil.Process]:
     return out
 
 
-def test_a_trial_runs_on_the_node_it_is_pinned_to_and_comes_back_whole(cluster, tmp_path):
-    c, nodes = cluster
-    executor = RayExecutor(tmp_path, c.address, resources={"node_b": 1})
-    record = executor.run(TrialRequest(workload="dense-1node", scale="tiny", knobs={}))
-    assert record.status is TrialStatus.OK, record.error
-    assert record.node == nodes["node_b"].node_id and record.fingerprint == host_fingerprint()
-    trial_dir = Path(record.trial_dir)
-    assert trial_dir.parent == tmp_path / "trials" and (trial_dir / "record.json").is_file()
-    assert Path(record.evaluation.final_weights).is_file()  # verification's evidence came back
-
-
 def test_infrarsi_trial_runs_on_the_cluster_and_says_where(cluster, tmp_path):
     from conftest import run_cli
     c, nodes = cluster
@@ -65,7 +54,10 @@ def test_infrarsi_trial_runs_on_the_cluster_and_says_where(cluster, tmp_path):
     record = json.loads(result.stdout)
     assert record["status"] == "ok" and record["node"] in {n.node_id for n in nodes.values()}
     assert record["patches"][0]["id"] == "fused_adamw"
-    assert Path(record["trial_dir"]).parent == tmp_path / "trials"
+    assert record["fingerprint"] == host_fingerprint()
+    trial_dir = Path(record["trial_dir"])  # the trial's folder and its evidence came back
+    assert trial_dir.parent == tmp_path / "trials" and (trial_dir / "record.json").is_file()
+    assert Path(record["evaluation"]["final_weights"]).is_file()
 
 
 def test_a_node_lost_mid_trial_ends_it_crash_and_leaves_no_process(cluster, tmp_path):
@@ -85,3 +77,39 @@ def test_a_node_lost_mid_trial_ends_it_crash_and_leaves_no_process(cluster, tmp_
     assert record.error.startswith("node lost")
     time.sleep(3)
     assert _scratch_processes() == []
+
+
+def test_a_run_keeps_two_trials_in_flight_one_per_node(cluster, tmp_path):
+    from infrarsi.executors import LocalExecutor
+    from infrarsi.init import make_contract, read_instruction
+    from infrarsi.init.build import workload_files
+    from infrarsi.run.loop import RunLoop
+    from infrarsi.store import open_run_dir
+    from infrarsi.workloads import find
+    c, nodes = cluster
+    manifest = find("dense-1node")
+    text = "cut time, loss within 1%"
+    contract = make_contract(manifest, "tiny", text, read_instruction(text,
+                                                                      workload_files(manifest)))
+    runs = {}
+    for kind, budget, parallel in (("ray", 2, 2), ("local", 2, 1)):
+        run_dir = tmp_path / kind
+        executor = RayExecutor(run_dir, c.address) if kind == "ray" else LocalExecutor(run_dir)
+        # the random searcher sets no slow bound: two trials at once on this machine's two
+        # cores slow each other, and InfraRSI would cut one short
+        RunLoop(contract, run_dir, "random", budget, None, executor=executor,
+                parallel=parallel).start()
+        store, run = open_run_dir(run_dir)
+        runs[kind] = store.trials(run.run_id)
+    ray_trials, local_trials = runs["ray"], runs["local"]
+    assert [t.status.value for t in ray_trials] == ["ok"] * 2
+    spans = sorted((t.record_json["started_unix_s"],
+                    t.record_json["started_unix_s"] + t.record_json["cost_s"],
+                    t.record_json["node"]) for t in ray_trials)
+    overlapping = [(a, b) for a, b in zip(spans, spans[1:]) if b[0] < a[1]]
+    assert overlapping and all(a[2] != b[2] for a, b in overlapping)  # at once, two nodes
+    assert {s[2] for s in spans} == {n.node_id for n in nodes.values()}
+    assert [t.status.value for t in local_trials] == ["ok"] * 2
+    assert {t.record_json["node"] for t in local_trials} == {"local"}
+    assert set(ray_trials[0].record_json) == set(local_trials[0].record_json)
+    assert [t.config_json for t in local_trials] == [t.config_json for t in ray_trials]

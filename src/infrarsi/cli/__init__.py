@@ -116,6 +116,8 @@ EXECUTOR = typer.Option("local", "--executor", help="where trials run: local (th
                         "one at a time) or ray (a Ray cluster)")
 RAY_ADDRESS = typer.Option(None, "--ray-address", help="the Ray cluster: HOST:PORT or auto "
                            "(default auto)")
+PARALLEL = typer.Option(1, "--parallel", min=1, help="search trials in flight at once (on a "
+                        "Ray cluster: one per node; the local executor runs one at a time)")
 
 
 @app.command()
@@ -275,13 +277,14 @@ def run(
     llm_seconds: float = LLM_SECONDS,
     executor: str = EXECUTOR,
     ray_address: Optional[str] = RAY_ADDRESS,
+    parallel: int = PARALLEL,
 ) -> None:
     """Stage 3: search knobs and patches together with the step-time and memory models."""
     from infrarsi.cli.run import run_command
     run_command(contract, budget, budget_s, searcher, resume, run_dir, store, seed, as_json,
                 out, err, bank=bank, use_bank=not no_bank,
                 proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)),
-                executor=(executor, ray_address))
+                executor=(executor, ray_address), parallel=parallel)
 
 
 @app.command()
@@ -352,13 +355,14 @@ def optimize(
     llm_seconds: float = LLM_SECONDS,
     executor: str = EXECUTOR,
     ray_address: Optional[str] = RAY_ADDRESS,
+    parallel: int = PARALLEL,
 ) -> None:
     """All stages from one instruction: Init -> Doctor -> Run -> Apply -> Report."""
     from infrarsi.cli.optimize import optimize_command
     optimize_command(workload, instruction, scale, budget, rounds, top, out_dir, yes, seed,
                      as_json, out, err, verify_rounds, doctor_repeats, bank, not no_bank,
                      proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)),
-                     executor=(executor, ray_address))
+                     executor=(executor, ray_address), parallel=parallel)
 
 
 def _llm_budget(calls: int, tokens: int, seconds: float):

@@ -98,7 +98,7 @@ def optimize_command(workload: str, instruction: str, scale: str, budget: int | 
                      as_json: bool, out: Console, err: Console, verify_rounds: int | None = None,
                      doctor_repeats: int = 3, bank: str | None = None,
                      use_bank: bool = True, proposing: tuple = ("catalog", None),
-                     executor: tuple = ("local", None)) -> None:
+                     executor: tuple = ("local", None), parallel: int = 1) -> None:
     """Run every stage; exit 0 with or without a promoted winner, 2 on bad input.
     ``proposing``: (the proposer's kind or None for the default, the LLM's budget)."""
     screen = OptimizeScreen(err if as_json else out)
@@ -108,7 +108,7 @@ def optimize_command(workload: str, instruction: str, scale: str, budget: int | 
                           doctor_repeats=doctor_repeats, verify_rounds=verify_rounds, seed=seed,
                           on_stage=screen, confirm=None if yes else _confirm(err),
                           bank=bank, use_bank=use_bank, proposer=proposing[0],
-                          executor=executor[0], ray_address=executor[1],
+                          executor=executor[0], ray_address=executor[1], parallel=parallel,
                           **({"llm_budget": proposing[1]} if proposing[1] else {}))
     except (OptimizeError, ContractError, KeyError, BankError) as exc:
         err.print(f"error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False,

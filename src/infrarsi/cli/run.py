@@ -26,12 +26,13 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
                 searcher: str, resume: Path | None, run_dir: Path | None, store_url: str | None,
                 seed: int, as_json: bool, out: Console, err: Console,
                 bank: str | None = None, use_bank: bool = True,
-                proposing: tuple = (None, None), executor: tuple = ("local", None)) -> None:
+                proposing: tuple = (None, None), executor: tuple = ("local", None),
+                parallel: int = 1) -> None:
     """Start or resume a run; print its table and its result. A new run starts from the
     experience bank's advice; every run adds what it measured to the bank. ``proposing``:
     (the proposer's kind or None for the default, the LLM's budget); a resumed run keeps the
     patches proposed before and asks for more only when a kind is given again. ``executor``:
-    (``local`` or ``ray``, the Ray address)."""
+    (``local`` or ``ray``, the Ray address); ``parallel``: search trials in flight at once."""
     screen = _Screen(err if as_json else out)
     try:
         bank_store = BankStore(bank) if use_bank else None
@@ -43,7 +44,7 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
                 if kind else None
             with screen.live():
                 result = RunLoop.resume(resume, contract, on_event=screen.event,
-                                        proposer=proposer, executor=runner)
+                                        proposer=proposer, executor=runner, parallel=parallel)
         else:
             if contract_path is None:
                 raise RunError("give a contract (from `infrarsi init`) or --resume RUN_DIR")
@@ -54,7 +55,7 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
             check_kind(kind)  # a missing endpoint fails before the run directory is made
             runner = make_executor(executor[0], Path(directory).resolve(), executor[1])
             loop = RunLoop(contract, directory, searcher, budget, budget_s, store_url,
-                           executor=runner, seed=seed, doctor_report=report,
+                           executor=runner, parallel=parallel, seed=seed, doctor_report=report,
                            on_event=screen.event, bank_advice=advice,
                            proposer=_proposer(kind, contract, directory, report, llm_budget,
                                               err, runner))

@@ -76,13 +76,15 @@ class RunLoop:
                  store_url: str | None = None, executor: Executor | None = None,
                  seed: int = 0, doctor_report: DoctorReport | None = None,
                  on_event: Callable[[str, dict], None] | None = None,
-                 bank_advice: BankAdvice | None = None, proposer: Proposer | None = None):
+                 bank_advice: BankAdvice | None = None, proposer: Proposer | None = None,
+                 parallel: int = 1):
         """``bank_advice``: the experience bank's seeds and priors (``bank.advice_for``);
         kept in the run directory, so a resumed run searches with the same advice.
         ``proposer``: where code patches come from (``proposers``; None: the workload's
         catalog) — asked before the first trial and every ``PROPOSE_EVERY`` trials while it
         wants to; a patch it accepts joins the candidates and is tried on the baseline's
-        knobs first."""
+        knobs first. ``parallel``: trials kept in flight at once where the executor has room
+        for them (a cluster's nodes; the local executor runs one at a time anyway)."""
         if searcher not in registry.SEARCHERS:
             raise RunError(f"searcher {searcher!r}: choose one of {', '.join(registry.SEARCHERS)}")
         if budget_trials is None and budget_s is None:
@@ -99,6 +101,9 @@ class RunLoop:
         self.manifest = contract.manifest()
         self.proposer = proposer
         self._proposed_at: int | None = None
+        if parallel < 1:
+            raise RunError(f"parallel {parallel}: give 1 or more trials in flight")
+        self.parallel = parallel
 
     # -- set-up ----------------------------------------------------------------------------
     def _problem(self) -> Problem:
@@ -193,36 +198,46 @@ class RunLoop:
         self.on_event("start", {"run_id": run_id, "run_dir": str(self.run_dir),
                                 "resumed": len(finished), "requeued": len(queue),
                                 "candidates": len(problem.candidates)})
-        reason = "budget spent"
+        reason, flying, stopping = "budget spent", {}, False
         while True:
-            if self.budget_trials is not None and count >= self.budget_trials:
-                break
-            if self.budget_s is not None and spent_s + (time.monotonic() - t0) >= self.budget_s:
-                reason = "time budget spent"
-                break
-            if not queue and self._propose(store, run_id, count, problem.baseline):
-                problem, searcher = self._searcher(store, run_id)
-            config, again = queue.pop(0) if queue else (None, None)
-            if config is None:
-                left = self._trials_left(count, spent_s + time.monotonic() - t0)
-                if searcher.should_stop(left) and count >= 3:
-                    reason = "the models expect no gain above the minimum detectable effect"
+            while not stopping and len(flying) < self.parallel:  # fill the free slots
+                why = self._budget_spent(count + len(flying), spent_s, t0)
+                if why:
+                    reason, stopping = why, True
                     break
-                config = searcher.ask()
-            if config is None:
-                reason = "every candidate was tried"
+                if not queue and not flying and \
+                        self._propose(store, run_id, count, problem.baseline):
+                    problem, searcher = self._searcher(store, run_id)
+                config, again = queue.pop(0) if queue else (None, None)
+                if config is None:
+                    left = self._trials_left(count, spent_s + time.monotonic() - t0)
+                    if searcher.should_stop(left) and count >= 3:
+                        reason = "the models expect no gain above the minimum detectable effect"
+                        stopping = True
+                        break
+                    config = searcher.ask()
+                if config is None:
+                    if not flying:
+                        reason, stopping = "every candidate was tried", True
+                    break  # else: what is in flight may open more
+                predictions = _predictions(searcher) if again is None else None
+                if again is not None:
+                    store.restart_trial(again.id)
+                    row, this_seq = again.id, again.seq
+                else:
+                    row, this_seq = store.start_trial(run_id, seq, config_json(config),
+                                                      predictions), seq
+                    seq += 1
+                self.on_event("launch", {"seq": this_seq, "config": config,
+                                         "predicted": predictions})
+                bound = searcher.slow_bound()
+                flying[self._submit(config, bound)] = (config, row, this_seq, predictions, bound)
+                searcher.tried.add(config)  # in flight: not proposed again meanwhile
+            if not flying:
                 break
-            predictions = _predictions(searcher) if again is None else None
-            if again is not None:
-                store.restart_trial(again.id)
-                row, this_seq = again.id, again.seq
-            else:
-                row, this_seq = store.start_trial(run_id, seq, config_json(config),
-                                                  predictions), seq
-                seq += 1
-            self.on_event("launch", {"seq": this_seq, "config": config, "predicted": predictions})
-            bound = searcher.slow_bound()
-            record = self._run_one(config, bound)
+            handle, record = self._next_done(flying)
+            config, row, this_seq, predictions, bound = flying.pop(handle)
+            record = _censored(record, bound)
             outcome = outcome_of(record, problem.capacity_bytes, self.contract.objective)
             store.finish_trial(row, outcome.status, trial_id=record.trial_id,
                                step_time_s=steady_step_time_s(record)
@@ -245,20 +260,33 @@ class RunLoop:
             left.append(int((self.budget_s - spent_s) / max(spent_s / count, 1e-3)))
         return max(1, min(left)) if left else None
 
-    def _run_one(self, config: Config, bound: SlowBound | None = None) -> TrialRecord:
-        """One trial through the executor; cut short past ``bound`` (recorded ``slow`` with
-        the bound's time per step on its record, right-censored)."""
-        request = TrialRequest(
+    def _budget_spent(self, committed: int, spent_s: float, t0: float) -> str | None:
+        """Why no further trial may start (``committed``: finished and in flight), or None."""
+        if self.budget_trials is not None and committed >= self.budget_trials:
+            return "budget spent"
+        if self.budget_s is not None and spent_s + (time.monotonic() - t0) >= self.budget_s:
+            return "time budget spent"
+        return None
+
+    def _submit(self, config: Config, bound: SlowBound | None = None) -> str:
+        """One trial to the executor; cut short past ``bound`` (recorded ``slow``)."""
+        return self.executor.submit(TrialRequest(
             workload=self.contract.workload_path or self.contract.workload,
             scale=self.contract.scale, knobs=config.knob_dict, patches=sorted(config.patches),
             mem_cap_bytes=self.contract.mem_cap_bytes, contract_hash=self.contract.contract_hash,
-            slow_after_s=bound.after_s if bound else None)
-        record = self.executor.wait(self.executor.submit(request))
-        if record.status is TrialStatus.SLOW and bound is not None:
-            record = record.model_copy(update={
-                "censored_time_per_step_s": bound.censored_step_time_s})
-            record.save(Path(record.trial_dir) / "record.json")
-        return record
+            slow_after_s=bound.after_s if bound else None))
+
+    def _next_done(self, flying: dict) -> tuple[str, TrialRecord]:
+        """The first in-flight trial to end, and its record (one in flight: wait for it)."""
+        if len(flying) == 1:
+            handle = next(iter(flying))
+            return handle, self.executor.wait(handle)
+        while True:
+            for handle in flying:
+                record = self.executor.poll(handle)
+                if record is not None:
+                    return handle, record
+            time.sleep(POLL_S)
 
     def _result(self, store, run_id, searcher, reason, requeued,
                 ranked: list[RankedConfig] = ()) -> RunResult:
@@ -281,6 +309,7 @@ class RunLoop:
 
 
 RANKED = 5  # configs a run hands to Apply, best first
+POLL_S = 0.2  # how often trials in flight are polled
 PROPOSE_EVERY = 2  # trials between two requests to a proposer (a patch is tried in between)
 
 
@@ -313,6 +342,17 @@ def _outcome_of_stored(trial: StoredTrial, capacity: int | None, objective: str)
     return Outcome(trial.status, step_time_s=trial.step_time_s, peak_bytes=trial.peak_mem_bytes,
                    cost_s=trial.cost_s or 0.0, cap_bytes=capacity if trial.status == TrialState.OOM
                    else None)
+
+
+def _censored(record: TrialRecord, bound: SlowBound | None) -> TrialRecord:
+    """A trial cut short at the search's bound carries the bound's time per step (a
+    right-censored time), saved with its record."""
+    if record.status is TrialStatus.SLOW and bound is not None:
+        record = record.model_copy(update={
+            "censored_time_per_step_s": bound.censored_step_time_s})
+        if record.trial_dir:
+            record.save(Path(record.trial_dir) / "record.json")
+    return record
 
 
 def _predictions(searcher) -> dict | None:
