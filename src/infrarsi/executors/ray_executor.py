@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import io
 import itertools
-import os
+import uuid
 import shutil
 import tarfile
 import tempfile
@@ -197,7 +197,8 @@ def _no_trial_scratch(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
 
 def _lost(request: TrialRequest, t0: float, exc: Exception) -> TrialRecord:
     """The record of a trial whose node was lost: ``crash``, "node lost"."""
-    return TrialRecord(trial_id=f"lost-{int(t0)}-{os.getpid()}", workload=request.workload,
+    return TrialRecord(trial_id=f"lost-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
+                       workload=request.workload,
                        scale=request.scale, status=TrialStatus.CRASH, knobs=request.knobs,
                        patches=[], locked_files={}, contract_hash=request.contract_hash,
                        mem_cap_bytes=request.mem_cap_bytes, timeout_s=request.timeout_s or 0.0,
