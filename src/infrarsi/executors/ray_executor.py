@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import io
 import itertools
-import uuid
 import shutil
 import tarfile
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from infrarsi.executors import Executor, LocalExecutor, TrialCancelled, TrialRequest
