@@ -61,14 +61,16 @@ def test_infrarsi_trial_runs_on_the_cluster_and_says_where(cluster, tmp_path):
 
 
 def test_a_node_lost_mid_trial_ends_it_crash_and_leaves_no_process(cluster, tmp_path):
-    c, nodes = cluster
-    executor = RayExecutor(tmp_path, c.address, resources={"node_a": 1})
+    c, _ = cluster
+    doomed = c.add_node(num_cpus=2, resources={"node_c": 1})  # the fixture's nodes stay
+    c.wait_for_nodes()
+    executor = RayExecutor(tmp_path, c.address, resources={"node_c": 1})
     handle = executor.submit(TrialRequest(workload="dense-1node", scale="tiny", knobs={}))
     deadline = time.monotonic() + 60
     while not _scratch_processes() and time.monotonic() < deadline:
         time.sleep(0.5)
     time.sleep(2)
-    c.remove_node(nodes["node_a"], allow_graceful=False)
+    c.remove_node(doomed, allow_graceful=False)
     record = None
     while record is None and time.monotonic() < deadline + 120:
         record = executor.poll(handle)
