@@ -141,8 +141,9 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
     round_dir.mkdir(parents=True, exist_ok=True)
     emit("doctor", {"round": r})
     doctor_dir = (round_dir / "doctor-trials").resolve()
-    report = run_doctor(contract, repeats, doctor_dir, executor=make_executor(*_at(running,
-                                                                              doctor_dir)),
+    kind, address, parallel = running
+    report = run_doctor(contract, repeats, doctor_dir,
+                        executor=make_executor(kind, doctor_dir, address),
                         on_trial=lambda label, rec: emit("trial", {"stage": "doctor",
                                                                    "label": label,
                                                                    "status": rec.status.value}))
@@ -154,12 +155,11 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
                       "used": advice.used, "seeds": [s.model_dump() for s in advice.seeds]})
     emit("run", {"round": r, "budget": budget})
     run_dir = (round_dir / "run").resolve()
-    executor = make_executor(*_at(running, run_dir))
-    kind, llm_budget = proposing
-    proposer = make_proposer(kind, contract, run_dir, executor, report, llm_budget,
+    executor = make_executor(kind, run_dir, address)
+    proposer = make_proposer(proposing[0], contract, run_dir, executor, report, proposing[1],
                              on_note=lambda text: emit("note", {"round": r, "text": text}))
     loop = RunLoop(contract, run_dir, "infrarsi", budget, None, seed=seed, executor=executor,
-                   parallel=running[2],
+                   parallel=parallel,
                    doctor_report=report, bank_advice=advice, proposer=proposer,
                    on_event=lambda kind, data: emit("search", {"kind": kind, **data}))
     found = loop.start()
@@ -185,12 +185,6 @@ def _one_round(contract: Contract, budget, round_dir: Path, top_k, repeats, seed
         decision=applied.decision, report_html=written.html, report_md=written.markdown)
     base = written.summary.baseline
     return result, base.model_dump(include={"step_time_s", "mfu_pct", "knobs", "tokens_per_s"})
-
-
-def _at(running: tuple, root: Path) -> tuple[str, Path, str | None]:
-    """``make_executor``'s arguments for an executor of kind ``running[0]`` rooted at
-    ``root``."""
-    return running[0], root, running[1]
 
 
 def _summary(out_dir: Path, done: list[RoundResult], baseline: dict | None,

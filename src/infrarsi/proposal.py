@@ -152,8 +152,8 @@ def append_line(run_dir: Path, line: ProposalLine) -> None:
 
 def proposed_by(run_dir: Path) -> dict[str, str]:
     """Patch id -> who proposed it ('llm:<model>'), for the accepted lines of a run."""
-    return {line.patch_id: f"llm:{line.model}" for line in read_lines(run_dir)
-            if line.status == "accepted" and line.patch_id}
+    return {line.patch_id: ProposedPatch.of_line(line).proposed_by
+            for line in read_lines(run_dir) if line.status == "accepted" and line.patch_id}
 
 
 def resolve(patches: list[str], run_dir: Path) -> list[str]:
@@ -162,22 +162,30 @@ def resolve(patches: list[str], run_dir: Path) -> list[str]:
     return [str(Path(run_dir).resolve() / p) if is_proposed(p) else p for p in patches]
 
 
-def patch_outcomes(rows: list[tuple[list[str], str, float | None, int | None, str | None]],
-                   baseline_time_s: float | None, baseline_peak_bytes: int | None
-                   ) -> list[PatchOutcome]:
-    """Per patch, what the trials that carried it measured. ``rows``: (patches, status,
-    step time, peak, error) of each finished trial."""
+def patch_outcomes(rows: list[tuple[dict, list[str], str, float | None, int | None,
+                                     str | None]], baseline_knobs: dict) -> list[PatchOutcome]:
+    """Per patch, what the finished trials that carried it measured, over the baseline's
+    trials (the baseline's knobs, no patch). ``rows``: (knobs, patches, status, step time,
+    peak, error) of each finished trial."""
+    want = {k: str(v) for k, v in baseline_knobs.items()}
+    base = [r for r in rows if not r[1] and r[2] == "ok" and
+            {k: str(v) for k, v in r[0].items()} == want]
+    base_time = _median([r[3] for r in base])
+    base_peak = _median([r[4] for r in base])
     out = []
-    for pid in sorted({p for patches, *_ in rows for p in patches}):
-        mine = [r for r in rows if pid in r[0]]
-        times = [t for _, s, t, _, _ in mine if s == "ok" and t]
-        peaks = [p for _, s, _, p, _ in mine if s == "ok" and p]
-        fails = [f"{s}: {(e or '')[:160]}".rstrip(": ") for _, s, _, _, e in mine if s != "ok"]
+    for pid in sorted({p for _, patches, *_ in rows for p in patches}):
+        mine = [r for r in rows if pid in r[1]]
+        time_s, peak = _median([r[3] for r in mine if r[2] == "ok"]), \
+            _median([r[4] for r in mine if r[2] == "ok"])
+        fails = [f"{s}: {(e or '')[:160]}".rstrip(": ") for _, _, s, _, _, e in mine if s != "ok"]
         out.append(PatchOutcome(
             patch_id=pid, trials=len(mine),
-            speedup=baseline_time_s / statistics.median(times)
-            if times and baseline_time_s else None,
-            peak_mem_ratio=statistics.median(peaks) / baseline_peak_bytes
-            if peaks and baseline_peak_bytes else None, failures=fails[:3]))
+            speedup=base_time / time_s if time_s and base_time else None,
+            peak_mem_ratio=peak / base_peak if peak and base_peak else None,
+            failures=fails[:3]))
     return out
 
+
+def _median(values) -> float | None:
+    values = [v for v in values if v]
+    return statistics.median(values) if values else None

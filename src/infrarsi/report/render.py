@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 
+from infrarsi.proposal import patch_outcomes
 from infrarsi.units import format_bytes
 
 CAPTIONS = {
@@ -116,18 +117,16 @@ def proposal_lines(data) -> tuple[str, list[list[str]]]:
     intro = (f"{len(lines)} replies, {len(accepted)} accepted; "
              f"{sum(x.tokens for x in lines)} tokens and {sum(x.seconds for x in lines):.0f} s "
              "spent asking and validating. A rejected reply never cost a search trial.")
-    knobs = {k: str(v) for k, v in data.summary["baseline"]["knobs"].items()}
-    base = [t["step_time_s"] for t in data.trials if not t["patches"] and t["status"] == "ok"
-            and {k: str(v) for k, v in t["knobs"].items()} == knobs and t["step_time_s"]]
-    base = sorted(base)[len(base) // 2] if base else None  # the search's own baseline trials
+    measured = {o.patch_id: o.speedup for o in patch_outcomes(  # over the search's baseline
+        [(t["knobs"], t["patches"], t["status"], t["step_time_s"], t["peak_mem_bytes"],
+          t["error"]) for t in data.trials],
+        data.summary["baseline"]["knobs"])}
     rows = []
     for x in lines:
-        times = [t["step_time_s"] for t in data.trials if x.patch_id and
-                 x.patch_id in t["patches"] and t["status"] == "ok" and t["step_time_s"]]
-        measured = base / sorted(times)[len(times) // 2] if times and base else None
         rows.append([str(x.n), x.status, x.stage, x.reason[:160], x.patch_id or "-",
                      _x(x.expectation.step_time_ratio) if x.expectation else "-",
-                     _x(x.smoke_speedup), _x(measured), str(x.tokens), f"{x.seconds:.1f}",
+                     _x(x.smoke_speedup), _x(measured.get(x.patch_id or "")), str(x.tokens),
+                     f"{x.seconds:.1f}",
                      f"{x.model} / {x.prompt_sha256[:12]}"])
     return intro, rows
 

@@ -316,13 +316,10 @@ PROPOSE_EVERY = 2  # trials between two requests to a proposer (a patch is tried
 def _proposal_state(trials: list[StoredTrial], baseline: Config) -> ProposalState:
     """What a proposer is told: per patch, what the finished trials carrying it measured."""
     done = [t for t in trials if t.status not in IN_FLIGHT]
-    base = [t for t in done if t.status == TrialState.OK and _config_from(t.config_json) == baseline]
-    times = sorted(t.step_time_s for t in base if t.step_time_s)
-    peaks = sorted(t.peak_mem_bytes for t in base if t.peak_mem_bytes)
-    rows = [(t.config_json["patches"], t.status.value, t.step_time_s, t.peak_mem_bytes, t.error)
-            for t in done]
-    return ProposalState(trials_done=len(done), outcomes=patch_outcomes(
-        rows, times[len(times) // 2] if times else None, peaks[len(peaks) // 2] if peaks else None))
+    rows = [(t.config_json["knobs"], t.config_json["patches"], t.status.value, t.step_time_s,
+             t.peak_mem_bytes, t.error) for t in done]
+    return ProposalState(trials_done=len(done),
+                         outcomes=patch_outcomes(rows, baseline.knob_dict))
 
 
 def ranking(searcher, trials: list[StoredTrial]) -> list[RankedConfig]:
