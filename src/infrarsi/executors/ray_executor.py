@@ -145,7 +145,9 @@ def _bundle(request: TrialRequest, root: Path) -> tuple[TrialRequest, bytes]:
     buffer = io.BytesIO()
     shipped = request.model_copy(deep=True)
     shipped.workdir = "trials"  # inside the node's scratch folder; it lands at request.workdir
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+    # links resolved: a workload may share files with another through links, which would
+    # point nowhere on the node (a local trial's workspace resolves them too)
+    with tarfile.open(fileobj=buffer, mode="w:gz", dereference=True) as archive:
         path = root / request.workload
         if path.exists():  # a manifest by path: its folder goes along
             folder = path if path.is_dir() else path.parent
