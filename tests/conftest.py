@@ -1,6 +1,7 @@
 """Shared fixtures: the bundled and toy workloads, a trial folder, and the real CLI."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,19 @@ FIXTURES = Path(__file__).parent / "fixtures"
 INSTRUCTION_EN = ("Cut end-to-end time; keep loss within 0.5% and memory under 2 GiB per rank; "
                   "don't touch the data pipeline; 20 trials")
 INSTRUCTION_ZH = "缩短端到端时间；loss 偏差不超过 0.5%，每卡显存不超过 2 GiB；不要修改数据管道；20 次试验"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_bank(tmp_path_factory):
+    """A bank for what runs before any test's own (module and session fixtures): never the
+    user's ~/.infrarsi/bank.sqlite."""
+    before = os.environ.get("INFRARSI_BANK")
+    os.environ["INFRARSI_BANK"] = str(tmp_path_factory.mktemp("session-bank") / "bank.sqlite")
+    yield
+    if before is None:
+        os.environ.pop("INFRARSI_BANK", None)
+    else:
+        os.environ["INFRARSI_BANK"] = before
 
 
 @pytest.fixture(autouse=True)
@@ -64,3 +78,21 @@ def optimize_json(manifest: Path, instruction: str, out: Path, *options: str) ->
                             capture_output=True, text=True, timeout=1200, cwd=out)
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+OPTIMIZE_INSTRUCTION = "cut time-to-train, loss within 1%"
+OPTIMIZE_ROUNDS = 5
+
+
+@pytest.fixture(scope="session")
+def dense_optimized(tmp_path_factory):
+    """One ``infrarsi optimize`` of dense-1node at tiny, shared by the tests that read what it
+    wrote (its run directory, its audit, its report, the bank it filled): each such run costs
+    a couple of minutes on two cores. Returns (answer, folder, bank path)."""
+    out = tmp_path_factory.mktemp("optimize")
+    bank = out / "bank.sqlite"
+    answer = optimize_json(Path("dense-1node"), OPTIMIZE_INSTRUCTION, out, "--budget", "3",
+                           "--top", "1", "--verify-rounds", str(OPTIMIZE_ROUNDS),
+                           "--bank", str(bank))
+    return answer, out, bank
+

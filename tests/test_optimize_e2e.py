@@ -12,24 +12,20 @@ from pathlib import Path
 
 import pytest
 
+from conftest import OPTIMIZE_ROUNDS
 from infrarsi.apply.outputs import fresh_copy
 from infrarsi.workloads import find
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "infrarsi"]
-INSTRUCTION = "cut time-to-train, loss within 1%"
-ROUNDS = 5
+ROUNDS = OPTIMIZE_ROUNDS
 
 
-@pytest.fixture(scope="module")
-def optimized(tmp_path_factory):
-    out = tmp_path_factory.mktemp("optimize")
-    result = subprocess.run([*CLI, "optimize", "dense-1node", INSTRUCTION, "--scale", "tiny",
-                             "--budget", "3", "--top", "1", "--verify-rounds", str(ROUNDS),
-                             "--yes", "--json", "--out", str(out / "rounds")],
-                            capture_output=True, text=True, timeout=1200, cwd=out)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1]), out
+@pytest.fixture
+def optimized(dense_optimized):
+    """The session's shared optimize of dense-1node (conftest.dense_optimized)."""
+    answer, out, _ = dense_optimized
+    return answer, out
 
 
 def test_optimize_ends_with_one_json_object_and_every_file(optimized):

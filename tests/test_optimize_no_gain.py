@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 def test_apply_stops_early_when_no_candidate_can_be_promoted(tmp_path):
     answer = optimize_json(FIXTURES / "nothing-faster" / "workload.yaml", "cut time-to-train",
-                           tmp_path, "--budget", "4", "--top", "3", "--doctor-repeats", "2")
+                           tmp_path, "--budget", "3", "--top", "2", "--doctor-repeats", "2")
     assert not answer["promoted"]
     applied = json.loads((Path(answer["run_dir"]) / "apply.json").read_text())
     assert applied["promoted"] is None and applied["candidates"]  # (a config cut as slow is none)

@@ -3,29 +3,28 @@ the first measured — its seeds come from the first run, are tried, and its rep
 they held here."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import cli_json, optimize_json
-
-INSTRUCTION = "cut time-to-train, loss within 1%"
+from conftest import OPTIMIZE_INSTRUCTION as INSTRUCTION, cli_json, optimize_json
 
 
 @pytest.mark.slow
-def test_a_second_optimize_starts_from_what_the_first_put_in_the_bank(tmp_path):
+def test_a_second_optimize_starts_from_what_the_first_put_in_the_bank(dense_optimized, tmp_path):
+    first, _, first_bank = dense_optimized  # the session's optimize, with a bank of its own
     bank = str(tmp_path / "bank.sqlite")
-    options = ("--budget", "4", "--top", "1", "--verify-rounds", "2", "--doctor-repeats", "2",
-               "--bank", bank)  # small: CI runs it on 2 cores
-    (tmp_path / "one").mkdir()
-    first = optimize_json(Path("dense-1node"), INSTRUCTION, tmp_path / "one", *options)
+    shutil.copyfile(first_bank, bank)  # the shared run's bank stays as that run left it
     first_run = json.loads((Path(first["rounds"][0]["run_dir"]) / "run.json").read_text())
     stats = cli_json("bank", "stats", "--bank", bank)
     assert stats["runs"] == 1 and stats["by_stage"]["run"] == first["trials"]
     assert stats["by_stage"]["doctor"] >= 3 and "apply" in stats["by_stage"]
 
     (tmp_path / "two").mkdir()
-    second = optimize_json(Path("dense-1node"), INSTRUCTION, tmp_path / "two", *options)
+    second = optimize_json(Path("dense-1node"), INSTRUCTION, tmp_path / "two", "--budget", "3",
+                           "--top", "1", "--verify-rounds", "2", "--doctor-repeats", "2",
+                           "--bank", bank)  # small: CI runs it on 2 cores
     run_dir = Path(second["rounds"][0]["run_dir"])
     advice = json.loads((run_dir / "bank_advice.json").read_text())
     assert advice["experiences"] == stats["experiences"] and advice["used"] > 0

@@ -35,6 +35,14 @@ def cluster():
     c.shutdown()
 
 
+@pytest.fixture(autouse=True)
+def released(cluster):
+    """Each test leaves no placement group reserving the fixture's nodes."""
+    yield
+    from infrarsi.executors.ray_executor import release_idle
+    release_idle()
+
+
 def _scratch_processes() -> list[psutil.Process]:
     """Processes of a trial a node runs: their working folder is in the node's scratch."""
     out = []
@@ -119,3 +127,20 @@ def test_a_run_keeps_two_trials_in_flight_one_per_node(cluster, tmp_path):
     assert {t.record_json["node"] for t in local_trials} == {"local"}
     assert set(ray_trials[0].record_json) == set(local_trials[0].record_json)
     assert [t.config_json for t in local_trials] == [t.config_json for t in ray_trials]
+
+
+def test_trials_of_a_pinned_comparison_run_on_one_node_one_at_a_time(cluster, tmp_path):
+    """What Apply does: its interleaved rounds go through ``pinned()``, so the baseline and
+    the candidates are timed on one node, never two at once."""
+    c, nodes = cluster
+    executor = RayExecutor(tmp_path, c.address)
+    request = TrialRequest(workload="dense-1node", scale="tiny", knobs={"nproc": 1},
+                           evaluate=False)
+    with executor.pinned() as one_node:
+        handles = [one_node.submit(request), one_node.submit(request)]
+        records = [one_node.wait(h) for h in handles]
+    assert [r.status for r in records] == [TrialStatus.OK] * 2
+    assert records[0].node == records[1].node in {n.node_id for n in nodes.values()}
+    first, second = sorted(records, key=lambda r: r.started_unix_s)
+    assert second.started_unix_s >= first.started_unix_s + first.cost_s - 0.5
+

@@ -13,11 +13,11 @@ from infrarsi.store import Store, sqlite_url
 from conftest import run_cli
 
 pytestmark = pytest.mark.slow
-BUDGET = 12
+BUDGET = 8
 
 
 def test_a_run_killed_midway_resumes_and_keeps_each_trial_once(tmp_path):
-    made = run_cli("init", "dense-1node", "make it faster, 12 trials", "--scale", "tiny",
+    made = run_cli("init", "dense-1node", "make it faster, 8 trials", "--scale", "tiny",
                    "--yes", "-o", str(tmp_path / "contract.yaml"), cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     run_dir = tmp_path / "run"
@@ -26,14 +26,14 @@ def test_a_run_killed_midway_resumes_and_keeps_each_trial_once(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:  # kill it while its fifth trial runs
+        while time.monotonic() < deadline:  # kill it while its fourth trial runs
             if (run_dir / "run.sqlite").exists() and (run_dir / "run.json").exists():
                 statuses = [t.status for t in _trials(run_dir)]
-                if statuses.count("running") == 1 and len(statuses) >= 5:
+                if statuses.count("running") == 1 and len(statuses) >= 4:
                     break
             time.sleep(0.5)
         else:
-            pytest.fail("the run never reached its fifth trial")
+            pytest.fail("the run never reached its fourth trial")
         tool.send_signal(signal.SIGKILL)
         tool.wait(timeout=30)
     finally:
