@@ -249,10 +249,13 @@ def doctor(
                                    help="measure the noise floor of what is learned (another "
                                         "batch split, bf16) and set the equivalence "
                                         "tolerances from it"),
+    executor: str = EXECUTOR,
+    ray_address: Optional[str] = RAY_ADDRESS,
 ) -> None:
     """Stage 2: profile the baseline, measure peak, noise and tolerances, diagnose."""
     from infrarsi.cli.doctor import run_doctor_command
-    run_doctor_command(contract, repeats, workdir, as_json, out, err, calibrate)
+    run_doctor_command(contract, repeats, workdir, as_json, out, err, calibrate,
+                       executor=(executor, ray_address))
 
 
 @app.command()
@@ -300,11 +303,14 @@ def apply(
                                        "SQLite path (default: INFRARSI_BANK, else "
                                        "~/.infrarsi/bank.sqlite)"),
     no_bank: bool = typer.Option(False, "--no-bank", help="leave the bank as it was"),
+    executor: str = EXECUTOR,
+    ray_address: Optional[str] = RAY_ADDRESS,
 ) -> None:
     """Stage 4: re-verify the best candidates against the baseline, interleaved; promote only
     what holds; write winner.patch, launch.sh, audit.jsonl and the verification table."""
     from infrarsi.cli.apply import apply_command
-    apply_command(run_dir, top, rounds, to_branch, as_json, out, err, bank, not no_bank)
+    apply_command(run_dir, top, rounds, to_branch, as_json, out, err, bank, not no_bank,
+                  executor=(executor, ray_address))
 
 
 @app.command()

@@ -16,6 +16,7 @@ from infrarsi.apply.branch import BranchError, to_branch
 from infrarsi.bank import ingest_run
 from infrarsi.store.bank import BankError, BankStore
 from infrarsi.contract import ContractError, load_contract
+from infrarsi.executors.choice import make_executor
 from infrarsi.records import ApplyResult
 
 
@@ -89,14 +90,18 @@ def show(result: ApplyResult, out: Console) -> None:
 
 def apply_command(run_dir: Path, top: int, rounds: int | None, branch: str | None,
                   as_json: bool, out: Console, err: Console, bank: str | None = None,
-                  use_bank: bool = True) -> None:
+                  use_bank: bool = True,
+                  executor: tuple[str, str | None] = ("local", None)) -> None:
     """Run Apply on a run directory; exit 0 with or without a promoted winner, 2 on bad input.
-    What it measured goes into the experience bank (unless ``use_bank`` is off)."""
+    What it measured goes into the experience bank (unless ``use_bank`` is off); its trials run
+    on the executor named by ``executor`` (kind, Ray address)."""
     screen = ApplyScreen(err if as_json else out)
     try:
         store = BankStore(bank) if use_bank else None
+        runner = make_executor(executor[0], Path(run_dir).resolve(), executor[1])
         with screen:
-            result = apply_run(run_dir, top_k=top, rounds=rounds, on_event=screen.event)
+            result = apply_run(run_dir, top_k=top, rounds=rounds, on_event=screen.event,
+                               executor=runner)
         if store is not None:
             added = ingest_run(Path(run_dir), store)
             err.print(f"bank: {added.added} experiences added to {store.url}", markup=False,
@@ -105,7 +110,7 @@ def apply_command(run_dir: Path, top: int, rounds: int | None, branch: str | Non
         if branch is not None:
             root = load_contract(Path(result.run_dir) / "contract.yaml").manifest().root
             commit = to_branch(result, root, branch)
-    except (ApplyError, ContractError, BranchError, KeyError, BankError) as exc:
+    except (ApplyError, ContractError, BranchError, KeyError, BankError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     if as_json:

@@ -10,19 +10,23 @@ from rich.table import Table
 
 from infrarsi.contract import ContractError, load_contract
 from infrarsi.doctor import DoctorError, run_doctor, sealed_contract
+from infrarsi.executors.choice import make_executor
 from infrarsi.records import DoctorReport
 from infrarsi.units import format_bytes
 
 
 def run_doctor_command(contract_path: Path, repeats: int, workdir: Path, as_json: bool,
-                       out: Console, err: Console, calibrate: bool = True) -> None:
-    """Doctor the contract's baseline; the contract gets the measured noise policy."""
+                       out: Console, err: Console, calibrate: bool = True,
+                       executor: tuple[str, str | None] = ("local", None)) -> None:
+    """Doctor the contract's baseline; the contract gets the measured noise policy. Its trials
+    run on the executor named by ``executor`` (kind, Ray address)."""
     try:
         contract = load_contract(contract_path)
+        runner = make_executor(executor[0], Path(workdir).resolve(), executor[1])
         with err.status("doctor: measuring the hardware and the baseline ...") as status:
             report = run_doctor(contract, repeats, workdir, on_trial=lambda label, r: status.update(
                 f"doctor: {label} ended {r.status.value} ({r.cost_s:.1f} s)"),
-                calibrate_tolerances=calibrate)
+                calibrate_tolerances=calibrate, executor=runner)
     except (ContractError, DoctorError, KeyError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2)

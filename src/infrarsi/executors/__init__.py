@@ -8,9 +8,11 @@ other's timing, so a second submission waits for the first to end.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from pathlib import Path
+from typing import Iterator
 
 from pydantic import BaseModel, Field
 
@@ -54,6 +56,15 @@ class Executor:
     def cancel(self, handle: str) -> bool:
         """Drop a trial that has not started (True); a started one runs to its end (False)."""
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator["Executor"]:
+        """An executor whose trials all run on one host for as long as the block lasts: what
+        an interleaved comparison of times needs (here: this one; a cluster's picks a node)."""
+        yield self
+
+    def close(self) -> None:
+        """Give back what the executor holds between trials (nothing, unless it says so)."""
 
     def run(self, request: TrialRequest) -> TrialRecord:
         """Submit one trial and wait for its record: what a stage that runs one trial at a

@@ -1,6 +1,7 @@
-"""Trials on a Ray cluster: each trial a Ray task on one node, in a placement group that
-reserves its CPUs, with the workload and its patches shipped through Ray and the trial's folder
-shipped back — no shared filesystem is assumed.
+"""Trials on a Ray cluster: each trial runs on one node, in a slot — a placement group that
+reserves the node's CPUs and a long-lived agent process in it — with the workload and its
+patches shipped through Ray and the trial's folder shipped back; no shared filesystem is
+assumed.
 
 What travels out: the request (plain data), and a tar of what the node cannot find on its own —
 the workload's folder when the request names a manifest by path (a user's workload, a derived
@@ -11,16 +12,23 @@ record) in a scratch folder, then sends back the record (its ``node``: the Ray n
 land under the executor's root as a local trial's would; paths in the record are rewritten to
 where they landed.
 
+Slots are kept between trials, one per trial in flight, shared by every executor of the
+process: a new placement group and a new Ray worker (which imports InfraRSI) per trial cost
+seconds each time. ``pinned()`` holds one slot for a block, so an interleaved comparison (Apply)
+times all its trials on one node.
+
 A node lost mid-trial (its raylet or machine gone) ends that trial ``crash`` with the reason
-"node lost"; its processes die with the node's worker (the trial runner's parent-death rules).
-By default one timed trial runs per node at a time: a trial's placement group asks for every
-CPU of a node (``cpus_per_trial=None``), so two trials never share one.
+"node lost"; its processes die with the node's agent (the trial runner's parent-death rules).
+By default one timed trial runs per node at a time: a slot asks for every CPU of a node
+(``cpus_per_trial=None``), so two trials never share one.
 
 Ray is an optional extra (``pip install 'infrarsi[ray]'``; ``scripts/setup.sh`` installs it).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import io
 import itertools
 import shutil
@@ -29,11 +37,13 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 from infrarsi.executors import Executor, LocalExecutor, TrialCancelled, TrialRequest
 from infrarsi.trial import TrialRecord, TrialStatus
 
 SKIP = ("tmp", "cache", "home", "__pycache__")  # scratch a trial leaves that nobody reads
+_IDLE: dict[tuple, list] = {}  # (job, CPUs, resources) -> slots free for a trial
 
 
 class RayUnavailable(ValueError):
@@ -64,24 +74,66 @@ class RayExecutor(Executor):
         self.cpus_per_trial, self.resources = cpus_per_trial, dict(resources or {})
         self._jobs: dict[str, dict] = {}
         self._next = itertools.count()
-        self._remote = ray.remote(max_retries=0)(_run_on_node)
+        self._cpus: float | None = None  # a trial's CPUs, once known
+        self._agent_class = ray.remote(max_restarts=0, max_task_retries=0)(NodeAgent)
 
     # -- submit ----------------------------------------------------------------------------
-    def submit(self, request: TrialRequest) -> str:
+    def submit(self, request: TrialRequest, slot: "_Slot | None" = None) -> str:
+        """Queue a trial on a slot (a placement group reserving a node's CPUs, and the agent
+        process that runs trials there): ``slot`` when given (a pinned comparison's), else
+        one from the pool this process keeps (one per trial in flight, kept between trials:
+        a new group and a new worker per trial cost seconds every time)."""
         LocalExecutor(self.root).resolve(request)  # a bad request fails here, in the caller
         shipped, bundle = _bundle(request, self.root)
-        cpus = self.cpus_per_trial or self._node_cpus()
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-        group = placement_group([{"CPU": cpus, **self.resources}], strategy="PACK")
-        ref = self._remote.options(
-            num_cpus=cpus, resources=self.resources or None,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                group, placement_group_bundle_index=0)).remote(shipped.model_dump(), bundle)
+        pooled = slot is None
+        slot = self._take_slot() if pooled else slot
+        ref = slot.agent.run.remote(shipped.model_dump(), bundle)
         handle = f"ray-{next(self._next)}"
-        self._jobs[handle] = {"ref": ref, "group": group, "request": request,
-                              "t0": time.time(), "record": None}
+        self._jobs[handle] = {"ref": ref, "slot": slot, "pooled": pooled,
+                              "request": request, "t0": time.time(), "record": None}
         return handle
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[Executor]:
+        """Every trial submitted through the yielded executor runs on one node (one slot held
+        for the block): an interleaved comparison compares times of one host."""
+        slot = self._take_slot()
+        try:
+            yield _Pinned(self, slot)
+        finally:
+            self._idle().append(slot)
+
+    def close(self) -> None:
+        """Give the cluster back the nodes that this process's idle slots hold."""
+        release_idle()
+
+    def _idle(self) -> list["_Slot"]:
+        """The idle slots of this driver's job and this executor's shape: shared by every
+        RayExecutor of the process (an optimize makes one per stage), so a slot one of them
+        keeps never blocks another's trial."""
+        if self._cpus is None:
+            self._cpus = self.cpus_per_trial or self._node_cpus()
+        key = (self.ray.get_runtime_context().get_job_id(), self._cpus,
+               tuple(sorted(self.resources.items())))
+        return _IDLE.setdefault(key, [])
+
+    def _take_slot(self) -> "_Slot":
+        """An idle slot still in place, or a new one: a placement group reserving a node's
+        CPUs (and the custom resources asked for) and an agent in it."""
+        from ray.util.placement_group import placement_group, placement_group_table
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        idle = self._idle()
+        while idle:
+            slot = idle.pop()
+            if placement_group_table(slot.group).get("state") == "CREATED":
+                return slot
+            slot.remove()  # its node went away while it was idle
+        group = placement_group([{"CPU": self._cpus, **self.resources}], strategy="PACK")
+        agent = self._agent_class.options(
+            num_cpus=self._cpus, resources=self.resources or None,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                group, placement_group_bundle_index=0)).remote()
+        return _Slot(group, agent)
 
     def _node_cpus(self) -> float:
         """A whole node's CPUs: the smallest node's (a trial then fits on any)."""
@@ -97,33 +149,40 @@ class RayExecutor(Executor):
         ready, _ = self.ray.wait([job["ref"]], timeout=0)
         if not ready:
             return None
+        errors = self.ray.exceptions
         try:
             record_json, node_workdir, tar = self.ray.get(job["ref"])
             job["record"] = self._land(job["request"], record_json, node_workdir, tar)
-        except self.ray.exceptions.TaskCancelledError:
+        except errors.TaskCancelledError:
             raise TrialCancelled(f"trial {handle} was cancelled") from None
-        except (self.ray.exceptions.NodeDiedError, self.ray.exceptions.WorkerCrashedError,
-                self.ray.exceptions.ObjectLostError, self.ray.exceptions.RaySystemError,
-                self.ray.exceptions.LocalRayletDiedError) as exc:
+        except (errors.RayActorError, errors.NodeDiedError, errors.WorkerCrashedError,
+                errors.ObjectLostError, errors.RaySystemError,
+                errors.LocalRayletDiedError) as exc:
             job["record"] = _lost(job["request"], job["t0"], exc)
         finally:
-            self._release(job)
+            self._release(job, lost=job["record"] is not None and job["record"].node == "lost")
         return job["record"]
 
     def cancel(self, handle: str) -> bool:
+        """Stop a trial that has not ended: its agent is killed (a trial's processes die with
+        it) and its slot given up."""
         job = self._jobs[handle]
         ready, _ = self.ray.wait([job["ref"]], timeout=0)
         if ready:
             return False
-        self.ray.cancel(job["ref"], force=True)
-        self._release(job)
+        self._release(job, lost=True)
         return True
 
-    def _release(self, job: dict) -> None:
-        if job.get("group") is not None:
-            from ray.util.placement_group import remove_placement_group
-            remove_placement_group(job["group"])
-            job["group"] = None
+    def _release(self, job: dict, lost: bool = False) -> None:
+        """The job's slot back to the pool (a pinned one stays with its holder); one whose
+        node or agent is gone, or whose trial was stopped, is removed."""
+        slot, job["slot"] = job.get("slot"), None
+        if slot is None:
+            return
+        if lost:
+            slot.remove()
+        elif job["pooled"]:
+            self._idle().append(slot)
 
     def _land(self, request: TrialRequest, record_json: str, node_workdir: str,
               tar: bytes) -> TrialRecord:
@@ -137,6 +196,51 @@ class RayExecutor(Executor):
         if record.trial_dir and Path(record.trial_dir).is_dir():
             record.save(Path(record.trial_dir) / "record.json")
         return record
+
+
+def release_idle() -> None:
+    """Remove every idle slot this process keeps (its driver's nodes back to the cluster
+    before the driver ends, which would do it too)."""
+    for slots in _IDLE.values():
+        while slots:
+            slots.pop().remove()
+
+
+@dataclasses.dataclass
+class _Slot:
+    """A placement group reserving one node's CPUs, and the agent process running there."""
+    group: object
+    agent: object
+
+    def remove(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+        ray.kill(self.agent, no_restart=True)
+        remove_placement_group(self.group)
+
+
+class NodeAgent:
+    """A long-lived process on a node that runs the trials sent to its slot, one at a time:
+    warm, so a trial does not pay for a new Ray worker and its imports."""
+
+    def run(self, request: dict, bundle: bytes) -> tuple[str, str, bytes]:
+        return _run_on_node(request, bundle)
+
+
+class _Pinned(Executor):
+    """A view of a RayExecutor whose trials all go to one slot (one node)."""
+
+    def __init__(self, parent: RayExecutor, slot: _Slot) -> None:
+        self.parent, self.slot, self.root = parent, slot, parent.root
+
+    def submit(self, request: TrialRequest) -> str:
+        return self.parent.submit(request, slot=self.slot)
+
+    def poll(self, handle: str) -> TrialRecord | None:
+        return self.parent.poll(handle)
+
+    def cancel(self, handle: str) -> bool:
+        return self.parent.cancel(handle)
 
 
 def _bundle(request: TrialRequest, root: Path) -> tuple[TrialRequest, bytes]:
