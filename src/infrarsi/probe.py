@@ -82,10 +82,16 @@ def save_weights(name: str, params: dict[str, torch.Tensor]) -> None:
 
 
 class _SocketLines:
-    """Each ``write`` goes to the harness's Unix socket at once (``@name``: abstract), so the
-    harness times every line when it is written, not when a buffer fills."""
+    """Each ``write`` goes to the harness's Unix socket at once (``@name``: abstract; or
+    ``tcp:HOST:PORT`` from another host), so the harness times every line when it is written,
+    not when a buffer fills."""
 
     def __init__(self, address: str) -> None:
+        if address.startswith("tcp:"):  # a rank on another host than the harness
+            host, port = address[4:].rsplit(":", 1)
+            self._sock = socket.create_connection((host, int(port)))
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.connect("\0" + address[1:] if address.startswith("@") else address)
 

@@ -146,3 +146,20 @@ def test_trials_of_a_pinned_comparison_run_on_one_node_one_at_a_time(cluster, tm
     first, second = sorted(records, key=lambda r: r.started_unix_s)
     assert second.started_unix_s >= first.started_unix_s + first.cost_s - 0.5
 
+
+
+def test_a_two_node_trial_runs_its_launchers_on_two_nodes(cluster, tmp_path):
+    """dense-2node's two launchers on two nodes (STRICT_SPREAD), meeting at the first one's
+    node address; every rank's metrics and memory reach the trial, the weights come back."""
+    c, nodes = cluster
+    executor = RayExecutor(tmp_path, c.address)
+    record = executor.run(TrialRequest(workload="dense-2node", scale="tiny", knobs={}))
+    assert record.status is TrialStatus.OK, record.error
+    assert sorted(record.launcher_nodes) == sorted(n.node_id for n in nodes.values())
+    assert record.node == record.launcher_nodes[0]
+    host = ray.util.get_node_ip_address()
+    assert all(f"--master-addr={host}" in cmd for cmd in record.commands)
+    peaks = record.metrics.peak_mem_bytes  # a rank per launcher at tiny: both were measured
+    assert len(peaks) == 2 and all(b > 0 for b in peaks), peaks
+    assert Path(record.evaluation.final_weights).is_file()
+    assert _scratch_processes() == []

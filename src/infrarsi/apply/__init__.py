@@ -112,7 +112,7 @@ def apply_run(run_dir: Path, top_k: int = 3, executor: Executor | None = None,
     (on_event or (lambda *a: None))("plan", {"candidates": candidates, "rounds": n_rounds})
     measurements = []
     if candidates:  # one host for the whole comparison: times are compared on one clock
-        with (executor or LocalExecutor(run_dir)).pinned() as one_host:
+        with (executor or LocalExecutor(run_dir)).pinned(manifest) as one_host:
             measurements = Rounds(contract, run_dir, one_host, candidates, baseline_knobs,
                                   on_event).run(n_rounds, contract.noise.confidence)
     judged, promoted, decision = judge(candidates, measurements, n_rounds,

@@ -58,9 +58,10 @@ class Executor:
         raise NotImplementedError
 
     @contextlib.contextmanager
-    def pinned(self) -> Iterator["Executor"]:
-        """An executor whose trials all run on one host for as long as the block lasts: what
-        an interleaved comparison of times needs (here: this one; a cluster's picks a node)."""
+    def pinned(self, manifest=None) -> Iterator["Executor"]:
+        """An executor whose trials (of ``manifest``'s workload) all run on the same hosts for
+        as long as the block lasts: what an interleaved comparison of times needs (here: this
+        one; a cluster's holds its nodes)."""
         yield self
 
     def close(self) -> None:

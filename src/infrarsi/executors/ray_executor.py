@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Iterator
 
 from infrarsi.executors import Executor, LocalExecutor, TrialCancelled, TrialRequest
-from infrarsi.trial import TrialRecord, TrialStatus
+from infrarsi.trial import TrialRecord, TrialStatus, run_trial
 
 SKIP = ("tmp", "cache", "home", "__pycache__")  # scratch a trial leaves that nobody reads
 _IDLE: dict[tuple, list] = {}  # (job, CPUs, resources) -> slots free for a trial
@@ -83,57 +83,60 @@ class RayExecutor(Executor):
         process that runs trials there): ``slot`` when given (a pinned comparison's), else
         one from the pool this process keeps (one per trial in flight, kept between trials:
         a new group and a new worker per trial cost seconds every time)."""
-        LocalExecutor(self.root).resolve(request)  # a bad request fails here, in the caller
+        spec = LocalExecutor(self.root).resolve(request)  # a bad request fails here
         shipped, bundle = _bundle(request, self.root)
         pooled = slot is None
-        slot = self._take_slot() if pooled else slot
-        ref = slot.agent.run.remote(shipped.model_dump(), bundle)
+        slot = self._take_slot(_spread_over(spec.manifest)) if pooled else slot
+        ref = slot.agent.run.remote(shipped.model_dump(), bundle, slot.agents[1:])
         handle = f"ray-{next(self._next)}"
         self._jobs[handle] = {"ref": ref, "slot": slot, "pooled": pooled,
                               "request": request, "t0": time.time(), "record": None}
         return handle
 
     @contextlib.contextmanager
-    def pinned(self) -> Iterator[Executor]:
-        """Every trial submitted through the yielded executor runs on one node (one slot held
-        for the block): an interleaved comparison compares times of one host."""
-        slot = self._take_slot()
+    def pinned(self, manifest=None) -> Iterator[Executor]:
+        """Every trial submitted through the yielded executor runs in one slot held for the
+        block (one node; one per launcher of ``manifest``'s workload when it spreads): an
+        interleaved comparison compares times of the same hosts."""
+        nodes = _spread_over(manifest) if manifest is not None else 1
+        slot = self._take_slot(nodes)
         try:
             yield _Pinned(self, slot)
         finally:
-            self._idle().append(slot)
+            self._idle(nodes).append(slot)
 
     def close(self) -> None:
         """Give the cluster back the nodes that this process's idle slots hold."""
         release_idle()
 
-    def _idle(self) -> list["_Slot"]:
-        """The idle slots of this driver's job and this executor's shape: shared by every
-        RayExecutor of the process (an optimize makes one per stage), so a slot one of them
-        keeps never blocks another's trial."""
+    def _idle(self, nodes: int) -> list["_Slot"]:
+        """The idle slots of ``nodes`` nodes of this driver's job and this executor's shape:
+        shared by every RayExecutor of the process (an optimize makes one per stage), so a
+        slot one of them keeps never blocks another's trial."""
         if self._cpus is None:
             self._cpus = self.cpus_per_trial or self._node_cpus()
         key = (self.ray.get_runtime_context().get_job_id(), self._cpus,
-               tuple(sorted(self.resources.items())))
+               tuple(sorted(self.resources.items())), nodes)
         return _IDLE.setdefault(key, [])
 
-    def _take_slot(self) -> "_Slot":
-        """An idle slot still in place, or a new one: a placement group reserving a node's
-        CPUs (and the custom resources asked for) and an agent in it."""
+    def _take_slot(self, nodes: int) -> "_Slot":
+        """An idle slot still in place, or a new one: a placement group reserving the CPUs
+        (and the custom resources asked for) of ``nodes`` distinct nodes, and an agent on each."""
         from ray.util.placement_group import placement_group, placement_group_table
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-        idle = self._idle()
+        idle = self._idle(nodes)
         while idle:
             slot = idle.pop()
             if placement_group_table(slot.group).get("state") == "CREATED":
                 return slot
-            slot.remove()  # its node went away while it was idle
-        group = placement_group([{"CPU": self._cpus, **self.resources}], strategy="PACK")
-        agent = self._agent_class.options(
-            num_cpus=self._cpus, resources=self.resources or None,
+            slot.remove()  # a node of it went away while it was idle
+        group = placement_group([{"CPU": self._cpus, **self.resources}] * nodes,
+                                strategy="STRICT_SPREAD" if nodes > 1 else "PACK")
+        agents = [self._agent_class.options(
+            num_cpus=self._cpus, resources=self.resources or None, max_concurrency=4,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                group, placement_group_bundle_index=0)).remote()
-        return _Slot(group, agent)
+                group, placement_group_bundle_index=i)).remote() for i in range(nodes)]
+        return _Slot(group, agents)
 
     def _node_cpus(self) -> float:
         """A whole node's CPUs: the smallest node's (a trial then fits on any)."""
@@ -182,7 +185,7 @@ class RayExecutor(Executor):
         if lost:
             slot.remove()
         elif job["pooled"]:
-            self._idle().append(slot)
+            self._idle(len(slot.agents)).append(slot)
 
     def _land(self, request: TrialRequest, record_json: str, node_workdir: str,
               tar: bytes) -> TrialRecord:
@@ -198,6 +201,13 @@ class RayExecutor(Executor):
         return record
 
 
+def _spread_over(manifest) -> int:
+    """Nodes a trial of this workload takes: one per launcher when its ranks report through
+    the probe (their metrics then reach the trial over TCP), else one (a workload read from its
+    standard output is timed by the lines the harness reads, so its launchers stay together)."""
+    return manifest.launch.nodes if manifest.launch.metrics == "probe" else 1
+
+
 def release_idle() -> None:
     """Remove every idle slot this process keeps (its driver's nodes back to the cluster
     before the driver ends, which would do it too)."""
@@ -208,23 +218,42 @@ def release_idle() -> None:
 
 @dataclasses.dataclass
 class _Slot:
-    """A placement group reserving one node's CPUs, and the agent process running there."""
+    """A placement group reserving the CPUs of one node per launcher (on distinct nodes), and
+    the agent process running on each; the first agent runs the trial."""
     group: object
-    agent: object
+    agents: list
+
+    @property
+    def agent(self):
+        return self.agents[0]
 
     def remove(self) -> None:
         import ray
         from ray.util.placement_group import remove_placement_group
-        ray.kill(self.agent, no_restart=True)
+        for agent in self.agents:
+            ray.kill(agent, no_restart=True)
         remove_placement_group(self.group)
 
 
 class NodeAgent:
     """A long-lived process on a node that runs the trials sent to its slot, one at a time:
-    warm, so a trial does not pay for a new Ray worker and its imports."""
+    warm, so a trial does not pay for a new Ray worker and its imports. In a slot of several
+    nodes, the first bundle's agent runs the trial and the others' run its other launchers
+    (``launch``; ``stop`` ends one, from another thread of the agent)."""
 
-    def run(self, request: dict, bundle: bytes) -> tuple[str, str, bytes]:
-        return _run_on_node(request, bundle)
+    def run(self, request: dict, bundle: bytes, peers: list = ()) -> tuple[str, str, bytes]:
+        return _run_on_node(request, bundle, list(peers))
+
+    def launch(self, command: list[str], env: dict[str, str], workspace: bytes,
+               trial_dir: str, trial_id: str, timeout_s: float):
+        import ray
+        from infrarsi.trial.remote import run_launcher
+        return run_launcher(ray.get_runtime_context().get_node_id(), command, env, workspace,
+                            trial_dir, trial_id, timeout_s)
+
+    def stop(self, trial_id: str) -> int:
+        from infrarsi.trial.remote import stop_launcher
+        return stop_launcher(trial_id)
 
 
 class _Pinned(Executor):
@@ -274,15 +303,20 @@ def _no_scratch(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return None if Path(info.name).name in ("__pycache__", ".git") else info
 
 
-def _run_on_node(request: dict, bundle: bytes) -> tuple[str, str, bytes]:
-    """On the node: unpack, run the trial as a local one, pack its folder."""
+def _run_on_node(request: dict, bundle: bytes, peers: list) -> tuple[str, str, bytes]:
+    """On the node: unpack, run the trial as a local one (its other launchers on the peers'
+    nodes, when it has peers), pack its folder."""
     import ray
     scratch = Path(tempfile.mkdtemp(prefix="infrarsi-ray-"))
     try:
         with tarfile.open(fileobj=io.BytesIO(bundle)) as archive:
             archive.extractall(scratch, filter="data")
         req = TrialRequest.model_validate(request)
-        record = LocalExecutor(scratch).run(req)
+        spec = LocalExecutor(scratch).resolve(req)
+        if peers:
+            from infrarsi.executors.ray_spread import RayElsewhere
+            spec = dataclasses.replace(spec, elsewhere=RayElsewhere(peers))
+        record = run_trial(spec, scratch / req.workdir)
         record.node = ray.get_runtime_context().get_node_id()
         workdir = scratch / req.workdir
         record.save(Path(record.trial_dir) / "record.json")

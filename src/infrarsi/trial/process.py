@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
@@ -129,7 +130,8 @@ def _launcher_setup(cgroup_procs: Path | None):
 def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]],
                  timeout_s: float, stdout: Path, stderr: Path, trial_id: str,
                  channel: MetricsChannel | None = None,
-                 cgroup_procs: Path | None = None) -> ProcessResult:
+                 cgroup_procs: Path | None = None,
+                 remote: dict[int, Callable] | None = None) -> ProcessResult:
     """Run one launcher per node to their end; no process of the trial survives this call.
 
     The trial ends when every launcher has exited, when one exits with an error (the others
@@ -137,29 +139,34 @@ def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]
     standard output is a pipe the harness reads (each line to ``channel`` as it arrives, and
     to the ``stdout`` log); their standard error goes to the ``stderr`` log. Call it from a
     thread that outlives the trial: the parent-death signal follows the thread that started
-    the launcher.
+    the launcher. ``remote``: launcher index -> a function (command, env) starting it on
+    another host (``trial.remote``); such a launcher is polled, waited for and stopped like a
+    local one, its output and memory come back with its outcome.
     """
     t0 = time.monotonic()
     if channel is not None:
         channel.start()
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         tags = {TRIAL_ID_ENV: trial_id, OWNER_ENV: owner_tag()}
-        procs = [subprocess.Popen(cmd, cwd=cwd, env={**env, **tags}, stdout=subprocess.PIPE,
+        remote = remote or {}
+        procs = [remote[i](cmd, {**env, **tags}) if i in remote else
+                 subprocess.Popen(cmd, cwd=cwd, env={**env, **tags}, stdout=subprocess.PIPE,
                                   stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
                                   preexec_fn=_launcher_setup(cgroup_procs))
-                 for cmd, env in zip(commands, envs)]
-        pumps = [_Pump(proc.stdout, out, channel) for proc in procs]
-        sampler = _RankSampler([p.pid for p in procs])
+                 for i, (cmd, env) in enumerate(zip(commands, envs))]
+        local = [p for p in procs if p.pid is not None]
+        pumps = [_Pump(proc.stdout, out, channel) for proc in local]
+        sampler = _RankSampler([p.pid for p in local])
         sampler.start()
         try:
             failed = _wait(procs, t0, timeout_s)
         except BaseException:  # Ctrl-C or the tool being killed: never leave the trial behind
-            kill_trial([p.pid for p in procs if p.poll() is None], trial_id)
+            _end(procs, trial_id)
             raise
         finally:
             sampler.stop()
-        running = [p.pid for p in procs if p.poll() is None]
-        killed = kill_trial(running, trial_id)
+        running = [p for p in procs if p.poll() is None]
+        killed = _end(running, trial_id)
         for proc in procs:
             proc.wait()
         wall_s = time.monotonic() - t0
@@ -176,6 +183,16 @@ def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]
         failed_node=procs.index(failed) if failed is not None and len(procs) > 1 else None,
         outside_timing=channel.timing() if channel else None,
         leftovers_killed=killed)
+
+
+def _end(procs: list, trial_id: str) -> int:
+    """End the launchers still running: local ones and their trial's processes here, remote
+    ones on their hosts; how many local processes were still live."""
+    for proc in procs:
+        if proc.pid is None and proc.poll() is None:
+            proc.stop()
+    return kill_trial([p.pid for p in procs if p.pid is not None and p.poll() is None],
+                      trial_id)
 
 
 class _Pump(threading.Thread):

@@ -148,6 +148,9 @@ class TrialRecord(BaseModel):
     returncode: int | None = None
     trial_dir: str = ""
     node: str = Field("local", description="where it ran: 'local', or the cluster node's id")
+    launcher_nodes: list[str] = Field([], description="a workload spread over nodes: the node "
+                                      "of each launcher, in launcher order (empty: all on "
+                                      "``node``)")
     fingerprint: str = Field("", description="the fingerprint of the host that ran it: times "
                              "compare only between equal fingerprints")
 

@@ -23,6 +23,7 @@ from infrarsi.trial.screen import screen
 from infrarsi.trial.metrics import MetricsError
 from infrarsi.trial.process import owner_alive, run_isolated, sweep_orphans
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
+from infrarsi.trial.remote import pack_workspace
 from infrarsi.trial.spec import PatchSource, TrialSpec
 from infrarsi.trial.watch import MetricsChannel
 from infrarsi.workloads import knobs
@@ -172,11 +173,12 @@ def locked_hashes(manifest: Manifest, root: Path) -> dict[str, str]:
 
 
 def render(spec: TrialSpec, workspace: Path, trial_id: str = "trial",
-           node_rank: int = 0, rdzv_port: int = 0) -> tuple[list[str], dict[str, str]]:
+           node_rank: int = 0, rdzv_port: int = 0,
+           rdzv_host: str = "127.0.0.1") -> tuple[list[str], dict[str, str]]:
     """One launcher's command and the workload's own environment, templates filled in."""
     fields = {k: int(v) if isinstance(v, bool) else v for k, v in spec.params().items()}
     fields.update(workspace=str(workspace), node_rank=node_rank, nodes=spec.manifest.launch.nodes,
-                  rdzv_port=rdzv_port, trial_id=trial_id)
+                  rdzv_host=rdzv_host, rdzv_port=rdzv_port, trial_id=trial_id)
     flags = {f"{{{k.name}}}": k.flag if spec.knobs.get(k.name) else None
              for k in spec.manifest.knobs if k.flag is not None}
     command = [flags[part] if part in flags else part.format(**fields)
@@ -186,10 +188,10 @@ def render(spec: TrialSpec, workspace: Path, trial_id: str = "trial",
     return command, env
 
 
-def free_port() -> int:
-    """A TCP port on loopback that is free now (the rendezvous of multi-node launches)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that is free now (the rendezvous of multi-node launches)."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
@@ -229,9 +231,11 @@ def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -
 
 def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
             t0: float) -> TrialRecord:
-    port = free_port()
-    channel = _channel(spec, trial_dir)
-    rendered = [render(spec, workspace, base["trial_id"], node, port)
+    spread = spec.elsewhere if spec.manifest.launch.nodes > 1 else None
+    host = spread.host() if spread else "127.0.0.1"
+    port = free_port(host)
+    channel = _channel(spec, trial_dir, host if spread else None)
+    rendered = [render(spec, workspace, base["trial_id"], node, port, host)
                 for node in range(spec.manifest.launch.nodes)]
     commands = [command for command, _ in rendered]
     envs = [_trial_env(spec, trial_dir, workload_env) for _, workload_env in rendered]
@@ -243,18 +247,24 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
     if hierarchy is not None:
         memcg.sweep_stale(hierarchy, owner_alive)
     cgroup = memcg.TrialCgroup(hierarchy, base["trial_id"]) if hierarchy else None
+    remote = _Spread(spread, workspace, trial_dir, base["trial_id"], spec.cut_after_s,
+                     channel) if spread else None
     try:
-        for env in envs:
+        for env in envs[:1] if spread else envs:  # a remote launcher's host gives its own
             env.update(cgroup.env() if cgroup else {})
         result = run_isolated(commands, workspace, envs, spec.cut_after_s,
                               trial_dir / "stdout.log", trial_dir / "stderr.log",
                               base["trial_id"], channel,
-                              cgroup.launchers_procs if cgroup else None)
+                              cgroup.launchers_procs if cgroup else None,
+                              remote=remote.starters(len(commands)) if remote else None)
         memory = cgroup.ranks() if cgroup else None
         launchers = cgroup.launchers() if cgroup else None
     finally:
         if cgroup is not None:
             cgroup.remove()
+    if remote is not None:
+        memory = remote.join(trial_dir, memory, result)
+        base["launcher_nodes"] = remote.nodes
     outcome = classify.outcome(result, trial_dir, spec, memory)
     if outcome.status is TrialStatus.OK:
         outcome = _measure(spec, channel, result, outcome, memory)
@@ -277,11 +287,46 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
                        cost_s=time.monotonic() - t0)
 
 
-def _channel(spec: TrialSpec, trial_dir: Path) -> MetricsChannel:
+def _channel(spec: TrialSpec, trial_dir: Path, tcp_host: str | None = None) -> MetricsChannel:
     how = spec.manifest.launch.metrics
     if how == "probe":
-        return MetricsChannel.for_probe(trial_dir)
+        return MetricsChannel(trial_dir, tcp_host=tcp_host)
     return MetricsChannel.for_stdout(trial_dir, how.step_time.pattern)
+
+
+class _Spread:
+    """The launchers after the first of one trial, each on a host of ``elsewhere``: started
+    with the channel's remote address, their outcomes joined to the trial's afterwards."""
+
+    def __init__(self, elsewhere, workspace: Path, trial_dir: Path, trial_id: str,
+                 timeout_s: float, channel: MetricsChannel) -> None:
+        self.elsewhere, self.channel = elsewhere, channel
+        self.packed = pack_workspace(workspace)
+        self.trial_dir, self.trial_id, self.timeout_s = trial_dir, trial_id, timeout_s
+        self.launched: list = []
+        self.nodes = [elsewhere.node()]
+
+    def starters(self, count: int) -> dict:
+        return {i: (lambda cmd, env, i=i: self._start(i, cmd, env)) for i in range(1, count)}
+
+    def _start(self, node_rank: int, command: list[str], env: dict[str, str]):
+        env = {**env, **self.channel.remote_env()}
+        launcher = self.elsewhere.start(node_rank, command, env, self.packed,
+                                        str(self.trial_dir), self.trial_id, self.timeout_s)
+        self.launched.append(launcher)
+        return launcher
+
+    def join(self, trial_dir: Path, memory: dict | None, result) -> dict | None:
+        """Each remote launcher's files and logs into the trial's folder, its ranks' memory
+        and outside peaks into the trial's; the memory by rank."""
+        for launcher in self.launched:
+            outcome = launcher.outcome()
+            outcome.unpack(trial_dir)
+            self.nodes.append(outcome.node)
+            if memory is not None:
+                memory.update(outcome.rank_memory())
+            result.outside_peak_rss_bytes.update(outcome.peak_rss_bytes)
+        return dict(sorted(memory.items())) if memory is not None else None
 
 
 def _is_launcher(command: list[str]) -> bool:

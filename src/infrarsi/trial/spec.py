@@ -32,6 +32,8 @@ class TrialSpec:
     extra_env: dict[str, str] = field(default_factory=dict)
     evaluate: bool = True  # False: skip the held-out evaluation (measurement-only benchmarks)
     slow_after_s: float | None = None  # the search's bound: cut short there, recorded slow
+    # where launchers after the first run (``trial.remote.Elsewhere``); None: all here
+    elsewhere: object | None = field(default=None, compare=False, repr=False)
 
     @property
     def cut_after_s(self) -> float:

@@ -53,7 +53,8 @@ class MetricsChannel:
     """Receives a trial's metrics: ``start`` before launch, ``stop`` after every process ended;
     ``env`` is what the ranks need to find it; ``stdout_line`` is fed by the launchers' pipes."""
 
-    def __init__(self, trial_dir: Path, step_pattern: str | None = None) -> None:
+    def __init__(self, trial_dir: Path, step_pattern: str | None = None,
+                 tcp_host: str | None = None) -> None:
         self.trial_dir = Path(trial_dir)
         self.probe = step_pattern is None
         self._step_regex = re.compile(step_pattern.encode()) if step_pattern else None
@@ -67,8 +68,10 @@ class MetricsChannel:
         self._readers: list[threading.Thread] = []
         self._halt = threading.Event()
         self._name = f"infrarsi-{secrets.token_hex(12)}"
-        self._server: socket.socket | None = None
-        self._acceptor: threading.Thread | None = None
+        self._servers: list[socket.socket] = []
+        self._acceptors: list[threading.Thread] = []
+        self.tcp_host = tcp_host  # also listen there: ranks on other hosts report through it
+        self._tcp_port: int | None = None
 
     @classmethod
     def for_probe(cls, trial_dir: Path) -> "MetricsChannel":
@@ -81,29 +84,42 @@ class MetricsChannel:
         return cls(trial_dir, step_pattern)
 
     def env(self) -> dict[str, str]:
-        """What a rank's probe needs to find the channel."""
+        """What a rank's probe on this host needs to find the channel."""
         return {"INFRARSI_METRICS_SOCKET": f"@{self._name}"} if self.probe else {}
+
+    def remote_env(self) -> dict[str, str]:
+        """What a rank's probe on another host needs (the TCP listener; after ``start``)."""
+        return {"INFRARSI_METRICS_SOCKET": f"tcp:{self.tcp_host}:{self._tcp_port}"} \
+            if self.probe and self._tcp_port else {}
 
     def start(self) -> None:
         """Open the socket (probe workloads) and start accepting the ranks' connections."""
         self.t0 = time.monotonic()
         if not self.probe:
             return
-        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind("\0" + self._name)
-        self._server.listen(256)
-        self._server.settimeout(0.1)
-        self._acceptor = threading.Thread(target=self._accept, daemon=True)
-        self._acceptor.start()
+        local = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        local.bind("\0" + self._name)
+        self._servers.append(local)
+        if self.tcp_host is not None:
+            tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            tcp.bind((self.tcp_host, 0))
+            self._tcp_port = tcp.getsockname()[1]
+            self._servers.append(tcp)
+        for server in self._servers:
+            server.listen(256)
+            server.settimeout(0.1)
+            acceptor = threading.Thread(target=self._accept, args=(server,), daemon=True)
+            acceptor.start()
+            self._acceptors.append(acceptor)
 
     def stop(self) -> None:
         """Stop accepting, read what is left (the trial's processes are gone), and write the
         metrics files again from what arrived."""
         self._halt.set()
-        if self._acceptor is not None:
-            self._acceptor.join(timeout=2)
-        if self._server is not None:
-            self._server.close()
+        for acceptor in self._acceptors:
+            acceptor.join(timeout=2)
+        for server in self._servers:
+            server.close()
         for reader in self._readers:
             reader.join(timeout=2)
         if self.probe:
@@ -142,10 +158,10 @@ class MetricsChannel:
             reports.append(report)
         return reports
 
-    def _accept(self) -> None:
+    def _accept(self, server: socket.socket) -> None:
         while not self._halt.is_set():
             try:
-                conn, _ = self._server.accept()
+                conn, _ = server.accept()
             except (socket.timeout, OSError):
                 continue
             reader = threading.Thread(target=self._read, args=(conn,), daemon=True)

@@ -22,9 +22,11 @@ KnobValue = int | float | bool | str
 Role = Literal["ranks", "threads", "micro_batch", "grad_accum", "precision", "compile",
                "activation_checkpointing", "attention", "communication", "memory_saver",
                "optimizer", "dispatch", "data", "matmul", "other"]
-# Filled in by the harness for each launcher: its folder, node index, node count, a free
-# rendezvous port on loopback, and the trial's id.
-HARNESS_FIELDS = frozenset({"workspace", "node_rank", "nodes", "rdzv_port", "trial_id"})
+# Filled in by the harness for each launcher: its folder, node index, node count, the
+# rendezvous host (loopback when every launcher runs here; the first launcher's node address
+# when a cluster spreads them) and a free port there, and the trial's id.
+HARNESS_FIELDS = frozenset({"workspace", "node_rank", "nodes", "rdzv_host", "rdzv_port",
+                            "trial_id"})
 
 
 class ManifestError(ValueError):
