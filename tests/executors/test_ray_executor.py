@@ -87,12 +87,12 @@ def test_a_node_lost_mid_trial_ends_it_crash_and_leaves_no_process(cluster, tmp_
     while record is None and time.monotonic() < deadline + 120:
         record = executor.poll(handle)
         time.sleep(0.5)
-    assert record is not None and record.status is TrialStatus.CRASH
-    assert record.error.startswith("node lost")
+    assert record is not None and record.status is TrialStatus.CRASH, record
+    assert record.error.startswith("node lost"), record.error
     deadline = time.monotonic() + 10  # they die with the node's agent, by parent-death
     while _scratch_processes() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _scratch_processes() == []
+    assert _scratch_processes() == [], [p.cmdline() for p in _scratch_processes()]
 
 
 def test_a_run_keeps_two_trials_in_flight_one_per_node(cluster, tmp_path):

@@ -34,6 +34,7 @@ import itertools
 import shutil
 import tarfile
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -241,8 +242,12 @@ class NodeAgent:
     nodes, the first bundle's agent runs the trial and the others' run its other launchers
     (``launch``; ``stop`` ends one, from another thread of the agent)."""
 
+    def __init__(self) -> None:
+        self._one_trial = threading.Lock()  # the agent takes more calls (stop) than trials
+
     def run(self, request: dict, bundle: bytes, peers: list = ()) -> tuple[str, str, bytes]:
-        return _run_on_node(request, bundle, list(peers))
+        with self._one_trial:  # trials sent to one slot run one after another
+            return _run_on_node(request, bundle, list(peers))
 
     def launch(self, command: list[str], env: dict[str, str], workspace: bytes,
                trial_dir: str, trial_id: str, timeout_s: float):
