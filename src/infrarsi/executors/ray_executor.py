@@ -153,7 +153,7 @@ class RayExecutor(Executor):
         ready, _ = self.ray.wait([job["ref"]], timeout=0)
         if not ready:
             return None
-        errors = self.ray.exceptions
+        errors, lost = self.ray.exceptions, False
         try:
             record_json, node_workdir, tar = self.ray.get(job["ref"])
             job["record"] = self._land(job["request"], record_json, node_workdir, tar)
@@ -162,9 +162,9 @@ class RayExecutor(Executor):
         except (errors.RayActorError, errors.NodeDiedError, errors.WorkerCrashedError,
                 errors.ObjectLostError, errors.RaySystemError,
                 errors.LocalRayletDiedError) as exc:
-            job["record"] = _lost(job["request"], job["t0"], exc)
+            job["record"], lost = _lost(job["request"], job["t0"], exc), True
         finally:
-            self._release(job, lost=job["record"] is not None and job["record"].node == "lost")
+            self._release(job, lost=lost)
         return job["record"]
 
     def cancel(self, handle: str) -> bool:

@@ -21,11 +21,13 @@ peak, compared with the baseline's by ``verify``. Where no writable memory cgrou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 PREFIX = "infrarsi-"
 LAUNCHERS = "launchers"
@@ -175,6 +177,23 @@ def remove_tree(path: Path, wait_s: float = 5.0) -> bool:
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def trial_cgroup(trial_id: str, owner_alive: Callable[[int], bool]
+                 ) -> Iterator["TrialCgroup | None"]:
+    """The trial's cgroup for the block (cgroups of harnesses that are gone swept first),
+    removed after it; None where this host has no memory cgroup hierarchy."""
+    hierarchy = available()
+    if hierarchy is None:
+        yield None
+        return
+    sweep_stale(hierarchy, owner_alive)
+    cgroup = TrialCgroup(hierarchy, trial_id)
+    try:
+        yield cgroup
+    finally:
+        cgroup.remove()
 
 
 def sweep_stale(hierarchy: Hierarchy, owner_alive) -> int:

@@ -100,20 +100,13 @@ def run_launcher(node: str, command: list[str], env: dict[str, str], workspace: 
     env = {k: v.replace(there, str(scratch)) for k, v in env.items()}
     for name in ("home", "cache", "tmp"):
         (here / name).mkdir(exist_ok=True)
-    hierarchy = memcg.available()
-    if hierarchy is not None:
-        memcg.sweep_stale(hierarchy, owner_alive)
-    cgroup = memcg.TrialCgroup(hierarchy, trial_id) if hierarchy else None
-    try:
+    with memcg.trial_cgroup(trial_id, owner_alive) as cgroup:
         env.update(cgroup.env() if cgroup else {})
         result = run_isolated([command], here / "workspace", [env], timeout_s,
                               here / "stdout.log", here / "stderr.log", trial_id, None,
                               cgroup.launchers_procs if cgroup else None)
         memory = {r: (m.peak_bytes, m.oom_kills) for r, m in cgroup.ranks().items()} \
             if cgroup else {}
-    finally:
-        if cgroup is not None:
-            cgroup.remove()
     try:
         return RemoteOutcome(node=node, returncode=result.returncode, timed_out=result.timed_out,
                              memory=memory, peak_rss_bytes=result.outside_peak_rss_bytes,

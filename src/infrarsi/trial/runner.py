@@ -243,13 +243,9 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
         env.update(channel.env())
         if not _is_launcher(command):
             env["INFRARSI_CAP_SELF"] = "1"  # a plain launch: the one process is rank 0
-    hierarchy = memcg.available()
-    if hierarchy is not None:
-        memcg.sweep_stale(hierarchy, owner_alive)
-    cgroup = memcg.TrialCgroup(hierarchy, base["trial_id"]) if hierarchy else None
     remote = _Spread(spread, workspace, trial_dir, base["trial_id"], spec.cut_after_s,
                      channel) if spread else None
-    try:
+    with memcg.trial_cgroup(base["trial_id"], owner_alive) as cgroup:
         for env in envs[:1] if spread else envs:  # a remote launcher's host gives its own
             env.update(cgroup.env() if cgroup else {})
         result = run_isolated(commands, workspace, envs, spec.cut_after_s,
@@ -259,9 +255,6 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
                               remote=remote.starters(len(commands)) if remote else None)
         memory = cgroup.ranks() if cgroup else None
         launchers = cgroup.launchers() if cgroup else None
-    finally:
-        if cgroup is not None:
-            cgroup.remove()
     if remote is not None:
         memory = remote.join(trial_dir, memory, result)
         base["launcher_nodes"] = remote.nodes

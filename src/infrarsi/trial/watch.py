@@ -74,11 +74,6 @@ class MetricsChannel:
         self._tcp_port: int | None = None
 
     @classmethod
-    def for_probe(cls, trial_dir: Path) -> "MetricsChannel":
-        """A socket the ranks' probes connect to."""
-        return cls(trial_dir)
-
-    @classmethod
     def for_stdout(cls, trial_dir: Path, step_pattern: str) -> "MetricsChannel":
         """The launchers' standard output, step lines matched by the step-time pattern."""
         return cls(trial_dir, step_pattern)
