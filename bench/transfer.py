@@ -118,7 +118,7 @@ def warm_problem(s, seed: int, bank: list[Experience], hardware: dict, workload:
     by_key = {config_key(c.knob_dict, c.patches): c for c in problem.candidates}
     seeds = [by_key.get(config_key(x.knobs, x.patches)) for x in advice.seeds]
     seeds = [c for c in seeds if c is not None]
-    problem = dataclasses.replace(problem, seeds=seeds,
+    problem = dataclasses.replace(problem, seeds=seeds, bank_seeds=seeds,
                                   bank_log_speed=bank_time_prior(advice, problem.baseline))
     return problem, advice
 

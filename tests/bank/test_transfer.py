@@ -161,6 +161,37 @@ def test_the_banks_prior_is_kept_while_trials_agree_and_dropped_once_they_contra
     assert bank and all(v == (1.0 if kept else 0.0) for v in bank.values()), bank
 
 
+@pytest.mark.parametrize("name", ["infrarsi", "random"])
+@pytest.mark.parametrize("first_holds", [True, False])
+def test_a_bank_seed_that_does_not_hold_ends_the_banks_say(name, first_holds):
+    """The bank's first seed measured here slower than the baseline: its second seed is not
+    tried as a start point and (InfraRSI) its time prior leaves the model at once, not after
+    ``BANK_FADE_MIN`` trials; a seed that held keeps both."""
+    from infrarsi.run import searchers as registry
+    claim = lambda c: -0.3 if c.knob_dict["threads"] == 2 else 0.0  # noqa: E731
+    problem = _guard_problem(claim)
+    one, two = [c for c in problem.candidates if c.knob_dict["threads"] == 2][:2]
+    problem = Problem(problem.candidates, problem.space, problem.baseline, seeds=[one, two],
+                      bank_seeds=[one, two], bank_log_speed=problem.bank_log_speed,
+                      noise_var_log=problem.noise_var_log)
+    searcher = registry.make(name, problem, 0)
+    asked = []
+    for _ in range(3):
+        config = searcher.ask()
+        asked.append(config)
+        slower = config == one and not first_holds
+        searcher.tell(config, Outcome("ok", step_time_s=1.3 if slower else
+                                      (1.0 if config == problem.baseline else 0.8),
+                                      peak_bytes=1e8, cost_s=5.0))
+    assert asked[:2] == [problem.baseline, one]
+    assert (asked[2] == two) is first_holds
+    assert (problem.bank_contradicted(searcher.history) == one) is not first_holds
+    if name == "infrarsi":
+        searcher._fit()
+        bank = [k for k in searcher.patch_weights if k.startswith(BANK + ":")]
+        assert bool(bank) is first_holds
+
+
 def test_the_baseline_is_never_a_seed():
     base = {"micro_batch": 2, "precision": "fp32"}
     rows = _bank_rows() + [experience("lucky", base, 1.1)]  # a baseline run that ran fast

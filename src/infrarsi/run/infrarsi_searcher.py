@@ -121,6 +121,8 @@ class InfraRSISearcher(Searcher):
         rows = [i for i, _ in timed]
         catalog, names = PRIOR_SHRINK * p.catalog_parts, list(p.patch_ids)  # (n, P)
         used = [j for j in range(p.bank_parts.shape[1]) if p.bank_parts[:, j].any()]
+        if p.bank_contradicted(self.history):  # a seed of the bank's did not hold here
+            used = []
         if used:  # the bank's prior: a column per knob or patch, each trusted as far as
             # its own trials agree (the negative-transfer guard)
             catalog = np.hstack([catalog, p.bank_parts[:, used]])
@@ -209,6 +211,9 @@ class InfraRSISearcher(Searcher):
 
     # -- proposing ---------------------------------------------------------------------------
     def ask(self) -> Config | None:
+        if self.problem.bank_contradicted(self.history):  # the bank's other seeds go
+            refuted = set(self.problem.bank_seeds)
+            self.start = [c for c in self.start if c in self.tried or c not in refuted]
         for c in self.start:
             if c not in self.tried:
                 self.last = self._describe(self.problem.index[c])

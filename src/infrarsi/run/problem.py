@@ -66,6 +66,8 @@ class Problem:
     # (n, k) parts that add up to the log analytic peak (see memory.TobitMemoryModel)
     prior_log_speed: Callable[[list[Config]], np.ndarray] | None = None
     seeds: list[Config] = field(default_factory=list)
+    # which of ``seeds`` the experience bank gave (past runs elsewhere, not this host's Doctor)
+    bank_seeds: list[Config] = field(default_factory=list)
     # the catalog's log step-time ratio per patch (prior_log_speed is their sum when not given)
     patch_log_speed: dict[str, float] = field(default_factory=dict)
     # log step-time ratio this host measured for some knob values (the Doctor's calibration
@@ -150,6 +152,23 @@ class Problem:
         seeds = [s for s in self.seeds if s in self.index and
                  (fits[self.index[s]] or s.knobs == self.baseline.knobs)]
         return list(dict.fromkeys([self.baseline] + seeds + ([pick] if pick is not None else [])))
+
+    def bank_contradicted(self, history: list[tuple[Config, Outcome]]) -> Config | None:
+        """The first bank seed that did not hold here, or None: one that ran out of memory, was
+        cut short as slow, failed, or ran no faster than the baseline measured in the same
+        search (the median of its trials so far; the rule the report's "held" uses). A seed is
+        the bank's most confident claim for this host; once one is refuted, the negative-
+        transfer guard stops trusting the rest — its other seeds and its time prior."""
+        if not self.bank_seeds:
+            return None
+        base = [o.step_time_s for c, o in history
+                if c == self.baseline and o.status == TrialStatus.OK]
+        if not base:
+            return None
+        base_s = float(np.median(base))
+        bank = set(self.bank_seeds)
+        return next((c for c, o in history if c in bank and c != self.baseline and
+                     (o.status != TrialStatus.OK or o.step_time_s >= base_s)), None)
 
     @property
     def offset_total(self) -> np.ndarray | None:

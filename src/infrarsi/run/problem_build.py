@@ -256,7 +256,7 @@ def build_problem(manifest, scale: str, capacity_bytes: int | None,
     return Problem(configs, space, configs[0], capacity_bytes=capacity_bytes,
                    analytic_log_peak=analytic(manifest, scale) or
                    bank_memory_prior(bank, configs[0], report),
-                   patch_log_speed=patch_speeds(manifest), seeds=seeds,
+                   patch_log_speed=patch_speeds(manifest), seeds=seeds, bank_seeds=from_bank,
                    measured_log_speed=measured_prior(manifest, scale, report),
                    bank_log_speed=bank_time_prior(bank, configs[0]),
                    derived=tuple(k.name for k in manifest.knobs if k.derive is not None),

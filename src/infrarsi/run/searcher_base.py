@@ -50,9 +50,13 @@ class Searcher:
         return None
 
     def _next_start(self) -> Config | None:
-        """The first untried of the problem's start points (the baseline, the Doctor's seeds,
-        the priors' pick), which every searcher is given."""
-        return next((c for c in self.problem.start_points() if c not in self.tried), None)
+        """The first untried of the problem's start points (the baseline, the seeds, the
+        priors' pick), which every searcher is given; the bank's seeds are passed over once
+        one of them did not hold here (``Problem.bank_contradicted``)."""
+        refuted = set(self.problem.bank_seeds) if \
+            self.problem.bank_contradicted(self.history) else set()
+        return next((c for c in self.problem.start_points()
+                     if c not in self.tried and c not in refuted), None)
 
     def _untried_that_fit(self) -> list[Config]:
         """Untried candidates the analytic memory estimate says fit (every untried one when
