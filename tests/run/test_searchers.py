@@ -217,3 +217,27 @@ def test_the_slow_bound_is_k_times_the_incumbents_cost_and_time():
     mu = searcher._predict()[0]
     assert mu[p.index[other]] > mu[p.index[p.baseline]] + math.log(1.5)
     assert InfraRSISearcher(p, seed=0, cut_slow=False).slow_bound() is None
+
+
+def test_the_priors_pick_keeps_the_knobs_no_prior_speaks_of_at_the_baseline():
+    """The catalog speaks of patches only: of the configs with its best patch set the pick is
+    the baseline's knobs with those patches, never another knob value the candidate list
+    happens to hold first; a value the Doctor measured faster here is taken."""
+    from infrarsi.run.problem_build import build_problem
+    from infrarsi.workloads import find
+    manifest = find("dense-1node")
+    problem = build_problem(manifest, "tiny", None)
+    pick = problem.prior_pick()
+    gains = {q for q, r in problem.patch_log_speed.items() if r < 0}
+    assert pick.knobs == problem.baseline.knobs and pick.patches == gains
+    space = Space.from_levels({"micro_batch": [1, 2, 4], "compile": ["off", "on"]}, ["fast"])
+    configs = [Config.of({"micro_batch": mb, "compile": c}, p)
+               for c in ("on", "off") for mb in (4, 1, 2) for p in (["fast"], [])]
+    base = Config.of({"micro_batch": 2, "compile": "off"})
+    measured = lambda cs: np.array([-0.2 if c.knob_dict["micro_batch"] == 4 else 0.0  # noqa
+                                    for c in cs])
+    plain = Problem(configs, space, base, patch_log_speed={"fast": math.log(0.8)})
+    assert plain.prior_pick() == Config.of({"micro_batch": 2, "compile": "off"}, ["fast"])
+    told = Problem(configs, space, base, patch_log_speed={"fast": math.log(0.8)},
+                   measured_log_speed=measured)
+    assert told.prior_pick() == Config.of({"micro_batch": 4, "compile": "off"}, ["fast"])

@@ -128,7 +128,9 @@ class Problem:
         """The candidate the priors expect fastest (the catalog's ratios and what the Doctor
         measured; not the bank's prior, whose own picks are its seeds — two starts from two
         sources, not one) among those the analytic estimate says fit and the Doctor did not measure
-        slow; None without a prior. What a user of any tool could enqueue first."""
+        slow; None without a prior. What a user of any tool could enqueue first. Of those the
+        priors rank alike, the one nearest the baseline: a knob no prior speaks of keeps its
+        baseline value (a change there is a guess, which the space-filling start explores)."""
         if self.prior_log_speed is None and not self.measured.any():
             return None
         prior = self.measured + (self.prior_log_speed(self.candidates)
@@ -136,7 +138,10 @@ class Problem:
         ok = self.analytic_fits() & (self.measured <= math.log(MEASURED_SLOW))
         if not ok.any():
             return None
-        return self.candidates[int(np.argmin(np.where(ok, prior, np.inf)))]
+        prior = np.where(ok, prior, np.inf)
+        best = np.flatnonzero(prior <= prior.min() + PRIOR_TIE)
+        return min((self.candidates[i] for i in best),
+                   key=lambda c: distance(c, self.baseline))
 
     def start_points(self) -> list[Config]:
         """The baseline, the seeds (the Doctor's, the bank's) and the priors' pick: what every
@@ -194,6 +199,7 @@ class Problem:
 
 ANALYTIC_MARGIN = 0.05  # log: an estimate within 5% of the capacity is not trusted to fit
 MEASURED_SLOW = 1.5  # a config the Doctor measured this much slower is no start point
+PRIOR_TIE = 1e-9  # log ratios this close are one prior (sums of the same catalog ratios)
 
 
 def distance(a: Config, b: Config) -> int:

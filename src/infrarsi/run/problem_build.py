@@ -48,7 +48,9 @@ def patch_sets(manifest) -> list[frozenset[str]]:
 
 
 def candidates(manifest, scale: str, seed: int = 0, limit: int = MAX_RANDOM) -> list[Config]:
-    """The baseline, its one-change neighbours, and up to ``limit`` random valid configs."""
+    """The baseline, its one-change neighbours, the baseline's knobs with each set of patches
+    (the priors' pick among them: what the catalog says without a guess at the knobs), and up
+    to ``limit`` random valid configs."""
     levels, sets = free_levels(manifest), patch_sets(manifest)
     base = knobs.resolve(manifest, scale, {})
     out = {Config.of(base): None}
@@ -62,8 +64,8 @@ def candidates(manifest, scale: str, seed: int = 0, limit: int = MAX_RANDOM) -> 
     for name, values in levels.items():
         for value in values:
             add({**free, name: value}, frozenset())
-    for patch in manifest.patches:
-        add(free, frozenset([patch.id]))
+    for patches in sets[:limit]:  # smallest sets first
+        add(free, patches)
     rng = np.random.default_rng(seed)
     total = math.prod(len(v) for v in levels.values()) * len(sets)
     for _ in range(min(limit, total) * 3):
