@@ -35,6 +35,22 @@ def cluster():
     c.shutdown()
 
 
+@pytest.fixture
+def spare_nodes(cluster):
+    """Two more nodes with a ``spare`` resource, removed after the test (the other tests count
+    on the fixture's two)."""
+    c, _ = cluster
+    spare = [c.add_node(num_cpus=2, resources={"spare": 1, name: 1})
+             for name in ("node_c", "node_d")]
+    c.wait_for_nodes()
+    yield spare
+    from infrarsi.executors.ray_executor import release_idle
+    release_idle()
+    for node in spare:
+        if node in c.worker_nodes:
+            c.remove_node(node)
+
+
 @pytest.fixture(autouse=True)
 def released(cluster):
     """Each test leaves no placement group reserving the fixture's nodes."""
@@ -71,43 +87,87 @@ def test_infrarsi_trial_runs_on_the_cluster_and_says_where(cluster, tmp_path):
     assert Path(record["evaluation"]["final_weights"]).is_file()
 
 
-def test_a_node_lost_mid_trial_ends_it_crash_and_leaves_no_process(cluster, tmp_path):
+def _contract():
+    """dense-1node at tiny, as ``infrarsi init`` makes it."""
+    from infrarsi.init import make_contract, read_instruction
+    from infrarsi.init.build import workload_files
+    from infrarsi.workloads import find
+    manifest = find("dense-1node")
+    text = "cut time, loss within 1%"
+    return make_contract(manifest, "tiny", text, read_instruction(text, workload_files(manifest)))
+
+
+def _scratch_of(process: psutil.Process) -> str | None:
+    try:
+        return next((part for part in Path(process.cwd()).parts
+                     if part.startswith("infrarsi-ray-")), None)
+    except psutil.Error:
+        return None
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _node_running(process: psutil.Process, nodes: list):
+    """The cluster node whose raylet ``process`` descends from."""
+    raylets = {n.all_processes["raylet"][0].process.pid: n for n in nodes}
+    for parent in process.parents():
+        if parent.pid in raylets:
+            return raylets[parent.pid]
+    return None
+
+
+def test_a_node_lost_mid_run_ends_that_trial_crash_and_the_run_goes_on(cluster, spare_nodes,
+                                                                      tmp_path):
+    import threading
+    from infrarsi.run.loop import RunLoop
+    from infrarsi.store import open_run_dir
     c, _ = cluster
-    doomed = c.add_node(num_cpus=2, resources={"node_c": 1})  # the fixture's nodes stay
-    c.wait_for_nodes()
-    executor = RayExecutor(tmp_path, c.address, resources={"node_c": 1})
-    handle = executor.submit(TrialRequest(workload="dense-1node", scale="tiny", knobs={}))
-    deadline = time.monotonic() + 60
-    while not _scratch_processes() and time.monotonic() < deadline:
+    spare = spare_nodes
+    run_dir = tmp_path / "run"
+    loop = RunLoop(_contract(), run_dir, "random", 3, None,
+                   executor=RayExecutor(run_dir, c.address, resources={"spare": 1}))
+    thread = threading.Thread(target=loop.start, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not list(run_dir.rglob("record.json")) and time.monotonic() < deadline:
         time.sleep(0.2)
-    time.sleep(1)  # the ranks are running
-    assert _scratch_processes(), "the trial did not start on the node within 60 s"
-    c.remove_node(doomed, allow_graceful=False)
-    record = None
-    while record is None and time.monotonic() < deadline + 120:
-        record = executor.poll(handle)
-        time.sleep(0.5)
-    assert record is not None and record.status is TrialStatus.CRASH, record
-    assert record.error.startswith("node lost"), record.error
+    first = {_scratch_of(p) for p in _scratch_processes()}  # what is left of the first trial
+    second = []
+    while not second and time.monotonic() < deadline:
+        second = [p for p in _scratch_processes() if _scratch_of(p) not in first]
+        time.sleep(0.2)
+    assert second, "the second trial did not start within 120 s"
+    time.sleep(1)  # its ranks are running
+    victim = next(filter(None, map(lambda p: _node_running(p, spare), second)))
+    c.remove_node(victim, allow_graceful=False)
+    thread.join(timeout=300)
+    assert not thread.is_alive(), "the run did not finish after the node was lost"
+    store, run = open_run_dir(run_dir)
+    trials = store.trials(run.run_id)
+    statuses = [t.status.value for t in trials]
+    assert len(trials) == 3 and statuses.count("crash") == 1, statuses
+    (lost,) = [t for t in trials if t.status.value == "crash"]
+    assert lost.record_json["error"].startswith("node lost"), lost.record_json["error"]
+    assert statuses.count("ok") == 2  # the baseline before, another trial after, elsewhere
+    assert lost.seq == 1 and trials[2].record_json["node"] != victim.node_id
     deadline = time.monotonic() + 30  # they die with the node's agent (parent-death) once it
     # notices its raylet is gone
-    while _scratch_processes() and time.monotonic() < deadline:
+    while any(map(_alive, second)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _scratch_processes() == [], [p.cmdline() for p in _scratch_processes()]
+    assert not [p.cmdline() for p in second if _alive(p)], "a process of the lost trial lives"
 
 
 def test_a_run_keeps_two_trials_in_flight_one_per_node(cluster, tmp_path):
     from infrarsi.executors import LocalExecutor
-    from infrarsi.init import make_contract, read_instruction
-    from infrarsi.init.build import workload_files
     from infrarsi.run.loop import RunLoop
     from infrarsi.store import open_run_dir
-    from infrarsi.workloads import find
     c, nodes = cluster
-    manifest = find("dense-1node")
-    text = "cut time, loss within 1%"
-    contract = make_contract(manifest, "tiny", text, read_instruction(text,
-                                                                      workload_files(manifest)))
+    contract = _contract()
     runs = {}
     for kind, budget, parallel in (("ray", 2, 2), ("local", 2, 1)):
         run_dir = tmp_path / kind
