@@ -224,3 +224,19 @@ def test_a_two_node_trial_runs_its_launchers_on_two_nodes(cluster, tmp_path):
     assert len(peaks) == 2 and all(b > 0 for b in peaks), peaks
     assert Path(record.evaluation.final_weights).is_file()
     assert _scratch_processes() == []
+
+
+def test_optimize_runs_the_doctor_the_search_and_apply_on_the_cluster(cluster, tmp_path):
+    from conftest import optimize_json
+    c, nodes = cluster
+    answer = optimize_json(Path("dense-1node"), "cut time, loss within 1%", tmp_path,
+                           "--budget", "4", "--doctor-repeats", "2", "--verify-rounds", "2",
+                           "--top", "1", "--no-bank", "--executor", "ray",
+                           "--ray-address", c.address)
+    run_dir = Path(answer["rounds"][0]["run_dir"])
+    lines = [json.loads(line) for line in (run_dir / "audit.jsonl").read_text().splitlines()]
+    assert {line["stage"] for line in lines} == {"doctor", "run", "apply"}
+    assert sum(line["stage"] == "run" for line in lines) == 4
+    where = {line["node"] for line in lines}
+    assert where <= {n.node_id for n in nodes.values()}, where  # never "local"
+    assert {line["fingerprint"] for line in lines} == {host_fingerprint()}
