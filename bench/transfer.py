@@ -116,9 +116,10 @@ def warm_problem(s, seed: int, bank: list[Experience], hardware: dict, workload:
     advice = advise(bank, hardware, workload, bank_url="replay",
                     baseline=problem.baseline.knob_dict)
     by_key = {config_key(c.knob_dict, c.patches): c for c in problem.candidates}
-    seeds = [by_key.get(config_key(x.knobs, x.patches)) for x in advice.seeds]
-    seeds = [c for c in seeds if c is not None]
-    problem = dataclasses.replace(problem, seeds=seeds, bank_seeds=seeds,
+    gains = {by_key[config_key(x.knobs, x.patches)]: math.log(x.expected_speedup)
+             for x in advice.seeds if config_key(x.knobs, x.patches) in by_key}
+    seeds = list(gains)
+    problem = dataclasses.replace(problem, seeds=seeds, bank_seeds=seeds, bank_gain=gains,
                                   bank_log_speed=bank_time_prior(advice, problem.baseline))
     return problem, advice
 

@@ -110,7 +110,7 @@ def test_a_distant_host_weighs_less_and_one_too_far_weighs_nothing():
 def test_the_bank_seeds_a_run_of_the_same_workload_first():
     manifest = find("dense-1node")
     seed = BankSeed(knobs={"nproc": 1, "micro_batch": 4, "precision": "fp32", "grad_accum": 99},
-                    patches=["sdpa_attention"], expected_speedup=1.4, similarity=1.0,
+                    patches=["sdpa_attention"], expected_speedup=2.0, similarity=1.0,
                     experiences=2, sources=[])
     alien = BankSeed(knobs={"nproc": 1}, patches=["not_in_this_catalog"], expected_speedup=2.0,
                      similarity=1.0, experiences=1, sources=[])
@@ -190,6 +190,25 @@ def test_a_bank_seed_that_does_not_hold_ends_the_banks_say(name, first_holds):
         searcher._fit()
         bank = [k for k in searcher.patch_weights if k.startswith(BANK + ":")]
         assert bool(bank) is first_holds
+
+
+@pytest.mark.parametrize("expected, before_the_pick", [(1.5, True), (1.05, False)])
+def test_a_bank_seed_comes_before_the_priors_pick_only_when_it_claims_more(expected,
+                                                                          before_the_pick):
+    """Two sources' claims, the larger first: the catalog claims ~1.39x for its pick on
+    dense-1node (three patches); a bank seed expected at 1.5x here goes before it, one at
+    1.05x after it."""
+    seed = BankSeed(knobs={"nproc": 1, "micro_batch": 4}, patches=[], similarity=0.2,
+                    expected_speedup=expected, experiences=1, sources=[])
+    advice = BankAdvice(bank_url="sqlite://", hardware={}, workload={}, experiences=1, used=1,
+                        seeds=[seed])
+    problem = build_problem(find("dense-1node"), "tiny", None, bank=advice)
+    (config,) = problem.bank_seeds
+    assert problem.bank_gain == {config: pytest.approx(math.log(expected))}
+    starts = problem.start_points()
+    pick = problem.prior_pick()
+    assert starts[0] == problem.baseline and set(starts) == {problem.baseline, config, pick}
+    assert (starts.index(config) < starts.index(pick)) is before_the_pick
 
 
 def test_the_baseline_is_never_a_seed():

@@ -68,6 +68,9 @@ class Problem:
     seeds: list[Config] = field(default_factory=list)
     # which of ``seeds`` the experience bank gave (past runs elsewhere, not this host's Doctor)
     bank_seeds: list[Config] = field(default_factory=list)
+    # each bank seed's expected log speed-up here, as the bank advised it (its similarity taken
+    # into account); a seed without one is tried before the priors' pick
+    bank_gain: dict[Config, float] = field(default_factory=dict)
     # the catalog's log step-time ratio per patch (prior_log_speed is their sum when not given)
     patch_log_speed: dict[str, float] = field(default_factory=dict)
     # log step-time ratio this host measured for some knob values (the Doctor's calibration
@@ -131,10 +134,9 @@ class Problem:
         slow; None without a prior. What a user of any tool could enqueue first. Of those the
         priors rank alike, the one nearest the baseline: a knob no prior speaks of keeps its
         baseline value (a change there is a guess, which the space-filling start explores)."""
-        if self.prior_log_speed is None and not self.measured.any():
+        prior = self._prior_log_ratio()
+        if prior is None:
             return None
-        prior = self.measured + (self.prior_log_speed(self.candidates)
-                                 if self.prior_log_speed else 0.0)
         ok = self.analytic_fits() & (self.measured <= math.log(MEASURED_SLOW))
         if not ok.any():
             return None
@@ -142,6 +144,14 @@ class Problem:
         best = np.flatnonzero(prior <= prior.min() + PRIOR_TIE)
         return min((self.candidates[i] for i in best),
                    key=lambda c: distance(c, self.baseline))
+
+    def _prior_log_ratio(self) -> np.ndarray | None:
+        """Per candidate, the log step-time ratio to the baseline the catalog and the Doctor's
+        measurements claim (None without either)."""
+        if self.prior_log_speed is None and not self.measured.any():
+            return None
+        return self.measured + (self.prior_log_speed(self.candidates)
+                                if self.prior_log_speed else 0.0)
 
     def start_points(self) -> list[Config]:
         """The baseline, the seeds (the Doctor's, the bank's) and the priors' pick: what every
@@ -151,12 +161,18 @@ class Problem:
         here — a bank seed from a host with more memory per rank would otherwise spend an
         early trial on an OOM, and the censored memory model would then shy away from its
         whole neighbourhood. A seed on the baseline's knobs (a patch) is kept: the baseline
-        runs anyway."""
+        runs anyway. A bank seed expected to gain less here than the priors claim for their
+        pick comes after the pick: two sources' claims, the larger first."""
         pick = self.prior_pick()
         fits = self.analytic_fits()
         seeds = [s for s in self.seeds if s in self.index and
                  (fits[self.index[s]] or s.knobs == self.baseline.knobs)]
-        return list(dict.fromkeys([self.baseline] + seeds + ([pick] if pick is not None else [])))
+        if pick is None:
+            return list(dict.fromkeys([self.baseline] + seeds))
+        claim = -float(self._prior_log_ratio()[self.index[pick]])
+        later = [s for s in seeds if s in self.bank_gain and self.bank_gain[s] <= claim]
+        first = [s for s in seeds if s not in later]
+        return list(dict.fromkeys([self.baseline] + first + [pick] + later))
 
     def bank_contradicted(self, history: list[tuple[Config, Outcome]]) -> Config | None:
         """The first bank seed that did not hold here, or None: one that ran out of memory, was

@@ -166,21 +166,28 @@ def bank_seeds(manifest, scale: str, advice: BankAdvice | None) -> list[Config]:
     """The bank's seeds as configs of this workload: their free knobs resolved here (the
     derived ones follow); a seed with a knob value or a patch this workload does not have is
     left out."""
+    return list(bank_gains(manifest, scale, advice))
+
+
+def bank_gains(manifest, scale: str, advice: BankAdvice | None) -> dict[Config, float]:
+    """``bank_seeds``, each with its expected log speed-up here as the bank advised it (the
+    first seed's, where two resolve to one config), in the bank's order."""
     if advice is None:
-        return []
+        return {}
     derived = {k.name for k in manifest.knobs if k.derive is not None}
     names = {k.name for k in manifest.knobs}
     ids = {p.id for p in manifest.patches}
-    out = []
+    out: dict[Config, float] = {}
     for s in advice.seeds:
         if not set(s.patches) <= ids:
             continue
         free = {k: v for k, v in s.knobs.items() if k in names and k not in derived}
         try:
-            out.append(Config.of(knobs.resolve(manifest, scale, free), frozenset(s.patches)))
+            config = Config.of(knobs.resolve(manifest, scale, free), frozenset(s.patches))
         except AssignmentError:
             continue
-    return list(dict.fromkeys(out))
+        out.setdefault(config, math.log(s.expected_speedup))
+    return out
 
 
 def bank_time_prior(advice: BankAdvice | None, baseline: Config):
@@ -259,6 +266,7 @@ def build_problem(manifest, scale: str, capacity_bytes: int | None,
                    analytic_log_peak=analytic(manifest, scale) or
                    bank_memory_prior(bank, configs[0], report),
                    patch_log_speed=patch_speeds(manifest), seeds=seeds, bank_seeds=from_bank,
+                   bank_gain=bank_gains(manifest, scale, bank),
                    measured_log_speed=measured_prior(manifest, scale, report),
                    bank_log_speed=bank_time_prior(bank, configs[0]),
                    derived=tuple(k.name for k in manifest.knobs if k.derive is not None),
