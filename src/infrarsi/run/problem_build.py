@@ -162,16 +162,11 @@ def doctor_seeds(manifest, scale: str, report: DoctorReport | None) -> list[Conf
     return list(dict.fromkeys(seeds))
 
 
-def bank_seeds(manifest, scale: str, advice: BankAdvice | None) -> list[Config]:
-    """The bank's seeds as configs of this workload: their free knobs resolved here (the
-    derived ones follow); a seed with a knob value or a patch this workload does not have is
-    left out."""
-    return list(bank_gains(manifest, scale, advice))
-
-
 def bank_gains(manifest, scale: str, advice: BankAdvice | None) -> dict[Config, float]:
-    """``bank_seeds``, each with its expected log speed-up here as the bank advised it (the
-    first seed's, where two resolve to one config), in the bank's order."""
+    """The bank's seeds as configs of this workload, in the bank's order, each with its
+    expected log speed-up here as the bank advised it (the first seed's, where two resolve to
+    one config): their free knobs resolved here (the derived ones follow); a seed with a knob
+    value or a patch this workload does not have is left out."""
     if advice is None:
         return {}
     derived = {k.name for k in manifest.knobs if k.derive is not None}
@@ -251,8 +246,9 @@ def build_problem(manifest, scale: str, capacity_bytes: int | None,
     clashes = incompatible_pairs(manifest)
     configs = [c for c in candidates(manifest, scale, seed)
                if not any(pair <= c.patches for pair in clashes)]
-    from_bank = [c for c in bank_seeds(manifest, scale, bank)
-                 if not any(pair <= c.patches for pair in clashes)]
+    gains = {c: g for c, g in bank_gains(manifest, scale, bank).items()
+             if not any(pair <= c.patches for pair in clashes)}
+    from_bank = list(gains)
     configs += [c for c in from_bank if c not in set(configs)]
     levels = {k.name: sorted({c.knob_dict[k.name] for c in configs})
               for k in manifest.knobs}
@@ -266,7 +262,7 @@ def build_problem(manifest, scale: str, capacity_bytes: int | None,
                    analytic_log_peak=analytic(manifest, scale) or
                    bank_memory_prior(bank, configs[0], report),
                    patch_log_speed=patch_speeds(manifest), seeds=seeds, bank_seeds=from_bank,
-                   bank_gain=bank_gains(manifest, scale, bank),
+                   bank_gain=gains,
                    measured_log_speed=measured_prior(manifest, scale, report),
                    bank_log_speed=bank_time_prior(bank, configs[0]),
                    derived=tuple(k.name for k in manifest.knobs if k.derive is not None),
