@@ -134,14 +134,16 @@ def test_a_node_lost_mid_run_ends_that_trial_crash_and_the_run_goes_on(cluster, 
     thread = threading.Thread(target=loop.start, daemon=True)
     thread.start()
     deadline = time.monotonic() + 120
-    while not list(run_dir.rglob("record.json")) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    first = {_scratch_of(p) for p in _scratch_processes()}  # what is left of the first trial
+    seen: list[str] = []  # each trial's scratch folder, in the order they appear
     second = []
     while not second and time.monotonic() < deadline:
-        second = [p for p in _scratch_processes() if _scratch_of(p) not in first]
-        time.sleep(0.2)
-    assert second, "the second trial did not start within 120 s"
+        processes = _scratch_processes()
+        for scratch in map(_scratch_of, processes):
+            if scratch and scratch not in seen:
+                seen.append(scratch)
+        second = [p for p in processes if len(seen) > 1 and _scratch_of(p) == seen[1]]
+        time.sleep(0.1)
+    assert second, f"the second trial did not start within 120 s (seen: {seen})"
     time.sleep(1)  # its ranks are running
     victim = next(filter(None, map(lambda p: _node_running(p, spare), second)))
     c.remove_node(victim, allow_graceful=False)
