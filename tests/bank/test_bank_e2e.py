@@ -23,24 +23,26 @@ from infrarsi.store.bank import BankStore
 EARLIER = "earlier-run-on-this-host"
 
 
+def _key(e) -> tuple:
+    return config_key(e.knobs_json, [p["id"] for p in e.patches_json])
+
+
 def _add_an_earlier_gain(bank: str, first_run_id: str, baseline: dict) -> tuple:
     """Store, as an earlier run's, a copy of one of the first run's search trials that ran
     (not its baseline) with a 2x speed-up; returns that config's key."""
     store = BankStore(bank)
     base = config_key(baseline, [])
     trial = next(e for e in store.experiences() if e.run_id == first_run_id and
-                 e.stage == "run" and e.status == "ok" and
-                 config_key(e.knobs_json, [p["id"] for p in e.patches_json]) != base)
+                 e.stage == "run" and e.status == "ok" and _key(e) != base)
     earlier = trial.model_copy(update={"id": None, "run_id": EARLIER, "speedup": 2.0,
                                        "key": f"{EARLIER}/run/{trial.key}"})
     assert store.add([earlier]) == 1
-    return config_key(trial.knobs_json, [p["id"] for p in trial.patches_json])
+    return _key(trial)
 
 
 def _first_runs_gains(bank: str, first_run_id: str, baseline: dict) -> set:
     base = config_key(baseline, [])
-    return {config_key(e.knobs_json, [p["id"] for p in e.patches_json])
-            for e in BankStore(bank).experiences()
+    return {_key(e) for e in BankStore(bank).experiences()
             if e.run_id == first_run_id and e.stage in ("run", "apply") and e.status == "ok"
             and not e.censored and (e.speedup or 0) >= SEED_MIN_SPEEDUP} - {base}
 

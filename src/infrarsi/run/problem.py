@@ -134,24 +134,22 @@ class Problem:
         slow; None without a prior. What a user of any tool could enqueue first. Of those the
         priors rank alike, the one nearest the baseline: a knob no prior speaks of keeps its
         baseline value (a change there is a guess, which the space-filling start explores)."""
-        prior = self._prior_log_ratio()
-        if prior is None:
-            return None
+        return self._pick_and_claim()[0]
+
+    def _pick_and_claim(self) -> tuple[Config | None, float]:
+        """The priors' pick and the log speed-up they claim for it (None and -inf without
+        one)."""
+        if self.prior_log_speed is None and not self.measured.any():
+            return None, -math.inf
+        prior = self.measured + (self.prior_log_speed(self.candidates)
+                                 if self.prior_log_speed else 0.0)
         ok = self.analytic_fits() & (self.measured <= math.log(MEASURED_SLOW))
         if not ok.any():
-            return None
+            return None, -math.inf
         prior = np.where(ok, prior, np.inf)
         best = np.flatnonzero(prior <= prior.min() + PRIOR_TIE)
-        return min((self.candidates[i] for i in best),
-                   key=lambda c: distance(c, self.baseline))
-
-    def _prior_log_ratio(self) -> np.ndarray | None:
-        """Per candidate, the log step-time ratio to the baseline the catalog and the Doctor's
-        measurements claim (None without either)."""
-        if self.prior_log_speed is None and not self.measured.any():
-            return None
-        return self.measured + (self.prior_log_speed(self.candidates)
-                                if self.prior_log_speed else 0.0)
+        pick = min((self.candidates[i] for i in best), key=lambda c: distance(c, self.baseline))
+        return pick, -float(prior[self.index[pick]])
 
     def start_points(self) -> list[Config]:
         """The baseline, the seeds (the Doctor's, the bank's) and the priors' pick: what every
@@ -163,13 +161,12 @@ class Problem:
         whole neighbourhood. A seed on the baseline's knobs (a patch) is kept: the baseline
         runs anyway. A bank seed expected to gain less here than the priors claim for their
         pick comes after the pick: two sources' claims, the larger first."""
-        pick = self.prior_pick()
+        pick, claim = self._pick_and_claim()
         fits = self.analytic_fits()
         seeds = [s for s in self.seeds if s in self.index and
                  (fits[self.index[s]] or s.knobs == self.baseline.knobs)]
         if pick is None:
             return list(dict.fromkeys([self.baseline] + seeds))
-        claim = -float(self._prior_log_ratio()[self.index[pick]])
         later = [s for s in seeds if s in self.bank_gain and self.bank_gain[s] <= claim]
         first = [s for s in seeds if s not in later]
         return list(dict.fromkeys([self.baseline] + first + [pick] + later))
