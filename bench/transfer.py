@@ -51,10 +51,12 @@ from searchers import first_in_target  # noqa: E402
 from infrarsi.bank.signatures import (hardware_signature, similarity,  # noqa: E402
                                       workload_signature)
 from infrarsi.bank.transfer import advise  # noqa: E402
+from infrarsi.bank.translate import translator  # noqa: E402
 from infrarsi.records import config_key  # noqa: E402
 from infrarsi.run.problem_build import bank_time_prior  # noqa: E402
 from infrarsi.store.bank import Experience  # noqa: E402
 from infrarsi.workloads import find  # noqa: E402
+from infrarsi.workloads.manifest import ManifestError  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 RESULTS = Path(__file__).parent / "results" / "transfer.json"
@@ -110,11 +112,21 @@ def experiences_of(table: tables.Table, hardware: dict, workload: dict,
     return out
 
 
-def warm_problem(s, seed: int, bank: list[Experience], hardware: dict, workload: dict):
+def translator_of(table: tables.Table, hardware: dict):
+    """How the bank reads an experience's knobs on the target host (``optimize``'s rule: the
+    rank count scaled with the cores); None for a workload this checkout does not ship."""
+    try:
+        return translator(find(table.workload), SCALE, hardware)
+    except ManifestError:
+        return None
+
+
+def warm_problem(s, seed: int, bank: list[Experience], hardware: dict, workload: dict,
+                 translate=None):
     """The problem every searcher is given, plus the bank's seeds and time prior."""
     problem = problem_of(s, seed)
     advice = advise(bank, hardware, workload, bank_url="replay",
-                    baseline=problem.baseline.knob_dict)
+                    baseline=problem.baseline.knob_dict, translate=translate)
     by_key = {config_key(c.knob_dict, c.patches): c for c in problem.candidates}
     gains = {by_key[config_key(x.knobs, x.patches)]: math.log(x.expected_speedup)
              for x in advice.seeds if config_key(x.knobs, x.patches) in by_key}
@@ -131,12 +143,13 @@ def direction(source: tables.Table, target: tables.Table, seeds: int) -> dict:
     wl_s, wl_t = workload_of(source), workload_of(target)
     banks = {"warm": experiences_of(source, hw_s, wl_s),
              "harmful": experiences_of(source, hw_s, wl_s, negate=True)}
+    translate = translator_of(target, hw_t)
     traces, advice_seen = defaultdict(list), {}
     for seed in range(seeds):
         for way in WAYS:
             problem = None
             if way in banks:
-                problem, advice = warm_problem(s, seed, banks[way], hw_t, wl_t)
+                problem, advice = warm_problem(s, seed, banks[way], hw_t, wl_t, translate)
                 advice_seen[way] = advice
             traces[way].append(replay("infrarsi", s, seed, BUDGET, problem))
     out = {"similarity": similarity(hw_s, wl_s, hw_t, wl_t),
@@ -151,7 +164,7 @@ def direction(source: tables.Table, target: tables.Table, seeds: int) -> dict:
         out[f"{way}_cost_to_target_s_median"] = _median(
             [t["cost_s"][h - 1] if h else math.inf for t, h in zip(traces[way], hits)])
         out[f"{way}_per_seed_trials_to_target"] = [h for h in hits]
-    out["warm_seeds"] = [{"knobs": x.knobs, "patches": x.patches,
+    out["warm_seeds"] = [{"knobs": x.knobs, "patches": x.patches, "as_measured": x.as_measured,
                           "expected_speedup": x.expected_speedup,
                           "true_speedup_here": _true_speedup(s, x)}
                          for x in advice_seen["warm"].seeds]

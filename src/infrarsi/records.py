@@ -338,6 +338,9 @@ class BankSeed(_Frozen):
     experiences: int
     sources: list[dict] = Field(description="{run_id, hardware_fp, workload, stage} of each "
                                 "source run")
+    as_measured: dict = Field({}, description="the knobs whose values the source ran with "
+                              "differ from these (a rank count scaled to this host's cores or "
+                              "GPUs), as measured there")
 
 
 class BankAdvice(_Frozen):

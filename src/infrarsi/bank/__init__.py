@@ -11,6 +11,7 @@ from pathlib import Path
 from infrarsi.bank.ingest import experiences_of_run
 from infrarsi.bank.signatures import hardware_signature, workload_signature
 from infrarsi.bank.transfer import advise
+from infrarsi.bank.translate import translator
 from infrarsi.contract import Contract
 from infrarsi.records import (BANK_ADVICE_FILE, BankAdvice, BankIngest, DoctorReport,
                               config_key, seed_held)
@@ -29,7 +30,8 @@ def advice_for(contract: Contract, report: DoctorReport | None, bank: BankStore)
     workload = workload_signature(manifest, contract.scale, knobs,
                                   report.flops_per_token if report else None)
     return advise(bank.experiences(), hardware, workload, bank_url=bank.url,
-                  baseline=knobs or None)
+                  baseline=knobs or None,
+                  translate=translator(manifest, contract.scale, hardware))
 
 
 def ingest_run(run_dir: Path, bank: BankStore) -> BankIngest:

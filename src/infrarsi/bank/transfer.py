@@ -10,6 +10,11 @@ each model's effects are scaled by its ``fidelity`` — the similarity of the ex
 it — so what a host at similarity 0.2 measured, however often, carries a fifth of its effect
 here. Censored outcomes (an OOM, a trial cut short) enter neither model.
 
+Every experience's knobs are first read as they would be on this host (``translate``, built by
+``translate.translator`` from the workload's manifest): a rank count per node scales with the
+host's cores or GPUs, so what was one rank per core there is one rank per core here; an
+experience that names no config here (a fractional rank count) informs the models only.
+
 Seeds are whole configs that ran: ranked by expected speed-up here (the weighted mean of their
 experiences' log speed-ups, scaled by their similarity as the models' are) times their best
 similarity, never one that mostly ran out of memory, and only
@@ -26,6 +31,7 @@ from collections import defaultdict
 import numpy as np
 
 from infrarsi.bank.signatures import similarity
+from infrarsi.bank.translate import Translate
 from infrarsi.records import BankAdvice, BankSeed, bank_features, config_key
 from infrarsi.store.bank import Experience
 
@@ -37,15 +43,20 @@ SEED_MAX_OOM_SHARE = 0.5
 
 
 def advise(experiences: list[Experience], hardware: dict, workload: dict, *, bank_url: str,
-           max_seeds: int = SEEDS, baseline: dict | None = None) -> BankAdvice:
+           max_seeds: int = SEEDS, baseline: dict | None = None,
+           translate: Translate | None = None) -> BankAdvice:
     """The bank's advice for a run on ``hardware`` x ``workload`` (signatures) whose baseline
-    knobs are ``baseline`` (never a seed: every run measures it anyway)."""
+    knobs are ``baseline`` (never a seed: every run measures it anyway); ``translate``: how an
+    experience's knobs read here (as measured without one)."""
     weighted = [(e, similarity(e.hardware_json, e.workload_json, hardware, workload))
                 for e in experiences]
     weighted = [(e, w) for e, w in weighted if w >= MIN_SIMILARITY]
-    timed = [(bank_features(e.knobs_json, _ids(e)), -math.log(e.speedup), w)
+    read = {id(e): translate(e.knobs_json, e.hardware_json) if translate else
+            (e.knobs_json, True) for e, _ in weighted}
+    here = {i: knobs for i, (knobs, _) in read.items()}
+    timed = [(bank_features(here[id(e)], _ids(e)), -math.log(e.speedup), w)
              for e, w in weighted if e.status == "ok" and not e.censored and e.speedup]
-    sized = [(bank_features(e.knobs_json, _ids(e)),
+    sized = [(bank_features(here[id(e)], _ids(e)),
               math.log(e.peak_mem_bytes / e.baseline_peak_mem_bytes), w)
              for e, w in weighted if e.status == "ok" and e.peak_mem_bytes and
              e.baseline_peak_mem_bytes]
@@ -58,7 +69,8 @@ def advise(experiences: list[Experience], hardware: dict, workload: dict, *, ban
                       weight=float(sum(w for _, w in weighted)),
                       time_coefficients=_scaled(ridge(timed), fidelity(timed)),
                       memory_coefficients=_scaled(ridge(sized), fidelity(sized)),
-                      seeds=seeds(weighted, max_seeds, baseline), notes=notes)
+                      seeds=seeds([(e, w) for e, w in weighted if read[id(e)][1]],
+                                  max_seeds, baseline, here), notes=notes)
 
 
 def fidelity(rows: list[tuple[list[str], float, float]]) -> float:
@@ -97,12 +109,15 @@ def ridge(rows: list[tuple[list[str], float, float]], precision: float = RIDGE
 
 
 def seeds(weighted: list[tuple[Experience, float]], max_seeds: int = SEEDS,
-          baseline: dict | None = None) -> list[BankSeed]:
-    """Whole configs worth a first trial here (see the module's docstring)."""
+          baseline: dict | None = None, here: dict[int, dict] | None = None) -> list[BankSeed]:
+    """Whole configs worth a first trial here (see the module's docstring); ``here``: each
+    experience's knobs as they read on this host, by ``id`` (as measured where absent)."""
+    here = here or {}
+    knobs_of = lambda e: here.get(id(e), e.knobs_json)  # noqa: E731
     groups: dict[tuple, list[tuple[Experience, float]]] = defaultdict(list)
     skip = config_key(baseline, []) if baseline else None
     for e, w in weighted:
-        key = config_key(e.knobs_json, _ids(e))
+        key = config_key(knobs_of(e), _ids(e))
         if key != skip:
             groups[key].append((e, w))
     out = []
@@ -120,7 +135,11 @@ def seeds(weighted: list[tuple[Experience, float]], max_seeds: int = SEEDS,
         best = max(w for _, w in ok)
         first = ok[0][0]
         sources = {(e.run_id, e.hardware_fp, e.workload, e.stage) for e, _ in ok}
-        out.append(BankSeed(knobs=first.knobs_json, patches=sorted(_ids(first)),
+        measured = {k: v for k, v in first.knobs_json.items()
+                    if bank_features({k: knobs_of(first).get(k)}, []) !=
+                    bank_features({k: v}, [])}
+        out.append(BankSeed(knobs=knobs_of(first), patches=sorted(_ids(first)),
+                            as_measured=measured,
                             expected_speedup=expected, similarity=best, experiences=len(ok),
                             sources=[{"run_id": r, "hardware_fp": h, "workload": wl,
                                       "stage": st} for r, h, wl, st in sorted(sources)]))

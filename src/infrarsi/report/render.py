@@ -97,7 +97,9 @@ def bank_lines(data) -> tuple[str, list[list[str]]]:
         changed = ", ".join(f"{k}={v}" for k, v in r["knobs"].items()
                             if str(base.get(k)) != str(v)) or "baseline knobs"
         held = {True: "held", False: "did not hold", None: "not measured"}[r["held"]]
-        rows.append([f"{changed}; {', '.join(r['patches']) or 'no patch'}",
+        there = ", ".join(f"{k}={v}" for k, v in (r.get("as_measured") or {}).items())
+        rows.append([f"{changed}; {', '.join(r['patches']) or 'no patch'}" +
+                     (f" (ran there as {there})" if there else ""),
                      "; ".join(f"{x['run_id']} @ {x['hardware_fp']}, {x['workload']}, "
                                f"{x['stage']}" for x in r["sources"]),
                      _x(r["similarity"], "{:.2f}"), _x(r["expected_speedup"]),

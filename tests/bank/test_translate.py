@@ -1,0 +1,91 @@
+"""The bank reads a past config on this host: the rank count per node scales with the host's
+cores (GPUs on a CUDA node), the accumulation steps follow; a rank count that does not scale to
+a whole number names no config here."""
+
+import math
+
+import pytest
+
+from helpers import HOST, WORKLOAD, experience
+from infrarsi.bank.transfer import advise
+from infrarsi.bank.translate import parallel_units, scaled_ranks, translator
+from infrarsi.workloads import find
+
+ONE_CORE = {**HOST, "fingerprint": "hostB", "cores": 1}
+BASE = {"nproc": 2, "micro_batch": 2, "grad_accum": 2, "precision": "fp32",
+        "threads_per_rank": 0, "activation_checkpointing": False, "compile": "off",
+        "ddp_bucket_mb": 25.0, "gradient_as_bucket_view": False, "accum_no_sync": False}
+
+
+def test_parallel_units_are_cores_on_a_cpu_and_devices_on_a_gpu_node():
+    assert parallel_units(HOST) == 2.0
+    assert parallel_units({"device_type": "cuda", "device_count": 8, "cores": 96}) == 8.0
+    assert parallel_units({"device_type": "cpu"}) is None
+
+
+def test_a_rank_count_scales_to_a_whole_number_or_stays_a_fraction():
+    assert scaled_ranks(2, 0.5) == 1 and isinstance(scaled_ranks(2, 0.5), int)
+    assert scaled_ranks("4", 2.0) == 8
+    assert scaled_ranks(1, 0.5) == pytest.approx(0.5)
+    assert scaled_ranks(3, 2 / 3) == 2
+    assert scaled_ranks("auto", 2.0) == "auto" and scaled_ranks(True, 2.0) is True
+
+
+def test_two_ranks_on_two_cores_read_as_one_rank_on_one_core_with_the_batch_kept():
+    translate = translator(find("dense-1node"), "bench", ONE_CORE)
+    here, runs = translate({**BASE, "micro_batch": 4, "grad_accum": 1}, HOST)
+    assert runs and here["nproc"] == 1 and here["micro_batch"] == 4 and here["grad_accum"] == 2
+    half, runs = translate({**BASE, "nproc": 1, "grad_accum": 4}, HOST)
+    assert not runs and half["nproc"] == pytest.approx(0.5)
+    # the other way: one rank per core on one core is two on two; past the batch, no config
+    up = translator(find("dense-1node"), "bench", HOST)
+    assert up({**BASE, "nproc": 1, "grad_accum": 4}, ONE_CORE) == \
+        ({**BASE, "nproc": 2, "grad_accum": 2}, True)
+    assert up({**BASE, "micro_batch": 4, "grad_accum": 1}, ONE_CORE)[1] is False
+    # the same units, unknown units, another workload's knobs: read as measured
+    assert translate(BASE, ONE_CORE) == (BASE, True)
+    assert translate(BASE, {"device_type": "cpu"}) == (BASE, True)
+    alien = {"nproc": 2, "lr_schedule": "cosine"}
+    assert translate(alien, HOST) == (alien, True)
+
+
+def test_advice_from_a_two_core_host_seeds_one_rank_per_core_on_a_one_core_host():
+    """The 2-core host's best was two ranks with micro-batch 4; on one core the bank seeds one
+    rank with micro-batch 4 (and says how it ran there). One rank on 2 cores reads as half a
+    rank here: no seed, though its micro-batch still informs the time model."""
+    rows = [experience("b", BASE, 1.0, hardware=HOST, stage="doctor"),
+            experience("mb4", {**BASE, "micro_batch": 4, "grad_accum": 1}, 1.4, hardware=HOST),
+            experience("one", {**BASE, "nproc": 1, "grad_accum": 4}, 1.6, hardware=HOST),
+            experience("one8", {**BASE, "nproc": 1, "micro_batch": 8, "grad_accum": 1}, 1.5,
+                       hardware=HOST)]
+    translate = translator(find("dense-1node"), "bench", ONE_CORE)
+    read = advise(rows, ONE_CORE, WORKLOAD, bank_url="sqlite://", baseline=BASE,
+                  translate=translate)
+    (seed,) = read.seeds
+    assert seed.knobs["nproc"] == 1 and seed.knobs["micro_batch"] == 4
+    assert seed.knobs["grad_accum"] == 2
+    assert seed.as_measured == {"nproc": 2, "grad_accum": 1}
+    assert read.time_coefficients.get("micro_batch=8", 0) < 0  # informs the model
+    assert "nproc=1" in read.time_coefficients  # two ranks there: one here
+    as_written = advise(rows, ONE_CORE, WORKLOAD, bank_url="sqlite://", baseline=BASE)
+    assert {s.knobs["nproc"] for s in as_written.seeds} == {1}  # the 2-core host's one rank
+    assert all(s.as_measured == {} for s in as_written.seeds)
+    assert math.isclose(seed.expected_speedup, 1.4 ** seed.similarity, rel_tol=1e-9)
+
+
+def test_the_report_says_how_a_translated_seed_ran_where_it_came_from():
+    from types import SimpleNamespace
+
+    from infrarsi.records import BankAdvice
+    from infrarsi.report.render import bank_lines
+    row = {"knobs": {**BASE, "nproc": 1, "micro_batch": 4}, "patches": [],
+           "as_measured": {"nproc": 2, "grad_accum": 1}, "expected_speedup": 1.05,
+           "similarity": 0.13, "sources": [{"run_id": "r1", "hardware_fp": "hostA",
+                                            "workload": "dense-1node", "stage": "run"}],
+           "trials": 1, "measured_speedup": 1.2, "held": True}
+    data = SimpleNamespace(bank=BankAdvice(bank_url="sqlite://", hardware={}, workload={},
+                                           experiences=4, used=4),
+                           summary={"baseline": {"knobs": BASE}}, bank_seeds=[row])
+    _, (line,) = bank_lines(data)
+    assert line[0] == "nproc=1, micro_batch=4; no patch (ran there as nproc=2, grad_accum=1)"
+    assert line[-1] == "held"
