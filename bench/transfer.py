@@ -20,7 +20,9 @@ the target table (``replay.py``: its capacity, oracle, target set and regret) th
   search than cold.
 
 Per direction, over seeds: trials to reach the target set (median) and the simple regret at 5,
-10 and 20 trials (median), each way; and the seeds the warm bank gave. The searcher's
+10 and 20 trials (median), each way; the seeds the warm bank gave; and the verdict of the two
+checks (``verdict``: warm fewer than cold, or a tie at the floor where cold's first trial after
+the baseline already reaches the target; harmful within 10% of cold). The searcher's
 constants and the bank's (``transfer.py``'s ``RIDGE``, ``SEEDS``, ...) are frozen in the code;
 no table here chose them.
 """
@@ -164,11 +166,32 @@ def direction(source: tables.Table, target: tables.Table, seeds: int) -> dict:
         out[f"{way}_cost_to_target_s_median"] = _median(
             [t["cost_s"][h - 1] if h else math.inf for t, h in zip(traces[way], hits)])
         out[f"{way}_per_seed_trials_to_target"] = [h for h in hits]
+    out["floor_trials"] = 1 if config_of(target.cells[target.baseline]) in s.target else 2
+    out.update(verdict(out))
     out["warm_seeds"] = [{"knobs": x.knobs, "patches": x.patches, "as_measured": x.as_measured,
                           "expected_speedup": x.expected_speedup,
                           "true_speedup_here": _true_speedup(s, x)}
                          for x in advice_seen["warm"].seeds]
     return out
+
+
+def verdict(r: dict) -> dict:
+    """The issue's two checks on one direction: warm needs fewer trials than cold (``tie at
+    the floor`` where cold already reaches the target on the first trial after the baseline,
+    which no bank can beat), and harmful needs at most 10% more than cold (never reaching it
+    counts as more than the budget)."""
+    def trials(way):
+        value = r[f"{way}_trials_to_target_median"]
+        return math.inf if value is None else value
+    warm, cold, harmful = trials("warm"), trials("cold"), trials("harmful")
+    if warm < cold:
+        fewer = "warm fewer"
+    elif warm == cold == r["floor_trials"]:
+        fewer = "tie at the floor"
+    else:
+        fewer = "warm not fewer"
+    return {"warm_vs_cold": fewer,
+            "harmful_within_10pct_of_cold": bool(harmful <= 1.1 * cold or harmful == cold)}
 
 
 def _true_speedup(s, seed) -> float | None:
@@ -225,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['warm_trials_to_target_median']}/{r['cold_trials_to_target_median']}/"
                   f"{r['harmful_trials_to_target_median']}; regret@10 "
                   f"{r['warm_regret']['10']}/{r['cold_regret']['10']}/"
-                  f"{r['harmful_regret']['10']} ({time.perf_counter() - t0:.0f} s)",
+                  f"{r['harmful_regret']['10']}; {r['warm_vs_cold']}, harmful within 10% "
+                  f"of cold: {r['harmful_within_10pct_of_cold']} "
+                  f"({time.perf_counter() - t0:.0f} s)",
                   file=sys.stderr, flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"results": results, "settings": {

@@ -47,3 +47,21 @@ def test_a_pair_is_replayed_warm_cold_and_harmful_both_ways(tmp_path):
             assert f"{way}_trials_to_target_median" in r
             assert set(r[f"{way}_regret"]) == {"5", "10", "20"}
         assert 0 < r["similarity"] <= 1
+        assert r["warm_vs_cold"] in ("warm fewer", "tie at the floor", "warm not fewer")
+        assert isinstance(r["harmful_within_10pct_of_cold"], bool)
+
+
+def _direction(warm, cold, harmful, floor=2):
+    return {"warm_trials_to_target_median": warm, "cold_trials_to_target_median": cold,
+            "harmful_trials_to_target_median": harmful, "floor_trials": floor}
+
+
+def test_the_verdict_tells_a_tie_at_the_floor_from_a_bank_that_did_not_help():
+    assert transfer.verdict(_direction(3, 6, 6)) == {"warm_vs_cold": "warm fewer",
+                                                     "harmful_within_10pct_of_cold": True}
+    assert transfer.verdict(_direction(2, 2, 2))["warm_vs_cold"] == "tie at the floor"
+    assert transfer.verdict(_direction(4, 4, 4))["warm_vs_cold"] == "warm not fewer"
+    assert transfer.verdict(_direction(3, None, None)) == {  # cold and harmful never reach it
+        "warm_vs_cold": "warm fewer", "harmful_within_10pct_of_cold": True}
+    assert not transfer.verdict(_direction(3, 6, 7))["harmful_within_10pct_of_cold"]
+    assert not transfer.verdict(_direction(3, 6, None))["harmful_within_10pct_of_cold"]
