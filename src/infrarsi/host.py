@@ -17,7 +17,6 @@ import platform
 from pathlib import Path
 
 import psutil
-import torch
 
 # ISA features that decide which kernels PyTorch can use; the rest of /proc/cpuinfo's flags
 # (security mitigations, virtualisation details) do not change how fast a job runs.
@@ -48,6 +47,7 @@ def cpu_info(text: str | None = None) -> tuple[str, list[str]]:
 
 def machine_facts(threads: int | None = None) -> dict:
     """What identifies this host for performance; ``threads`` = intra-op threads measured with."""
+    import torch  # here, not at the top: a command that never asks (``bank list``) starts fast
     model, flags = cpu_info()
     cuda = torch.cuda.is_available()
     return {"cpu": model, "isa": flags, "cores": usable_cores(),
