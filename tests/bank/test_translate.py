@@ -89,3 +89,39 @@ def test_the_report_says_how_a_translated_seed_ran_where_it_came_from():
     _, (line,) = bank_lines(data)
     assert line[0] == "nproc=1, micro_batch=4; no patch (ran there as nproc=2, grad_accum=1)"
     assert line[-1] == "held"
+
+
+def test_a_users_manifest_is_translated_by_its_roles_not_its_names(tmp_path):
+    """A script launched with its own names: ``workers`` (role ranks) and ``accum`` derived
+    from a fixed batch of 8 sequences."""
+    from infrarsi.workloads import load_manifest
+    (tmp_path / "train.py").write_text("print('step')\n")
+    (tmp_path / "workload.yaml").write_text("""\
+name: users-job
+description: a user's script with its own knob names
+launch:
+  command: [torchrun, --standalone, "--nproc-per-node={workers}", train.py,
+            "--batch={batch}", "--accum={accum}"]
+scales:
+  tiny: {params: {steps: 2}, warmup_steps: 1, timeout_s: 60}
+knobs:
+  - {name: workers, role: ranks, type: int, values: [1, 2, 4, 8], default: 2}
+  - {name: batch, role: micro_batch, type: int, values: [1, 2, 4], default: 2}
+  - {name: accum, role: grad_accum, type: int, values: [1, 2, 4, 8], derive: "8 // (batch * workers)"}
+constraints:
+  - {expr: "batch * accum * workers == 8", why: "a fixed global batch of 8"}
+invariants:
+  tokens_per_step: "8"
+  loss_rtol: 0.01
+files:
+  editable: ["train.py"]
+  locked: ["workload.yaml"]
+""")
+    manifest = load_manifest(tmp_path)
+    eight_gpus = {"device_type": "cuda", "device_count": 8, "cores": 64}
+    four_gpus = {"device_type": "cuda", "device_count": 4, "cores": 64}
+    translate = translator(manifest, "tiny", four_gpus)
+    assert translate({"workers": 8, "batch": 1, "accum": 1}, eight_gpus) == \
+        ({"workers": 4, "batch": 1, "accum": 2}, True)
+    assert translate({"workers": 2, "batch": 4, "accum": 1}, eight_gpus) == \
+        ({"workers": 1, "batch": 4, "accum": 2}, True)
