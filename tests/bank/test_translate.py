@@ -3,6 +3,7 @@ cores (GPUs on a CUDA node), the accumulation steps follow; a rank count that do
 a whole number names no config here."""
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,33 @@ files:
         ({"workers": 4, "batch": 1, "accum": 2}, True)
     assert translate({"workers": 2, "batch": 4, "accum": 1}, eight_gpus) == \
         ({"workers": 1, "batch": 4, "accum": 2}, True)
+
+
+def test_a_run_asks_the_bank_on_the_host_its_doctor_probed(tmp_path):
+    """``advice_for``: the bank of a 2-core host, asked by a run whose Doctor probed a 1-core
+    host, seeds one rank where two ran there."""
+    import json
+
+    from infrarsi.bank import BankStore, advice_for
+    from infrarsi.init import make_contract, read_instruction
+    from infrarsi.records import DoctorReport
+    from infrarsi.init.build import workload_files
+    dense = find("dense-1node")
+    contract = make_contract(dense, "bench", "cut time-to-train",
+                             read_instruction("cut time-to-train", workload_files(dense)))
+    probe = json.loads((Path(__file__).resolve().parents[2] / "bench" / "data" /
+                        "hardware-fb737a3983921667.json").read_text())
+    one_core = {**probe, "fingerprint": "one-core",
+                "facts": {**probe["facts"], "cores": 1, "threads": 1}}
+    there = {**HOST, "fingerprint": "two-cores", "cores": 2}
+    bank = BankStore(f"sqlite:///{tmp_path / 'bank.sqlite'}")
+    bank.add([experience("b", BASE, 1.0, hardware=there, stage="doctor"),
+              experience("mb4", {**BASE, "micro_batch": 4, "grad_accum": 1}, 1.5,
+                         hardware=there)], {})
+    report = DoctorReport.model_construct(knobs=dict(BASE), hardware=one_core,
+                                          flops_per_token=None)
+    advice = advice_for(contract, report, bank)
+    assert advice.hardware["cores"] == 1 and advice.used == 2
+    (seed,) = advice.seeds
+    assert (seed.knobs["nproc"], seed.knobs["micro_batch"], seed.knobs["grad_accum"]) == (1, 4, 2)
+    assert seed.as_measured == {"nproc": 2, "grad_accum": 1}
