@@ -13,7 +13,9 @@ the target table (``replay.py``: its capacity, oracle, target set and regret) th
 
 - **cold**: an empty bank (what every searcher is given, nothing more);
 - **warm**: the bank's advice (``infrarsi.bank.transfer.advise``) — seeds and the time and
-  memory priors, weighted by the similarity of the source host to the target's;
+  memory priors, weighted by the similarity of the source host to the target's, each source
+  config read on the target host as ``optimize`` reads it (``bank.translate``: the rank count
+  scaled with the cores);
 - **harmful**: a bank as similar as the source but disagreeing with the target as much as it
   can: the source's outcomes with every log speed-up negated (what was fastest there is told
   as slowest), so the search's negative-transfer guard is what stands between it and a worse

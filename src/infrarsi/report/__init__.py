@@ -92,7 +92,8 @@ def bank_seed_rows(data: ReportData) -> list[dict]:
                  config_key(t["knobs"], t["patches"]) == key]
         measured = base_s / _median(times) if times and base_s else None
         rows.append({"knobs": seed.knobs, "patches": seed.patches,
-                     "as_measured": seed.as_measured, "expected_speedup": seed.expected_speedup, "similarity": seed.similarity,
+                     "as_measured": seed.as_measured,
+                     "expected_speedup": seed.expected_speedup, "similarity": seed.similarity,
                      "sources": seed.sources, "trials": len(times),
                      "measured_speedup": measured, "held": seed_held(measured)})
     return rows
