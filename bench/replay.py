@@ -126,7 +126,7 @@ def problem_of(s: Setting, seed: int, prior: bool = True) -> Problem:
     table = s.table
     cells = list(table.cells.values())
     configs = [config_of(c) for c in cells]
-    manifest = _manifest(table.workload)
+    manifest = manifest_of(table.workload)
     log_offsets = offsets(cells)
     analytic = None
     if log_offsets is not None:
@@ -141,7 +141,8 @@ def problem_of(s: Setting, seed: int, prior: bool = True) -> Problem:
                    noise_var_log=doctor_noise_var(table, seed), derived=derived)
 
 
-def _manifest(workload: str):
+def manifest_of(workload: str):
+    """A table's workload manifest, or None for a workload this checkout does not ship."""
     from infrarsi.workloads import find
     try:
         return find(workload)

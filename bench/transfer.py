@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import tables  # noqa: E402
 from models import config_of  # noqa: E402
-from replay import OOM_FRACTION, problem_of, replay, setting_of  # noqa: E402
+from replay import OOM_FRACTION, manifest_of, problem_of, replay, setting_of  # noqa: E402
 from searchers import first_in_target  # noqa: E402
 from infrarsi.bank.signatures import (hardware_signature, similarity,  # noqa: E402
                                       workload_signature)
@@ -59,8 +59,6 @@ from infrarsi.bank.translate import translator  # noqa: E402
 from infrarsi.records import config_key  # noqa: E402
 from infrarsi.run.problem_build import bank_time_prior  # noqa: E402
 from infrarsi.store.bank import Experience  # noqa: E402
-from infrarsi.workloads import find  # noqa: E402
-from infrarsi.workloads.manifest import ManifestError  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 RESULTS = Path(__file__).parent / "results" / "transfer.json"
@@ -82,9 +80,8 @@ def hardware_of(fingerprint: str) -> dict:
 def workload_of(table: tables.Table) -> dict:
     """The workload signature of a table (its manifest at the table's scale; its name alone
     for a workload this checkout does not ship)."""
-    try:
-        manifest = find(table.workload)
-    except Exception:
+    manifest = manifest_of(table.workload)
+    if manifest is None:
         return {"name": table.workload}
     base = config_of(table.cells[table.baseline]).knob_dict
     return workload_signature(manifest, SCALE, base)
@@ -119,10 +116,8 @@ def experiences_of(table: tables.Table, hardware: dict, workload: dict,
 def translator_of(table: tables.Table, hardware: dict):
     """How the bank reads an experience's knobs on the target host (``optimize``'s rule: the
     rank count scaled with the cores); None for a workload this checkout does not ship."""
-    try:
-        return translator(find(table.workload), SCALE, hardware)
-    except ManifestError:
-        return None
+    manifest = manifest_of(table.workload)
+    return None if manifest is None else translator(manifest, SCALE, hardware)
 
 
 def warm_problem(s, seed: int, bank: list[Experience], hardware: dict, workload: dict,
@@ -193,7 +188,7 @@ def verdict(r: dict) -> dict:
     else:
         fewer = "warm not fewer"
     return {"warm_vs_cold": fewer,
-            "harmful_within_10pct_of_cold": bool(harmful <= 1.1 * cold or harmful == cold)}
+            "harmful_within_10pct_of_cold": bool(harmful <= 1.1 * cold)}
 
 
 def _true_speedup(s, seed) -> float | None:
