@@ -52,8 +52,8 @@ import tables  # noqa: E402
 from models import config_of  # noqa: E402
 from replay import OOM_FRACTION, manifest_of, problem_of, replay, setting_of  # noqa: E402
 from searchers import first_in_target  # noqa: E402
-from infrarsi.bank.signatures import (hardware_signature, similarity,  # noqa: E402
-                                      workload_signature)
+from infrarsi.bank.signatures import (hardware_signature, low_precision_reader,  # noqa: E402
+                                      similarity, workload_signature)
 from infrarsi.bank.transfer import advise  # noqa: E402
 from infrarsi.bank.translate import translator  # noqa: E402
 from infrarsi.records import config_key  # noqa: E402
@@ -68,13 +68,16 @@ WAYS = ("warm", "cold", "harmful")
 SCALE = "bench"  # the scale every table is measured at (make_table.py)
 
 
-def hardware_of(fingerprint: str) -> dict:
+def hardware_of(table: tables.Table) -> dict:
     """The hardware signature of a table's host (``bench/data/hardware-<fp>.json``: the
-    Doctor's probe there), or the fingerprint alone."""
-    path = DATA / f"hardware-{fingerprint}.json"
+    Doctor's probe there), or the fingerprint alone; every node of the workload ran on that
+    host (``make_table.py`` runs its trials locally)."""
+    path = DATA / f"hardware-{table.fingerprint}.json"
     if not path.exists():
-        return {"fingerprint": fingerprint}
-    return hardware_signature(json.loads(path.read_text()))
+        return {"fingerprint": table.fingerprint}
+    manifest = manifest_of(table.workload)
+    nodes = manifest.launch.nodes if manifest is not None else None
+    return hardware_signature(json.loads(path.read_text()), nodes=nodes, nodes_per_host=nodes)
 
 
 def workload_of(table: tables.Table) -> dict:
@@ -125,7 +128,8 @@ def warm_problem(s, seed: int, bank: list[Experience], hardware: dict, workload:
     """The problem every searcher is given, plus the bank's seeds and time prior."""
     problem = problem_of(s, seed)
     advice = advise(bank, hardware, workload, bank_url="replay",
-                    baseline=problem.baseline.knob_dict, translate=translate)
+                    baseline=problem.baseline.knob_dict, translate=translate,
+                    low_precision=low_precision_reader(manifest_of(s.table.workload)))
     by_key = {config_key(c.knob_dict, c.patches): c for c in problem.candidates}
     gains = {by_key[config_key(x.knobs, x.patches)]: math.log(x.expected_speedup)
              for x in advice.seeds if config_key(x.knobs, x.patches) in by_key}
@@ -138,7 +142,7 @@ def warm_problem(s, seed: int, bank: list[Experience], hardware: dict, workload:
 def direction(source: tables.Table, target: tables.Table, seeds: int) -> dict:
     """Warm, cold and harmful replays of InfraRSI on ``target`` with a bank from ``source``."""
     s = setting_of(target, OOM_FRACTION)
-    hw_s, hw_t = hardware_of(source.fingerprint), hardware_of(target.fingerprint)
+    hw_s, hw_t = hardware_of(source), hardware_of(target)
     wl_s, wl_t = workload_of(source), workload_of(target)
     banks = {"warm": experiences_of(source, hw_s, wl_s),
              "harmful": experiences_of(source, hw_s, wl_s, negate=True)}
@@ -152,6 +156,7 @@ def direction(source: tables.Table, target: tables.Table, seeds: int) -> dict:
                 advice_seen[way] = advice
             traces[way].append(replay("infrarsi", s, seed, BUDGET, problem))
     out = {"similarity": similarity(hw_s, wl_s, hw_t, wl_t),
+           "similarity_without_low_precision": similarity(hw_s, wl_s, hw_t, wl_t, False),
            "target_cells": len(s.target), "cells": len(target.cells)}
     for way in WAYS:
         hits = [first_in_target(t, BUDGET) for t in traces[way]]
@@ -216,12 +221,39 @@ def pairs(given: list[list[str]] | None) -> list[tuple[Path, Path]]:
             for b in paths[i + 1:]]
 
 
+def _one(job: tuple[Path, Path, int]) -> tuple[str, dict]:
+    """One direction (source table path, target table path, seeds), timed and printed."""
+    source, target, seeds = tables.load(job[0]), tables.load(job[1]), job[2]
+    t0 = time.perf_counter()
+    name = f"{source.name} -> {target.name}"
+    r = direction(source, target, seeds)
+    print(f"{name}: to target warm/cold/harmful "
+          f"{r['warm_trials_to_target_median']}/{r['cold_trials_to_target_median']}/"
+          f"{r['harmful_trials_to_target_median']}; regret@10 "
+          f"{r['warm_regret']['10']}/{r['cold_regret']['10']}/"
+          f"{r['harmful_regret']['10']}; {r['warm_vs_cold']}, harmful within 10% "
+          f"of cold: {r['harmful_within_10pct_of_cold']} "
+          f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    return name, r
+
+
+def _run_all(jobs: list, workers: int) -> list[tuple[str, dict]]:
+    """Every direction, ``workers`` at a time, in the order given."""
+    if workers <= 1:
+        return [_one(job) for job in jobs]
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(_one, jobs))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pair", nargs=2, action="append", metavar=("A", "B"),
                         help="two tables of one workload on two hosts (both directions)")
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="directions replayed at once (the replays are untimed)")
     args = parser.parse_args(argv)
     found = pairs(args.pair)
     if not found:
@@ -229,26 +261,15 @@ def main(argv: list[str] | None = None) -> int:
               "with bench/make_table.py on another host (or confined: taskset -c 0)",
               file=sys.stderr)
         return 2
-    results = {}
+    jobs = []
     for a, b in found:
         ta, tb = tables.load(a), tables.load(b)
         if ta.workload != tb.workload or ta.fingerprint == tb.fingerprint:
             print(f"skipping {a.name} / {b.name}: not one workload on two hosts",
                   file=sys.stderr)
             continue
-        for source, target in ((ta, tb), (tb, ta)):
-            t0 = time.perf_counter()
-            name = f"{source.name} -> {target.name}"
-            results[name] = direction(source, target, args.seeds)
-            r = results[name]
-            print(f"{name}: to target warm/cold/harmful "
-                  f"{r['warm_trials_to_target_median']}/{r['cold_trials_to_target_median']}/"
-                  f"{r['harmful_trials_to_target_median']}; regret@10 "
-                  f"{r['warm_regret']['10']}/{r['cold_regret']['10']}/"
-                  f"{r['harmful_regret']['10']}; {r['warm_vs_cold']}, harmful within 10% "
-                  f"of cold: {r['harmful_within_10pct_of_cold']} "
-                  f"({time.perf_counter() - t0:.0f} s)",
-                  file=sys.stderr, flush=True)
+        jobs += [(a, b, args.seeds), (b, a, args.seeds)]
+    results = dict(_run_all(jobs, args.jobs))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"results": results, "settings": {
         "seeds": args.seeds, "budget": BUDGET, "checkpoints": list(CHECKPOINTS),

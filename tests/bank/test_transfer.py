@@ -217,3 +217,53 @@ def test_the_baseline_is_never_a_seed():
     assert any(s.knobs == base for s in advise(rows, HOST, WORKLOAD, bank_url="x").seeds)
     assert not any(s.knobs == base for s in advise(rows, HOST, WORKLOAD, bank_url="x",
                                                       baseline=base).seeds)
+
+
+def test_how_fast_bf16_is_weighs_only_outcomes_that_ran_it():
+    """A host with AMX and one that emulates bf16 differ by ~6.5 in log bf16/fp32: an fp32
+    outcome of one still tells the other something, a bf16 outcome does not. Read by the
+    manifest's roles: a ``--bf16`` switch counts as well as a value naming a 16-bit type."""
+    from infrarsi.bank.signatures import low_precision_reader
+    emulating = {**HOST, "fingerprint": "hostE", "bf16_over_fp32": 0.01}
+    fp32 = {"nproc": 2, "precision": "fp32"}
+    bf16 = {"nproc": 2, "precision": "bf16"}
+    rows = [experience("fp32", fp32, 1.3, hardware=HOST),
+            experience("bf16", bf16, 1.6, hardware=HOST)]
+    low = low_precision_reader(find("dense-1node"))
+    assert low(bf16) and not low(fp32) and not low({"nproc": 2})
+    advice = advise(rows, emulating, WORKLOAD, bank_url="sqlite://", low_precision=low)
+    assert advice.used == 1  # the bf16 outcome is too far from this host
+    assert [s.knobs for s in advice.seeds] == [fp32]
+    assert advise(rows, emulating, WORKLOAD, bank_url="sqlite://").used == 0  # every field
+    # a baseline that runs bf16 here makes every outcome depend on it
+    assert advise(rows, emulating, WORKLOAD, bank_url="sqlite://", low_precision=low,
+                  baseline=bf16).used == 0
+    assert similarity(HOST, WORKLOAD, emulating, WORKLOAD, False) == 1.0
+
+    class Switches:  # a user's script with a --bf16 switch and an --amp-dtype choice
+        @staticmethod
+        def knobs_with_role(role):
+            return ["bf16", "amp_dtype"] if role == "precision" else []
+    users = low_precision_reader(Switches())
+    assert users({"bf16": True}) and users({"amp_dtype": "float16"})
+    assert users({"amp_dtype": "bf16-mixed"}) and not users({"bf16": False, "amp_dtype": "32"})
+    assert low_precision_reader(None)({"anything": 1})  # no manifest: every field counts
+
+
+@pytest.mark.parametrize("measured_slowdown, started", [(math.log(9.0), False),
+                                                        (math.log(1.1), True)])
+def test_a_bank_seed_this_host_measured_slow_is_not_a_start(measured_slowdown, started):
+    """The Doctor measured bf16 9x slower per step here; a bank seed claiming 1.3x with bf16
+    is judged by that before a trial is spent (it stays a candidate). A measured 1.1x slowdown
+    is less than the bank's claim: the seed is tried."""
+    seed = BankSeed(knobs={"nproc": 1, "micro_batch": 4, "precision": "bf16"}, patches=[],
+                    similarity=0.5, expected_speedup=1.3, experiences=1, sources=[])
+    advice = BankAdvice(bank_url="sqlite://", hardware={}, workload={}, experiences=1, used=1,
+                        seeds=[seed])
+    import dataclasses
+    problem = build_problem(find("dense-1node"), "tiny", None, bank=advice)
+    (config,) = problem.bank_seeds
+    problem = dataclasses.replace(problem, measured_log_speed=lambda cs: np.array(
+        [measured_slowdown if c.knob_dict["precision"] == "bf16" else 0.0 for c in cs]))
+    assert (config in problem.start_points()) is started
+    assert config in problem.candidates

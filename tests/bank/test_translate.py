@@ -156,3 +156,31 @@ def test_a_run_asks_the_bank_on_the_host_its_doctor_probed(tmp_path):
     (seed,) = advice.seeds
     assert (seed.knobs["nproc"], seed.knobs["micro_batch"], seed.knobs["grad_accum"]) == (1, 4, 2)
     assert seed.as_measured == {"nproc": 2, "grad_accum": 1}
+
+
+def test_nodes_sharing_a_host_share_its_cores_and_a_node_runs_at_least_one_rank():
+    """A two-node workload launched on one machine: each "node" has half the cores. On two
+    cores that is one per node, on one core half — one rank per node is the floor there, not a
+    choice, so it reads as one rank per node on two cores (not two, which would put four ranks
+    on two cores). Spread over two hosts, each node has its host's cores."""
+    from infrarsi.bank.signatures import launchers_per_host
+    two_local = {**HOST, "nodes": 2, "nodes_per_host": 2}
+    one_local = {**ONE_CORE, "nodes": 2, "nodes_per_host": 2}
+    assert parallel_units(two_local) == 1.0 and parallel_units(one_local) == 1.0
+    assert parallel_units({**HOST, "nodes": 2}) == 1.0  # no nodes_per_host: all ran there
+    assert parallel_units({**HOST, "nodes": 2, "nodes_per_host": 1}) == 2.0
+    base = {"nproc": 1, "threads_per_rank": 0, "micro_batch": 2, "grad_accum": 2,
+            "precision": "fp32", "activation_checkpointing": False, "fsdp_wrap": "block",
+            "reshard_after_forward": True, "fsdp_param_dtype": "fp32", "accum_no_sync": False}
+    down = translator(find("dense-2node"), "bench", one_local)
+    assert down(base, two_local) == (base, True)
+    up = translator(find("dense-2node"), "bench", two_local)
+    assert up(base, one_local) == (base, True)
+    spread = translator(find("dense-2node"), "bench", {**ONE_CORE, "nodes": 2,
+                                                       "nodes_per_host": 1})
+    here, runs = spread({**base, "nproc": 2, "grad_accum": 1},
+                        {**HOST, "nodes": 2, "nodes_per_host": 1})
+    assert runs and (here["nproc"], here["grad_accum"]) == (1, 2)
+    assert launchers_per_host(2, []) == 2
+    assert launchers_per_host(2, ["n1", "n2"]) == 1
+    assert launchers_per_host(3, ["n1", "n1", "n2"]) == 2

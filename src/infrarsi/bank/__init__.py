@@ -4,12 +4,14 @@ are (``signatures``, ``transfer``). The bank's tables live in ``store/bank.py``.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from pathlib import Path
 
 from infrarsi.bank.ingest import experiences_of_run
-from infrarsi.bank.signatures import hardware_signature, workload_signature
+from infrarsi.bank.signatures import (hardware_signature, launchers_per_host,
+                                      low_precision_reader, workload_signature)
 from infrarsi.bank.transfer import advise
 from infrarsi.bank.translate import translator
 from infrarsi.contract import Contract
@@ -26,12 +28,28 @@ def advice_for(contract: Contract, report: DoctorReport | None, bank: BankStore)
     knobs = report.knobs if report else {}
     ranks = next((knobs.get(k) for k in manifest.knobs_with_role("ranks")), None)
     hardware = hardware_signature(report.hardware if report else {}, contract.mem_cap_bytes,
-                                  ranks, manifest.launch.nodes)
+                                  ranks, manifest.launch.nodes,
+                                  _nodes_per_host(manifest.launch.nodes, report))
     workload = workload_signature(manifest, contract.scale, knobs,
                                   report.flops_per_token if report else None)
     return advise(bank.experiences(), hardware, workload, bank_url=bank.url,
                   baseline=knobs or None,
-                  translate=translator(manifest, contract.scale, hardware))
+                  translate=translator(manifest, contract.scale, hardware),
+                  low_precision=low_precision_reader(manifest))
+
+
+def _nodes_per_host(nodes: int, report: DoctorReport | None) -> int:
+    """How many of the workload's nodes shared one host in the Doctor's trials (the first
+    record that names its launchers' nodes; all of them where none does)."""
+    for trial in report.trials if report else []:
+        path = Path(trial.trial_dir) / "record.json"
+        try:
+            spread = json.loads(path.read_text()).get("launcher_nodes")
+        except (OSError, ValueError):
+            continue
+        if spread:
+            return launchers_per_host(nodes, spread)
+    return nodes
 
 
 def ingest_run(run_dir: Path, bank: BankStore) -> BankIngest:

@@ -23,7 +23,7 @@ import statistics
 import time
 from pathlib import Path
 
-from infrarsi.bank.signatures import (hardware_signature, signature_fp,
+from infrarsi.bank.signatures import (hardware_signature, launchers_per_host, signature_fp,
                                       workload_signature)
 from infrarsi.contract import Contract
 from infrarsi.host import fingerprint, machine_facts
@@ -52,11 +52,19 @@ class RunContext:
         hardware = self.doctor.hardware if self.doctor else _facts_only()
         ranks = next((base_knobs.get(k) for k in self.manifest.knobs_with_role("ranks")), None)
         self.hardware = hardware_signature(hardware, self.contract.mem_cap_bytes, ranks,
-                                           self.manifest.launch.nodes)
+                                           self.manifest.launch.nodes, self._nodes_per_host())
         self.workload = workload_signature(self.manifest, self.contract.scale, base_knobs,
                                            self.doctor.flops_per_token if self.doctor else None)
         self.hardware_fp = self.hardware.get("fingerprint") or signature_fp(self.hardware)
         self.workload_fp = signature_fp(self.workload)
+
+    def _nodes_per_host(self) -> int:
+        """How many of the workload's nodes shared one host in this run's trials (their
+        records' launcher nodes; all of them where no record says)."""
+        nodes = self.manifest.launch.nodes
+        spread = [t.record_json.get("launcher_nodes") for t in self.trials
+                  if t.record_json and t.record_json.get("launcher_nodes")]
+        return launchers_per_host(nodes, spread[0]) if spread else nodes
 
     def _first_knobs(self) -> dict:
         return self.trials[0].config_json["knobs"] if self.trials else {}

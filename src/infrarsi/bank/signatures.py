@@ -1,9 +1,10 @@
 """What an experience was measured under, and how far two of them lie apart.
 
 **Hardware signature**: device kind, model and count, cores, per-rank capacity, ISA flags, the
-measured peak FLOP/s per precision, memory and interconnect bandwidth, ranks per node and nodes,
-and the torch version — from the Doctor's hardware probe, so two hosts are compared by what
-they measured, not by their names.
+measured peak FLOP/s per precision, memory and interconnect bandwidth, ranks per node, nodes and
+how many of them shared one host (``nodes_per_host``: a multi-node workload launched on one
+machine runs every "node" on its cores), and the torch version — from the Doctor's hardware
+probe, so two hosts are compared by what they measured, not by their names.
 
 **Workload signature**: family (dense or MoE), parameter count, layers, width, sequence length,
 experts and top-k, world size and global batch — read from the scale's parameters under the
@@ -15,7 +16,10 @@ sum of gaps, each 0 for equal values — for a number the absolute log ratio (1.
 e), for a name or a family 1 when they differ, for ISA flags the Jaccard distance; a field
 known on one side only costs :data:`UNKNOWN_GAP`. The similarity that weights a past outcome is
 ``exp(-(hardware distance + workload distance))``: 1 for the same host and workload, ~0.37 one
-unit away.
+unit away. A field that bears only on what a config runs counts only for a config that runs it
+(:data:`LOW_PRECISION_FIELDS`: how fast bf16 is next to fp32 tells nothing about an fp32
+config's outcome — a host with AMX and one that emulates bf16 differ by ~6.5 there, which would
+otherwise make every fp32 outcome of one worthless to the other).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 
 UNKNOWN_GAP = 0.35
 
@@ -53,6 +58,9 @@ WORKLOAD_WEIGHTS = {
     "world_size": (0.5, "log"),
     "global_batch": (0.5, "log"),
 }
+# hardware fields that bear only on a config run in a 16-bit float precision
+LOW_PRECISION_FIELDS = ("bf16_over_fp32",)
+LOW_PRECISION_WORDS = ("half", "mixed", "amp")  # values that name one without a "16"
 # the names a scale's parameters go by in training scripts
 ALIASES = {
     "layers": ("n_layer", "n_layers", "num_layers", "num_hidden_layers", "layers", "depth"),
@@ -67,8 +75,10 @@ ALIASES = {
 
 
 def hardware_signature(hardware: dict, capacity_bytes: float | None = None,
-                       ranks_per_node: int | None = None, nodes: int | None = None) -> dict:
-    """The signature of the host a Doctor probed (``probe_hardware``'s dict)."""
+                       ranks_per_node: int | None = None, nodes: int | None = None,
+                       nodes_per_host: int | None = None) -> dict:
+    """The signature of the host a Doctor probed (``probe_hardware``'s dict); ``nodes_per_host``:
+    how many of the workload's nodes ran on that host (``launchers_per_host``)."""
     facts = hardware.get("facts", {})
     peaks = hardware.get("peak_flops", {}) or {}
     fp32, bf16 = peaks.get("fp32"), peaks.get("bf16")
@@ -84,8 +94,16 @@ def hardware_signature(hardware: dict, capacity_bytes: float | None = None,
             "memory_bandwidth_bytes_per_s": hardware.get("memory_bandwidth_bytes_per_s"),
             "interconnect_bytes_per_s": (hardware.get("comm") or {}).get(
                 "allreduce_bus_bytes_per_s"),
-            "ranks_per_node": ranks_per_node, "nodes": nodes,
+            "ranks_per_node": ranks_per_node, "nodes": nodes, "nodes_per_host": nodes_per_host,
             "torch": ".".join(str(facts.get("torch") or "").split(".")[:2]) or None}
+
+
+def launchers_per_host(nodes: int, launcher_nodes: list[str] | None) -> int:
+    """How many of a trial's ``nodes`` launchers shared one host: all of them when its record
+    names no node per launcher (they ran where the trial ran), else the most on one node."""
+    if not launcher_nodes:
+        return nodes
+    return max(Counter(launcher_nodes).values())
 
 
 def workload_signature(manifest, scale: str, knobs: dict,
@@ -154,9 +172,31 @@ def distance(a: dict, b: dict, weights: dict) -> float:
     return total
 
 
-def hardware_distance(a: dict, b: dict) -> float:
-    """How far two hosts lie apart (0: alike in every measured respect)."""
-    return distance(a, b, HARDWARE_WEIGHTS)
+def hardware_distance(a: dict, b: dict, low_precision: bool = True) -> float:
+    """How far two hosts lie apart (0: alike in every measured respect) for a config that
+    runs in a 16-bit float precision, or (``low_precision=False``) for one that does not."""
+    weights = HARDWARE_WEIGHTS if low_precision else \
+        {f: w for f, w in HARDWARE_WEIGHTS.items() if f not in LOW_PRECISION_FIELDS}
+    return distance(a, b, weights)
+
+
+def low_precision_reader(manifest):
+    """``runs_low_precision(knobs)``: whether a config of ``manifest``'s workload runs in a
+    16-bit float precision — a knob of role ``precision`` set to true (a ``--bf16`` switch) or
+    to a value naming one (``bf16``, ``float16``, ``bf16-mixed``, ``half``, ...). Without a
+    manifest (another workload's experience) every config is taken to."""
+    names = set(manifest.knobs_with_role("precision")) if manifest is not None else None
+
+    def runs_low_precision(knobs: dict) -> bool:
+        if names is None:
+            return True
+        for name in names & set(knobs):
+            value = knobs[name]
+            text = str(value).strip().lower()
+            if value is True or "16" in text or text in LOW_PRECISION_WORDS:
+                return True
+        return False
+    return runs_low_precision
 
 
 def workload_distance(a: dict, b: dict) -> float:
@@ -164,6 +204,9 @@ def workload_distance(a: dict, b: dict) -> float:
     return distance(a, b, WORKLOAD_WEIGHTS)
 
 
-def similarity(hw_a: dict, wl_a: dict, hw_b: dict, wl_b: dict) -> float:
-    """The weight a past outcome gets here: ``exp(-(hardware + workload distance))``."""
-    return math.exp(-(hardware_distance(hw_a, hw_b) + workload_distance(wl_a, wl_b)))
+def similarity(hw_a: dict, wl_a: dict, hw_b: dict, wl_b: dict,
+               low_precision: bool = True) -> float:
+    """The weight a past outcome gets here: ``exp(-(hardware + workload distance))``, the
+    hardware distance for a config that runs low precision or not (``hardware_distance``)."""
+    return math.exp(-(hardware_distance(hw_a, hw_b, low_precision) +
+                      workload_distance(wl_a, wl_b)))

@@ -1,7 +1,8 @@
 """From past experiences to advice for a new run: seeds and priors, weighted by similarity.
 
-Each experience weighs ``w = similarity(its host and workload, these)`` (``signatures``); those
-below :data:`MIN_SIMILARITY` are left out. Two additive models are fitted by weighted ridge
+Each experience weighs ``w = similarity(its host and workload, these)`` (``signatures``; how
+fast bf16 is on either host counts only for a config that runs it); those below
+:data:`MIN_SIMILARITY` are left out. Two additive models are fitted by weighted ridge
 regression over the features of a config (one per knob value, one per patch;
 ``records.bank_features``): the log step-time ratio to the baseline of the same run, and the log
 peak-memory ratio to it. The ridge's prior precision :data:`RIDGE` is in units of experience
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import Callable
 
 import numpy as np
 
@@ -44,11 +46,18 @@ SEED_MAX_OOM_SHARE = 0.5
 
 def advise(experiences: list[Experience], hardware: dict, workload: dict, *, bank_url: str,
            max_seeds: int = SEEDS, baseline: dict | None = None,
-           translate: Translate | None = None) -> BankAdvice:
+           translate: Translate | None = None,
+           low_precision: Callable[[dict], bool] | None = None) -> BankAdvice:
     """The bank's advice for a run on ``hardware`` x ``workload`` (signatures) whose baseline
     knobs are ``baseline`` (never a seed: every run measures it anyway); ``translate``: how an
-    experience's knobs read here (as measured without one)."""
-    weighted = [(e, similarity(e.hardware_json, e.workload_json, hardware, workload))
+    experience's knobs read here (as measured without one); ``low_precision``: whether a
+    config runs in a 16-bit float precision (``signatures.low_precision_reader``; every config
+    without one), so that how fast bf16 is on either host weighs only such outcomes, or all of
+    them when the baseline here runs one."""
+    low = low_precision or (lambda knobs: True)
+    everything = bool(baseline) and low(baseline)
+    weighted = [(e, similarity(e.hardware_json, e.workload_json, hardware, workload,
+                               everything or low(e.knobs_json)))
                 for e in experiences]
     weighted = [(e, w) for e, w in weighted if w >= MIN_SIMILARITY]
     read = {id(e): translate(e.knobs_json, e.hardware_json) if translate else

@@ -5,7 +5,8 @@ A past run's best config is rarely best elsewhere *as written*: what made it fas
 host was two ranks, one per core — on a 1-core host that is one rank, not two ranks fighting
 for one core; eight ranks on an 8-GPU node are four on a 4-GPU node. So before the bank fits
 its models and picks its seeds, every experience's knobs with role ``ranks`` (ranks per node)
-are scaled by the ratio of this host's parallel units to its source host's, and the knobs that
+are scaled by the ratio of this host's parallel units per node to its source host's (its cores
+shared by the workload's nodes that ran there, at least one), and the knobs that
 derive from them (the accumulation steps at a fixed global batch) are derived again. Threads
 per rank stay: ranks and cores scale together.
 
@@ -29,13 +30,20 @@ Translate = Callable[[dict, dict], tuple[dict, bool]]
 
 
 def parallel_units(hardware: dict) -> float | None:
-    """A host's parallel units per node from its hardware signature: its GPUs on a CUDA host,
-    else its cores (None when the signature does not say)."""
+    """The parallel units one node of the workload had, from its host's hardware signature:
+    the host's GPUs on a CUDA host, else its cores, shared by the nodes that ran on it
+    (``nodes_per_host``; a signature without it ran all its ``nodes`` there, as the local
+    executor does) and never less than one — a node runs at least one rank, so where several
+    nodes share fewer cores, one rank per node is the floor, not a choice to scale. None when
+    the signature does not say."""
     if hardware.get("device_type") == "cuda":
         units = hardware.get("device_count")
     else:
         units = hardware.get("cores")
-    return float(units) if isinstance(units, (int, float)) and units > 0 else None
+    if not isinstance(units, (int, float)) or units <= 0:
+        return None
+    shared = hardware.get("nodes_per_host") or hardware.get("nodes") or 1
+    return max(1.0, float(units) / shared)
 
 
 def scaled_ranks(value, ratio: float):

@@ -159,12 +159,17 @@ class Problem:
         here — a bank seed from a host with more memory per rank would otherwise spend an
         early trial on an OOM, and the censored memory model would then shy away from its
         whole neighbourhood. A seed on the baseline's knobs (a patch) is kept: the baseline
-        runs anyway. A bank seed expected to gain less here than the priors claim for their
-        pick comes after the pick: two sources' claims, the larger first."""
+        runs anyway. A bank seed that this host's own measurement (the Doctor's calibration:
+        bf16 where it is emulated) says is slower than the baseline by more than the bank
+        claims it gains is left out too: the bank's claim is judged before a trial is spent on
+        it. A bank seed expected to gain less here than the priors claim for their pick comes
+        after the pick: two sources' claims, the larger first."""
         pick, claim = self._pick_and_claim()
         fits = self.analytic_fits()
         seeds = [s for s in self.seeds if s in self.index and
-                 (fits[self.index[s]] or s.knobs == self.baseline.knobs)]
+                 (fits[self.index[s]] or s.knobs == self.baseline.knobs) and
+                 not (s in self.bank_gain and
+                      self.measured[self.index[s]] > self.bank_gain[s])]
         if pick is None:
             return list(dict.fromkeys([self.baseline] + seeds))
         later = [s for s in seeds if s in self.bank_gain and self.bank_gain[s] <= claim]
