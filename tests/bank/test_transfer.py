@@ -267,3 +267,23 @@ def test_a_bank_seed_this_host_measured_slow_is_not_a_start(measured_slowdown, s
         [measured_slowdown if c.knob_dict["precision"] == "bf16" else 0.0 for c in cs]))
     assert (config in problem.start_points()) is started
     assert config in problem.candidates
+
+
+def test_seeds_rank_by_expected_gain_with_similarity_counted_once():
+    """A 1.35x bf16 config and a 1.2x fp32 one from the same host, the fp32 one at the higher
+    similarity (it does not pay the bf16 gap: 0.25 vs 0.22): expected 1.35^0.22 = 1.067 and
+    1.2^0.25 = 1.047, and the larger goes first — ranking by expected gain times similarity
+    again (0.231 vs 0.262) put the 1.2x first."""
+    from infrarsi.bank.signatures import low_precision_reader
+    there = {**HOST, "fingerprint": "hostT", "cores": 1, "bf16_over_fp32": 6.9}
+    here = {**HOST, "cores": 2, "bf16_over_fp32": 6.0, "peak_flops_fp32": 6e11}
+    bf16 = {"nproc": 2, "precision": "bf16", "micro_batch": 2}
+    fp32 = {"nproc": 2, "precision": "fp32", "micro_batch": 1}
+    rows = [experience("bf16", bf16, 1.35, hardware=there),
+            experience("fp32", fp32, 1.2, hardware=there)]
+    advice = advise(rows, here, WORKLOAD, bank_url="sqlite://",
+                    low_precision=low_precision_reader(find("dense-1node")))
+    first, second = advice.seeds
+    assert first.knobs == bf16 and first.similarity < second.similarity
+    assert first.expected_speedup > second.expected_speedup
+    assert first.expected_speedup == pytest.approx(1.35 ** first.similarity)

@@ -16,9 +16,11 @@ Every experience's knobs are first read as they would be on this host (``transla
 host's cores or GPUs, so what was one rank per core there is one rank per core here; an
 experience that names no config here (a fractional rank count) informs the models only.
 
-Seeds are whole configs that ran: ranked by expected speed-up here (the weighted mean of their
-experiences' log speed-ups, scaled by their similarity as the models' are) times their best
-similarity, never one that mostly ran out of memory, and only
+Seeds are whole configs that ran: ranked by expected speed-up here — the weighted mean of their
+experiences' log speed-ups scaled by their similarity as the models' are, so the log of the
+expected speed-up is already speed-up times similarity, counted once (multiplying by the
+similarity again ranked a 1.2x config of a host at 0.146 above a 1.35x one at 0.127: the
+similarity, not the gain, decided) — never one that mostly ran out of memory, and only
 those expected to gain at least :data:`SEED_MIN_SPEEDUP`. Every seed is measured here like any
 trial; the search's time model drops the bank's prior once this host's trials contradict it
 (the negative-transfer guard, in ``run/infrarsi_searcher.py``).
@@ -152,5 +154,5 @@ def seeds(weighted: list[tuple[Experience, float]], max_seeds: int = SEEDS,
                             expected_speedup=expected, similarity=best, experiences=len(ok),
                             sources=[{"run_id": r, "hardware_fp": h, "workload": wl,
                                       "stage": st} for r, h, wl, st in sorted(sources)]))
-    out.sort(key=lambda s: -s.expected_speedup * s.similarity)
+    out.sort(key=lambda s: -s.expected_speedup)
     return out[:max_seeds]
