@@ -124,12 +124,12 @@ def translator_of(table: tables.Table, hardware: dict):
 
 
 def warm_problem(s, seed: int, bank: list[Experience], hardware: dict, workload: dict,
-                 translate=None):
+                 translate=None, low_precision=None):
     """The problem every searcher is given, plus the bank's seeds and time prior."""
     problem = problem_of(s, seed)
     advice = advise(bank, hardware, workload, bank_url="replay",
                     baseline=problem.baseline.knob_dict, translate=translate,
-                    low_precision=low_precision_reader(manifest_of(s.table.workload)))
+                    low_precision=low_precision)
     by_key = {config_key(c.knob_dict, c.patches): c for c in problem.candidates}
     gains = {by_key[config_key(x.knobs, x.patches)]: math.log(x.expected_speedup)
              for x in advice.seeds if config_key(x.knobs, x.patches) in by_key}
@@ -147,12 +147,14 @@ def direction(source: tables.Table, target: tables.Table, seeds: int) -> dict:
     banks = {"warm": experiences_of(source, hw_s, wl_s),
              "harmful": experiences_of(source, hw_s, wl_s, negate=True)}
     translate = translator_of(target, hw_t)
+    low = low_precision_reader(manifest_of(target.workload))  # read once per direction
     traces, advice_seen = defaultdict(list), {}
     for seed in range(seeds):
         for way in WAYS:
             problem = None
             if way in banks:
-                problem, advice = warm_problem(s, seed, banks[way], hw_t, wl_t, translate)
+                problem, advice = warm_problem(s, seed, banks[way], hw_t, wl_t, translate,
+                                               low)
                 advice_seen[way] = advice
             traces[way].append(replay("infrarsi", s, seed, BUDGET, problem))
     out = {"similarity": similarity(hw_s, wl_s, hw_t, wl_t),
