@@ -15,7 +15,8 @@ the target table (``replay.py``: its capacity, oracle, target set and regret) th
 - **warm**: the bank's advice (``infrarsi.bank.transfer.advise``) — seeds and the time and
   memory priors, weighted by the similarity of the source host to the target's, each source
   config read on the target host as ``optimize`` reads it (``bank.translate``: the rank count
-  scaled with the cores);
+  scaled with the cores); a seed's measured peak ratio meets the target baseline's peak as the
+  Doctor measures it there (the largest of the baseline cell's peaks);
 - **harmful**: a bank as similar as the source but disagreeing with the target as much as it
   can: the source's outcomes with every log speed-up negated (what was fastest there is told
   as slowest), so the search's negative-transfer guard is what stands between it and a worse
@@ -57,7 +58,7 @@ from infrarsi.bank.signatures import (hardware_signature, low_precision_reader, 
 from infrarsi.bank.transfer import advise  # noqa: E402
 from infrarsi.bank.translate import translator  # noqa: E402
 from infrarsi.records import config_key  # noqa: E402
-from infrarsi.run.problem_build import bank_time_prior  # noqa: E402
+from infrarsi.run.problem_build import bank_gains, bank_peaks, bank_time_prior  # noqa: E402
 from infrarsi.store.bank import Experience  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
@@ -125,18 +126,30 @@ def translator_of(table: tables.Table, hardware: dict):
 
 def warm_problem(s, seed: int, bank: list[Experience], hardware: dict, workload: dict,
                  translate=None, low_precision=None):
-    """The problem every searcher is given, plus the bank's seeds and time prior."""
+    """The problem every searcher is given, plus the bank's seeds (with their measured peak
+    ratios and the target baseline's peak, as the Doctor measures it before a run) and time
+    prior."""
     problem = problem_of(s, seed)
     advice = advise(bank, hardware, workload, bank_url="replay",
                     baseline=problem.baseline.knob_dict, translate=translate,
                     low_precision=low_precision)
     by_key = {config_key(c.knob_dict, c.patches): c for c in problem.candidates}
-    gains = {by_key[config_key(x.knobs, x.patches)]: math.log(x.expected_speedup)
-             for x in advice.seeds if config_key(x.knobs, x.patches) in by_key}
-    seeds = list(gains)
-    problem = dataclasses.replace(problem, seeds=seeds, bank_seeds=seeds, bank_gain=gains,
+    chosen = {}
+    for x in advice.seeds:
+        chosen.setdefault(by_key.get(config_key(x.knobs, x.patches)), x)
+    chosen.pop(None, None)
+    seeds = list(chosen)
+    problem = dataclasses.replace(problem, seeds=seeds, bank_seeds=seeds,
+                                  bank_gain=bank_gains(chosen), bank_peak=bank_peaks(chosen),
+                                  baseline_peak_bytes=doctor_peak(s.table),
                                   bank_log_speed=bank_time_prior(advice, problem.baseline))
     return problem, advice
+
+
+def doctor_peak(table: tables.Table) -> float | None:
+    """The baseline's per-rank peak the Doctor would measure on the target host (a run's
+    largest; peaks repeat to within bytes between runs of one config)."""
+    return float(max(table.cells[table.baseline].peak_mem_bytes or [0])) or None
 
 
 def direction(source: tables.Table, target: tables.Table, seeds: int) -> dict:

@@ -341,6 +341,10 @@ class BankSeed(_Frozen):
     as_measured: dict = Field({}, description="the knobs whose values the source ran with "
                               "differ from these (a rank count scaled to this host's cores or "
                               "GPUs), as measured there")
+    peak_ratio: float | None = Field(None, description="its per-rank peak over its source "
+                                     "run's baseline peak (the geometric mean over its "
+                                     "experiences that measured both), where it ran as it reads "
+                                     "here (no knob translated); None otherwise")
 
 
 class BankAdvice(_Frozen):

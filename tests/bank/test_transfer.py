@@ -287,3 +287,56 @@ def test_seeds_rank_by_expected_gain_with_similarity_counted_once():
     assert first.knobs == bf16 and first.similarity < second.similarity
     assert first.expected_speedup > second.expected_speedup
     assert first.expected_speedup == pytest.approx(1.35 ** first.similarity)
+
+
+def test_a_seed_carries_its_measured_peak_ratio_only_where_it_ran_as_it_reads_here():
+    """Two runs of micro-batch 4 peaked at 1.4x and 1.6x their baselines: the seed carries
+    their geometric mean. Read on a host where its rank count would change, the ratio was
+    measured on another config and is not carried."""
+    from infrarsi.bank.transfer import seeds
+    base = {"nproc": 2, "micro_batch": 2}
+    mb4 = {"nproc": 2, "micro_batch": 4}
+    rows = [experience("a", mb4, 1.3, peak=1.4e8, base_peak=1e8),
+            experience("b", mb4, 1.3, run="run-2", peak=3.2e8, base_peak=2e8),
+            experience("c", base, 1.0, peak=1e8, base_peak=1e8)]
+    (seed,) = advise(rows, HOST, WORKLOAD, bank_url="x", baseline=base).seeds
+    assert seed.peak_ratio == pytest.approx(math.sqrt(1.4 * 1.6))
+    one_rank = {id(e): {**e.knobs_json, "nproc": 1} for e in rows}
+    (read,) = seeds([(e, 1.0) for e in rows[:2]], here=one_rank)
+    assert read.as_measured == {"nproc": 2} and read.peak_ratio is None
+
+
+@pytest.mark.parametrize("analytic_fits, measured_ratio, baseline_peak, started", [
+    (False, 1.2, True, True),     # the estimate says no, the measurement says it fits
+    (True, 3.0, True, False),     # the estimate says yes, the measurement says it does not
+    (False, 1.2, False, False),   # no baseline peak measured here: the estimate decides
+    (True, None, True, True),     # no ratio measured: the estimate decides
+])
+def test_a_bank_seeds_measured_peak_ratio_overrules_the_analytic_estimate(
+        analytic_fits, measured_ratio, baseline_peak, started):
+    """The capacity is set against the analytic estimate of the seed's peak; the baseline here
+    peaks at half the capacity, so a seed measured at 1.2x its baseline fits and one at 3x
+    does not, whatever the estimate says."""
+    import dataclasses
+    seed = BankSeed(knobs={"nproc": 1, "micro_batch": 4}, patches=[], similarity=0.2,
+                    expected_speedup=1.5, experiences=1, sources=[],
+                    peak_ratio=measured_ratio)
+    advice = BankAdvice(bank_url="sqlite://", hardware={}, workload={}, experiences=1, used=1,
+                        seeds=[seed])
+    problem = build_problem(find("dense-1node"), "tiny", None, bank=advice)
+    (config,) = problem.bank_seeds
+    estimate = math.exp(problem.offset_total[problem.index[config]])
+    capacity = estimate * (1.2 if analytic_fits else 0.9)
+    problem = dataclasses.replace(problem, capacity_bytes=capacity,
+                                  baseline_peak_bytes=capacity / 2 if baseline_peak else None)
+    assert bool(problem.analytic_fits()[problem.index[config]]) is analytic_fits
+    assert (config in problem.start_points()) is started
+    assert config in problem.candidates
+
+
+def test_the_measured_baseline_peak_is_the_largest_of_the_doctors_runs():
+    from types import SimpleNamespace
+    from infrarsi.run.problem_build import measured_peak
+    assert measured_peak(SimpleNamespace(peak_mem_bytes=[3e8, None, 4e8])) == 4e8
+    assert measured_peak(SimpleNamespace(peak_mem_bytes=[None])) is None
+    assert measured_peak(None) is None

@@ -21,8 +21,10 @@ experiences' log speed-ups scaled by their similarity as the models' are, so the
 expected speed-up is already speed-up times similarity, counted once (multiplying by the
 similarity again ranked a 1.2x config of a host at 0.146 above a 1.35x one at 0.127: the
 similarity, not the gain, decided) — never one that mostly ran out of memory, and only
-those expected to gain at least :data:`SEED_MIN_SPEEDUP`. Every seed is measured here like any
-trial; the search's time model drops the bank's prior once this host's trials contradict it
+those expected to gain at least :data:`SEED_MIN_SPEEDUP`. A seed that ran there as it reads here
+carries its measured peak over its run's baseline peak (``peak_ratio``): with this run's
+measured baseline peak it says whether the seed fits here, where the analytic estimate only
+guesses (``Problem.start_points``). Every seed is measured here like any trial; the search's time model drops the bank's prior once this host's trials contradict it
 (the negative-transfer guard, in ``run/infrarsi_searcher.py``).
 """
 
@@ -82,6 +84,17 @@ def advise(experiences: list[Experience], hardware: dict, workload: dict, *, ban
                       memory_coefficients=_scaled(ridge(sized), fidelity(sized)),
                       seeds=seeds([(e, w) for e, w in weighted if read[id(e)][1]],
                                   max_seeds, baseline, here), notes=notes)
+
+
+def peak_ratio(experiences: list[Experience]) -> float | None:
+    """A config's measured per-rank peak over its run's baseline peak: the geometric mean over
+    ``experiences`` that measured both (None if none did). Unscaled by similarity: how much
+    more memory a config needs than the baseline is a property of the program and its knobs
+    far more than of the host's speed, and it is used only where the config ran there as it
+    reads here."""
+    logs = [math.log(e.peak_mem_bytes / e.baseline_peak_mem_bytes) for e in experiences
+            if e.peak_mem_bytes and e.baseline_peak_mem_bytes]
+    return math.exp(sum(logs) / len(logs)) if logs else None
 
 
 def fidelity(rows: list[tuple[list[str], float, float]]) -> float:
@@ -151,6 +164,7 @@ def seeds(weighted: list[tuple[Experience, float]], max_seeds: int = SEEDS,
                     bank_features({k: v}, [])}
         out.append(BankSeed(knobs=knobs_of(first), patches=sorted(_ids(first)),
                             as_measured=measured,
+                            peak_ratio=None if measured else peak_ratio([e for e, _ in ok]),
                             expected_speedup=expected, similarity=best, experiences=len(ok),
                             sources=[{"run_id": r, "hardware_fp": h, "workload": wl,
                                       "stage": st} for r, h, wl, st in sorted(sources)]))

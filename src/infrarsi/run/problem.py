@@ -71,6 +71,11 @@ class Problem:
     # each bank seed's expected log speed-up here, as the bank advised it (its similarity taken
     # into account); a seed without one is tried before the priors' pick
     bank_gain: dict[Config, float] = field(default_factory=dict)
+    # each bank seed's log peak over its source baseline's peak, where the bank measured it on
+    # the config as it reads here; with ``baseline_peak_bytes`` it decides whether the seed fits
+    bank_peak: dict[Config, float] = field(default_factory=dict)
+    # this host's measured per-rank peak of the baseline (the Doctor's), None when unmeasured
+    baseline_peak_bytes: float | None = None
     # the catalog's log step-time ratio per patch (prior_log_speed is their sum when not given)
     patch_log_speed: dict[str, float] = field(default_factory=dict)
     # log step-time ratio this host measured for some knob values (the Doctor's calibration
@@ -127,6 +132,20 @@ class Problem:
             return np.ones(len(self.candidates), dtype=bool)
         return self.offset_total <= math.log(self.capacity_bytes) - ANALYTIC_MARGIN
 
+    def seed_fits(self) -> np.ndarray:
+        """``analytic_fits``, except for a bank seed with a measured peak ratio when this run's
+        baseline peak is measured: there the ratio times that peak decides (see
+        ``start_points``)."""
+        fits = self.analytic_fits()
+        if not self.capacity_bytes or not self.baseline_peak_bytes:
+            return fits
+        limit = math.log(self.capacity_bytes) - ANALYTIC_MARGIN
+        base = math.log(self.baseline_peak_bytes)
+        for c, log_ratio in self.bank_peak.items():
+            if c in self.index:
+                fits[self.index[c]] = base + log_ratio <= limit
+        return fits
+
     def prior_pick(self) -> Config | None:
         """The candidate the priors expect fastest (the catalog's ratios and what the Doctor
         measured; not the bank's prior, whose own picks are its seeds — two starts from two
@@ -153,19 +172,22 @@ class Problem:
 
     def start_points(self) -> list[Config]:
         """The baseline, the seeds (the Doctor's, the bank's) and the priors' pick: what every
-        searcher is given to run first. A seed with other knobs than the baseline's that the
-        analytic estimate says does not fit this capacity is left out (it stays a candidate):
-        a config that ran on another host, or at another capacity, is no evidence that it fits
-        here — a bank seed from a host with more memory per rank would otherwise spend an
-        early trial on an OOM, and the censored memory model would then shy away from its
-        whole neighbourhood. A seed on the baseline's knobs (a patch) is kept: the baseline
-        runs anyway. A bank seed that this host's own measurement (the Doctor's calibration:
+        searcher is given to run first. A seed with other knobs than the baseline's that does
+        not fit this capacity is left out (it stays a candidate): a config that ran on another
+        host, or at another capacity, is no evidence that it fits here — a bank seed from a
+        host with more memory per rank would otherwise spend an early trial on an OOM, and the
+        censored memory model would then shy away from its whole neighbourhood. Whether it
+        fits is the analytic estimate's word, or, for a bank seed whose peak ratio to its
+        baseline was measured (``bank_peak``) on a run whose baseline peak was measured here,
+        that ratio times this baseline's peak: a measurement overrules an estimate (an
+        estimate 16% above the measured peak dropped a seed that fit). A seed on the
+        baseline's knobs (a patch) is kept: the baseline runs anyway. A bank seed that this host's own measurement (the Doctor's calibration:
         bf16 where it is emulated) says is slower than the baseline by more than the bank
         claims it gains is left out too: the bank's claim is judged before a trial is spent on
         it. A bank seed expected to gain less here than the priors claim for their pick comes
         after the pick: two sources' claims, the larger first."""
         pick, claim = self._pick_and_claim()
-        fits = self.analytic_fits()
+        fits = self.seed_fits()
         seeds = [s for s in self.seeds if s in self.index and
                  (fits[self.index[s]] or s.knobs == self.baseline.knobs) and
                  not (s in self.bank_gain and

@@ -15,7 +15,7 @@ from infrarsi.run.space import Config, Space
 from infrarsi.workloads import expr, knobs
 from infrarsi.workloads.knobs import AssignmentError
 from infrarsi.proposal import ProposedPatch
-from infrarsi.records import DOCTOR_BASELINE_LABEL, BankAdvice, DoctorReport
+from infrarsi.records import DOCTOR_BASELINE_LABEL, BankAdvice, BankSeed, DoctorReport
 from infrarsi.workloads.manifest import PatchSpec, Prior
 
 MAX_RANDOM = 3000
@@ -162,17 +162,16 @@ def doctor_seeds(manifest, scale: str, report: DoctorReport | None) -> list[Conf
     return list(dict.fromkeys(seeds))
 
 
-def bank_gains(manifest, scale: str, advice: BankAdvice | None) -> dict[Config, float]:
-    """The bank's seeds as configs of this workload, in the bank's order, each with its
-    expected log speed-up here as the bank advised it (the first seed's, where two resolve to
-    one config): their free knobs resolved here (the derived ones follow); a seed with a knob
-    value or a patch this workload does not have is left out."""
+def bank_seeds(manifest, scale: str, advice: BankAdvice | None) -> dict[Config, BankSeed]:
+    """The bank's seeds as configs of this workload, in the bank's order (the first seed,
+    where two resolve to one config): their free knobs resolved here (the derived ones
+    follow); a seed with a knob value or a patch this workload does not have is left out."""
     if advice is None:
         return {}
     derived = {k.name for k in manifest.knobs if k.derive is not None}
     names = {k.name for k in manifest.knobs}
     ids = {p.id for p in manifest.patches}
-    out: dict[Config, float] = {}
+    out: dict[Config, BankSeed] = {}
     for s in advice.seeds:
         if not set(s.patches) <= ids:
             continue
@@ -181,8 +180,18 @@ def bank_gains(manifest, scale: str, advice: BankAdvice | None) -> dict[Config, 
             config = Config.of(knobs.resolve(manifest, scale, free), frozenset(s.patches))
         except AssignmentError:
             continue
-        out.setdefault(config, math.log(s.expected_speedup))
+        out.setdefault(config, s)
     return out
+
+
+def bank_gains(seeds: dict[Config, BankSeed]) -> dict[Config, float]:
+    """Each bank seed's expected log speed-up here, as the bank advised it."""
+    return {c: math.log(s.expected_speedup) for c, s in seeds.items()}
+
+
+def bank_peaks(seeds: dict[Config, BankSeed]) -> dict[Config, float]:
+    """Each bank seed's measured log peak ratio to its source baseline, where it has one."""
+    return {c: math.log(s.peak_ratio) for c, s in seeds.items() if s.peak_ratio}
 
 
 def bank_time_prior(advice: BankAdvice | None, baseline: Config):
@@ -209,12 +218,19 @@ def bank_memory_prior(advice: BankAdvice | None, baseline: Config,
     """Where the manifest has no memory formula: the Doctor's measured baseline peak times the
     bank's prior peak ratio to the baseline, per config, as the memory model's offset (None
     without a bank, a measured peak or memory experiences)."""
-    peaks = [p for p in (report.peak_mem_bytes if report else []) if p]
-    if advice is None or not advice.memory_coefficients or not peaks:
+    peak = measured_peak(report)
+    if advice is None or not advice.memory_coefficients or not peak:
         return None
-    base, log_base = baseline.knob_dict, math.log(max(peaks))
+    base, log_base = baseline.knob_dict, math.log(peak)
     return lambda cs: np.array([log_base + advice.log_peak(c.knob_dict, c.patches, base)
                                 for c in cs])
+
+
+def measured_peak(report: DoctorReport | None) -> float | None:
+    """The baseline's per-rank peak the Doctor measured here (the largest of its runs), or
+    None."""
+    peaks = [p for p in (report.peak_mem_bytes if report else []) if p]
+    return float(max(peaks)) if peaks else None
 
 
 def with_proposed(manifest, proposed: list[ProposedPatch], run_dir, catalog: bool = True):
@@ -246,8 +262,9 @@ def build_problem(manifest, scale: str, capacity_bytes: int | None,
     clashes = incompatible_pairs(manifest)
     configs = [c for c in candidates(manifest, scale, seed)
                if not any(pair <= c.patches for pair in clashes)]
-    gains = {c: g for c, g in bank_gains(manifest, scale, bank).items()
-             if not any(pair <= c.patches for pair in clashes)}
+    from_bank_seeds = {c: s for c, s in bank_seeds(manifest, scale, bank).items()
+                       if not any(pair <= c.patches for pair in clashes)}
+    gains = bank_gains(from_bank_seeds)
     from_bank = list(gains)
     configs += [c for c in from_bank if c not in set(configs)]
     levels = {k.name: sorted({c.knob_dict[k.name] for c in configs})
@@ -262,7 +279,8 @@ def build_problem(manifest, scale: str, capacity_bytes: int | None,
                    analytic_log_peak=analytic(manifest, scale) or
                    bank_memory_prior(bank, configs[0], report),
                    patch_log_speed=patch_speeds(manifest), seeds=seeds, bank_seeds=from_bank,
-                   bank_gain=gains,
+                   bank_gain=gains, bank_peak=bank_peaks(from_bank_seeds),
+                   baseline_peak_bytes=measured_peak(report),
                    measured_log_speed=measured_prior(manifest, scale, report),
                    bank_log_speed=bank_time_prior(bank, configs[0]),
                    derived=tuple(k.name for k in manifest.knobs if k.derive is not None),
