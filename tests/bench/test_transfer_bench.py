@@ -66,3 +66,23 @@ def test_the_verdict_tells_a_tie_at_the_floor_from_a_bank_that_did_not_help():
         "warm_vs_cold": "warm fewer", "harmful_within_10pct_of_cold": True}
     assert not transfer.verdict(_direction(3, 6, 7))["harmful_within_10pct_of_cold"]
     assert not transfer.verdict(_direction(3, 6, None))["harmful_within_10pct_of_cold"]
+
+
+def test_a_warm_replay_knows_each_seeds_measured_peak_ratio_and_the_targets_baseline_peak(
+        tmp_path):
+    """What a run has before its search: the bank's seeds with their peak over their source's
+    baseline peak, and this host's baseline peak as the Doctor measures it."""
+    from replay import OOM_FRACTION, setting_of
+    source = tables.load(_host(tmp_path / "a.csv", "hostA"))
+    target = tables.load(_host(tmp_path / "b.csv", "hostB"))
+    bank = transfer.experiences_of(source, {"fingerprint": "hostA"}, {"name": "synthetic"})
+    problem, _ = transfer.warm_problem(setting_of(target, OOM_FRACTION), 0, bank,
+                                            {"fingerprint": "hostB"}, {"name": "synthetic"})
+    assert problem.bank_seeds and set(problem.bank_peak) == set(problem.bank_seeds)
+    assert problem.baseline_peak_bytes == max(target.cells[target.baseline].peak_mem_bytes)
+    base_peak = max(source.cells[source.baseline].peak_mem_bytes)
+    key = lambda c: transfer.config_key(c.knob_dict, c.patches)  # noqa: E731
+    cells = {key(transfer.config_of(c)): c for c in source.cells.values()}
+    for config in problem.bank_seeds:
+        logs = [math.log(p / base_peak) for p in cells[key(config)].peak_mem_bytes]
+        assert math.isclose(problem.bank_peak[config], sum(logs) / len(logs), rel_tol=1e-9)
