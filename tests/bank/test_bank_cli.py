@@ -22,6 +22,9 @@ def test_list_show_stats_export_import_and_forget(tmp_path):
     listed = cli_json("bank", "list", "--bank", str(path))
     assert [r["status"] for r in listed["experiences"]] == ["ok", "oom", "ok"]
     assert listed["experiences"][0]["patches"] == ["sdpa_attention"]
+    for row in listed["experiences"]:  # what the issue asks of every listed experience
+        assert {"run_id", "workload", "hardware_id", "status", "speedup"} <= set(row)
+    assert listed["experiences"][0]["hardware_id"] == "hostA"
     shown = cli_json("bank", "show", str(listed["experiences"][0]["id"]), "--bank", str(path))
     assert shown["knobs_json"] == {"micro_batch": 4} and shown["hardware_fp"] == "hostA"
     stats = cli_json("bank", "stats", "--bank", str(path))

@@ -32,8 +32,9 @@ def _open(url: str | None) -> BankStore:
 
 
 def _row(e: Experience) -> dict:
+    """One experience as ``bank list`` shows it; ``hardware_id``: its host's fingerprint."""
     return {"id": e.id, "run_id": e.run_id, "stage": e.stage, "workload": e.workload,
-            "scale": e.scale, "host": e.hardware_fp, "status": e.status,
+            "scale": e.scale, "hardware_id": e.hardware_fp, "status": e.status,
             "speedup": e.speedup, "censored": e.censored, "peak_share": e.peak_share,
             "knobs": e.knobs_json, "patches": [p["id"] for p in e.patches_json]}
 
@@ -49,13 +50,13 @@ def list_(bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION,
     if as_json:
         print(json.dumps({"bank": store.url, "experiences": rows}))
         return
-    table = Table("id", "run", "stage", "workload", "host", "status", "speed-up", "patches",
+    table = Table("id", "run", "stage", "workload", "hardware", "status", "speed-up", "patches",
                   title=f"{store.url}: {len(rows)} experiences shown")
     for r in rows:
         speed = "" if r["speedup"] is None else \
             f"{'<=' if r['censored'] else ''}{r['speedup']:.3f}x"
         table.add_row(str(r["id"]), r["run_id"], r["stage"], f"{r['workload']}@{r['scale']}",
-                      r["host"], r["status"], speed, "+".join(r["patches"]) or "-")
+                      r["hardware_id"], r["status"], speed, "+".join(r["patches"]) or "-")
     out.print(table)
 
 
