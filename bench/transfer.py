@@ -95,7 +95,7 @@ def experiences_of(table: tables.Table, hardware: dict, workload: dict,
                    negate: bool = False) -> list[Experience]:
     """A table's grid rows as bank experiences (``negate``: every log speed-up turned round)."""
     base = table.cells[table.baseline]
-    base_time, base_peak = base.mean_step_time_s, max(base.peak_mem_bytes or [0]) or None
+    base_time, base_peak = base.mean_step_time_s, doctor_peak(table)
     out = []
     for cell in table.cells.values():
         config = config_of(cell)
@@ -134,10 +134,11 @@ def warm_problem(s, seed: int, bank: list[Experience], hardware: dict, workload:
                     baseline=problem.baseline.knob_dict, translate=translate,
                     low_precision=low_precision)
     by_key = {config_key(c.knob_dict, c.patches): c for c in problem.candidates}
-    chosen = {}
+    chosen = {}  # the target's config of each seed it has, the first seed where two are one
     for x in advice.seeds:
-        chosen.setdefault(by_key.get(config_key(x.knobs, x.patches)), x)
-    chosen.pop(None, None)
+        config = by_key.get(config_key(x.knobs, x.patches))
+        if config is not None:
+            chosen.setdefault(config, x)
     seeds = list(chosen)
     problem = dataclasses.replace(problem, seeds=seeds, bank_seeds=seeds,
                                   bank_gain=bank_gains(chosen), bank_peak=bank_peaks(chosen),

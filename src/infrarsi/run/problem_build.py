@@ -262,10 +262,9 @@ def build_problem(manifest, scale: str, capacity_bytes: int | None,
     clashes = incompatible_pairs(manifest)
     configs = [c for c in candidates(manifest, scale, seed)
                if not any(pair <= c.patches for pair in clashes)]
-    from_bank_seeds = {c: s for c, s in bank_seeds(manifest, scale, bank).items()
-                       if not any(pair <= c.patches for pair in clashes)}
-    gains = bank_gains(from_bank_seeds)
-    from_bank = list(gains)
+    banked = {c: s for c, s in bank_seeds(manifest, scale, bank).items()
+              if not any(pair <= c.patches for pair in clashes)}
+    from_bank = list(banked)
     configs += [c for c in from_bank if c not in set(configs)]
     levels = {k.name: sorted({c.knob_dict[k.name] for c in configs})
               for k in manifest.knobs}
@@ -279,7 +278,7 @@ def build_problem(manifest, scale: str, capacity_bytes: int | None,
                    analytic_log_peak=analytic(manifest, scale) or
                    bank_memory_prior(bank, configs[0], report),
                    patch_log_speed=patch_speeds(manifest), seeds=seeds, bank_seeds=from_bank,
-                   bank_gain=gains, bank_peak=bank_peaks(from_bank_seeds),
+                   bank_gain=bank_gains(banked), bank_peak=bank_peaks(banked),
                    baseline_peak_bytes=measured_peak(report),
                    measured_log_speed=measured_prior(manifest, scale, report),
                    bank_log_speed=bank_time_prior(bank, configs[0]),
