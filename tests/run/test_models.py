@@ -123,6 +123,24 @@ def test_step_time_families_rank_held_out_configs(family):
     assert np.all(sd > 0)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_noisy_trials_do_not_make_an_untried_config_known(seed):
+    """Nine trials whose spread is no more than their noise (the moe-1node AMD 1-core replay's
+    situation): the evidence alone drives the GP's signal variance to its lower bound, and every
+    untried config came out predicted to within 1% (sd 0.008-0.009 in log time on these two
+    draws) — no trial was worth spending on it. With the signal's floor the fit may still call
+    the surface flat (long length scales), but not known: an untried config keeps several
+    percent of uncertainty (0.04-0.05 here)."""
+    rng = np.random.default_rng(seed)
+    X = np.array([[a, b, c] for a in (0, 1) for b in (0, 1, 2) for c in (0, 1)], dtype=float)
+    tried = [0, 1, 2, 3, 5, 6, 7, 9, 10]
+    t = np.exp(-0.2 + rng.normal(0, 0.13, len(tried)))
+    model = StepTimeModel("gp").fit(X[tried], t, np.full(len(tried), 0.018))
+    untried = [i for i in range(len(X)) if i not in tried]
+    _, sd = model.predict_log(X[untried])
+    assert np.all(sd >= 0.03), sd
+
+
 def test_step_time_family_is_checked():
     with pytest.raises(ValueError, match="family"):
         StepTimeModel("boosting")

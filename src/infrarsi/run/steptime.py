@@ -4,7 +4,9 @@ Two families, chosen between on the measured tables (``bench/models.py`` reports
 
 - ``gp``: a Gaussian process, Matern 5/2 plus a white-noise kernel, with one length scale per
   encoded column (ARD) once there are twice as many points as columns (one shared before); each trial's own noise (the spread of its steady steps, ``cv^2 / steps``)
-  enters as its per-point noise, so a noisy trial pulls the surface less.
+  enters as its per-point noise, so a noisy trial pulls the surface less. Its signal variance
+  has a floor (``AMPLITUDE_MIN_LOG``): trials no more spread than their noise must not make
+  the model sure that an untried config gains nothing.
 - ``forest``: extremely randomised trees; the spread of the trees is the uncertainty. Real step
   times have jumps (a kernel switch, a layout that oversubscribes the cores) that trees follow.
 
@@ -20,7 +22,8 @@ import numpy as np
 from infrarsi.run.space import single_threaded
 
 FAMILIES = ("gp", "forest")
-HYPER_FIT_MAX = 80  # past this many trials the GP's hyperparameters are fitted on a subset
+HYPER_FIT_MAX = 80
+AMPLITUDE_MIN_LOG = 0.1  # past this many trials the GP's hyperparameters are fitted on a subset
 
 
 class StepTimeModel:
@@ -60,7 +63,7 @@ class StepTimeModel:
         # apart; before that, ARD fits noise and one shared length scale generalises better
         ard = len(y) >= 2 * X.shape[1]
         scale = np.ones(X.shape[1]) * 2.0 if ard else 2.0
-        kernel = ConstantKernel(1.0, (1e-2, 1e2)) * Matern(
+        kernel = ConstantKernel(*self._amplitude()) * Matern(
             length_scale=scale, length_scale_bounds=(1e-1, 1e3), nu=2.5) \
             + WhiteKernel(1e-2, (1e-5, 1.0))
         gp = GaussianProcessRegressor(kernel, alpha=noise / max(self.y_sd_, 1e-3) ** 2,
@@ -76,6 +79,15 @@ class StepTimeModel:
                                               normalize_y=True, optimizer=None)
             gp.fit(X, y)
         return gp
+
+    def _amplitude(self) -> tuple[float, tuple[float, float]]:
+        """The signal variance's start and bounds on the normalised scale (``normalize_y``
+        divides by the spread of the measured logs): at least ``AMPLITUDE_MIN_LOG`` in log
+        seconds, so noisy trials cannot make the model call every untried config known."""
+        y_sd = self.y_sd_ if self.y_sd_ > 1e-12 else 1.0  # sklearn's scale for a flat y
+        low = max(1e-2, (AMPLITUDE_MIN_LOG / y_sd) ** 2)
+        high = max(1e2, 10 * low)
+        return max(1.0, low), (low, high)
 
     def log_evidence(self) -> float | None:
         """log p(y) of the GP's fit on the scale of log seconds (its normalisation undone), so
