@@ -27,7 +27,8 @@ HYPER_FIT_MAX = 80  # past this many trials the GP's hyperparameters are fitted 
 # 10% the memory model's residual starts from. Without it, trials whose spread is no more than
 # their noise drove the signal variance to its bound, and every untried config was predicted to
 # ~1% (cold replays, 30 seeds, 20 trials: dense-1node-full Intel 2c reached the target in 14 of
-# 30 seeds, 25 with the floor; moe-1node-full AMD 1c 19 -> 22; the other 13 tables unchanged)
+# 30 seeds, 25 with the floor; moe-1node-full AMD 1c 19 -> 22; the other 13 tables' medians
+# within one trial: dense-2node sampled 11 -> 12)
 AMPLITUDE_MIN_LOG = 0.1
 
 
