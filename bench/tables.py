@@ -192,22 +192,35 @@ def table_paths(given: list[str] | None) -> list[Path]:
     return sorted(DATA.glob("*.csv"))
 
 
+def _table_settings(results: dict, table: str) -> dict | None:
+    """The settings one table of a results file was measured with: the file's, with the seeds
+    its ``details`` name."""
+    settings = results.get("settings")
+    detail = results.get("details", {}).get(table, {})
+    if settings is None:
+        return None
+    return {**settings, **{k: detail[k] for k in ("seeds", "few_seeds")
+                           if k in detail and k in settings}}
+
+
 def merge_results(path: Path, new: dict, recompute=None) -> dict:
     """The results file at ``path`` with what was just measured replacing its older entries,
     entry by entry within a table (the others stay); ``recompute(results_of_table)`` refreshes
     each merged table's ``details[table]["tests"]``. Entries of one table merge only when
-    measured with the same settings: a table measured again with other settings (another
-    number of seeds) starts afresh, the other tables stay; each table's own seeds are in its
-    ``details``, the top-level ``settings`` are the newest run's."""
+    measured with the same settings as that table's entries: a table measured again with other
+    settings (another number of seeds) starts afresh, the other tables stay. The top-level
+    ``settings`` are the newest run's; a table's own are those with its ``details``' seeds
+    (``seeds``, ``few_seeds``) in their place, so a table replayed again with the seeds it was
+    measured with merges even after another table was measured with other seeds."""
     if not path.exists():
         return new
     try:
         old = json.loads(path.read_text())
     except json.JSONDecodeError:
         return new
-    same = old.get("settings") == json.loads(json.dumps(new.get("settings")))
+    settings = json.loads(json.dumps(new.get("settings")))
     for table, per in new["results"].items():
-        if not same:
+        if _table_settings(old, table) != settings:
             old.get("results", {}).pop(table, None)
             old.get("details", {}).pop(table, None)
         old.setdefault("results", {}).setdefault(table, {}).update(per)

@@ -124,6 +124,30 @@ def test_a_later_run_of_one_searcher_replaces_only_its_entry_and_the_tests_follo
     assert again["results"]["u"]["random"] == entry([0.1, 0.1, 0.1])  # other tables stay
 
 
+def test_a_table_replayed_with_its_own_seeds_merges_after_another_used_other_seeds(tmp_path):
+    """The file's top-level settings are the newest run's (table u at 10 seeds); table t was
+    measured at 30 — replaying one searcher on t at 30 keeps t's peers."""
+    path = tmp_path / "searchers.json"
+    settings = {"seeds": 10, "budget": 40, "checkpoints": [10, 20, 40], "oom_fraction": 0.3,
+                "few_seeds": 5}
+
+    def entry(regret):
+        return {"per_seed": {"regret": {b: regret for b in ("10", "20", "40")}}}
+    path.write_text(json.dumps({
+        "settings": settings,
+        "results": {"t": {"design": "full_factorial", "infrarsi": entry([0.3] * 3),
+                          "random": entry([0.2] * 3)},
+                    "u": {"design": "sampled", "random": entry([0.1] * 3)}},
+        "details": {"t": {"seeds": 30, "few_seeds": 5}, "u": {"seeds": 10, "few_seeds": 5}}}))
+    later = {"settings": dict(settings, seeds=30), "results": {"t": {"infrarsi": entry([0.0] * 3)}},
+             "details": {"t": {"seeds": 30, "few_seeds": 5}}}
+    merged = bench.merge(path, later)
+    assert merged["results"]["t"]["random"]["per_seed"] == entry([0.2] * 3)["per_seed"]
+    assert merged["results"]["t"]["infrarsi"] == entry([0.0] * 3)
+    assert merged["details"]["t"]["tests"]["random"]["median_regret_difference"] == \
+        pytest.approx(0.2)
+
+
 def test_a_replayed_trial_past_the_slow_bound_is_cut_there_and_costs_the_bound(tmp_path):
     from infrarsi.run.problem import SlowBound
     s = replay.setting_of(tables.load(synthetic_table(tmp_path / "t.csv")))
