@@ -11,6 +11,7 @@ seeds too (tried, or reported "not measured" where the budget or the guard passe
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ def _add_an_earlier_gain(bank: str, first_run_id: str, baseline: dict) -> tuple:
     base = config_key(baseline, [])
     mine = [e for e in store.experiences() if e.run_id == first_run_id and e.stage in (
         "run", "apply")]
-    times = {k: sum(_key(e) == k for e in mine) for k in {_key(e) for e in mine}}
+    times = Counter(_key(e) for e in mine)
     ran = [e for e in mine if e.stage == "run" and e.status == "ok" and _key(e) != base]
     patches_only = [e for e in ran if config_key(e.knobs_json, []) == base]
     trial = min(patches_only or ran, key=lambda e: times[_key(e)])

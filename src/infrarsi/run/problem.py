@@ -181,12 +181,12 @@ class Problem:
         baseline was measured (``bank_peak``) on a run whose baseline peak was measured here,
         that ratio times this baseline's peak: a measurement overrules an estimate (an
         estimate 16% above the measured peak dropped a seed that fit). A seed on the
-        baseline's knobs (a patch) is kept: the baseline runs anyway. A bank seed that
-        this host's own measurement (the Doctor's calibration:
-        bf16 where it is emulated) says is slower than the baseline by more than the bank
-        claims it gains is left out too: the bank's claim is judged before a trial is spent on
-        it. A bank seed expected to gain less here than the priors claim for their pick comes
-        after the pick: two sources' claims, the larger first."""
+        baseline's knobs (a patch) is kept: the baseline runs anyway. A bank seed that this
+        host's own measurement (the Doctor's calibration: bf16 where it is emulated) says is
+        slower than the baseline by more than the bank claims it gains is left out too: the
+        bank's claim is judged before a trial is spent on it. A bank seed expected to gain
+        less here than the priors claim for their pick comes after the pick: two sources'
+        claims, the larger first."""
         pick, claim = self._pick_and_claim()
         fits = self.seed_fits()
         seeds = [s for s in self.seeds if s in self.index and
