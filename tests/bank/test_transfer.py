@@ -161,6 +161,63 @@ def test_the_banks_prior_is_kept_while_trials_agree_and_dropped_once_they_contra
     assert bank and all(v == (1.0 if kept else 0.0) for v in bank.values()), bank
 
 
+def _per_knob_problem(sign: float, scale: float = 1.0, noise_var_log: float = 0.03 ** 2):
+    """``_guard_problem``'s space with the bank's claim split by knob, as a real bank's prior
+    is (one column per knob): ``sign`` times the truth's effects, times ``scale``."""
+    configs = [Config.of({"micro_batch": mb, "threads": t}, p)
+               for mb, t in itertools.product([1, 2, 4, 8], [1, 2]) for p in ([], ["fast"])]
+    space = Space.from_levels({"micro_batch": [1, 2, 4, 8], "threads": [1, 2]}, ["fast"])
+
+    def parts(cs):
+        return scale * sign * np.array([
+            [math.log(1 - 0.12 * math.log2(c.knob_dict["micro_batch"])),
+             math.log(0.7) if c.knob_dict["threads"] == 2 else 0.0] for c in cs])
+    parts.names = ("micro_batch", "threads")
+    return Problem(configs, space, configs[0], bank_log_speed=parts,
+                   noise_var_log=noise_var_log)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_bank_split_by_knob_that_contradicts_this_host_loses_its_say_within_four_trials(
+        sign, seed):
+    """One column per knob, each alone too weakly tested to drop on the marginal likelihood
+    (without the whole-bank weight the turned-round bank kept weight 1 on both columns for 6-8
+    trials); the bank as a whole is read in four (``_bank_weight``), and a bank that agrees
+    keeps its say."""
+    searcher = InfraRSISearcher(_per_knob_problem(sign), seed=seed)
+    for visit in range(4):
+        config = searcher.ask()
+        searcher.tell(config, Outcome("ok", step_time_s=_measured(config, visit),
+                                      peak_bytes=1e8, cost_s=5.0))
+    searcher._fit()
+    bank = {k: v for k, v in searcher.patch_weights.items() if k.startswith(BANK + ":")}
+    assert len(bank) == 2
+    assert all((v > 0.9) if sign > 0 else (v < 0.05) for v in bank.values()), bank
+
+
+def test_a_bank_claim_smaller_than_one_runs_noise_is_left_out_of_the_prior():
+    """A claim that sets no two configs apart by one run-to-run sd cannot be refuted by a
+    trial, yet tips near-ties (from a host where the opposite held, away from what holds
+    here): only the columns a trial could contradict enter the model."""
+    strong = _per_knob_problem(1.0)
+    assert strong.bank_testable() == [0, 1]
+    # micro_batch's claim spans 0.45 in log time and clears a 0.4 sd; threads' (log 0.7:
+    # 0.36) does not
+    assert _per_knob_problem(1.0, noise_var_log=0.4 ** 2).bank_testable() == [0]
+    faint = _per_knob_problem(-1.0, scale=0.05)  # every claim under 0.03
+    assert faint.bank_testable() == []
+    searcher = InfraRSISearcher(faint, seed=0)
+    config = searcher.ask()
+    searcher.tell(config, Outcome("ok", step_time_s=1.0, peak_bytes=1e8, cost_s=5.0))
+    for visit in range(3):
+        config = searcher.ask()
+        searcher.tell(config, Outcome("ok", step_time_s=_measured(config, visit),
+                                      peak_bytes=1e8, cost_s=5.0))
+    searcher._fit()
+    assert not any(k.startswith(BANK + ":") for k in searcher.patch_weights)
+
+
 @pytest.mark.parametrize("name", ["infrarsi", "random"])
 @pytest.mark.parametrize("first_holds", [True, False])
 def test_a_bank_seed_that_does_not_hold_ends_the_banks_say(name, first_holds):

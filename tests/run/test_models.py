@@ -141,6 +141,27 @@ def test_noisy_trials_do_not_make_an_untried_config_known(seed):
     assert np.all(sd >= 0.03), sd
 
 
+@pytest.mark.parametrize("true_weight", [0.0, 1.0])
+def test_a_prior_columns_weight_is_read_from_the_trials_with_the_kernel_marginalised(
+        true_weight):
+    """``basis_weight``: trials made of ``true_weight`` times a prior column plus a smooth
+    surface and noise; the posterior weight comes out near the truth and its sd below the
+    prior's. A column constant over the trials leaves the prior (1, sd 1) as it was."""
+    rng = np.random.default_rng(3)
+    X = rng.uniform(0, 1, (14, 2))
+    basis = np.where(rng.uniform(size=14) < 0.5, -0.3, 0.3)
+    y = true_weight * basis + 0.1 * np.sin(3 * X[:, 0]) + rng.normal(0, 0.02, 14)
+    noise = np.full(14, 0.02 ** 2)
+    model = StepTimeModel("gp").fit(X, np.exp(y - basis), noise)  # fitted as if it held
+    mean, sd = model.basis_weight(X, y, basis, noise, prior_sd=1.0)
+    assert abs(mean - true_weight) < 0.25 and sd < 0.3, (mean, sd)
+    # a column that claims the same for every trial tried says nothing the intercept does not
+    mean, sd = model.basis_weight(X, y, np.full(14, 0.3), noise, prior_sd=1.0)
+    assert abs(mean - 1.0) < 1e-3 and abs(sd - 1.0) < 1e-3, (mean, sd)
+    assert StepTimeModel("forest").fit(X, np.exp(y), noise).basis_weight(
+        X, y, basis, noise, 1.0) is None
+
+
 def test_step_time_family_is_checked():
     with pytest.raises(ValueError, match="family"):
         StepTimeModel("boosting")

@@ -25,8 +25,10 @@ those expected to gain at least :data:`SEED_MIN_SPEEDUP`. A seed that ran there 
 carries its measured peak over its run's baseline peak (``peak_ratio``): with this run's
 measured baseline peak it says whether the seed fits here, where the analytic estimate only
 guesses (``Problem.start_points``). Every seed is measured here like any trial; the search's
-time model drops the bank's prior once this host's trials contradict it (the negative-transfer
-guard, in ``run/infrarsi_searcher.py``).
+time model admits only the prior's claims a trial here could contradict (at least one
+run-to-run sd: ``Problem.bank_testable``), weighs the prior as a whole by how far this host's
+trials bear it out, and drops a part they contradict (the negative-transfer guard, in
+``run/infrarsi_searcher.py``).
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ class InfraRSISearcher(Searcher):
         timed = [(idx[k], outs[k]) for k in at]
         rows = [i for i, _ in timed]
         catalog, names = PRIOR_SHRINK * p.catalog_parts, list(p.patch_ids)  # (n, P)
-        used = [j for j in range(p.bank_parts.shape[1]) if p.bank_parts[:, j].any()]
+        used = p.bank_testable()
         if p.bank_contradicted(self.history):  # a seed of the bank's did not hold here
             used = []
         if used:  # the bank's prior: a column per knob or patch, each trusted as far as
@@ -160,11 +160,17 @@ class InfraRSISearcher(Searcher):
         about, say, the rank count loses its say once this host's trials contradict it, while
         its part on precision stays if they agree). Columns from ``n_catalog`` on are the
         bank's: one touches most configs, so it may fade once ``PATCH_FADE_MIN`` trials it
-        touched and ``BANK_FADE_MIN`` trials in all ran."""
+        touched and ``BANK_FADE_MIN`` trials in all ran. Before that per-column test, the
+        bank as a whole is weighed (``_bank_weight``): split over a dozen columns, each too
+        weakly tested alone to drop, a bank turned round kept its full say for 6-8 trials."""
         weights = np.ones(catalog.shape[1])
         model = self._fit_time(X, logs, catalog, weights, noise, seed)
         if self.family != "gp" or not catalog.any():
             return model, weights
+        if n_catalog is not None and catalog.shape[1] > n_catalog and \
+                len(logs) >= BANK_FADE_MIN:
+            model, weights = self._bank_weight(X, logs, catalog, weights, noise, seed, model,
+                                               n_catalog)
         evidence = model.log_evidence()
         for j in range(catalog.shape[1]):
             with_patch = int(np.count_nonzero(catalog[:, j]))
@@ -181,6 +187,22 @@ class InfraRSISearcher(Searcher):
                     gained > evidence + PRIOR_DROP_EVIDENCE:
                 model, weights, evidence = other, trial, gained
         return model, weights
+
+    def _bank_weight(self, X, logs, catalog, weights, noise, seed, model, n_catalog):
+        """The bank's prior as a whole, scaled by how far these trials bear it out: the
+        posterior mean of one weight on its columns' sum (``StepTimeModel.basis_weight``,
+        prior ``N(1, BANK_WEIGHT_SD^2)``, the GP's kernel marginalised), kept in [0, 1] —
+        never stronger than the bank said, never turned around. A bank whose claims run
+        against this host's first trials loses its say before any one column could be
+        refuted alone; one they bear out keeps it."""
+        bank = catalog[:, n_catalog:] @ weights[n_catalog:]
+        residual = logs - catalog[:, :n_catalog] @ weights[:n_catalog]
+        fitted = model.basis_weight(X, residual, bank, noise, BANK_WEIGHT_SD)
+        if fitted is None or fitted[0] >= 1.0:
+            return model, weights
+        weights = weights.copy()
+        weights[n_catalog:] *= max(0.0, fitted[0])
+        return self._fit_time(X, logs, catalog, weights, noise, seed), weights
 
     def _fit_time(self, X, logs, catalog, weights, noise, seed) -> StepTimeModel:
         return StepTimeModel(self.family, seed=seed).fit(X, np.exp(logs - catalog @ weights),
@@ -425,6 +447,9 @@ PRIOR_DROP_EVIDENCE = 2.0  # log-evidence the trials must gain to drop a patch's
 PATCH_FADE_MIN = 2  # trials with (and without) a patch before its prior may be dropped
 BANK = "bank"  # the bank's prior columns in ``patch_weights`` are ``bank:<knob or patch>``
 BANK_FADE_MIN = 3  # trials in all before a part of the bank's prior may be dropped
+# the prior sd of the weight on the bank's prior (mean 1: it holds as the bank says): chosen
+# before any replay, one sd spans "no effect here" to "twice the effect"
+BANK_WEIGHT_SD = 1.0
 
 
 def _log_ei(best: float, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:

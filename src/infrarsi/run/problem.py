@@ -199,6 +199,17 @@ class Problem:
         first = [s for s in seeds if s not in later]
         return list(dict.fromkeys([self.baseline] + first + [pick] + later))
 
+    def bank_testable(self) -> list[int]:
+        """The bank's prior columns whose claim this host's trials could contradict: those
+        that set two candidates apart by at least one run-to-run sd (``noise_var_log``). A
+        smaller claim cannot be refuted by any one trial, yet still tips the choice between
+        configs the models rank alike — towards what held elsewhere, or, from a host where
+        the opposite held, away from what holds here — so it is left out; the bank's seeds
+        still carry what it measured."""
+        least = math.sqrt(max(self.noise_var_log, 0.0))
+        return [j for j in range(self.bank_parts.shape[1])
+                if self.bank_parts[:, j].any() and np.ptp(self.bank_parts[:, j]) >= least]
+
     def bank_contradicted(self, history: list[tuple[Config, Outcome]]) -> Config | None:
         """The first bank seed that did not hold here, or None: one that ran out of memory, was
         cut short as slow, failed, or ran no faster than the baseline measured in the same

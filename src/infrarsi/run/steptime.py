@@ -15,6 +15,7 @@ Only ``ok`` trials enter: a trial that ran out of memory has no step time.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -103,6 +104,28 @@ class StepTimeModel:
         n = self.n_obs_
         return float(self.model_.log_marginal_likelihood_value_ - n * np.log(
             max(self.model_._y_train_std, 1e-12)))
+
+    def basis_weight(self, X: np.ndarray, residual_log: np.ndarray, basis_log: np.ndarray,
+                     noise_var_log: np.ndarray, prior_sd: float) -> tuple[float, float] | None:
+        """Posterior mean and sd of ``w`` in ``residual_log = c + w * basis_log + f(X) + noise``,
+        with ``w ~ N(1, prior_sd^2)``, a flat intercept ``c`` and ``f`` this fitted GP's
+        kernel (Rasmussen & Williams 2006, sec. 2.7: explicit basis functions, ``f``
+        marginalised). What a prior column (``basis_log``) is worth on these trials: the
+        GP's own flexibility is counted, so a few noisy trials move ``w`` only as far as they
+        tell the column's pattern from what the kernel could fit anyway. None for the forest
+        or before a GP was fitted."""
+        if self.family != "gp" or self.model_ is None:
+            return None
+        X = np.asarray(X, dtype=float)
+        scale = max(self.model_._y_train_std, 1e-12) ** 2  # normalize_y's variance, undone
+        noise = np.maximum(np.asarray(noise_var_log, dtype=float), 1e-6)
+        C = scale * self.model_.kernel_(X) + np.diag(noise)  # the white kernel is in kernel_
+        H = np.column_stack([np.ones(len(X)), np.asarray(basis_log, dtype=float)])
+        Ci_H = np.linalg.solve(C, H)
+        A = H.T @ Ci_H + np.diag([1e-8, 1.0 / prior_sd ** 2])
+        b = Ci_H.T @ np.asarray(residual_log, dtype=float) + np.array([0.0, 1.0 / prior_sd ** 2])
+        mean = np.linalg.solve(A, b)
+        return float(mean[1]), float(math.sqrt(max(np.linalg.inv(A)[1, 1], 0.0)))
 
     def _forest(self, X, y):
         from sklearn.ensemble import ExtraTreesRegressor
