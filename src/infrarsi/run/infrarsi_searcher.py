@@ -194,7 +194,9 @@ class InfraRSISearcher(Searcher):
         prior ``N(1, BANK_WEIGHT_SD^2)``, the GP's kernel marginalised), kept in [0, 1] —
         never stronger than the bank said, never turned around. A bank whose claims run
         against this host's first trials loses its say before any one column could be
-        refuted alone; one they bear out keeps it."""
+        refuted alone; one they bear out keeps it. The kernel is the one fitted with the bank
+        at full weight: a turned-round bank leaves that fit more to absorb, so the test leans
+        towards keeping what the bank says."""
         bank = catalog[:, n_catalog:] @ weights[n_catalog:]
         residual = logs - catalog[:, :n_catalog] @ weights[:n_catalog]
         fitted = model.basis_weight(X, residual, bank, noise, BANK_WEIGHT_SD)
