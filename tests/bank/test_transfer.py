@@ -126,11 +126,17 @@ def test_the_bank_seeds_a_run_of_the_same_workload_first():
     assert first[0] == problem.baseline and searcher.ask() == config
 
 
-def _guard_problem(bank_claim):
-    """A small space; the bank claims ``bank_claim(config)`` (a log ratio) for each config."""
+def _small_space() -> tuple[list[Config], Space]:
+    """Micro-batch x threads x one patch: the guard tests' candidates and space."""
     configs = [Config.of({"micro_batch": mb, "threads": t}, p)
                for mb, t in itertools.product([1, 2, 4, 8], [1, 2]) for p in ([], ["fast"])]
-    space = Space.from_levels({"micro_batch": [1, 2, 4, 8], "threads": [1, 2]}, ["fast"])
+    return configs, Space.from_levels({"micro_batch": [1, 2, 4, 8], "threads": [1, 2]},
+                                      ["fast"])
+
+
+def _guard_problem(bank_claim):
+    """A small space; the bank claims ``bank_claim(config)`` (a log ratio) for each config."""
+    configs, space = _small_space()
     return Problem(configs, space, configs[0],
                    bank_log_speed=lambda cs: np.array([bank_claim(c) for c in cs]),
                    noise_var_log=0.03 ** 2)
@@ -164,9 +170,7 @@ def test_the_banks_prior_is_kept_while_trials_agree_and_dropped_once_they_contra
 def _per_knob_problem(sign: float, scale: float = 1.0, noise_var_log: float = 0.03 ** 2):
     """``_guard_problem``'s space with the bank's claim split by knob, as a real bank's prior
     is (one column per knob): ``sign`` times the truth's effects, times ``scale``."""
-    configs = [Config.of({"micro_batch": mb, "threads": t}, p)
-               for mb, t in itertools.product([1, 2, 4, 8], [1, 2]) for p in ([], ["fast"])]
-    space = Space.from_levels({"micro_batch": [1, 2, 4, 8], "threads": [1, 2]}, ["fast"])
+    configs, space = _small_space()
 
     def parts(cs):
         return scale * sign * np.array([
