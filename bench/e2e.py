@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import tables  # noqa: E402
+
 from infrarsi.host import fingerprint, machine_facts  # noqa: E402
 from infrarsi.optimize import optimize  # noqa: E402
 from infrarsi.trial import prepare, run_trial  # noqa: E402
@@ -36,7 +37,7 @@ from infrarsi.workloads import find  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "e2e.json"
 WORKLOADS = ["dense-1node", "dense-2node", "moe-1node", "moe-2node"]
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def table_for(workload: str, host: str) -> tuple[Path | None, bool]:
@@ -59,9 +60,14 @@ def oracle_from_table(table: tables.Table, capacity: int | None) -> dict:
     """The best feasible cell's mean step time over the baseline cell's."""
     base = table.cells[table.baseline].mean_step_time_s
     best = min(table.feasible(capacity), key=lambda c: c.mean_step_time_s)
-    return {"source": f"table {table.name}", "speedup": base / best.mean_step_time_s,
-            "cell": best.cell, "knobs": best.knobs, "patches": list(best.patches),
-            "noise_cv": tables.noise_cv(table)}
+    return {
+        "source": f"table {table.name}",
+        "speedup": base / best.mean_step_time_s,
+        "cell": best.cell,
+        "knobs": best.knobs,
+        "patches": list(best.patches),
+        "noise_cv": tables.noise_cv(table),
+    }
 
 
 def oracle_remeasured(workload: str, table: tables.Table, scale: str, rounds: int = 3) -> dict:
@@ -77,15 +83,18 @@ def oracle_remeasured(workload: str, table: tables.Table, scale: str, rounds: in
         for name, spec in specs.items():
             record = run_trial(dataclasses.replace(spec, evaluate=False), workdir)
             if record.status.value == "ok":
-                times[name].append(record.metrics.harness_step_time_s or
-                                   record.metrics.step_time_s)
+                times[name].append(record.metrics.harness_step_time_s or record.metrics.step_time_s)
     base = statistics.median(times["baseline"])
     ratios = {k: base / statistics.median(v) for k, v in times.items() if v and k != "baseline"}
     best = max(ratios, key=ratios.get)
     cell = table.cells[best]
-    return {"source": f"re-measured here: top 5 of {table.name}, {rounds} interleaved rounds",
-            "speedup": ratios[best], "cell": best, "knobs": cell.knobs,
-            "patches": list(cell.patches)}
+    return {
+        "source": f"re-measured here: top 5 of {table.name}, {rounds} interleaved rounds",
+        "speedup": ratios[best],
+        "cell": best,
+        "knobs": cell.knobs,
+        "patches": list(cell.patches),
+    }
 
 
 def _typed(manifest, knobs: dict) -> dict:
@@ -106,30 +115,53 @@ def run_one(workload: str, scale: str, budget: int, top: int, out: Path, host: s
     if capacity:
         instruction += f"; memory under {capacity // MIB} MiB per rank"
     t0 = time.monotonic()
-    result = optimize(workload, instruction, scale, budget, 1, out / workload, top_k=top,
-                      on_stage=_progress(workload))
+    result = optimize(
+        workload,
+        instruction,
+        scale,
+        budget,
+        1,
+        out / workload,
+        top_k=top,
+        on_stage=_progress(workload),
+    )
     wall = time.monotonic() - t0
     summary = json.loads((Path(result.run_dir) / "apply.json").read_text())
     report = _report_summary(Path(result.run_dir))
     oracle = None
     if table is not None:
-        oracle = oracle_from_table(table, capacity // MIB * MIB) if mine else \
-            oracle_remeasured(workload, table, scale)
+        oracle = (
+            oracle_from_table(table, capacity // MIB * MIB)
+            if mine
+            else oracle_remeasured(workload, table, scale)
+        )
     w = result.winner or {}
-    return {"instruction": instruction, "scale": scale, "budget": budget,
-            "capacity_bytes": capacity, "promoted": result.promoted,
-            "speedup": w.get("speedup"), "ci_low": w.get("ci_low"), "ci_high": w.get("ci_high"),
-            "winner": {"knobs": w.get("knobs"), "patches": w.get("patches")} if w else None,
-            "decision": summary["decision"], "compared": summary["compared"],
-            "mfu_before_pct": report["baseline"]["mfu_pct"],
-            "mfu_after_pct": (report.get("winner") or {}).get("mfu_pct"),
-            "trials": result.trials, "oom_trials": result.oom_trials,
-            "search_cost_s": result.rounds[0].search_cost_s, "wall_s": wall,
-            "oracle": oracle, "run_dir": result.run_dir}
+    return {
+        "instruction": instruction,
+        "scale": scale,
+        "budget": budget,
+        "capacity_bytes": capacity,
+        "promoted": result.promoted,
+        "speedup": w.get("speedup"),
+        "ci_low": w.get("ci_low"),
+        "ci_high": w.get("ci_high"),
+        "winner": {"knobs": w.get("knobs"), "patches": w.get("patches")} if w else None,
+        "decision": summary["decision"],
+        "compared": summary["compared"],
+        "mfu_before_pct": report["baseline"]["mfu_pct"],
+        "mfu_after_pct": (report.get("winner") or {}).get("mfu_pct"),
+        "trials": result.trials,
+        "oom_trials": result.oom_trials,
+        "search_cost_s": result.rounds[0].search_cost_s,
+        "wall_s": wall,
+        "oracle": oracle,
+        "run_dir": result.run_dir,
+    }
 
 
 def _report_summary(run_dir: Path) -> dict:
     from infrarsi.report import gather
+
     return gather(run_dir).summary
 
 
@@ -142,6 +174,7 @@ def _progress(workload: str):
         elif stage == "search" and data.get("kind") == "end":
             o = data["outcome"]
             print(f"    trial {data['seq']}: {o.status} {o.step_time_s or 0:.4f} s", flush=True)
+
     return emit
 
 
@@ -163,12 +196,23 @@ def main() -> None:
     for workload in args.workloads or WORKLOADS:
         entry = run_one(workload, args.scale, args.budget, args.top, args.out / stamp, host)
         key = workload if args.scale == "bench" else f"{workload}@{args.scale}"
-        results["results"][key] = {**entry, "fingerprint": host,
-                                   "measured": time.strftime("%Y-%m-%d %H:%M")}
+        results["results"][key] = {
+            **entry,
+            "fingerprint": host,
+            "measured": time.strftime("%Y-%m-%d %H:%M"),
+        }
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(results, indent=2))  # after each workload: nothing lost
-        print(json.dumps({workload: {k: entry[k] for k in ("speedup", "ci_low", "ci_high",
-                                                           "trials", "oom_trials")}}))
+        print(
+            json.dumps(
+                {
+                    workload: {
+                        k: entry[k]
+                        for k in ("speedup", "ci_low", "ci_high", "trials", "oom_trials")
+                    }
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

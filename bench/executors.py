@@ -36,51 +36,70 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     from ray.cluster_utils import Cluster
+
     from infrarsi.executors.ray_executor import RayExecutor
+
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     for name in ("node_a", "node_b"):
         cluster.add_node(num_cpus=2, resources={name: 1})
     cluster.wait_for_nodes()
     root = Path(tempfile.mkdtemp(prefix="infrarsi-executors-"))
-    executors = {"local": LocalExecutor(root / "local"),
-                 "ray": RayExecutor(root / "ray", cluster.address)}
+    executors = {
+        "local": LocalExecutor(root / "local"),
+        "ray": RayExecutor(root / "ray", cluster.address),
+    }
     walls: dict[str, list[float]] = {"local": [], "ray": []}
     nodes = set()
     try:
-        throughput = {"local_trials_per_h": _per_hour(executors["local"], args.trials, 1),
-                      "ray_trials_per_h": _per_hour(executors["ray"], args.trials,
-                                                    args.parallel)}
+        throughput = {
+            "local_trials_per_h": _per_hour(executors["local"], args.trials, 1),
+            "ray_trials_per_h": _per_hour(executors["ray"], args.trials, args.parallel),
+        }
         for i in range(args.trials):
             knobs = CANDIDATES[i % len(CANDIDATES)]
-            for kind in (("local", "ray") if i % 2 == 0 else ("ray", "local")):
+            for kind in ("local", "ray") if i % 2 == 0 else ("ray", "local"):
                 t0 = time.perf_counter()
-                record = executors[kind].run(TrialRequest(workload="dense-1node", scale="tiny",
-                                                          knobs=knobs))
+                record = executors[kind].run(
+                    TrialRequest(workload="dense-1node", scale="tiny", knobs=knobs)
+                )
                 walls[kind].append(time.perf_counter() - t0)
                 nodes.add(record.node) if kind == "ray" else None
-                print(f"{kind} {knobs}: {record.status.value} {walls[kind][-1]:.1f} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{kind} {knobs}: {record.status.value} {walls[kind][-1]:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         import ray
+
         ray.shutdown()
         cluster.shutdown()
     overhead = [r - loc for r, loc in zip(walls["ray"], walls["local"])]
-    result = {**throughput, "ray_overhead_s_per_trial": statistics.median(overhead),
-              "ray_overhead_s_spread": [min(overhead), max(overhead)],
-              "ray_parallel": args.parallel, "ray_nodes_used": len(nodes),
-              "trials": args.trials, "local_wall_s": walls["local"],
-              "ray_wall_s": walls["ray"], "fingerprint": host_fingerprint()}
+    result = {
+        **throughput,
+        "ray_overhead_s_per_trial": statistics.median(overhead),
+        "ray_overhead_s_spread": [min(overhead), max(overhead)],
+        "ray_parallel": args.parallel,
+        "ray_nodes_used": len(nodes),
+        "trials": args.trials,
+        "local_wall_s": walls["local"],
+        "ray_wall_s": walls["ray"],
+        "fingerprint": host_fingerprint(),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: v for k, v in result.items() if not k.endswith("wall_s")}),
-          file=sys.stderr)
+    print(
+        json.dumps({k: v for k, v in result.items() if not k.endswith("wall_s")}), file=sys.stderr
+    )
     return 0
 
 
 def _per_hour(executor, trials: int, parallel: int) -> float:
     """Trials per hour over ``trials`` candidates with up to ``parallel`` in flight."""
-    todo = [TrialRequest(workload="dense-1node", scale="tiny",
-                         knobs=CANDIDATES[i % len(CANDIDATES)]) for i in range(trials)]
+    todo = [
+        TrialRequest(workload="dense-1node", scale="tiny", knobs=CANDIDATES[i % len(CANDIDATES)])
+        for i in range(trials)
+    ]
     flying, t0 = [], time.perf_counter()
     while todo or flying:
         while todo and len(flying) < parallel:

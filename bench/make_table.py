@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import random
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import tables  # noqa: E402
+
 from infrarsi.host import fingerprint, machine_facts, usable_threads  # noqa: E402
 from infrarsi.run.problem_build import patch_sets  # noqa: E402
 from infrarsi.trial import TrialStatus, prepare, run_trial  # noqa: E402
@@ -87,11 +87,13 @@ def design(manifest, n_cells: int, seed: int, cores: int) -> list[tuple[dict, tu
     return cells
 
 
-def full_factorial(manifest, factors: dict[str, list], patch_sets: list[tuple]
-                   ) -> list[tuple[dict, tuple]]:
+def full_factorial(
+    manifest, factors: dict[str, list], patch_sets: list[tuple]
+) -> list[tuple[dict, tuple]]:
     """Every combination of the factors' values times every patch set, baseline first; a
     combination the manifest's constraints refuse is left out (said on stderr)."""
     import itertools
+
     base = knobs.resolve(manifest, SCALE, {})
     cells, seen = [({}, ())], {_key(base, ())}
     names = list(factors)
@@ -137,8 +139,9 @@ def analytic_peak_bytes(manifest, resolved: dict) -> float | None:
     """The manifest's analytic per-rank peak for this assignment (None without a formula)."""
     if manifest.memory is None:
         return None
-    return float(expr.evaluate(manifest.memory.per_rank_bytes,
-                               {**manifest.scale(SCALE).params, **resolved}))
+    return float(
+        expr.evaluate(manifest.memory.per_rank_bytes, {**manifest.scale(SCALE).params, **resolved})
+    )
 
 
 def patch_mem_ratio(manifest, subset: tuple) -> float:
@@ -150,22 +153,37 @@ def trial_row(table, manifest, fp, cell_id, repeat, phase, spec, subset, record)
     """One CSV row from a trial record."""
     m = record.metrics
     peaks = [b for b in (m.peak_mem_bytes if m else []) if b is not None]
-    row = {"table": table, "design": "full_factorial" if "-full-" in table else "sampled",
-           "workload": manifest.name, "scale": SCALE, "fingerprint": fp,
-           "cell": cell_id, "repeat": repeat, "phase": phase, "patches": "+".join(sorted(subset)),
-           "status": record.status.value, "cost_s": round(record.cost_s, 3),
-           "analytic_peak_bytes": analytic_peak_bytes(manifest, spec.knobs),
-           "patch_mem_ratio": patch_mem_ratio(manifest, subset),
-           "mem_cap_bytes": spec.mem_cap_bytes, "trial_id": record.trial_id,
-           "started_unix_s": round(record.started_unix_s, 3),
-           "error": (record.error or "")[:200].replace("\n", " ")}
+    row = {
+        "table": table,
+        "design": "full_factorial" if "-full-" in table else "sampled",
+        "workload": manifest.name,
+        "scale": SCALE,
+        "fingerprint": fp,
+        "cell": cell_id,
+        "repeat": repeat,
+        "phase": phase,
+        "patches": "+".join(sorted(subset)),
+        "status": record.status.value,
+        "cost_s": round(record.cost_s, 3),
+        "analytic_peak_bytes": analytic_peak_bytes(manifest, spec.knobs),
+        "patch_mem_ratio": patch_mem_ratio(manifest, subset),
+        "mem_cap_bytes": spec.mem_cap_bytes,
+        "trial_id": record.trial_id,
+        "started_unix_s": round(record.started_unix_s, 3),
+        "error": (record.error or "")[:200].replace("\n", " "),
+    }
     row.update({tables.KNOB_PREFIX + k: v for k, v in spec.knobs.items()})
     if m is not None:
-        row.update(step_time_s=m.step_time_s, harness_step_time_s=m.harness_step_time_s,
-                   step_time_cv=round(m.step_time_cv, 5), e2e_time_s=m.e2e_time_s,
-                   startup_time_s=m.startup_time_s, ranks=m.ranks,
-                   peak_mem_bytes_max=max(peaks) if peaks else None,
-                   peak_mem_bytes_ranks=";".join(str(b) for b in m.peak_mem_bytes))
+        row.update(
+            step_time_s=m.step_time_s,
+            harness_step_time_s=m.harness_step_time_s,
+            step_time_cv=round(m.step_time_cv, 5),
+            e2e_time_s=m.e2e_time_s,
+            startup_time_s=m.startup_time_s,
+            ranks=m.ranks,
+            peak_mem_bytes_max=max(peaks) if peaks else None,
+            peak_mem_bytes_ranks=";".join(str(b) for b in m.peak_mem_bytes),
+        )
     return row
 
 
@@ -176,9 +194,16 @@ def table_path(out_dir: Path, name: str, full: bool = False) -> Path:
     return Path(out_dir) / f"{name}{kind}-{fingerprint(machine_facts(usable_threads()))}.csv"
 
 
-def measure(workload: str, n_cells: int, repeats: int, n_validate: int, seed: int,
-            out_dir: Path, factors: dict | None = None,
-            patch_sets: list[tuple] | None = None) -> Path:
+def measure(
+    workload: str,
+    n_cells: int,
+    repeats: int,
+    n_validate: int,
+    seed: int,
+    out_dir: Path,
+    factors: dict | None = None,
+    patch_sets: list[tuple] | None = None,
+) -> Path:
     """Measure (or resume) the table of ``workload`` on this host; returns its path. With
     ``factors`` the design is their full factorial times ``patch_sets``."""
     manifest = find(workload)
@@ -186,15 +211,25 @@ def measure(workload: str, n_cells: int, repeats: int, n_validate: int, seed: in
     path = table_path(out_dir, manifest.name, full=bool(factors))
     name = path.stem
     cores = usable_threads()
-    cells = full_factorial(manifest, factors, patch_sets or [()]) if factors else \
-        design(manifest, n_cells, seed, cores)
-    done = {(r["cell"], r["repeat"], r["phase"]) for r in tables.read_rows(path)} \
-        if path.exists() else set()
+    cells = (
+        full_factorial(manifest, factors, patch_sets or [()])
+        if factors
+        else design(manifest, n_cells, seed, cores)
+    )
+    done = (
+        {(r["cell"], r["repeat"], r["phase"]) for r in tables.read_rows(path)}
+        if path.exists()
+        else set()
+    )
     plan = [(c, r) for c in range(len(cells)) for r in range(repeats)]
     random.Random(seed + 1).shuffle(plan)
     todo = [(c, r) for c, r in plan if (f"c{c:03d}", str(r), "grid") not in done]
-    print(f"{name}: {len(cells)} cells x {repeats} repeats, {len(plan) - len(todo)} done, "
-          f"{len(todo)} to run", file=sys.stderr, flush=True)
+    print(
+        f"{name}: {len(cells)} cells x {repeats} repeats, {len(plan) - len(todo)} done, "
+        f"{len(todo)} to run",
+        file=sys.stderr,
+        flush=True,
+    )
     knob_names = [k.name for k in manifest.knobs]
     with tempfile.TemporaryDirectory(prefix="infrarsi-table-") as workdir:
         t0 = time.monotonic()
@@ -202,8 +237,11 @@ def measure(workload: str, n_cells: int, repeats: int, n_validate: int, seed: in
             overrides, subset = cells[c]
             spec = prepare(manifest, SCALE, overrides, list(subset), evaluate=False)
             record = run_trial(spec, Path(workdir))
-            tables.append_row(path, trial_row(name, manifest, fp, f"c{c:03d}", r, "grid", spec,
-                                              subset, record), knob_names)
+            tables.append_row(
+                path,
+                trial_row(name, manifest, fp, f"c{c:03d}", r, "grid", spec, subset, record),
+                knob_names,
+            )
             _progress(i, len(todo), t0, f"c{c:03d}/{r}", record)
             _clean(Path(workdir), record)
         validate(manifest, path, cells, n_validate, fp, Path(workdir), knob_names)
@@ -235,17 +273,25 @@ def validate(manifest, path, cells, n_validate, fp, workdir, knob_names) -> None
     clear = [c for c in ok if min(c.peak_mem_bytes) > capacity or max(c.peak_mem_bytes) <= capacity]
     below = sorted((c for c in clear if c.peak_bytes <= capacity), key=lambda c: -c.peak_bytes)
     above = sorted((c for c in clear if c.peak_bytes > capacity), key=lambda c: c.peak_bytes)
-    chosen = below[:n_validate // 2] + above[:n_validate - n_validate // 2]
-    print(f"{table.name}: validating the replay rule at {capacity} bytes per rank on "
-          f"{len(chosen)} cells", file=sys.stderr, flush=True)
+    chosen = below[: n_validate // 2] + above[: n_validate - n_validate // 2]
+    print(
+        f"{table.name}: validating the replay rule at {capacity} bytes per rank on "
+        f"{len(chosen)} cells",
+        file=sys.stderr,
+        flush=True,
+    )
     t0 = time.monotonic()
     for i, cell in enumerate(c for c in chosen if c.cell not in done):
         overrides, subset = cells[int(cell.cell[1:])]
-        spec = prepare(manifest, SCALE, overrides, list(subset), evaluate=False,
-                       mem_cap_bytes=capacity)
+        spec = prepare(
+            manifest, SCALE, overrides, list(subset), evaluate=False, mem_cap_bytes=capacity
+        )
         record = run_trial(spec, workdir)
-        tables.append_row(path, trial_row(table.name, manifest, fp, cell.cell, 0, "validate",
-                                          spec, subset, record), knob_names)
+        tables.append_row(
+            path,
+            trial_row(table.name, manifest, fp, cell.cell, 0, "validate", spec, subset, record),
+            knob_names,
+        )
         _progress(i, len(chosen), t0, f"{cell.cell} capped", record)
         _clean(workdir, record)
 
@@ -254,14 +300,18 @@ def _progress(i, total, t0, what, record) -> None:
     elapsed = time.monotonic() - t0
     eta = elapsed / (i + 1) * (total - i - 1)
     m = record.metrics
-    print(f"  [{i + 1}/{total}] {what}: {record.status.value} "
-          f"{m.step_time_s if m else '-'} s/step, cost {record.cost_s:.1f} s, eta {eta / 60:.0f} min",
-          file=sys.stderr, flush=True)
+    print(
+        f"  [{i + 1}/{total}] {what}: {record.status.value} "
+        f"{m.step_time_s if m else '-'} s/step, cost {record.cost_s:.1f} s, eta {eta / 60:.0f} min",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _clean(workdir: Path, record) -> None:
     """A table keeps rows, not trial folders (weights and logs would fill the disk)."""
     import shutil
+
     if record.status is not TrialStatus.CRASH:
         shutil.rmtree(workdir / record.trial_id, ignore_errors=True)
 
@@ -276,6 +326,7 @@ def drop_rows_during(path: Path, windows: list[tuple[float, float]]) -> int:
         start = float(row["started_unix_s"])
         end = start + float(row["cost_s"] or 0)
         return any(start < w_end and end > w_start for w_start, w_end in windows)
+
     keep = [r for r in rows if not overlaps(r)]
     tables.rewrite(path, keep, list(rows[0]))
     return len(rows) - len(keep)
@@ -302,13 +353,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--validate", type=int, default=16, help="capped replay-rule checks")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=tables.DATA)
-    parser.add_argument("--factor", action="append", default=[],
-                        help="KNOB=V1,V2: measure the full factorial of these factors")
-    parser.add_argument("--patch-sets", default="",
-                        help="with --factor: patch sets separated by ';', each a '+'-joined "
-                             "list of catalog ids ('' is no patch), e.g. ';sdpa_attention'")
-    parser.add_argument("--drop-during", type=Path, help="a log of windows (START END ...) "
-                        "when other work ran: their rows are measured again")
+    parser.add_argument(
+        "--factor",
+        action="append",
+        default=[],
+        help="KNOB=V1,V2: measure the full factorial of these factors",
+    )
+    parser.add_argument(
+        "--patch-sets",
+        default="",
+        help="with --factor: patch sets separated by ';', each a '+'-joined "
+        "list of catalog ids ('' is no patch), e.g. ';sdpa_attention'",
+    )
+    parser.add_argument(
+        "--drop-during",
+        type=Path,
+        help="a log of windows (START END ...) when other work ran: their rows are measured again",
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     manifest = find(args.workload)
@@ -321,10 +382,20 @@ def main(argv: list[str] | None = None) -> int:
         windows = read_windows(args.drop_during)
         path = table_path(args.out, manifest.name, full=bool(factors))
         if path.exists():
-            print(f"dropped {drop_rows_during(path, windows)} rows measured while other work "
-                  "ran", file=sys.stderr)
-    path = measure(args.workload, args.cells, args.repeats, args.validate, args.seed, args.out,
-                   factors, patch_sets)
+            print(
+                f"dropped {drop_rows_during(path, windows)} rows measured while other work ran",
+                file=sys.stderr,
+            )
+    path = measure(
+        args.workload,
+        args.cells,
+        args.repeats,
+        args.validate,
+        args.seed,
+        args.out,
+        factors,
+        patch_sets,
+    )
     print(path)
     return 0
 

@@ -42,6 +42,7 @@ from scipy import special, stats
 sys.path.insert(0, str(Path(__file__).parent))
 
 import tables  # noqa: E402
+
 from infrarsi.run.cost import TrialCostModel  # noqa: E402
 from infrarsi.run.memory import MemoryObservation, TobitMemoryModel  # noqa: E402
 from infrarsi.run.space import Config, Space  # noqa: E402
@@ -86,8 +87,11 @@ def p_oom_all(train, test, Xtr, Xte, otr, ote, peaks, capacity) -> dict[str, np.
     out = {"censored": TobitMemoryModel().fit(Xtr, obs, otr).p_oom(Xte, capacity, ote)}
     keep = ~censored
     kept = [o for o, k in zip(obs, keep) if k]
-    out["drop_oom"] = TobitMemoryModel().fit(
-        Xtr[keep], kept, None if otr is None else otr[keep]).p_oom(Xte, capacity, ote)
+    out["drop_oom"] = (
+        TobitMemoryModel()
+        .fit(Xtr[keep], kept, None if otr is None else otr[keep])
+        .p_oom(Xte, capacity, ote)
+    )
     imputed = [MemoryObservation(o.peak_or_cap_bytes, False) for o in obs]
     out["impute_cap"] = TobitMemoryModel().fit(Xtr, imputed, otr).p_oom(Xte, capacity, ote)
     out["classifier"] = _classifier(Xtr, Xte, total(otr), total(ote), censored, capacity)
@@ -98,10 +102,15 @@ def p_oom_all(train, test, Xtr, Xte, otr, ote, peaks, capacity) -> dict[str, np.
 
 def _classifier(Xtr, Xte, otr, ote, y, capacity) -> np.ndarray:
     from sklearn.linear_model import LogisticRegression
+
     if y.all() or not y.any():
         return np.full(len(Xte), (y.sum() + 0.5) / (len(y) + 1.0))
-    feats = (lambda X, o: X if o is None else np.hstack([X, (o - math.log(capacity))[:, None]
-                                                         / ANALYTIC_SPREAD]))
+
+    def feats(X, o):
+        if o is None:
+            return X
+        return np.hstack([X, (o - math.log(capacity))[:, None] / ANALYTIC_SPREAD])
+
     model = LogisticRegression(C=1.0, max_iter=1000).fit(feats(Xtr, otr), y)
     return model.predict_proba(feats(Xte, ote))[:, 1]
 
@@ -109,9 +118,11 @@ def _classifier(Xtr, Xte, otr, ote, y, capacity) -> np.ndarray:
 def scores(p: np.ndarray, truth: np.ndarray) -> dict[str, float]:
     """Brier score, accuracy and mean log-likelihood of P(OOM) against what happened."""
     q = np.clip(p, EPS, 1 - EPS)
-    return {"brier": float(np.mean((p - truth) ** 2)),
-            "accuracy": float(np.mean((p > 0.5) == truth)),
-            "loglik": float(np.mean(np.where(truth, np.log(q), np.log(1 - q))))}
+    return {
+        "brier": float(np.mean((p - truth) ** 2)),
+        "accuracy": float(np.mean((p > 0.5) == truth)),
+        "loglik": float(np.mean(np.where(truth, np.log(q), np.log(1 - q)))),
+    }
 
 
 def evaluate_table(table: tables.Table, sizes, fractions, splits, seed) -> dict:
@@ -146,12 +157,16 @@ def evaluate_table(table: tables.Table, sizes, fractions, splits, seed) -> dict:
                 calib += list(zip(probs["censored"], truth))
                 _memory_errors(err, X, idx, rest, otr, ote, peaks, capacity, truth_peak)
             _step_time_ranks(rho, cells, X, idx, rest, rng)
-    return {"by_trials": {str(n): _mean_scores(v) for n, v in by_n.items()},
-            "memory_rel_error": {str(n): {m: _median(v) for m, v in e.items()}
-                                 for n, e in mem_err.items()},
-            "step_time_spearman": {str(n): {f: _median(v) for f, v in r.items()}
-                                   for n, r in spearman.items()},
-            "calibration": _calibration(calib)}
+    return {
+        "by_trials": {str(n): _mean_scores(v) for n, v in by_n.items()},
+        "memory_rel_error": {
+            str(n): {m: _median(v) for m, v in e.items()} for n, e in mem_err.items()
+        },
+        "step_time_spearman": {
+            str(n): {f: _median(v) for f, v in r.items()} for n, r in spearman.items()
+        },
+        "calibration": _calibration(calib),
+    }
 
 
 def _memory_errors(err, X, idx, rest, otr, ote, peaks, capacity, truth_peak) -> None:
@@ -161,11 +176,15 @@ def _memory_errors(err, X, idx, rest, otr, ote, peaks, capacity, truth_peak) -> 
     if not feasible:
         return
     keep = ~censored
-    variants = {"censored": (X[idx], obs, otr),
-                "drop_oom": (X[idx][keep], [o for o, k in zip(obs, keep) if k],
-                             None if otr is None else otr[keep]),
-                "impute_cap": (X[idx], [MemoryObservation(o.peak_or_cap_bytes, False)
-                                        for o in obs], otr)}
+    variants = {
+        "censored": (X[idx], obs, otr),
+        "drop_oom": (
+            X[idx][keep],
+            [o for o, k in zip(obs, keep) if k],
+            None if otr is None else otr[keep],
+        ),
+        "impute_cap": (X[idx], [MemoryObservation(o.peak_or_cap_bytes, False) for o in obs], otr),
+    }
     Xf = X[rest][feasible]
     of = None if ote is None else ote[feasible]
     actual = truth_peak[rest][feasible]
@@ -181,13 +200,15 @@ def _step_time_ranks(rho, cells, X, idx, rest, rng) -> None:
     truth = np.array([cells[i].mean_step_time_s for i in test])
     for family in FAMILIES:
         model = StepTimeModel(family).fit(X[train], times)
-        rho[family].append(float(stats.spearmanr(model.predict_step_time_s(X[test]),
-                                                 truth).statistic))
+        rho[family].append(
+            float(stats.spearmanr(model.predict_step_time_s(X[test]), truth).statistic)
+        )
 
 
 def _mean_scores(per_method: dict[str, list[dict]]) -> dict:
-    return {m: {k: statistics.fmean(s[k] for s in v) for k in v[0]}
-            for m, v in per_method.items() if v}
+    return {
+        m: {k: statistics.fmean(s[k] for s in v) for k in v[0]} for m, v in per_method.items() if v
+    }
 
 
 def _median(values: list[float]) -> float | None:
@@ -201,11 +222,17 @@ def _calibration(pairs, bins=5) -> list[dict]:
         lo, hi = b / bins, (b + 1) / bins
         inside = [t for p, t in pairs if lo <= p < hi or (b == bins - 1 and p == 1.0)]
         if inside:
-            mean_p = statistics.fmean(p for p, _ in pairs if lo <= p < hi or
-                                      (b == bins - 1 and p == 1.0))
-            out.append({"bin": f"{lo:.1f}-{hi:.1f}", "n": len(inside),
-                        "mean_p_oom": round(mean_p, 3),
-                        "observed_oom": round(statistics.fmean(inside), 3)})
+            mean_p = statistics.fmean(
+                p for p, _ in pairs if lo <= p < hi or (b == bins - 1 and p == 1.0)
+            )
+            out.append(
+                {
+                    "bin": f"{lo:.1f}-{hi:.1f}",
+                    "n": len(inside),
+                    "mean_p_oom": round(mean_p, 3),
+                    "observed_oom": round(statistics.fmean(inside), 3),
+                }
+            )
     return out
 
 
@@ -214,8 +241,13 @@ def headline(result: dict, sizes=("20", "40")) -> dict:
     present = [result["by_trials"][s] for s in sizes if s in result["by_trials"]]
     if not present:
         return {}
-    return {m: {k: statistics.fmean(p[m][k] for p in present if m in p) for k in
-                ("brier", "accuracy", "loglik")} for m in present[0]}
+    return {
+        m: {
+            k: statistics.fmean(p[m][k] for p in present if m in p)
+            for k in ("brier", "accuracy", "loglik")
+        }
+        for m in present[0]
+    }
 
 
 def timing(table: tables.Table, n_trials=200, n_candidates=10_000, seed=0) -> dict:
@@ -259,21 +291,32 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no table: measure one with bench/make_table.py or give --table PATH")
     sizes, fractions = ((20, 40), (0.3,)) if args.quick else ((10, 20, 40), (0.2, 0.3, 0.4))
     splits = args.splits or (4 if args.quick else 40)
-    out = {"results": {}, "details": {}, "noise": {}, "timing": {},
-           "settings": {"sizes": sizes, "oom_fractions": fractions, "splits": splits}}
+    out = {
+        "results": {},
+        "details": {},
+        "noise": {},
+        "timing": {},
+        "settings": {"sizes": sizes, "oom_fractions": fractions, "splits": splits},
+    }
     for path in paths:
         table = tables.load(path)
         t0 = time.perf_counter()
         detail = evaluate_table(table, sizes, fractions, splits, args.seed)
         out["results"][table.name] = headline(detail)
         out["details"][table.name] = detail
-        out["noise"][table.name] = {"step_time_cv_median": tables.noise_cv(table),
-                                    "cells": len(table.cells)}
+        out["noise"][table.name] = {
+            "step_time_cv_median": tables.noise_cv(table),
+            "cells": len(table.cells),
+        }
         print(f"{table.name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         _print(table.name, out["results"][table.name], detail)
     per_family = timing(tables.load(paths[0]))
-    out["timing"] = {"fit_predict_s": per_family["gp"],
-                     "fit_predict_s_by_family": per_family, "trials": 200, "candidates": 10_000}
+    out["timing"] = {
+        "fit_predict_s": per_family["gp"],
+        "fit_predict_s_by_family": per_family,
+        "trials": 200,
+        "candidates": 10_000,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     out = tables.merge_results(args.out, out)
     args.out.write_text(json.dumps(out, indent=1))
@@ -284,8 +327,10 @@ def main(argv: list[str] | None = None) -> int:
 def _print(name: str, result: dict, detail: dict) -> None:
     print(f"\n{name}")
     for n, methods in detail["by_trials"].items():
-        line = "  ".join(f"{m} {s['brier']:.3f}/{s['accuracy']:.2f}/{s['loglik']:.2f}"
-                         for m, s in methods.items())
+        line = "  ".join(
+            f"{m} {s['brier']:.3f}/{s['accuracy']:.2f}/{s['loglik']:.2f}"
+            for m, s in methods.items()
+        )
         print(f"  n={n:>2} brier/acc/loglik  {line}")
     print(f"  memory rel. error: {detail['memory_rel_error']}")
     print(f"  step-time spearman: {detail['step_time_spearman']}")

@@ -46,19 +46,28 @@ WORKLOADS = ("dense-1node", "moe-1node")
 INSTRUCTION = "Cut end-to-end time; keep loss within 0.5%"
 # cheats each workload's replies include, with the stage that must stop them
 CHEAT_STAGES = {
-    "dense-1node": {"edit_locked_data": "files", "patch_perf_counter": "screen",
-                    "silent_bf16": "screen", "scale_loss_down": "smoke",
-                    "drop_last_block": "smoke", "fewer_steps": "smoke"},
-    "moe-1node": {"moe_top1_instead_of_top2": "smoke", "moe_bf16_gradient_allreduce": "screen",
-                  "locked_via_dotdot": "files"},
+    "dense-1node": {
+        "edit_locked_data": "files",
+        "patch_perf_counter": "screen",
+        "silent_bf16": "screen",
+        "scale_loss_down": "smoke",
+        "drop_last_block": "smoke",
+        "fewer_steps": "smoke",
+    },
+    "moe-1node": {
+        "moe_top1_instead_of_top2": "smoke",
+        "moe_bf16_gradient_allreduce": "screen",
+        "locked_via_dotdot": "files",
+    },
 }
 
 
 def _reply(diff: str, ratio: float, what: str) -> str:
-    expectation = json.dumps({"step_time_ratio": ratio, "peak_mem_ratio": 1.0,
-                              "addresses": what})
-    return (f"The profile points at {what}. This patch should help.\n\n```diff\n{diff}```\n\n"
-            f"```json\n{expectation}\n```\n")
+    expectation = json.dumps({"step_time_ratio": ratio, "peak_mem_ratio": 1.0, "addresses": what})
+    return (
+        f"The profile points at {what}. This patch should help.\n\n```diff\n{diff}```\n\n"
+        f"```json\n{expectation}\n```\n"
+    )
 
 
 def compose_replies(workload: str) -> list[dict]:
@@ -66,24 +75,58 @@ def compose_replies(workload: str) -> list[dict]:
     manifest = find(workload)
     model = (manifest.root / "model.py").read_text().splitlines()
     i = next(k for k, line in enumerate(model) if line.startswith("import"))
-    out = [{"label": f"catalog:{p.id}", "expect": "accepted",
-            "reply": _reply(manifest.patch_path(p.id).read_text(), p.prior.step_time_ratio,
-                            p.title)} for p in manifest.patches[:2]]
-    out += [{"label": f"cheat:{name}", "expect": stage,
-             "reply": _reply((CHEATS / f"{name}.diff").read_text(), 0.7, "the slowest operator")}
-            for name, stage in CHEAT_STAGES[workload].items()]
+    out = [
+        {
+            "label": f"catalog:{p.id}",
+            "expect": "accepted",
+            "reply": _reply(
+                manifest.patch_path(p.id).read_text(), p.prior.step_time_ratio, p.title
+            ),
+        }
+        for p in manifest.patches[:2]
+    ]
+    out += [
+        {
+            "label": f"cheat:{name}",
+            "expect": stage,
+            "reply": _reply((CHEATS / f"{name}.diff").read_text(), 0.7, "the slowest operator"),
+        }
+        for name, stage in CHEAT_STAGES[workload].items()
+    ]
     one = manifest.patch_path(manifest.patches[0].id).read_text()
     out += [
-        {"label": "prose only", "expect": "parse",
-         "reply": "I would fuse the attention projections and use a fused optimizer."},
-        {"label": "two diffs", "expect": "parse", "reply": _reply(one, 0.9, "x") + "\nAlso:\n" +
-         _reply(manifest.patch_path(manifest.patches[1].id).read_text(), 0.9, "y")},
-        {"label": "context not in the file", "expect": "apply", "reply": _reply(
-            "--- a/model.py\n+++ b/model.py\n@@ -1,2 +1,2 @@\n-import numpy\n+import numpy as np\n"
-            " import torch\n", 0.95, "imports")},
-        {"label": "syntax error", "expect": "compile", "reply": _reply(
-            f"--- a/model.py\n+++ b/model.py\n@@ -{i + 1},2 +{i + 1},3 @@\n {model[i]}\n"
-            f"+def fused(x:\n {model[i + 1]}\n", 0.8, "the MLP")},
+        {
+            "label": "prose only",
+            "expect": "parse",
+            "reply": "I would fuse the attention projections and use a fused optimizer.",
+        },
+        {
+            "label": "two diffs",
+            "expect": "parse",
+            "reply": _reply(one, 0.9, "x")
+            + "\nAlso:\n"
+            + _reply(manifest.patch_path(manifest.patches[1].id).read_text(), 0.9, "y"),
+        },
+        {
+            "label": "context not in the file",
+            "expect": "apply",
+            "reply": _reply(
+                "--- a/model.py\n+++ b/model.py\n@@ -1,2 +1,2 @@\n-import numpy\n"
+                "+import numpy as np\n import torch\n",
+                0.95,
+                "imports",
+            ),
+        },
+        {
+            "label": "syntax error",
+            "expect": "compile",
+            "reply": _reply(
+                f"--- a/model.py\n+++ b/model.py\n@@ -{i + 1},2 +{i + 1},3 @@\n {model[i]}\n"
+                f"+def fused(x:\n {model[i + 1]}\n",
+                0.8,
+                "the MLP",
+            ),
+        },
     ]
     return out
 
@@ -91,11 +134,13 @@ def compose_replies(workload: str) -> list[dict]:
 def replay(workload: str, scale: str, replies: list[dict], scratch: Path) -> dict:
     """Every reply parsed and validated as a run would; one full baseline trial for its cost."""
     manifest = find(workload)
-    contract = make_contract(manifest, scale, INSTRUCTION,
-                             read_instruction(INSTRUCTION, workload_files(manifest)))
+    contract = make_contract(
+        manifest, scale, INSTRUCTION, read_instruction(INSTRUCTION, workload_files(manifest))
+    )
     executor = LocalExecutor(scratch)
-    full = executor.run(TrialRequest(workload=workload, scale=scale, knobs={},
-                                     contract_hash=contract.contract_hash))
+    full = executor.run(
+        TrialRequest(workload=workload, scale=scale, knobs={}, contract_hash=contract.contract_hash)
+    )
     validator = Validator(contract, scratch, executor)
     details = []
     for r in replies:
@@ -106,21 +151,36 @@ def replay(workload: str, scale: str, replies: list[dict], scratch: Path) -> dic
         except ReplyRejected as exc:
             stage, ok, reason = "parse", False, str(exc)
         got = "accepted" if ok else stage
-        details.append({"label": r["label"], "expected": r["expect"], "got": got,
-                        "reason": reason[:300], "seconds": time.perf_counter() - t0})
-        print(f"{workload}: {r['label']}: {got} ({details[-1]['seconds']:.1f} s) {reason[:90]}",
-              file=sys.stderr, flush=True)
+        details.append(
+            {
+                "label": r["label"],
+                "expected": r["expect"],
+                "got": got,
+                "reason": reason[:300],
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+        print(
+            f"{workload}: {r['label']}: {got} ({details[-1]['seconds']:.1f} s) {reason[:90]}",
+            file=sys.stderr,
+            flush=True,
+        )
     accepted = sum(d["got"] == "accepted" for d in details)
     validation_s = sum(d["seconds"] for d in details)
-    return {"scale": scale, "replies": len(details), "accepted": accepted,
-            "rejected": dict(Counter(d["got"] for d in details if d["got"] != "accepted")),
-            "as_expected": sum(d["got"] == d["expected"] for d in details),
-            "validation_s": validation_s, "full_trial_s": full.cost_s,
-            "full_trial_status": full.status.value,
-            "all_as_full_trials_s": len(details) * full.cost_s,
-            "with_validation_s": validation_s + accepted * full.cost_s,
-            "saved_s": len(details) * full.cost_s - validation_s - accepted * full.cost_s,
-            "details": details}
+    return {
+        "scale": scale,
+        "replies": len(details),
+        "accepted": accepted,
+        "rejected": dict(Counter(d["got"] for d in details if d["got"] != "accepted")),
+        "as_expected": sum(d["got"] == d["expected"] for d in details),
+        "validation_s": validation_s,
+        "full_trial_s": full.cost_s,
+        "full_trial_status": full.status.value,
+        "all_as_full_trials_s": len(details) * full.cost_s,
+        "with_validation_s": validation_s + accepted * full.cost_s,
+        "saved_s": len(details) * full.cost_s - validation_s - accepted * full.cost_s,
+        "details": details,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,10 +209,12 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         r = results[w]
-        print(f"{w}: {r['accepted']} of {r['replies']} accepted, rejected {r['rejected']}; "
-              f"validation {r['validation_s']:.0f} s vs {r['all_as_full_trials_s']:.0f} s as "
-              f"full trials: {r['saved_s']:.0f} s saved; {r['as_expected']} as expected",
-              file=sys.stderr)
+        print(
+            f"{w}: {r['accepted']} of {r['replies']} accepted, rejected {r['rejected']}; "
+            f"validation {r['validation_s']:.0f} s vs {r['all_as_full_trials_s']:.0f} s as "
+            f"full trials: {r['saved_s']:.0f} s saved; {r['as_expected']} as expected",
+            file=sys.stderr,
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"results": results}, indent=1))
     print(f"wrote {args.out}", file=sys.stderr)

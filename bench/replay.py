@@ -31,9 +31,9 @@ import statistics
 from dataclasses import dataclass
 
 import numpy as np
-
 import tables
 from models import config_of, offsets, space_of
+
 from infrarsi.run import searchers as registry
 from infrarsi.run.problem import MemorySavers, Outcome, Problem
 from infrarsi.run.problem_build import patch_speeds, run_to_run_var, savers
@@ -56,6 +56,7 @@ ABLATIONS = {  # InfraRSI with one idea taken out
 class Setting:
     """A table at a capacity, with its truth: per config the true mean log step time, and the
     target set."""
+
     table: tables.Table
     capacity: float
     by_config: dict
@@ -70,8 +71,9 @@ class Setting:
         return self.baseline_regret if config is None else self.true_log[config] - self.best_log
 
 
-def setting_of(table: tables.Table, oom_fraction: float = OOM_FRACTION,
-               capacity: float | None = None) -> Setting:
+def setting_of(
+    table: tables.Table, oom_fraction: float = OOM_FRACTION, capacity: float | None = None
+) -> Setting:
     """The table at a capacity where ``oom_fraction`` of the ok cells do not fit — raised to
     the baseline's peak where that would leave the baseline out: a user's job runs at its
     capacity, so the baseline fits (fewer cells then fail; ``oom_share`` says how many).
@@ -84,16 +86,29 @@ def setting_of(table: tables.Table, oom_fraction: float = OOM_FRACTION,
     cells = list(table.cells.values())
     by_config = {config_of(c): c for c in cells}
     feasible = {config_of(c) for c in table.feasible(capacity)}
-    true_log = {cfg: math.log(c.mean_step_time_s) if c.step_time_s else math.inf
-                for cfg, c in by_config.items()}
+    true_log = {
+        cfg: math.log(c.mean_step_time_s) if c.step_time_s else math.inf
+        for cfg, c in by_config.items()
+    }
     best = min(feasible, key=lambda cfg: true_log[cfg])
     se = {cfg: _se_log(by_config[cfg]) for cfg in feasible}
-    target = {cfg for cfg in feasible
-              if true_log[cfg] - true_log[best] <= TARGET_SE * math.hypot(se[cfg], se[best])}
+    target = {
+        cfg
+        for cfg in feasible
+        if true_log[cfg] - true_log[best] <= TARGET_SE * math.hypot(se[cfg], se[best])
+    }
     base = config_of(table.cells[table.baseline])
     base_regret = true_log[base] - true_log[best] if base in feasible else math.inf
-    return Setting(table, capacity, by_config, oom_cost_ratio(table), true_log, target,
-                   true_log[best], base_regret)
+    return Setting(
+        table,
+        capacity,
+        by_config,
+        oom_cost_ratio(table),
+        true_log,
+        target,
+        true_log[best],
+        base_regret,
+    )
 
 
 def _se_log(cell) -> float:
@@ -104,9 +119,11 @@ def _se_log(cell) -> float:
 
 def oom_cost_ratio(table: tables.Table) -> float:
     """Cost of a real OOM trial over the cell's ok cost, from the capped validation rows."""
-    ratios = [float(r["cost_s"]) / table.cells[r["cell"]].mean_cost_s for r in table.validation
-              if r["status"] == "oom" and r["cell"] in table.cells and
-              table.cells[r["cell"]].mean_cost_s]
+    ratios = [
+        float(r["cost_s"]) / table.cells[r["cell"]].mean_cost_s
+        for r in table.validation
+        if r["status"] == "oom" and r["cell"] in table.cells and table.cells[r["cell"]].mean_cost_s
+    ]
     return statistics.median(ratios) if ratios else 0.6
 
 
@@ -134,16 +151,23 @@ def problem_of(s: Setting, seed: int, prior: bool = True) -> Problem:
         analytic = lambda cs: np.array([lookup[c] for c in cs])  # noqa: E731
     known = manifest is not None
     derived = tuple(k.name for k in manifest.knobs if k.derive is not None) if known else ()
-    return Problem(configs, space_of(table), config_of(table.cells[table.baseline]),
-                   capacity_bytes=s.capacity, analytic_log_peak=analytic,
-                   patch_log_speed=patch_speeds(manifest) if known and prior else {},
-                   savers=savers(manifest) if known else MemorySavers(),
-                   noise_var_log=doctor_noise_var(table, seed), derived=derived)
+    return Problem(
+        configs,
+        space_of(table),
+        config_of(table.cells[table.baseline]),
+        capacity_bytes=s.capacity,
+        analytic_log_peak=analytic,
+        patch_log_speed=patch_speeds(manifest) if known and prior else {},
+        savers=savers(manifest) if known else MemorySavers(),
+        noise_var_log=doctor_noise_var(table, seed),
+        derived=derived,
+    )
 
 
 def manifest_of(workload: str):
     """A table's workload manifest, or None for a workload this checkout does not ship."""
     from infrarsi.workloads import find
+
     try:
         return find(workload)
     except Exception:  # a table of a workload this checkout does not ship
@@ -154,9 +178,11 @@ def make_searcher(name: str, problem: Problem, seed: int):
     """A registered searcher, or an InfraRSI ablation."""
     if name == "smac":
         from smac_peer import SMACSearcher  # a benchmark extra (scripts/setup.sh installs it)
+
         return SMACSearcher(problem, seed)
     if name in ABLATIONS:
         from infrarsi.run.infrarsi_searcher import InfraRSISearcher
+
         options = {k: v for k, v in ABLATIONS[name].items() if k != "prior"}
         return InfraRSISearcher(problem, seed, **options)
     return registry.make(name, problem, seed)
@@ -179,18 +205,23 @@ class Oracle:
     def run(self, config, bound=None) -> Outcome:
         cell = self.s.by_config[config]
         if not cell.ok:
-            return Outcome(status=next(x for x in cell.status if x != "ok"),
-                           cost_s=cell.mean_cost_s)
+            return Outcome(
+                status=next(x for x in cell.status if x != "ok"), cost_s=cell.mean_cost_s
+            )
         if cell.peak_bytes and cell.peak_bytes > self.s.capacity:
-            return Outcome("oom", cost_s=cell.mean_cost_s * self.s.oom_ratio,
-                           cap_bytes=self.s.capacity)
+            return Outcome(
+                "oom", cost_s=cell.mean_cost_s * self.s.oom_ratio, cap_bytes=self.s.capacity
+            )
         r = self.draw(config)
         cost = cell.cost_s[min(r, len(cell.cost_s) - 1)]
         if bound is not None and cost > bound.after_s:
             return Outcome("slow", step_time_s=bound.censored_step_time_s, cost_s=bound.after_s)
-        return Outcome("ok", step_time_s=cell.step_time_s[r],
-                       peak_bytes=cell.peak_mem_bytes[min(r, len(cell.peak_mem_bytes) - 1)],
-                       cost_s=cost)
+        return Outcome(
+            "ok",
+            step_time_s=cell.step_time_s[r],
+            peak_bytes=cell.peak_mem_bytes[min(r, len(cell.peak_mem_bytes) - 1)],
+            cost_s=cost,
+        )
 
     def remeasured_best(self, searcher) -> object | None:
         """The ``remeasure`` rule: of the searcher's top ``TOP_K``, the best mean of its
@@ -201,15 +232,13 @@ class Oracle:
         means = {}
         for config in top:
             cell = self.s.by_config[config]
-            seen = [o.step_time_s for c, o in searcher.history if c == config and
-                    o.status == "ok"]
+            seen = [o.step_time_s for c, o in searcher.history if c == config and o.status == "ok"]
             more = [cell.step_time_s[self.draw(config, stream=1)] for _ in range(REMEASURE)]
             means[config] = statistics.fmean(math.log(t) for t in seen + more)
         return min(means, key=means.get)
 
 
-def replay(name: str, s: Setting, seed: int, budget: int, problem: Problem | None = None
-           ) -> dict:
+def replay(name: str, s: Setting, seed: int, budget: int, problem: Problem | None = None) -> dict:
     """One searcher, one seed: after each trial, the regret of each rule's recommendation, the
     OOM trials and the wall cost so far, and how many trials ran as the searcher proposed.
     ``problem``: another problem than the one every searcher is given (a bank's advice added,

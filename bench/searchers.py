@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import tables  # noqa: E402
 from replay import ABLATIONS, OOM_FRACTION, PEERS, replay, setting_of  # noqa: E402
+
 from infrarsi.run import searchers as registry  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "searchers.json"
@@ -50,11 +51,17 @@ SLOW_REPLAYS = ("gp", "smac", *ABLATIONS)  # replayed on the first --few-seeds s
 N_BOOT = 2000
 # the tables the searchers' constants were chosen on (replayed while tuning them); any other
 # table is held out
-TUNED_ON = ("dense-1node-fb737a3983921667", "dense-2node-fb737a3983921667",
-            "moe-1node-fb737a3983921667", "moe-2node-fb737a3983921667")
-CONSTANTS = ("infrarsi_searcher: N_SEEDS, RERUN_EVERY, FIRM_TOP, P_OOM_MAX, PAIR_RISK, "
-             "PAIR_SAFE, STOP_EFFECT_MAX, PRIOR_SHRINK, PRIOR_DROP_EVIDENCE; "
-             "SLOW_MIN, SLOW_Z, PATCH_FADE_MIN, MEASURED_SLOW set a priori, on no table")
+TUNED_ON = (
+    "dense-1node-fb737a3983921667",
+    "dense-2node-fb737a3983921667",
+    "moe-1node-fb737a3983921667",
+    "moe-2node-fb737a3983921667",
+)
+CONSTANTS = (
+    "infrarsi_searcher: N_SEEDS, RERUN_EVERY, FIRM_TOP, P_OOM_MAX, PAIR_RISK, "
+    "PAIR_SAFE, STOP_EFFECT_MAX, PRIOR_SHRINK, PRIOR_DROP_EVIDENCE; "
+    "SLOW_MIN, SLOW_Z, PATCH_FADE_MIN, MEASURED_SLOW set a priori, on no table"
+)
 
 
 def _finite(values: list[float]) -> list[float]:
@@ -86,40 +93,47 @@ def first_in_target(trace: dict, budget: int) -> int | None:
 
 def summarise(traces: list[dict], budget: int) -> dict:
     """One searcher on one table, over seeds."""
+
     def at(key, b):
         return [t[key][min(b, len(t[key])) - 1] for t in traces if t[key]]
+
     hits = [first_in_target(t, budget) for t in traces]
     reached = [(n, t["cost_s"][n - 1]) for n, t in zip(hits, traces) if n is not None]
     missing = len(traces) - len(reached)
     trials = [n for n, _ in reached] + [math.inf] * missing
     costs = [c for _, c in reached] + [math.inf] * missing
     return {
-        "regret_median": {str(b): _json(statistics.median(_finite(at("regret", b))))
-                          if at("regret", b) else None for b in CHECKPOINTS},
+        "regret_median": {
+            str(b): _json(statistics.median(_finite(at("regret", b)))) if at("regret", b) else None
+            for b in CHECKPOINTS
+        },
         "regret_ci95": {str(b): boot_median(at("regret", b)) for b in CHECKPOINTS},
-        "regret_own_rule_median": {str(b): _json(statistics.median(_finite(at("regret_own", b))))
-                                   for b in CHECKPOINTS},
+        "regret_own_rule_median": {
+            str(b): _json(statistics.median(_finite(at("regret_own", b)))) for b in CHECKPOINTS
+        },
         "trials_to_target_median": _json(statistics.median(trials)),
         "cost_to_target_s_median": _json(statistics.median(costs)),
         "share_reaching_target": len(reached) / len(traces),
         "oom_trials_median": statistics.median(at("oom", budget)),
         "cost_s_median": statistics.median(at("cost_s", budget)),
         "snapped_median": statistics.median(t["snapped"] for t in traces),
-        "per_seed": {"regret": {str(b): [_json(v) for v in at("regret", b)]
-                                for b in CHECKPOINTS},
-                     "trials_to_target": [_json(v) for v in trials],
-                     "cost_to_target_s": [_json(v) for v in costs]},
+        "per_seed": {
+            "regret": {str(b): [_json(v) for v in at("regret", b)] for b in CHECKPOINTS},
+            "trials_to_target": [_json(v) for v in trials],
+            "cost_to_target_s": [_json(v) for v in costs],
+        },
     }
 
 
 def paired_tests(per_searcher: dict) -> dict:
     """Per peer: paired one-sided Wilcoxon signed-rank test that its regret (the mean over the
     checkpoints, per seed) is above InfraRSI's, and the median difference."""
+
     def score(result):
         per = result["per_seed"]["regret"]
-        rows = [_finite([math.inf if v is None else v for v in per[str(b)]])
-                for b in CHECKPOINTS]
+        rows = [_finite([math.inf if v is None else v for v in per[str(b)]]) for b in CHECKPOINTS]
         return np.mean(np.array(rows), axis=0)
+
     ours = per_searcher.get("infrarsi")
     out = {}
     for name, result in per_searcher.items():
@@ -128,8 +142,7 @@ def paired_tests(per_searcher: dict) -> dict:
         mine, theirs = score(ours), score(result)
         n = min(len(mine), len(theirs))  # paired by seed: the seeds both ran
         diff = theirs[:n] - mine[:n]
-        p = float(stats.wilcoxon(diff, alternative="greater").pvalue) \
-            if np.any(diff != 0) else 1.0
+        p = float(stats.wilcoxon(diff, alternative="greater").pvalue) if np.any(diff != 0) else 1.0
         out[name] = {"median_regret_difference": float(np.median(diff)), "p_value": p}
         result["p_vs_infrarsi"] = p
     return out
@@ -146,27 +159,40 @@ def bench_table(table, names, seeds, budget) -> dict:
         traces = [replay(name, s, seed, budget) for seed in range(n)]
         per[name] = summarise(traces, budget)
         r = per[name]["regret_median"]
-        print(f"  {table.name} {name:20s} regret 10/20/40: {r['10']}/{r['20']}/{r['40']}  "
-              f"to target: {per[name]['trials_to_target_median']} trials, "
-              f"{per[name]['cost_to_target_s_median']} s  OOMs {per[name]['oom_trials_median']}"
-              f"  ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+        print(
+            f"  {table.name} {name:20s} regret 10/20/40: {r['10']}/{r['20']}/{r['40']}  "
+            f"to target: {per[name]['trials_to_target_median']} trials, "
+            f"{per[name]['cost_to_target_s_median']} s  OOMs {per[name]['oom_trials_median']}"
+            f"  ({time.perf_counter() - t0:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
     tests = paired_tests(per)
     feasible = table.feasible(s.capacity)
-    return {"searchers": per, "tests": tests, "design": table.design,
-            "table": {"capacity_bytes": s.capacity, "cells": len(table.cells),
-                      "oom_share": 1 - len(feasible) / max(1, len([c for c in table.cells.values()
-                                                                    if c.ok])),
-                      "target_cells": len(s.target),
-                      "best_speedup": math.exp(s.true_log[min(s.target, key=s.true_log.get)]
-                                               * -1 + s.true_log[_baseline(s)])
-                      if math.isfinite(s.true_log[_baseline(s)]) else None,
-                      "baseline_fits": math.isfinite(s.baseline_regret),
-                      "oom_cost_ratio": s.oom_ratio,
-                      "held_out": table.name not in TUNED_ON}}
+    return {
+        "searchers": per,
+        "tests": tests,
+        "design": table.design,
+        "table": {
+            "capacity_bytes": s.capacity,
+            "cells": len(table.cells),
+            "oom_share": 1 - len(feasible) / max(1, len([c for c in table.cells.values() if c.ok])),
+            "target_cells": len(s.target),
+            "best_speedup": math.exp(
+                s.true_log[min(s.target, key=s.true_log.get)] * -1 + s.true_log[_baseline(s)]
+            )
+            if math.isfinite(s.true_log[_baseline(s)])
+            else None,
+            "baseline_fits": math.isfinite(s.baseline_regret),
+            "oom_cost_ratio": s.oom_ratio,
+            "held_out": table.name not in TUNED_ON,
+        },
+    }
 
 
 def _baseline(s):
     from models import config_of
+
     return config_of(s.table.cells[s.table.baseline])
 
 
@@ -174,8 +200,10 @@ def plot(results: dict, path: Path) -> None:
     """Per table: each searcher's median simple regret (bootstrap 95% interval) at the
     checkpoints, and its median wall cost to reach the target set."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     names = list(results)
     fig, axes = plt.subplots(2, len(names), figsize=(4.5 * len(names), 7.0), squeeze=False)
     for col, name in enumerate(names):
@@ -184,16 +212,24 @@ def plot(results: dict, path: Path) -> None:
         for i, (searcher, res) in enumerate(per.items()):
             xs = [int(b) for b in res["regret_median"]]
             ys = [v if v is not None else np.nan for v in res["regret_median"].values()]
-            line, = top.plot(xs, ys, marker="o", label=searcher)
+            (line,) = top.plot(xs, ys, marker="o", label=searcher)
             ci = res.get("regret_ci95") or {}
             lo = [(ci.get(str(b)) or [None, None])[0] for b in xs]
             hi = [(ci.get(str(b)) or [None, None])[1] for b in xs]
-            top.fill_between(xs, [np.nan if v is None else v for v in lo],
-                             [np.nan if v is None else v for v in hi],
-                             color=line.get_color(), alpha=0.1)
+            top.fill_between(
+                xs,
+                [np.nan if v is None else v for v in lo],
+                [np.nan if v is None else v for v in hi],
+                color=line.get_color(),
+                alpha=0.1,
+            )
             cost = res.get("cost_to_target_s_median")
-            bottom.bar(i, cost if cost is not None else 0, color=line.get_color(),
-                       hatch="" if cost is not None else "//")
+            bottom.bar(
+                i,
+                cost if cost is not None else 0,
+                color=line.get_color(),
+                hatch="" if cost is not None else "//",
+            )
         top.set_title(f"{name} ({results[name].get('design', 'sampled')})", fontsize=8)
         top.set_xlabel("trials")
         top.set_ylabel("simple regret, log(recommended / best)")
@@ -228,6 +264,7 @@ def _bench_all(paths, names, seeds, budget, jobs: int):
             yield _bench_one(p, names, seeds, budget)
         return
     from concurrent.futures import ProcessPoolExecutor, as_completed
+
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(_bench_one, p, names, seeds, budget) for p in paths]
         for future in as_completed(futures):
@@ -239,17 +276,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a reduced version (3 seeds)")
     parser.add_argument("--table", action="append", help="a table CSV (default: bench/data)")
     parser.add_argument("--seeds", type=int, default=None)
-    parser.add_argument("--searchers", default=",".join(
-        list(registry.SEARCHERS) + list(PEERS) + list(ABLATIONS)))
+    parser.add_argument(
+        "--searchers", default=",".join(list(registry.SEARCHERS) + list(PEERS) + list(ABLATIONS))
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="tables replayed at once, one process each (replays are not timed)")
-    parser.add_argument("--few-seeds", type=int, default=None,
-                        help="seeds for the slow replays — Optuna's GP and SMAC (~1 s and "
-                             "~0.5 s per ask) and InfraRSI's ablations: the first N seeds, "
-                             "paired with InfraRSI's same seeds")
-    parser.add_argument("--replot", action="store_true",
-                        help="only draw the plot again from the results file")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="tables replayed at once, one process each (replays are not timed)",
+    )
+    parser.add_argument(
+        "--few-seeds",
+        type=int,
+        default=None,
+        help="seeds for the slow replays — Optuna's GP and SMAC (~1 s and "
+        "~0.5 s per ask) and InfraRSI's ablations: the first N seeds, "
+        "paired with InfraRSI's same seeds",
+    )
+    parser.add_argument(
+        "--replot", action="store_true", help="only draw the plot again from the results file"
+    )
     args = parser.parse_args(argv)
     if args.replot:
         _plot_file(args.out)
@@ -264,19 +311,33 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--searchers {','.join(unknown)}: choose among {', '.join(known)}")
     seeds = args.seeds or (3 if args.quick else 30)
     budget = max(CHECKPOINTS)
-    out = {"results": {}, "settings": {"seeds": seeds, "budget": budget,
-                                       "checkpoints": list(CHECKPOINTS),
-                                       "oom_fraction": OOM_FRACTION},
-           "constants": {"tuned_on": list(TUNED_ON), "which": CONSTANTS}}
+    out = {
+        "results": {},
+        "settings": {
+            "seeds": seeds,
+            "budget": budget,
+            "checkpoints": list(CHECKPOINTS),
+            "oom_fraction": OOM_FRACTION,
+        },
+        "constants": {"tuned_on": list(TUNED_ON), "which": CONSTANTS},
+    }
     out["settings"]["few_seeds"] = min(args.few_seeds or seeds, seeds)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    for table, detail in _bench_all(paths, names, (seeds, out["settings"]["few_seeds"]), budget,
-                                    args.jobs):  # each table saved as it is done
-        one = dict(out, results={table.name: {"design": detail["design"],
-                                              **detail["searchers"]}},
-                   details={table.name: {"tests": detail["tests"], "table": detail["table"],
-                                         "seeds": seeds,
-                                         "few_seeds": out["settings"]["few_seeds"]}})
+    for table, detail in _bench_all(
+        paths, names, (seeds, out["settings"]["few_seeds"]), budget, args.jobs
+    ):  # each table saved as it is done
+        one = dict(
+            out,
+            results={table.name: {"design": detail["design"], **detail["searchers"]}},
+            details={
+                table.name: {
+                    "tests": detail["tests"],
+                    "table": detail["table"],
+                    "seeds": seeds,
+                    "few_seeds": out["settings"]["few_seeds"],
+                }
+            },
+        )
         merged = merge(args.out, one)
         tmp = args.out.with_suffix(".tmp")
         tmp.write_text(json.dumps(merged, indent=1))

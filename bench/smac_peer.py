@@ -27,6 +27,7 @@ INITIAL_RANDOM = 3
 
 class SMACSearcher(Searcher):
     """SMAC's hyperparameter-optimisation facade behind ask / tell."""
+
     name = "smac"
 
     def __init__(self, problem: Problem, seed: int = 0):
@@ -34,22 +35,37 @@ class SMACSearcher(Searcher):
         from ConfigSpace import Categorical, Configuration, ConfigurationSpace, Integer
         from smac import HyperparameterOptimizationFacade as HPO
         from smac import Scenario
+
         self._configuration = Configuration
         self.dims = [d for d in problem.space.dims if d.name not in problem.derived]
         space = ConfigurationSpace(seed=seed)
         for dim in self.dims:
-            space.add(Integer(dim.name, (0, len(dim.levels) - 1)) if dim.kind == "num" else
-                      Categorical(dim.name, [str(v) for v in dim.levels]))
+            space.add(
+                Integer(dim.name, (0, len(dim.levels) - 1))
+                if dim.kind == "num"
+                else Categorical(dim.name, [str(v) for v in dim.levels])
+            )
         for patch in problem.space.patches:
             space.add(Categorical("+" + patch, [False, True]))
         self.space = space
-        scenario = Scenario(space, deterministic=True, n_trials=10 ** 6, seed=seed,
-                            output_directory=tempfile.mkdtemp(prefix="infrarsi-smac-"))
+        scenario = Scenario(
+            space,
+            deterministic=True,
+            n_trials=10**6,
+            seed=seed,
+            output_directory=tempfile.mkdtemp(prefix="infrarsi-smac-"),
+        )
         starts = [Configuration(space, self._values(c)) for c in problem.start_points()]
-        design = HPO.get_initial_design(scenario, n_configs=INITIAL_RANDOM,
-                                        additional_configs=starts)
-        self.smac = HPO(scenario, lambda config, seed=0: 0.0, initial_design=design,
-                        overwrite=True, logging_level=40)
+        design = HPO.get_initial_design(
+            scenario, n_configs=INITIAL_RANDOM, additional_configs=starts
+        )
+        self.smac = HPO(
+            scenario,
+            lambda config, seed=0: 0.0,
+            initial_design=design,
+            overwrite=True,
+            logging_level=40,
+        )
         self.fits = dict(zip(problem.candidates, problem.analytic_fits()))
         self.fits.update({c: True for c in problem.start_points()})
         self.pending: dict[Config, object] = {}
@@ -60,8 +76,11 @@ class SMACSearcher(Searcher):
         knobs, out = config.knob_dict, {}
         for dim in self.dims:
             value = knobs.get(dim.name, dim.levels[0])
-            out[dim.name] = next(i for i, v in enumerate(dim.levels) if str(v) == str(value)) \
-                if dim.kind == "num" else str(value)
+            out[dim.name] = (
+                next(i for i, v in enumerate(dim.levels) if str(v) == str(value))
+                if dim.kind == "num"
+                else str(value)
+            )
         out.update({"+" + p: p in config.patches for p in self.problem.space.patches})
         return out
 
@@ -69,8 +88,11 @@ class SMACSearcher(Searcher):
         knobs = {}
         for dim in self.dims:
             value = values[dim.name]
-            knobs[dim.name] = dim.levels[int(value)] if dim.kind == "num" else \
-                next(v for v in dim.levels if str(v) == str(value))
+            knobs[dim.name] = (
+                dim.levels[int(value)]
+                if dim.kind == "num"
+                else next(v for v in dim.levels if str(v) == str(value))
+            )
         patches = [p for p in self.problem.space.patches if bool(values["+" + p])]
         target = Config.of(knobs, patches)
         return self.problem.by_free_key().get(self.problem.free_key(target)), target
@@ -78,6 +100,7 @@ class SMACSearcher(Searcher):
     def ask(self) -> Config | None:
         from smac.main.exceptions import ConfigurationSpaceExhaustedException
         from smac.runhistory.dataclasses import TrialValue
+
         target = self.problem.baseline
         for _ in range(ASK_TRIES):
             try:
@@ -102,6 +125,7 @@ class SMACSearcher(Searcher):
 
     def tell(self, config: Config, outcome: Outcome) -> None:
         from smac.runhistory.dataclasses import TrialInfo, TrialValue
+
         super().tell(config, outcome)
         if outcome.status == TrialStatus.OK:
             cost = math.log(outcome.step_time_s)
@@ -110,8 +134,7 @@ class SMACSearcher(Searcher):
             cost = self._placeholder()
         info = self.pending.pop(config, None)
         if info is None:  # what ran was not what SMAC asked: tell it what did
-            info = TrialInfo(config=self._configuration(self.space, self._values(config)),
-                             seed=0)
+            info = TrialInfo(config=self._configuration(self.space, self._values(config)), seed=0)
         self.smac.tell(info, TrialValue(cost=cost))
 
     def _placeholder(self) -> float:

@@ -17,11 +17,33 @@ from pathlib import Path
 
 DATA = Path(__file__).parent / "data"
 
-COLUMNS = ["table", "workload", "scale", "fingerprint", "cell", "repeat", "phase", "patches",
-           "status", "step_time_s", "harness_step_time_s", "step_time_cv", "e2e_time_s",
-           "startup_time_s", "cost_s", "peak_mem_bytes_max", "peak_mem_bytes_ranks",
-           "analytic_peak_bytes", "patch_mem_ratio", "mem_cap_bytes", "ranks", "trial_id",
-           "started_unix_s", "error", "design"]
+COLUMNS = [
+    "table",
+    "workload",
+    "scale",
+    "fingerprint",
+    "cell",
+    "repeat",
+    "phase",
+    "patches",
+    "status",
+    "step_time_s",
+    "harness_step_time_s",
+    "step_time_cv",
+    "e2e_time_s",
+    "startup_time_s",
+    "cost_s",
+    "peak_mem_bytes_max",
+    "peak_mem_bytes_ranks",
+    "analytic_peak_bytes",
+    "patch_mem_ratio",
+    "mem_cap_bytes",
+    "ranks",
+    "trial_id",
+    "started_unix_s",
+    "error",
+    "design",
+]
 DESIGNS = ("full_factorial", "sampled")  # every cell of a space measured, or a random sample
 KNOB_PREFIX = "k_"
 
@@ -33,6 +55,7 @@ def _num(text: str) -> float | None:
 @dataclass
 class Cell:
     """One configuration of a table and every uncapped repeat measured for it."""
+
     cell: str
     knobs: dict[str, str]
     patches: tuple[str, ...]
@@ -67,6 +90,7 @@ class Cell:
 @dataclass
 class Table:
     """A measured table: its cells (uncapped repeats) and its capped validation rows."""
+
     name: str
     workload: str
     fingerprint: str
@@ -79,8 +103,11 @@ class Table:
 
     def feasible(self, capacity: float | None = None) -> list[Cell]:
         """Cells that ran ``ok`` and, at ``capacity``, fit by the replay rule."""
-        return [c for c in self.cells.values() if c.ok and
-                (capacity is None or c.peak_bytes is None or c.peak_bytes <= capacity)]
+        return [
+            c
+            for c in self.cells.values()
+            if c.ok and (capacity is None or c.peak_bytes is None or c.peak_bytes <= capacity)
+        ]
 
     def capacity_for(self, oom_fraction: float) -> float:
         """A per-rank capacity at which about ``oom_fraction`` of the ok cells are OOM."""
@@ -100,22 +127,38 @@ def load(path: Path) -> Table:
     rows = read_rows(path)
     if not rows:
         raise ValueError(f"{path}: no rows")
-    missing = [c for c in ("cell", "status", "step_time_s", "peak_mem_bytes_max", "cost_s",
-                           "patches", "mem_cap_bytes") if c not in rows[0]]
+    missing = [
+        c
+        for c in (
+            "cell",
+            "status",
+            "step_time_s",
+            "peak_mem_bytes_max",
+            "cost_s",
+            "patches",
+            "mem_cap_bytes",
+        )
+        if c not in rows[0]
+    ]
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing}; see bench/data/README.md")
-    knob_names = [c[len(KNOB_PREFIX):] for c in rows[0] if c.startswith(KNOB_PREFIX)]
+    knob_names = [c[len(KNOB_PREFIX) :] for c in rows[0] if c.startswith(KNOB_PREFIX)]
     cells: dict[str, Cell] = {}
     validation = []
     for row in rows:
         if row["mem_cap_bytes"]:
             validation.append(row)
             continue
-        cell = cells.setdefault(row["cell"], Cell(
-            row["cell"], {k: row[KNOB_PREFIX + k] for k in knob_names},
-            tuple(p for p in row["patches"].split("+") if p),
-            analytic_peak_bytes=_num(row.get("analytic_peak_bytes", "")),
-            patch_mem_ratio=_num(row.get("patch_mem_ratio", "")) or 1.0))
+        cell = cells.setdefault(
+            row["cell"],
+            Cell(
+                row["cell"],
+                {k: row[KNOB_PREFIX + k] for k in knob_names},
+                tuple(p for p in row["patches"].split("+") if p),
+                analytic_peak_bytes=_num(row.get("analytic_peak_bytes", "")),
+                patch_mem_ratio=_num(row.get("patch_mem_ratio", "")) or 1.0,
+            ),
+        )
         cell.status.append(row["status"])
         if row["cost_s"]:
             cell.cost_s.append(float(row["cost_s"]))
@@ -129,9 +172,17 @@ def load(path: Path) -> Table:
     for cell in cells.values():  # what a capacity must hold: the peak less what is reclaimable
         cell.peak_mem_bytes = [p / margin for p in cell.peak_mem_bytes]
     design = first.get("design") or "sampled"  # tables measured before the column: sampled
-    return Table(Path(path).stem, first.get("workload", Path(path).stem),
-                 first.get("fingerprint", ""), knob_names, cells, validation, baseline, margin,
-                 design if design in DESIGNS else "sampled")
+    return Table(
+        Path(path).stem,
+        first.get("workload", Path(path).stem),
+        first.get("fingerprint", ""),
+        knob_names,
+        cells,
+        validation,
+        baseline,
+        margin,
+        design if design in DESIGNS else "sampled",
+    )
 
 
 def replay_margin(cells: dict[str, Cell], validation: list[dict]) -> float:
@@ -170,6 +221,7 @@ def append_row(path: Path, row: dict, knob_names: list[str]) -> None:
 def rewrite(path: Path, rows: list[dict], columns: list[str] | None = None) -> None:
     """Replace a table's rows atomically (a killed rewrite leaves the old file)."""
     import os
+
     tmp = Path(path).with_suffix(".tmp")
     with open(tmp, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns or list(rows[0]))
@@ -180,8 +232,11 @@ def rewrite(path: Path, rows: list[dict], columns: list[str] | None = None) -> N
 
 def noise_cv(table: Table) -> float:
     """Median over ok cells of the coefficient of variation of their repeats' step times."""
-    cvs = [statistics.stdev(c.step_time_s) / statistics.fmean(c.step_time_s)
-           for c in table.cells.values() if c.ok and len(c.step_time_s) >= 2]
+    cvs = [
+        statistics.stdev(c.step_time_s) / statistics.fmean(c.step_time_s)
+        for c in table.cells.values()
+        if c.ok and len(c.step_time_s) >= 2
+    ]
     return statistics.median(cvs) if cvs else math.nan
 
 
@@ -199,8 +254,10 @@ def _table_settings(results: dict, table: str) -> dict | None:
     detail = results.get("details", {}).get(table, {})
     if settings is None:
         return None
-    return {**settings, **{k: detail[k] for k in ("seeds", "few_seeds")
-                           if k in detail and k in settings}}
+    return {
+        **settings,
+        **{k: detail[k] for k in ("seeds", "few_seeds") if k in detail and k in settings},
+    }
 
 
 def merge_results(path: Path, new: dict, recompute=None) -> dict:

@@ -53,8 +53,13 @@ import tables  # noqa: E402
 from models import config_of  # noqa: E402
 from replay import OOM_FRACTION, manifest_of, problem_of, replay, setting_of  # noqa: E402
 from searchers import first_in_target  # noqa: E402
-from infrarsi.bank.signatures import (hardware_signature, low_precision_reader,  # noqa: E402
-                                      similarity, workload_signature)
+
+from infrarsi.bank.signatures import (  # noqa: E402
+    hardware_signature,
+    low_precision_reader,
+    similarity,
+    workload_signature,
+)
 from infrarsi.bank.transfer import advise  # noqa: E402
 from infrarsi.bank.translate import translator  # noqa: E402
 from infrarsi.records import config_key  # noqa: E402
@@ -91,29 +96,52 @@ def workload_of(table: tables.Table) -> dict:
     return workload_signature(manifest, SCALE, base)
 
 
-def experiences_of(table: tables.Table, hardware: dict, workload: dict,
-                   negate: bool = False) -> list[Experience]:
+def experiences_of(
+    table: tables.Table, hardware: dict, workload: dict, negate: bool = False
+) -> list[Experience]:
     """A table's grid rows as bank experiences (``negate``: every log speed-up turned round)."""
     base = table.cells[table.baseline]
     base_time, base_peak = base.mean_step_time_s, doctor_peak(table)
     out = []
     for cell in table.cells.values():
         config = config_of(cell)
-        rows = [("ok", t, cell.peak_mem_bytes[min(j, len(cell.peak_mem_bytes) - 1)]
-                 if cell.peak_mem_bytes else None) for j, t in enumerate(cell.step_time_s)]
+        rows = [
+            (
+                "ok",
+                t,
+                cell.peak_mem_bytes[min(j, len(cell.peak_mem_bytes) - 1)]
+                if cell.peak_mem_bytes
+                else None,
+            )
+            for j, t in enumerate(cell.step_time_s)
+        ]
         rows += [(status, None, None) for status in cell.status if status != "ok"]
         for i, (status, step, peak) in enumerate(rows):
             speedup = base_time / step if step else None
             if speedup and negate:
                 speedup = 1 / speedup
-            out.append(Experience(
-                key=f"{table.name}/{cell.cell}/{i}", created_unix_s=0.0, run_id=table.name,
-                contract_hash="", stage="run", workload=table.workload, scale=SCALE,
-                hardware_fp=table.fingerprint, hardware_json=hardware, workload_fp="",
-                workload_json=workload, knobs_json=config.knob_dict,
-                patches_json=[{"id": p, "sha256": None} for p in sorted(config.patches)],
-                status=status, speedup=speedup, censored=status == "oom",
-                peak_mem_bytes=peak, baseline_peak_mem_bytes=base_peak))
+            out.append(
+                Experience(
+                    key=f"{table.name}/{cell.cell}/{i}",
+                    created_unix_s=0.0,
+                    run_id=table.name,
+                    contract_hash="",
+                    stage="run",
+                    workload=table.workload,
+                    scale=SCALE,
+                    hardware_fp=table.fingerprint,
+                    hardware_json=hardware,
+                    workload_fp="",
+                    workload_json=workload,
+                    knobs_json=config.knob_dict,
+                    patches_json=[{"id": p, "sha256": None} for p in sorted(config.patches)],
+                    status=status,
+                    speedup=speedup,
+                    censored=status == "oom",
+                    peak_mem_bytes=peak,
+                    baseline_peak_mem_bytes=base_peak,
+                )
+            )
     return out
 
 
@@ -124,15 +152,28 @@ def translator_of(table: tables.Table, hardware: dict):
     return None if manifest is None else translator(manifest, SCALE, hardware)
 
 
-def warm_problem(s, seed: int, bank: list[Experience], hardware: dict, workload: dict,
-                 translate=None, low_precision=None):
+def warm_problem(
+    s,
+    seed: int,
+    bank: list[Experience],
+    hardware: dict,
+    workload: dict,
+    translate=None,
+    low_precision=None,
+):
     """The problem every searcher is given, plus the bank's seeds (with their measured peak
     ratios and the target baseline's peak, as the Doctor measures it before a run) and time
     prior."""
     problem = problem_of(s, seed)
-    advice = advise(bank, hardware, workload, bank_url="replay",
-                    baseline=problem.baseline.knob_dict, translate=translate,
-                    low_precision=low_precision)
+    advice = advise(
+        bank,
+        hardware,
+        workload,
+        bank_url="replay",
+        baseline=problem.baseline.knob_dict,
+        translate=translate,
+        low_precision=low_precision,
+    )
     by_key = {config_key(c.knob_dict, c.patches): c for c in problem.candidates}
     chosen = {}  # the target's config of each seed it has, the first seed where two are one
     for x in advice.seeds:
@@ -140,10 +181,15 @@ def warm_problem(s, seed: int, bank: list[Experience], hardware: dict, workload:
         if config is not None:
             chosen.setdefault(config, x)
     seeds = list(chosen)
-    problem = dataclasses.replace(problem, seeds=seeds, bank_seeds=seeds,
-                                  bank_gain=bank_gains(chosen), bank_peak=bank_peaks(chosen),
-                                  baseline_peak_bytes=doctor_peak(s.table),
-                                  bank_log_speed=bank_time_prior(advice, problem.baseline))
+    problem = dataclasses.replace(
+        problem,
+        seeds=seeds,
+        bank_seeds=seeds,
+        bank_gain=bank_gains(chosen),
+        bank_peak=bank_peaks(chosen),
+        baseline_peak_bytes=doctor_peak(s.table),
+        bank_log_speed=bank_time_prior(advice, problem.baseline),
+    )
     return problem, advice
 
 
@@ -158,8 +204,10 @@ def direction(source: tables.Table, target: tables.Table, seeds: int) -> dict:
     s = setting_of(target, OOM_FRACTION)
     hw_s, hw_t = hardware_of(source), hardware_of(target)
     wl_s, wl_t = workload_of(source), workload_of(target)
-    banks = {"warm": experiences_of(source, hw_s, wl_s),
-             "harmful": experiences_of(source, hw_s, wl_s, negate=True)}
+    banks = {
+        "warm": experiences_of(source, hw_s, wl_s),
+        "harmful": experiences_of(source, hw_s, wl_s, negate=True),
+    }
     translate = translator_of(target, hw_t)
     low = low_precision_reader(manifest_of(target.workload))  # read once per direction
     traces, advice_seen = defaultdict(list), {}
@@ -167,29 +215,40 @@ def direction(source: tables.Table, target: tables.Table, seeds: int) -> dict:
         for way in WAYS:
             problem = None
             if way in banks:
-                problem, advice = warm_problem(s, seed, banks[way], hw_t, wl_t, translate,
-                                               low)
+                problem, advice = warm_problem(s, seed, banks[way], hw_t, wl_t, translate, low)
                 advice_seen[way] = advice
             traces[way].append(replay("infrarsi", s, seed, BUDGET, problem))
-    out = {"similarity": similarity(hw_s, wl_s, hw_t, wl_t),
-           "similarity_without_low_precision": similarity(hw_s, wl_s, hw_t, wl_t, False),
-           "target_cells": len(s.target), "cells": len(target.cells)}
+    out = {
+        "similarity": similarity(hw_s, wl_s, hw_t, wl_t),
+        "similarity_without_low_precision": similarity(hw_s, wl_s, hw_t, wl_t, False),
+        "target_cells": len(s.target),
+        "cells": len(target.cells),
+    }
     for way in WAYS:
         hits = [first_in_target(t, BUDGET) for t in traces[way]]
-        out[f"{way}_trials_to_target_median"] = _median([math.inf if h is None else h
-                                                         for h in hits])
+        out[f"{way}_trials_to_target_median"] = _median(
+            [math.inf if h is None else h for h in hits]
+        )
         out[f"{way}_share_reaching_target"] = sum(h is not None for h in hits) / len(hits)
-        out[f"{way}_regret"] = {str(b): _median([t["regret"][b - 1] for t in traces[way]])
-                                for b in CHECKPOINTS}
+        out[f"{way}_regret"] = {
+            str(b): _median([t["regret"][b - 1] for t in traces[way]]) for b in CHECKPOINTS
+        }
         out[f"{way}_cost_to_target_s_median"] = _median(
-            [t["cost_s"][h - 1] if h else math.inf for t, h in zip(traces[way], hits)])
+            [t["cost_s"][h - 1] if h else math.inf for t, h in zip(traces[way], hits)]
+        )
         out[f"{way}_per_seed_trials_to_target"] = [h for h in hits]
     out["floor_trials"] = 1 if config_of(target.cells[target.baseline]) in s.target else 2
     out.update(verdict(out))
-    out["warm_seeds"] = [{"knobs": x.knobs, "patches": x.patches, "as_measured": x.as_measured,
-                          "expected_speedup": x.expected_speedup,
-                          "true_speedup_here": _true_speedup(s, x)}
-                         for x in advice_seen["warm"].seeds]
+    out["warm_seeds"] = [
+        {
+            "knobs": x.knobs,
+            "patches": x.patches,
+            "as_measured": x.as_measured,
+            "expected_speedup": x.expected_speedup,
+            "true_speedup_here": _true_speedup(s, x),
+        }
+        for x in advice_seen["warm"].seeds
+    ]
     return out
 
 
@@ -198,9 +257,11 @@ def verdict(r: dict) -> dict:
     the floor`` where cold already reaches the target on the first trial after the baseline,
     which no bank can beat), and harmful needs at most 10% more than cold (never reaching it
     counts as more than the budget)."""
+
     def trials(way):
         value = r[f"{way}_trials_to_target_median"]
         return math.inf if value is None else value
+
     warm, cold, harmful = trials("warm"), trials("cold"), trials("harmful")
     if warm < cold:
         fewer = "warm fewer"
@@ -208,8 +269,7 @@ def verdict(r: dict) -> dict:
         fewer = "tie at the floor"
     else:
         fewer = "warm not fewer"
-    return {"warm_vs_cold": fewer,
-            "harmful_within_10pct_of_cold": bool(harmful <= 1.1 * cold)}
+    return {"warm_vs_cold": fewer, "harmful_within_10pct_of_cold": bool(harmful <= 1.1 * cold)}
 
 
 def _true_speedup(s, seed) -> float | None:
@@ -233,8 +293,12 @@ def pairs(given: list[list[str]] | None) -> list[tuple[Path, Path]]:
     by_workload = defaultdict(list)
     for path in sorted(DATA.glob("*-full-*.csv")):
         by_workload[path.name.rsplit("-", 1)[0]].append(path)
-    return [(a, b) for paths in by_workload.values() for i, a in enumerate(paths)
-            for b in paths[i + 1:]]
+    return [
+        (a, b)
+        for paths in by_workload.values()
+        for i, a in enumerate(paths)
+        for b in paths[i + 1 :]
+    ]
 
 
 def _one(job: tuple[Path, Path, int]) -> tuple[str, dict]:
@@ -243,13 +307,17 @@ def _one(job: tuple[Path, Path, int]) -> tuple[str, dict]:
     t0 = time.perf_counter()
     name = f"{source.name} -> {target.name}"
     r = direction(source, target, seeds)
-    print(f"{name}: to target warm/cold/harmful "
-          f"{r['warm_trials_to_target_median']}/{r['cold_trials_to_target_median']}/"
-          f"{r['harmful_trials_to_target_median']}; regret@10 "
-          f"{r['warm_regret']['10']}/{r['cold_regret']['10']}/"
-          f"{r['harmful_regret']['10']}; {r['warm_vs_cold']}, harmful within 10% "
-          f"of cold: {r['harmful_within_10pct_of_cold']} "
-          f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    print(
+        f"{name}: to target warm/cold/harmful "
+        f"{r['warm_trials_to_target_median']}/{r['cold_trials_to_target_median']}/"
+        f"{r['harmful_trials_to_target_median']}; regret@10 "
+        f"{r['warm_regret']['10']}/{r['cold_regret']['10']}/"
+        f"{r['harmful_regret']['10']}; {r['warm_vs_cold']}, harmful within 10% "
+        f"of cold: {r['harmful_within_10pct_of_cold']} "
+        f"({time.perf_counter() - t0:.0f} s)",
+        file=sys.stderr,
+        flush=True,
+    )
     return name, r
 
 
@@ -258,38 +326,57 @@ def _run_all(jobs: list, workers: int) -> list[tuple[str, dict]]:
     if workers <= 1:
         return [_one(job) for job in jobs]
     from concurrent.futures import ProcessPoolExecutor
+
     with ProcessPoolExecutor(workers) as pool:
         return list(pool.map(_one, jobs))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pair", nargs=2, action="append", metavar=("A", "B"),
-                        help="two tables of one workload on two hosts (both directions)")
+    parser.add_argument(
+        "--pair",
+        nargs=2,
+        action="append",
+        metavar=("A", "B"),
+        help="two tables of one workload on two hosts (both directions)",
+    )
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="directions replayed at once (the replays are untimed)")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="directions replayed at once (the replays are untimed)"
+    )
     args = parser.parse_args(argv)
     found = pairs(args.pair)
     if not found:
-        print("no pair of tables of one workload on two hosts in bench/data: measure one "
-              "with bench/make_table.py on another host (or confined: taskset -c 0)",
-              file=sys.stderr)
+        print(
+            "no pair of tables of one workload on two hosts in bench/data: measure one "
+            "with bench/make_table.py on another host (or confined: taskset -c 0)",
+            file=sys.stderr,
+        )
         return 2
     jobs = []
     for a, b in found:
         ta, tb = tables.load(a), tables.load(b)
         if ta.workload != tb.workload or ta.fingerprint == tb.fingerprint:
-            print(f"skipping {a.name} / {b.name}: not one workload on two hosts",
-                  file=sys.stderr)
+            print(f"skipping {a.name} / {b.name}: not one workload on two hosts", file=sys.stderr)
             continue
         jobs += [(a, b, args.seeds), (b, a, args.seeds)]
     results = dict(_run_all(jobs, args.jobs))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"results": results, "settings": {
-        "seeds": args.seeds, "budget": BUDGET, "checkpoints": list(CHECKPOINTS),
-        "oom_fraction": OOM_FRACTION}}, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {
+                "results": results,
+                "settings": {
+                    "seeds": args.seeds,
+                    "budget": BUDGET,
+                    "checkpoints": list(CHECKPOINTS),
+                    "oom_fraction": OOM_FRACTION,
+                },
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from infrarsi.trial import TrialStatus, prepare, run_trial
+from infrarsi.trial import prepare, run_trial
 from infrarsi.units import format_bytes
 from infrarsi.workloads import find, reference_names
 
@@ -38,20 +38,34 @@ def bench_workload(name: str, scale: str, repeats: int, workdir: Path) -> dict:
             patches = [candidate] if candidate else []
             record = run_trial(prepare(manifest, scale, {}, patches), workdir)
             rows.append(_row(round_index, candidate, record))
-            print(f"  {name} round {round_index} {candidate or 'baseline'}: "
-                  f"{record.status.value} {rows[-1]['step_time_s']}", file=sys.stderr, flush=True)
-    return {"workload": name, "scale": scale, "repeats": repeats, "trials": rows,
-            "summary": summarise(rows, candidates)}
+            print(
+                f"  {name} round {round_index} {candidate or 'baseline'}: "
+                f"{record.status.value} {rows[-1]['step_time_s']}",
+                file=sys.stderr,
+                flush=True,
+            )
+    return {
+        "workload": name,
+        "scale": scale,
+        "repeats": repeats,
+        "trials": rows,
+        "summary": summarise(rows, candidates),
+    }
 
 
 def _row(round_index: int, candidate: str, record) -> dict:
     m = record.metrics
-    return {"round": round_index, "candidate": candidate or "baseline",
-            "status": record.status.value, "trial_id": record.trial_id,
-            "step_time_s": m.step_time_s if m else None,
-            "tokens_per_s": m.tokens_per_s if m else None,
-            "peak_mem_bytes": m.peak_mem_bytes if m else None,
-            "loss_last": m.loss[-1] if m else None, "error": record.error}
+    return {
+        "round": round_index,
+        "candidate": candidate or "baseline",
+        "status": record.status.value,
+        "trial_id": record.trial_id,
+        "step_time_s": m.step_time_s if m else None,
+        "tokens_per_s": m.tokens_per_s if m else None,
+        "peak_mem_bytes": m.peak_mem_bytes if m else None,
+        "loss_last": m.loss[-1] if m else None,
+        "error": record.error,
+    }
 
 
 def summarise(rows: list[dict], candidates: list[str]) -> list[dict]:
@@ -60,17 +74,23 @@ def summarise(rows: list[dict], candidates: list[str]) -> list[dict]:
     out = []
     for candidate in [c or "baseline" for c in candidates]:
         mine = [r for r in rows if r["candidate"] == candidate and r["step_time_s"]]
-        ratios = [r["step_time_s"] / base[r["round"]]["step_time_s"]
-                  for r in mine if r["round"] in base]
-        out.append({
-            "candidate": candidate, "ok_trials": len(mine),
-            "step_time_s_median": _median([r["step_time_s"] for r in mine]),
-            "tokens_per_s_median": _median([r["tokens_per_s"] for r in mine]),
-            "peak_mem_bytes_per_rank_max": [max(col) for col in zip(*(r["peak_mem_bytes"]
-                                                                       for r in mine))],
-            "step_time_ratio_median": _median(ratios),
-            "step_time_ratio_min": min(ratios, default=None),
-            "step_time_ratio_max": max(ratios, default=None)})
+        ratios = [
+            r["step_time_s"] / base[r["round"]]["step_time_s"] for r in mine if r["round"] in base
+        ]
+        out.append(
+            {
+                "candidate": candidate,
+                "ok_trials": len(mine),
+                "step_time_s_median": _median([r["step_time_s"] for r in mine]),
+                "tokens_per_s_median": _median([r["tokens_per_s"] for r in mine]),
+                "peak_mem_bytes_per_rank_max": [
+                    max(col) for col in zip(*(r["peak_mem_bytes"] for r in mine))
+                ],
+                "step_time_ratio_median": _median(ratios),
+                "step_time_ratio_min": min(ratios, default=None),
+                "step_time_ratio_max": max(ratios, default=None),
+            }
+        )
     return out
 
 
@@ -81,17 +101,23 @@ def _median(values: list[float]) -> float | None:
 def print_table(result: dict) -> None:
     """One line per candidate."""
     print(f"\n{result['workload']} at scale {result['scale']} ({result['repeats']} rounds)")
-    print(f"{'candidate':24} {'step_time_s':>11} {'tokens_per_s':>12} {'ratio (min-max)':>22} "
-          f"peak_mem per rank")
+    print(
+        f"{'candidate':24} {'step_time_s':>11} {'tokens_per_s':>12} {'ratio (min-max)':>22} "
+        f"peak_mem per rank"
+    )
     for s in result["summary"]:
         if s["step_time_s_median"] is None:
             print(f"{s['candidate']:24} failed")
             continue
-        ratio = f"{s['step_time_ratio_median']:.3f} ({s['step_time_ratio_min']:.3f}-" \
-                f"{s['step_time_ratio_max']:.3f})"
+        ratio = (
+            f"{s['step_time_ratio_median']:.3f} ({s['step_time_ratio_min']:.3f}-"
+            f"{s['step_time_ratio_max']:.3f})"
+        )
         peaks = ", ".join(format_bytes(b) for b in s["peak_mem_bytes_per_rank_max"])
-        print(f"{s['candidate']:24} {s['step_time_s_median']:11.4f} "
-              f"{s['tokens_per_s_median']:12,.0f} {ratio:>22} {peaks}")
+        print(
+            f"{s['candidate']:24} {s['step_time_s_median']:11.4f} "
+            f"{s['tokens_per_s_median']:12,.0f} {ratio:>22} {peaks}"
+        )
 
 
 def main() -> None:

@@ -31,16 +31,23 @@ def broken_diff() -> str:
     """A diff that applies to dense-1node's model.py but leaves it unable to compile."""
     lines = (DENSE / "model.py").read_text().splitlines()
     i = next(k for k, line in enumerate(lines) if line.startswith("import"))
-    return (f"--- a/model.py\n+++ b/model.py\n@@ -{i + 1},2 +{i + 1},3 @@\n {lines[i]}\n"
-            f"+def broken(:\n {lines[i + 1]}\n")
+    return (
+        f"--- a/model.py\n+++ b/model.py\n@@ -{i + 1},2 +{i + 1},3 @@\n {lines[i]}\n"
+        f"+def broken(:\n {lines[i + 1]}\n"
+    )
 
 
 class ChatServer:
     """Answers each chat request with the next scripted reply (then with ``then``); keeps
     every request body. ``status`` answers every request with that HTTP status instead."""
 
-    def __init__(self, replies: list[str], then: str = "I have nothing more to propose.",
-                 status: int = 200, model: str = "scripted-model"):
+    def __init__(
+        self,
+        replies: list[str],
+        then: str = "I have nothing more to propose.",
+        status: int = 200,
+        model: str = "scripted-model",
+    ):
         self.replies, self.then, self.status = list(replies), then, status
         self.model = model
         self.requests: list[dict] = []
@@ -72,8 +79,10 @@ class ChatServer:
 
     @property
     def env(self) -> dict[str, str]:
-        return {"INFRARSI_LLM_BASE_URL": f"http://127.0.0.1:{self.httpd.server_port}/v1",
-                "INFRARSI_LLM_MODEL": self.model}
+        return {
+            "INFRARSI_LLM_BASE_URL": f"http://127.0.0.1:{self.httpd.server_port}/v1",
+            "INFRARSI_LLM_MODEL": self.model,
+        }
 
     def prompt(self, i: int) -> str:
         """The user message of the i-th request."""
@@ -85,7 +94,17 @@ class ChatServer:
 
 
 def _completion(content: str) -> dict:
-    return {"id": "x", "object": "chat.completion", "created": 0, "model": "scripted-model",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": 1000, "completion_tokens": 200, "total_tokens": 1200}}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "scripted-model",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": content},
+            }
+        ],
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 200, "total_tokens": 1200},
+    }

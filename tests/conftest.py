@@ -12,9 +12,13 @@ from infrarsi.trial.process import trial_processes
 from infrarsi.workloads import find, load_manifest
 
 FIXTURES = Path(__file__).parent / "fixtures"
-INSTRUCTION_EN = ("Cut end-to-end time; keep loss within 0.5% and memory under 2 GiB per rank; "
-                  "don't touch the data pipeline; 20 trials")
-INSTRUCTION_ZH = "缩短端到端时间；loss 偏差不超过 0.5%，每卡显存不超过 2 GiB；不要修改数据管道；20 次试验"
+INSTRUCTION_EN = (
+    "Cut end-to-end time; keep loss within 0.5% and memory under 2 GiB per rank; "
+    "don't touch the data pipeline; 20 trials"
+)
+INSTRUCTION_ZH = (
+    "缩短端到端时间；loss 偏差不超过 0.5%，每卡显存不超过 2 GiB；不要修改数据管道；20 次试验"
+)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -51,10 +55,17 @@ def toy():
     return load_manifest(FIXTURES / "toy")
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
     """Run ``python -m infrarsi ARGS`` as a real process."""
-    return subprocess.run([sys.executable, "-m", "infrarsi", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "infrarsi", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def cli_json(*args: str, cwd: Path | None = None) -> dict:
@@ -72,10 +83,27 @@ def assert_no_leftovers(trial_id: str) -> None:
 def optimize_json(manifest: Path, instruction: str, out: Path, *options: str) -> dict:
     """Run ``infrarsi optimize MANIFEST INSTRUCTION --scale tiny --yes --json`` as a real
     process in ``out``; its last line, parsed (the command must succeed)."""
-    result = subprocess.run([sys.executable, "-m", "infrarsi", "optimize", str(manifest),
-                             instruction, "--scale", "tiny", *options, "--yes", "--json",
-                             "--out", str(out / "rounds")],
-                            capture_output=True, text=True, timeout=1200, cwd=out)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "infrarsi",
+            "optimize",
+            str(manifest),
+            instruction,
+            "--scale",
+            "tiny",
+            *options,
+            "--yes",
+            "--json",
+            "--out",
+            str(out / "rounds"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=out,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -91,8 +119,17 @@ def dense_optimized(tmp_path_factory):
     a couple of minutes on two cores. Returns (answer, folder, bank path)."""
     out = tmp_path_factory.mktemp("optimize")
     bank = out / "bank.sqlite"
-    answer = optimize_json(Path("dense-1node"), OPTIMIZE_INSTRUCTION, out, "--budget", "3",
-                           "--top", "1", "--verify-rounds", str(OPTIMIZE_ROUNDS),
-                           "--bank", str(bank))
+    answer = optimize_json(
+        Path("dense-1node"),
+        OPTIMIZE_INSTRUCTION,
+        out,
+        "--budget",
+        "3",
+        "--top",
+        "1",
+        "--verify-rounds",
+        str(OPTIMIZE_ROUNDS),
+        "--bank",
+        str(bank),
+    )
     return answer, out, bank
-

@@ -5,8 +5,8 @@ checks. The contract is calibrated as Doctor does it (another batch split, bf16)
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES
+
 from infrarsi.doctor.calibrate import calibrate
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
@@ -44,8 +44,12 @@ RUNNABLE = {  # dense-1node cheats, each with the reason it must be refused for
     "plant_evaluation": DIFFERENT_MODEL,
     "park_memory_in_store": "held where the ranks' capacity does not look",
 }
-UNCALIBRATED = ["silent_bf16", "bf16_gradient_allreduce", "drop_weight_decay",
-                "half_batch_last_step"]
+UNCALIBRATED = [
+    "silent_bf16",
+    "bf16_gradient_allreduce",
+    "drop_weight_decay",
+    "half_batch_last_step",
+]
 FUNCTION_PRESERVING = str(CHEATS / "skip_key_bias.diff")  # honest: softmax cancels the key bias
 REFUSED = {
     "locked_via_dotdot": "outside the workspace",
@@ -53,15 +57,30 @@ REFUSED = {
     "edit_the_probe": "outside the workspace",
     "edit_locked_data": "data.py: locked file",
 }
-ELSEWHERE = {"hide_memory_in_shm", "moe_top1_instead_of_top2", "toy_shift_time_into_warmup",
-             "moe_bf16_gradient_allreduce", "skip_key_bias", "rewrite_metrics_at_exit",
-             "train_before_the_first_step", "microbatch_lm_larger_lr"}
-LEGITIMATE = [({"micro_batch": 1}, []), ({"nproc": 1}, []), ({"activation_checkpointing": True}, []),
-              ({"precision": "bf16"}, []), ({"micro_batch": 4}, ["sdpa_attention", "fused_qkv"]),
-              ({}, [FUNCTION_PRESERVING])]
-LEGITIMATE_UNCALIBRATED = [({"precision": "bf16"}, []), ({}, ["sdpa_attention", "fused_qkv"]),
-                           ({}, ["fused_adamw", "chunked_cross_entropy"]),
-                           ({}, [FUNCTION_PRESERVING])]
+ELSEWHERE = {
+    "hide_memory_in_shm",
+    "moe_top1_instead_of_top2",
+    "toy_shift_time_into_warmup",
+    "moe_bf16_gradient_allreduce",
+    "skip_key_bias",
+    "rewrite_metrics_at_exit",
+    "train_before_the_first_step",
+    "microbatch_lm_larger_lr",
+}
+LEGITIMATE = [
+    ({"micro_batch": 1}, []),
+    ({"nproc": 1}, []),
+    ({"activation_checkpointing": True}, []),
+    ({"precision": "bf16"}, []),
+    ({"micro_batch": 4}, ["sdpa_attention", "fused_qkv"]),
+    ({}, [FUNCTION_PRESERVING]),
+]
+LEGITIMATE_UNCALIBRATED = [
+    ({"precision": "bf16"}, []),
+    ({}, ["sdpa_attention", "fused_qkv"]),
+    ({}, ["fused_adamw", "chunked_cross_entropy"]),
+    ({}, [FUNCTION_PRESERVING]),
+]
 
 
 def _contract_and_baseline(manifest, workdir, calibrated=True):
@@ -90,8 +109,14 @@ def uncalibrated(dense, tmp_path_factory):
 
 
 def _judge(manifest, contract, baseline, workdir, knobs=None, patches=(), **options):
-    spec = prepare(manifest, "tiny", knobs or {}, list(patches),
-                   contract_hash=contract.contract_hash, **options)
+    spec = prepare(
+        manifest,
+        "tiny",
+        knobs or {},
+        list(patches),
+        contract_hash=contract.contract_hash,
+        **options,
+    )
     record = run_trial(spec, workdir)
     return record, verify(contract, baseline, record)
 
@@ -102,8 +127,16 @@ def test_the_cheat_catalog_is_complete():
 
 def test_calibrated_tolerances_are_a_multiple_of_measured_floors(calibrated):
     eq = calibrated[0].equivalence
-    assert {"weight_fp32", "eval_fp32", "weight_bf16", "eval_bf16", "weight_split",
-            "weight_ranks", "weight_precision", "loss_split"} <= set(eq.floors)
+    assert {
+        "weight_fp32",
+        "eval_fp32",
+        "weight_bf16",
+        "eval_bf16",
+        "weight_split",
+        "weight_ranks",
+        "weight_precision",
+        "loss_split",
+    } <= set(eq.floors)
     assert set(eq.by_kind) == {"split", "ranks", "precision"}
     assert eq.by_kind["split"]["weight"] == pytest.approx(max(10 * eq.floors["weight_split"], 2e-4))
     assert eq.weight_rtol == pytest.approx(2e-4)  # no re-run floor: the strict minimum
@@ -114,16 +147,19 @@ def test_calibrated_tolerances_are_a_multiple_of_measured_floors(calibrated):
 def test_an_uncalibrated_contract_judges_strictly_not_loosely(dense, uncalibrated, tmp_path, cheat):
     contract, baseline = uncalibrated
     assert not contract.equivalence.calibrated
-    record, verdict = _judge(dense, contract, baseline, tmp_path,
-                             patches=[str(CHEATS / f"{cheat}.diff")])
+    record, verdict = _judge(
+        dense, contract, baseline, tmp_path, patches=[str(CHEATS / f"{cheat}.diff")]
+    )
     assert not verdict.valid, f"{cheat} passed an uncalibrated contract"
-    assert any(DIFFERENT_MODEL in r or "held-out loss" in r for r in verdict.reasons), \
+    assert any(DIFFERENT_MODEL in r or "held-out loss" in r for r in verdict.reasons), (
         verdict.reasons
+    )
 
 
 @pytest.mark.parametrize("knobs, patches", LEGITIMATE_UNCALIBRATED)
-def test_honest_changes_pass_an_uncalibrated_contract(dense, uncalibrated, tmp_path, knobs,
-                                                      patches):
+def test_honest_changes_pass_an_uncalibrated_contract(
+    dense, uncalibrated, tmp_path, knobs, patches
+):
     contract, baseline = uncalibrated
     record, verdict = _judge(dense, contract, baseline, tmp_path, knobs, patches)
     assert verdict.valid, (knobs, patches, verdict.reasons)
@@ -133,16 +169,20 @@ def test_metrics_rewritten_after_the_fact_never_reach_the_harness(dense, calibra
     """The metrics are what arrived over the harness's channel; the file in the trial's folder
     a rank rewrote at exit is the harness's copy, written again from what arrived."""
     contract, baseline = calibrated
-    record, verdict = _judge(dense, contract, baseline, tmp_path,
-                             patches=[str(CHEATS / "rewrite_metrics_at_exit.diff")])
+    record, verdict = _judge(
+        dense, contract, baseline, tmp_path, patches=[str(CHEATS / "rewrite_metrics_at_exit.diff")]
+    )
     claimed = [t * 0.01 for t in record.metrics.harness_step_times_s]
     assert record.metrics.step_time_s > 0.2 * baseline.metrics.step_time_s  # not 0.01x
-    assert all(abs(r - h) < 0.05 for r, h in zip(record.metrics.step_times_s,
-                                                 record.metrics.harness_step_times_s)), claimed
+    assert all(
+        abs(r - h) < 0.05
+        for r, h in zip(record.metrics.step_times_s, record.metrics.harness_step_times_s)
+    ), claimed
 
 
-def test_training_before_the_first_step_is_charged_to_an_end_to_end_objective(dense, calibrated,
-                                                                                tmp_path):
+def test_training_before_the_first_step_is_charged_to_an_end_to_end_objective(
+    dense, calibrated, tmp_path
+):
     """The whole training done in ``configure_optimizers`` (before the first step line), the
     timed steps only replaying its losses: the parameters are right, the steps it reports are
     short — and what the end-to-end objective compares is the harness's launch-to-exit time
@@ -150,20 +190,29 @@ def test_training_before_the_first_step_is_charged_to_an_end_to_end_objective(de
     scale start-up noise dwarfs the moved work; measured on a quiet machine the steps claimed
     0.16 s against the baseline's 0.36 s, launch to exit took 10.6 s against 8.4 s.)"""
     from infrarsi.objective import compared_time
+
     contract, baseline = calibrated
-    record, verdict = _judge(dense, contract, baseline, tmp_path,
-                             patches=[str(CHEATS / "train_before_the_first_step.diff")])
+    record, verdict = _judge(
+        dense,
+        contract,
+        baseline,
+        tmp_path,
+        patches=[str(CHEATS / "train_before_the_first_step.diff")],
+    )
     assert record.status is TrialStatus.OK, record.error
     charged = record.metrics.e2e_time_s + record.evaluation.remap_s
     assert compared_time(record, "e2e_time") == charged
-    assert compared_time(record, "e2e_time") > record.metrics.train_time_s + \
-        record.metrics.startup_time_s - 1e-9  # every second from launch, the steps' included
+    assert (
+        compared_time(record, "e2e_time")
+        > record.metrics.train_time_s + record.metrics.startup_time_s - 1e-9
+    )  # every second from launch, the steps' included
 
 
 def test_a_planted_evaluation_is_never_run(dense, calibrated, tmp_path):
     contract, baseline = calibrated
-    record, verdict = _judge(dense, contract, baseline, tmp_path,
-                             patches=[str(CHEATS / "plant_evaluation.diff")])
+    record, verdict = _judge(
+        dense, contract, baseline, tmp_path, patches=[str(CHEATS / "plant_evaluation.diff")]
+    )
     assert record.evaluation.eval_loss is not None and record.evaluation.eval_loss != 0.125
     assert not verdict.valid
 
@@ -171,8 +220,9 @@ def test_a_planted_evaluation_is_never_run(dense, calibrated, tmp_path):
 @pytest.mark.parametrize("cheat", sorted(RUNNABLE))
 def test_cheat_is_judged_invalid_with_its_reason(dense, calibrated, tmp_path, cheat):
     contract, baseline = calibrated
-    record, verdict = _judge(dense, contract, baseline, tmp_path,
-                             patches=[str(CHEATS / f"{cheat}.diff")])
+    record, verdict = _judge(
+        dense, contract, baseline, tmp_path, patches=[str(CHEATS / f"{cheat}.diff")]
+    )
     assert not verdict.valid, f"{cheat} passed verification"
     assert any(RUNNABLE[cheat] in reason for reason in verdict.reasons), verdict.reasons
 
@@ -184,28 +234,35 @@ def test_cheat_is_refused_before_running(dense, tmp_path, cheat):
 
 
 @pytest.mark.parametrize("knobs, patches", LEGITIMATE)
-def test_legitimate_knobs_and_honest_patches_pass_every_check(dense, calibrated, tmp_path,
-                                                              knobs, patches):
+def test_legitimate_knobs_and_honest_patches_pass_every_check(
+    dense, calibrated, tmp_path, knobs, patches
+):
     contract, baseline = calibrated
     record, verdict = _judge(dense, contract, baseline, tmp_path, knobs, patches)
     assert verdict.valid, (knobs, patches, verdict.reasons)
     assert verdict.not_checked == [] and record.evaluation.eval_loss is not None
 
 
-def test_memory_hidden_in_shared_mappings_counts_against_the_capacity(dense, calibrated,
-                                                                      tmp_path):
+def test_memory_hidden_in_shared_mappings_counts_against_the_capacity(dense, calibrated, tmp_path):
     contract, baseline = calibrated
     cap = baseline.metrics.max_peak_mem_bytes + 150 * 2**20
-    record, verdict = _judge(dense, contract, baseline, tmp_path,
-                             patches=[str(CHEATS / "hide_memory_in_shm.diff")], mem_cap_bytes=cap)
+    record, verdict = _judge(
+        dense,
+        contract,
+        baseline,
+        tmp_path,
+        patches=[str(CHEATS / "hide_memory_in_shm.diff")],
+        mem_cap_bytes=cap,
+    )
     assert record.status is TrialStatus.OOM and not verdict.valid
     assert "ran out of memory" in verdict.reasons[0]
 
 
 def test_static_screen_flags_are_shown_in_the_verdict(dense, calibrated, tmp_path):
     contract, baseline = calibrated
-    record, verdict = _judge(dense, contract, baseline, tmp_path,
-                             patches=[str(CHEATS / "patch_perf_counter.diff")])
+    record, verdict = _judge(
+        dense, contract, baseline, tmp_path, patches=[str(CHEATS / "patch_perf_counter.diff")]
+    )
     assert any("monkeypatches a module attribute" in f for f in verdict.flags), verdict.flags
 
 
@@ -232,8 +289,9 @@ def test_a_user_diff_named_like_a_catalog_patch_is_never_shown_as_it(dense, tmp_
 def test_moe_top1_instead_of_top2_is_refused(tmp_path):
     moe = find("moe-1node")
     contract, baseline = _contract_and_baseline(moe, tmp_path, calibrated=False)
-    record, verdict = _judge(moe, contract, baseline, tmp_path,
-                             patches=[str(CHEATS / "moe_top1_instead_of_top2.diff")])
+    record, verdict = _judge(
+        moe, contract, baseline, tmp_path, patches=[str(CHEATS / "moe_top1_instead_of_top2.diff")]
+    )
     assert not verdict.valid
     assert any(DIFFERENT_MODEL in r for r in verdict.reasons), verdict.reasons
 
@@ -244,10 +302,14 @@ def test_a_bf16_gradient_all_reduce_on_moe_is_judged_by_the_floors_it_shares(tmp
     moe = find("moe-1node")
     contract, baseline = _contract_and_baseline(moe, tmp_path)
     assert contract.equivalence.by_kind["split"]["weight"] > 10 * contract.equivalence.weight_rtol
-    record, verdict = _judge(moe, contract, baseline, tmp_path,
-                             patches=[str(CHEATS / "moe_bf16_gradient_allreduce.diff")])
-    assert not verdict.valid and any(DIFFERENT_MODEL in r for r in verdict.reasons), \
-        verdict.reasons
+    record, verdict = _judge(
+        moe,
+        contract,
+        baseline,
+        tmp_path,
+        patches=[str(CHEATS / "moe_bf16_gradient_allreduce.diff")],
+    )
+    assert not verdict.valid and any(DIFFERENT_MODEL in r for r in verdict.reasons), verdict.reasons
     for knobs, patches in (({"micro_batch": 1}, []), ({}, ["grouped_dispatch"])):
         record, verdict = _judge(moe, contract, baseline, tmp_path, knobs, patches)
         assert verdict.valid, (knobs, patches, verdict.reasons)
@@ -256,16 +318,21 @@ def test_a_bf16_gradient_all_reduce_on_moe_is_judged_by_the_floors_it_shares(tmp
 def test_time_moved_into_the_warmup_step_is_refused_and_ranks_on_the_harness_clock(tmp_path):
     toy = load_manifest(FIXTURES / "toy")
     contract = make_contract(toy, "tiny", "cut time", read_instruction("cut time", []))
-    run = lambda patches=(): run_trial(prepare(  # noqa: E731
-        toy, "tiny", {"sleep_ms": 200}, list(patches), contract_hash=contract.contract_hash),
-        tmp_path)
+    run = lambda patches=(): run_trial(
+        prepare(  # noqa: E731
+            toy, "tiny", {"sleep_ms": 200}, list(patches), contract_hash=contract.contract_hash
+        ),
+        tmp_path,
+    )
     baseline, cheat = run(), run([str(CHEATS / "toy_shift_time_into_warmup.diff")])
     verdict = verify(contract, baseline, cheat)
     assert not verdict.valid
     # caught by the per-step check, or (when the moved time also leaves the reported total
     # short of the harness's span by more than its margin) by the total-time check first
-    assert any("time moved between steps" in r or "harness saw the training take" in r
-               for r in verdict.reasons), verdict.reasons
+    assert any(
+        "time moved between steps" in r or "harness saw the training take" in r
+        for r in verdict.reasons
+    ), verdict.reasons
     assert cheat.metrics.step_time_s < 0.7 * baseline.metrics.step_time_s  # what it claims
     assert cheat.metrics.harness_step_time_s > 0.8 * baseline.metrics.harness_step_time_s
 
@@ -281,8 +348,12 @@ def test_a_script_that_prints_one_micro_batch_loss_is_judged_per_kind_of_change(
     equivalence, notes = calibrate(lm, "tiny", baseline, tmp_path)
     assert "split" in equivalence.by_kind and "loss" in equivalence.by_kind["split"], notes
     contract = contract.model_copy(update={"equivalence": equivalence}).sealed()
-    run = lambda knobs, patches=(): run_trial(prepare(  # noqa: E731
-        lm, "tiny", knobs, list(patches), contract_hash=contract.contract_hash), tmp_path)
+    run = lambda knobs, patches=(): run_trial(
+        prepare(  # noqa: E731
+            lm, "tiny", knobs, list(patches), contract_hash=contract.contract_hash
+        ),
+        tmp_path,
+    )
     baseline = run({})
     split = run({"batch_size": 4})
     assert verify(contract, baseline, split).valid, verify(contract, baseline, split).reasons

@@ -34,8 +34,11 @@ def _imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             out |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            subs = {f"{node.module}.{a.name}" for a in node.names
-                    if f"{node.module}.{a.name}" in MODULES}
+            subs = {
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if f"{node.module}.{a.name}" in MODULES
+            }
             out |= subs
             if len(subs) < len(node.names):
                 out.add(node.module)
@@ -82,8 +85,13 @@ def _cycles() -> list[list[str]]:
 
 
 def test_the_rules_see_the_whole_package():
-    assert {"infrarsi.cli", "infrarsi.trial.runner", "infrarsi.verify", "infrarsi.run.loop",
-            "infrarsi.doctor.run"} <= set(MODULES)
+    assert {
+        "infrarsi.cli",
+        "infrarsi.trial.runner",
+        "infrarsi.verify",
+        "infrarsi.run.loop",
+        "infrarsi.doctor.run",
+    } <= set(MODULES)
 
 
 def test_no_import_cycle():
@@ -91,24 +99,35 @@ def test_no_import_cycle():
 
 
 def test_only_the_screens_import_rich_or_typer():
-    offenders = {m: sorted(i for i in imps if i.split(".")[0] in SCREENS)
-                 for m, imps in GRAPH.items() if _room(m) != "cli"}
+    offenders = {
+        m: sorted(i for i in imps if i.split(".")[0] in SCREENS)
+        for m, imps in GRAPH.items()
+        if _room(m) != "cli"
+    }
     assert {m: i for m, i in offenders.items() if i} == {}
 
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_stage_imports_no_other_stage(stage):
     own = [m for m in MODULES if _room(m) == stage]
-    crossing = {m: sorted(i for i in GRAPH[m] if i.startswith("infrarsi.") and
-                          _room(i) in STAGES and _room(i) != stage) for m in own}
+    crossing = {
+        m: sorted(
+            i
+            for i in GRAPH[m]
+            if i.startswith("infrarsi.") and _room(i) in STAGES and _room(i) != stage
+        )
+        for m in own
+    }
     assert {m: i for m, i in crossing.items() if i} == {}
 
 
 def test_the_ground_floor_knows_no_stage_store_or_screen():
     upper = set(STAGES) | {"store", "executors", "cli", "optimize", "verify"}
     ground = [m for m in MODULES if _room(m) in ("trial", "workloads", "probe", "units", "host")]
-    climbing = {m: sorted(i for i in GRAPH[m] if i.startswith("infrarsi.") and _room(i) in upper)
-                for m in ground}
+    climbing = {
+        m: sorted(i for i in GRAPH[m] if i.startswith("infrarsi.") and _room(i) in upper)
+        for m in ground
+    }
     assert {m: i for m, i in climbing.items() if i} == {}
 
 
@@ -126,6 +145,8 @@ def test_the_benchmarks_import_one_another_without_a_cycle():
         graph[path.stem] = found - {path.stem}
 
     def reaches(start, goal, seen=()):
-        return any(n == goal or (n not in seen and reaches(n, goal, (*seen, n)))
-                   for n in graph[start])
+        return any(
+            n == goal or (n not in seen and reaches(n, goal, (*seen, n))) for n in graph[start]
+        )
+
     assert [m for m in graph if reaches(m, m)] == []

@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 import yaml
-
 from conftest import run_cli
+
 
 def test_apply_report_and_optimize_refuse_bad_input_with_the_fix(tmp_path):
     for stage in ("apply", "report"):
@@ -37,11 +37,20 @@ def test_workloads_json_lists_knobs_and_patches():
     listing = {w["name"]: w for w in json.loads(result.stdout)}
     dense = listing["dense-1node"]
     knob_names = {k["name"] for k in dense["knobs"]}
-    assert {"nproc", "threads_per_rank", "micro_batch", "grad_accum", "precision",
-            "activation_checkpointing", "compile", "ddp_bucket_mb",
-            "gradient_as_bucket_view"} <= knob_names
-    assert {"sdpa_attention", "fused_adamw", "chunked_cross_entropy", "fused_qkv"} <= \
-        set(dense["patches"])
+    assert {
+        "nproc",
+        "threads_per_rank",
+        "micro_batch",
+        "grad_accum",
+        "precision",
+        "activation_checkpointing",
+        "compile",
+        "ddp_bucket_mb",
+        "gradient_as_bucket_view",
+    } <= knob_names
+    assert {"sdpa_attention", "fused_adamw", "chunked_cross_entropy", "fused_qkv"} <= set(
+        dense["patches"]
+    )
     assert set(listing) == {"dense-1node", "dense-2node", "moe-1node", "moe-2node"}
     assert all(len(w["patches"]) >= 4 for w in listing.values())
     assert "explicit_prefetch" in listing["dense-2node"]["patches"]
@@ -54,14 +63,20 @@ def test_python_dash_m_and_help():
     assert result.returncode == 0 and "trial" in result.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--set", "micro_batch=4", "--set", "grad_accum=2"], "tokens per optimizer step are fixed"),
-    (["--set", "precision=fp8"], "outside its domain"),
-    (["--set", "micro_batch"], "KNOB=VALUE"),
-    (["--mem-cap", "300M"], "is not a size"),
-    (["--scale", "huge"], "unknown scale 'huge'"),
-    (["--patch", "nope"], "unknown patch 'nope'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--set", "micro_batch=4", "--set", "grad_accum=2"],
+            "tokens per optimizer step are fixed",
+        ),
+        (["--set", "precision=fp8"], "outside its domain"),
+        (["--set", "micro_batch"], "KNOB=VALUE"),
+        (["--mem-cap", "300M"], "is not a size"),
+        (["--scale", "huge"], "unknown scale 'huge'"),
+        (["--patch", "nope"], "unknown patch 'nope'"),
+    ],
+)
 def test_bad_trial_input_is_refused_before_running(tmp_path, args, message):
     result = run_cli("trial", "dense-1node", "--workdir", str(tmp_path), *args)
     assert result.returncode == 2, result.stdout
@@ -78,11 +93,18 @@ def test_catalog_patch_touching_a_locked_file_is_refused(tmp_path, dense):
     root = tmp_path / "w"
     shutil.copytree(dense.root, root)
     (root / "patches" / "evil.diff").write_text(
-        "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-x\n+y\n")
+        "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-x\n+y\n"
+    )
     data = yaml.safe_load((root / "workload.yaml").read_text())
-    data["patches"].append({"id": "evil", "file": "patches/evil.diff", "title": "t",
-                            "category": "kernel",
-                            "prior": {"step_time_ratio": 0.5, "peak_mem_ratio": 1.0}})
+    data["patches"].append(
+        {
+            "id": "evil",
+            "file": "patches/evil.diff",
+            "title": "t",
+            "category": "kernel",
+            "prior": {"step_time_ratio": 0.5, "peak_mem_ratio": 1.0},
+        }
+    )
     (root / "workload.yaml").write_text(yaml.safe_dump(data))
     trials = tmp_path / "trials"
     result = run_cli("trial", str(root), "--patch", "evil", "--workdir", str(trials))
@@ -103,10 +125,21 @@ def test_bad_manifest_names_the_field(tmp_path, dense):
 
 
 def test_init_writes_the_must_show_contract(tmp_path):
-    instruction = ("Cut end-to-end time; keep loss within 0.5% and memory under 2 GiB per rank; "
-                   "don't touch the data pipeline; 20 trials")
-    result = run_cli("init", "dense-1node", instruction, "--scale", "tiny", "-o",
-                     str(tmp_path / "c.yaml"), "--yes", "--json")
+    instruction = (
+        "Cut end-to-end time; keep loss within 0.5% and memory under 2 GiB per rank; "
+        "don't touch the data pipeline; 20 trials"
+    )
+    result = run_cli(
+        "init",
+        "dense-1node",
+        instruction,
+        "--scale",
+        "tiny",
+        "-o",
+        str(tmp_path / "c.yaml"),
+        "--yes",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     c = json.loads(result.stdout)
     assert c["loss_tolerance"] == 0.005 and c["mem_cap_bytes"] == 2 * 2**30
@@ -116,8 +149,9 @@ def test_init_writes_the_must_show_contract(tmp_path):
 
 
 def test_init_lists_what_it_did_not_understand(tmp_path):
-    result = run_cli("init", "dense-1node", "Cut time; paint it blue", "-o",
-                     str(tmp_path / "c.yaml"), "--yes")
+    result = run_cli(
+        "init", "dense-1node", "Cut time; paint it blue", "-o", str(tmp_path / "c.yaml"), "--yes"
+    )
     assert result.returncode == 0, result.stderr
     assert "NOT understood" in result.stdout and "paint it blue" in result.stdout
 
@@ -132,23 +166,30 @@ def test_trial_refuses_a_contract_whose_locked_files_changed(tmp_path, dense):
     root = tmp_path / "w"
     shutil.copytree(dense.root, root)
     contract = tmp_path / "c.yaml"
-    assert run_cli("init", str(root), "memory under 2 GiB", "-o", str(contract),
-                   "--yes").returncode == 0
+    assert (
+        run_cli("init", str(root), "memory under 2 GiB", "-o", str(contract), "--yes").returncode
+        == 0
+    )
     (root / "data.py").write_text((root / "data.py").read_text() + "\n# edited\n")
-    result = run_cli("trial", str(root), "--contract", str(contract), "--workdir",
-                     str(tmp_path / "trials"))
+    result = run_cli(
+        "trial", str(root), "--contract", str(contract), "--workdir", str(tmp_path / "trials")
+    )
     assert result.returncode == 2
     assert "locked files no longer match" in result.stderr and "data.py" in result.stderr
     assert not (tmp_path / "trials").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["init", "dense-1node", "memory under 0 GiB", "--yes"], "more than 0 bytes"),
-    (["init", "dense-1node", "loss within 150%", "--yes"], "below 100%"),
-    (["trial", "dense-1node", "--timeout", "-1"], "positive number of seconds"),
-    (["trial", "dense-1node", "--mem-cap", "0"], "positive size"),
-    (["validate", "/nonexistent/workload.yaml"], "no workload"),
-    (["doctor", "/nonexistent/contract.yaml"], "no such contract")])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["init", "dense-1node", "memory under 0 GiB", "--yes"], "more than 0 bytes"),
+        (["init", "dense-1node", "loss within 150%", "--yes"], "below 100%"),
+        (["trial", "dense-1node", "--timeout", "-1"], "positive number of seconds"),
+        (["trial", "dense-1node", "--mem-cap", "0"], "positive size"),
+        (["validate", "/nonexistent/workload.yaml"], "no workload"),
+        (["doctor", "/nonexistent/contract.yaml"], "no such contract"),
+    ],
+)
 def test_bad_input_exits_2_with_a_message_never_a_traceback(tmp_path, args, message):
     result = run_cli(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
@@ -157,9 +198,11 @@ def test_bad_input_exits_2_with_a_message_never_a_traceback(tmp_path, args, mess
 
 def test_validate_and_show_a_users_manifest():
     from conftest import FIXTURES
+
     result = run_cli("validate", str(FIXTURES / "foreign"))
     assert result.returncode == 0 and "ok: foreign-lm" in result.stdout
     listing = json.loads(run_cli("workloads", str(FIXTURES / "foreign"), "--json").stdout)
     assert [w["name"] for w in listing] == ["foreign-lm"]
-    assert {"name": "bf16", "role": "precision", "type": "bool", "flag": "--bf16"}.items() <= \
-        next(k for k in listing[0]["knobs"] if k["name"] == "bf16").items()
+    assert {"name": "bf16", "role": "precision", "type": "bool", "flag": "--bf16"}.items() <= next(
+        k for k in listing[0]["knobs"] if k["name"] == "bf16"
+    ).items()

@@ -5,8 +5,8 @@ trial --contract and verify, from a directory that is not the workload's."""
 import json
 
 import pytest
-
 from conftest import FIXTURES, run_cli
+
 from infrarsi.contract import load_contract
 from infrarsi.trial import TrialRecord
 from infrarsi.verify import verify
@@ -17,9 +17,15 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def contract(tmp_path_factory):
     elsewhere = tmp_path_factory.mktemp("elsewhere")
-    result = run_cli("init", str(FIXTURES / "foreign" / "workload.yaml"),
-                     "cut time-to-train, loss within 1%, at most 1 GiB per rank, 10 trials",
-                     "-o", "c.yaml", "--yes", cwd=elsewhere)
+    result = run_cli(
+        "init",
+        str(FIXTURES / "foreign" / "workload.yaml"),
+        "cut time-to-train, loss within 1%, at most 1 GiB per rank, 10 trials",
+        "-o",
+        "c.yaml",
+        "--yes",
+        cwd=elsewhere,
+    )
     assert result.returncode == 0, result.stderr
     return elsewhere / "c.yaml"
 
@@ -32,9 +38,18 @@ def test_init_keeps_the_workload_path_and_hash(contract):
 
 
 def test_doctor_reports_what_stdout_cannot_measure_and_speaks_the_workloads_names(
-        contract, tmp_path):
-    result = run_cli("doctor", str(contract), "--repeats", "2", "--workdir", str(tmp_path),
-                     "--json", cwd=tmp_path)
+    contract, tmp_path
+):
+    result = run_cli(
+        "doctor",
+        str(contract),
+        "--repeats",
+        "2",
+        "--workdir",
+        str(tmp_path),
+        "--json",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["phases"] == {} and "stdout metrics" in report["not_measured"]["phases"]
@@ -52,8 +67,17 @@ def test_doctor_reports_what_stdout_cannot_measure_and_speaks_the_workloads_name
 def test_trial_under_the_contract_and_verify(contract, tmp_path):
     records = []
     for extra in ([], ["--set", "bf16=true", "--set", "attn=sdpa"]):
-        result = run_cli("trial", str(FIXTURES / "foreign"), "--contract", str(contract),
-                         "--workdir", str(tmp_path), "--json", *extra, cwd=tmp_path)
+        result = run_cli(
+            "trial",
+            str(FIXTURES / "foreign"),
+            "--contract",
+            str(contract),
+            "--workdir",
+            str(tmp_path),
+            "--json",
+            *extra,
+            cwd=tmp_path,
+        )
         assert result.returncode == 0, result.stderr + result.stdout
         records.append(TrialRecord.model_validate_json(result.stdout))
     baseline, candidate = records

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import OPTIMIZE_ROUNDS
+
 from infrarsi.apply.outputs import fresh_copy
 from infrarsi.workloads import find
 
@@ -33,8 +33,15 @@ def test_optimize_ends_with_one_json_object_and_every_file(optimized):
     assert {"run_dir", "promoted", "winner", "baseline", "trials", "oom_trials"} <= set(answer)
     assert answer["baseline"]["step_time_s"] > 0 and answer["baseline"]["mfu_pct"] > 0
     run_dir = Path(answer["run_dir"])
-    for name in ("audit.jsonl", "report.md", "report.html", "verification.md", "contract.yaml",
-                 "apply.json", "doctor.json"):
+    for name in (
+        "audit.jsonl",
+        "report.md",
+        "report.html",
+        "verification.md",
+        "contract.yaml",
+        "apply.json",
+        "doctor.json",
+    ):
         assert (run_dir / name).is_file(), name
     applied = json.loads((run_dir / "apply.json").read_text())
     if answer["promoted"]:
@@ -53,8 +60,9 @@ def test_the_winner_patch_applies_to_a_fresh_copy(optimized, tmp_path):
     if not answer["promoted"] or not patch.read_text():
         pytest.skip("no promoted code change in this run (the decision is checked above)")
     copy = fresh_copy(find("dense-1node"), tmp_path / "copy")
-    check = subprocess.run(["git", "apply", "--check", str(patch)], cwd=copy,
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        ["git", "apply", "--check", str(patch)], cwd=copy, capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stderr
 
 
@@ -69,8 +77,18 @@ def test_the_audit_trail_holds_every_trial_of_the_search_and_of_apply(optimized)
     # Apply may end before its last round once the candidate cannot be promoted any more
     assert len(apply_lines) == len(applied["measurements"]) <= 2 * applied["rounds"] + 1
     for line in run_lines + apply_lines:  # each row is the trial's record, with its context
-        assert {"trial_id", "knobs", "patches", "patch_ids", "patch_sha256", "status", "cost_s",
-                "metrics", "commands", "ranked_time_per_step_s"} <= set(line)
+        assert {
+            "trial_id",
+            "knobs",
+            "patches",
+            "patch_ids",
+            "patch_sha256",
+            "status",
+            "cost_s",
+            "metrics",
+            "commands",
+            "ranked_time_per_step_s",
+        } <= set(line)
         assert set(line["patch_sha256"]) == set(line["patch_ids"])
     for line in run_lines:
         assert {"predicted", "proposed_by"} <= set(line)
@@ -96,19 +114,29 @@ def test_apply_again_resumes_from_its_progress_and_decides_the_same(optimized):
     answer, _ = optimized
     run_dir = Path(answer["run_dir"])
     before = json.loads((run_dir / "apply.json").read_text())
-    again = subprocess.run([*CLI, "apply", str(run_dir), "--top", "1", "--rounds", str(ROUNDS),
-                            "--json"],
-                           capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [*CLI, "apply", str(run_dir), "--top", "1", "--rounds", str(ROUNDS), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     after = json.loads(again.stdout.strip().splitlines()[-1])
-    assert [m["trial_id"] for m in after["measurements"]] == \
-        [m["trial_id"] for m in before["measurements"]]  # nothing re-run
+    assert [m["trial_id"] for m in after["measurements"]] == [
+        m["trial_id"] for m in before["measurements"]
+    ]  # nothing re-run
     assert after["promoted"] == before["promoted"]
 
 
 def _chromium() -> str | None:
-    return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
-                 if shutil.which(n)), None)
+    return next(
+        (
+            shutil.which(n)
+            for n in ("chromium", "chromium-browser", "google-chrome")
+            if shutil.which(n)
+        ),
+        None,
+    )
 
 
 CHECK = """<script>
@@ -131,9 +159,20 @@ def test_the_html_report_renders_offline_with_every_figure_loaded(optimized, tmp
     assert not re.search(r"""(src|href)=['"]?(https?:)?//""", html)  # nothing from a network
     page = tmp_path / "check.html"
     page.write_text(html.replace("</body>", CHECK))
-    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                          "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    dom = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     found = re.search(r'data-figures="(\d+):(\d+)"', dom.stdout)
     assert found, dom.stderr[-2000:]
     total, broken = int(found.group(1)), int(found.group(2))

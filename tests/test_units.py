@@ -3,9 +3,17 @@ import pytest
 from infrarsi.units import format_bytes, parse_bytes
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("300MiB", 300 * 2**20), ("2 GiB", 2 * 2**30), ("16GB", 16 * 10**9), ("1.5KiB", 1536),
-    ("4096", 4096), (123, 123)])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("300MiB", 300 * 2**20),
+        ("2 GiB", 2 * 2**30),
+        ("16GB", 16 * 10**9),
+        ("1.5KiB", 1536),
+        ("4096", 4096),
+        (123, 123),
+    ],
+)
 def test_parse_bytes(text, expected):
     assert parse_bytes(text) == expected
 

@@ -32,6 +32,7 @@ class _Frozen(BaseModel):
 
 class Invariants(_Frozen):
     """What the workload computes, taken from its baseline: a candidate must keep all of it."""
+
     tokens_per_step: int = Field(gt=0, description="global batch in tokens per optimizer step")
     steps: int = Field(gt=0)
     seeds: dict[str, int]
@@ -41,9 +42,11 @@ class Invariants(_Frozen):
 class Correctness(_Frozen):
     """How far the loss may drift from the baseline's, relative. The final-loss check compares
     what was learned (the fall of the loss), the point-wise check the loss itself."""
+
     loss_tolerance: float = Field(gt=0, lt=1, description="relative, e.g. 0.005 = 0.5%")
-    loss_tolerance_bf16: float | None = Field(None, gt=0, lt=1, description="the same when "
-                                              "either run computes in bf16; None = the above")
+    loss_tolerance_bf16: float | None = Field(
+        None, gt=0, lt=1, description="the same when either run computes in bf16; None = the above"
+    )
     last_k: int = Field(3, ge=1, description="steps averaged for the final-loss check")
     pointwise: bool = Field(True, description="also check every step of the trajectory")
 
@@ -72,28 +75,36 @@ class Equivalence(_Frozen):
     float-reassociation distance honest fp32 patches showed on the reference workloads at
     tiny scale — never a loose guess; bf16 keeps its measured default (3e-2 to 9e-2 seen).
     """
+
     weight_rtol: float = Field(1e-3, gt=0)
     weight_rtol_bf16: float = Field(3e-1, gt=0)
     eval_rtol: float = Field(2e-4, gt=0)
     eval_rtol_bf16: float = Field(2e-2, gt=0)
     by_kind: dict[str, dict[str, float]] = Field(
-        {}, description="kind of change -> {'weight', 'eval', 'loss'} tolerances calibrated "
-        "for candidates that make that change")
+        {},
+        description="kind of change -> {'weight', 'eval', 'loss'} tolerances calibrated "
+        "for candidates that make that change",
+    )
     calibrated: bool = False
     floors: dict[str, float] = Field({}, description="the measured noise floors behind them")
-    multiple: dict[str, float] = Field({}, description="tolerance = multiple x floor, by "
-                                       "precision")
+    multiple: dict[str, float] = Field({}, description="tolerance = multiple x floor, by precision")
 
-    def tolerances(self, bf16: bool, kinds: frozenset[str] | set[str] = frozenset()
-                   ) -> tuple[float, float]:
+    def tolerances(
+        self, bf16: bool, kinds: frozenset[str] | set[str] = frozenset()
+    ) -> tuple[float, float]:
         """(weight, eval) tolerance for a comparison that does (or does not) involve bf16,
         for a candidate that makes the given kinds of change."""
-        weight, held_out = (self.weight_rtol_bf16, self.eval_rtol_bf16) if bf16 else \
-            (self.weight_rtol, self.eval_rtol)
+        weight, held_out = (
+            (self.weight_rtol_bf16, self.eval_rtol_bf16)
+            if bf16
+            else (self.weight_rtol, self.eval_rtol)
+        )
         for kind in kinds:
             own = self.by_kind.get(kind, {})
-            weight, held_out = max(weight, own.get("weight", 0.0)), max(held_out,
-                                                                       own.get("eval", 0.0))
+            weight, held_out = (
+                max(weight, own.get("weight", 0.0)),
+                max(held_out, own.get("eval", 0.0)),
+            )
         return weight, held_out
 
     def loss_rtol(self, kinds: frozenset[str] | set[str]) -> float:
@@ -108,12 +119,14 @@ class Equivalence(_Frozen):
 
 class Budget(_Frozen):
     """How much searching the person allows: trials and/or wall time (None = no limit)."""
+
     trials: int | None = Field(None, gt=0)
     wall_time_s: float | None = Field(None, gt=0)
 
 
 class NoisePolicy(_Frozen):
     """Repeats and confidence the verifier uses; filled in by Doctor from measured noise."""
+
     repeats: int | None = Field(None, ge=1)
     confidence: float = Field(0.95, gt=0, lt=1)
     min_detectable_effect: float | None = None
@@ -121,10 +134,14 @@ class NoisePolicy(_Frozen):
 
 class Contract(_Frozen):
     """The frozen task contract of one optimisation job."""
+
     schema_version: int = CONTRACT_SCHEMA_VERSION
     workload: str
-    workload_path: str | None = Field(None, description="the manifest file of a workload that "
-                                      "is not bundled, absolute: found from any directory")
+    workload_path: str | None = Field(
+        None,
+        description="the manifest file of a workload that "
+        "is not bundled, absolute: found from any directory",
+    )
     manifest_sha256: str = Field("", description="sha256 of the manifest at init time")
     scale: str
     instruction: str
@@ -146,7 +163,7 @@ class Contract(_Frozen):
         body = self.model_dump(mode="json", exclude={"contract_hash"})
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
-    def sealed(self) -> "Contract":
+    def sealed(self) -> Contract:
         """This contract with its hash filled in."""
         return self.model_copy(update={"contract_hash": self.compute_hash()})
 
@@ -158,8 +175,10 @@ class Contract(_Frozen):
         except ValueError as exc:
             raise ContractError(f"the contract's workload cannot be loaded: {exc}") from None
         if self.manifest_sha256 and manifest_sha256(manifest) != self.manifest_sha256:
-            raise ContractError(f"the manifest {manifest.path} changed since the contract "
-                                f"{self.contract_hash[:12]} was made; run init again")
+            raise ContractError(
+                f"the manifest {manifest.path} changed since the contract "
+                f"{self.contract_hash[:12]} was made; run init again"
+            )
         return manifest
 
     def check_locked(self, root: Path) -> None:
@@ -172,13 +191,16 @@ class Contract(_Frozen):
             elif sha256_file(path) != digest:
                 changed.append(rel)
         if changed:
-            raise ContractError(f"locked files no longer match the contract {self.contract_hash[:12]}"
-                                f": {', '.join(changed)}; run init again to make a new contract")
+            raise ContractError(
+                f"locked files no longer match the contract {self.contract_hash[:12]}"
+                f": {', '.join(changed)}; run init again to make a new contract"
+            )
 
     def save(self, path: Path) -> None:
         """Write the contract as YAML."""
-        Path(path).write_text(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False,
-                                             allow_unicode=True))
+        Path(path).write_text(
+            yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+        )
 
 
 def manifest_sha256(manifest: Manifest) -> str:
@@ -201,6 +223,8 @@ def load_contract(path: str | Path) -> Contract:
     except (ValidationError, yaml.YAMLError) as exc:
         raise ContractError(f"{path}: invalid contract: {exc}") from None
     if contract.contract_hash != contract.compute_hash():
-        raise ContractError(f"{path}: the contract was edited after init (hash mismatch); "
-                            "contracts are frozen: run init again")
+        raise ContractError(
+            f"{path}: the contract was edited after init (hash mismatch); "
+            "contracts are frozen: run init again"
+        )
     return contract

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from infrarsi.workloads import Manifest, find, knobs as knob_rules
 from infrarsi.trial import patching, prepare
+from infrarsi.workloads import Manifest, find
+from infrarsi.workloads import knobs as knob_rules
 
 
 def derive_workload(manifest: Manifest, scale: str, winner: dict, dest: Path) -> Manifest:
@@ -25,9 +26,11 @@ def derive_workload(manifest: Manifest, scale: str, winner: dict, dest: Path) ->
     raw = yaml.safe_load((manifest.path).read_text())
     round_no = _next_round(manifest.name)
     raw["name"] = f"{_stem(manifest.name)}-r{round_no}"
-    raw["description"] = (f"{manifest.description.strip()} Round {round_no}: the promoted "
-                          f"winner built in (patches {', '.join(winner['patches']) or 'none'}; "
-                          "its knob values as defaults).")
+    raw["description"] = (
+        f"{manifest.description.strip()} Round {round_no}: the promoted "
+        f"winner built in (patches {', '.join(winner['patches']) or 'none'}; "
+        "its knob values as defaults)."
+    )
     defaults = dict(raw["scales"][scale].get("knob_defaults", {}))
     base = knob_rules.baseline(manifest, scale)
     for knob in manifest.knobs:
@@ -36,8 +39,11 @@ def derive_workload(manifest: Manifest, scale: str, winner: dict, dest: Path) ->
             defaults[knob.name] = value
     raw["scales"][scale]["knob_defaults"] = defaults
     applied = set(winner["patches"])
-    kept = [p for p in raw.get("patches", []) if p["id"] not in applied
-            and patching.applies(dest / p["file"], dest)]
+    kept = [
+        p
+        for p in raw.get("patches", [])
+        if p["id"] not in applied and patching.applies(dest / p["file"], dest)
+    ]
     kept_ids = {p["id"] for p in kept}
     for p in kept:
         p["conflicts"] = [c for c in p.get("conflicts", []) if c in kept_ids]

@@ -20,9 +20,26 @@ import psutil
 
 # ISA features that decide which kernels PyTorch can use; the rest of /proc/cpuinfo's flags
 # (security mitigations, virtualisation details) do not change how fast a job runs.
-ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-             "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8",
-             "amx_fp16", "sve", "asimd", "bf16")
+ISA_FLAGS = (
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "amx_fp16",
+    "sve",
+    "asimd",
+    "bf16",
+)
 GIB = 2**30
 CACHE_DIR = Path(os.environ.get("INFRARSI_CACHE", Path.home() / ".cache" / "infrarsi"))
 
@@ -48,18 +65,25 @@ def cpu_info(text: str | None = None) -> tuple[str, list[str]]:
 def machine_facts(threads: int | None = None) -> dict:
     """What identifies this host for performance; ``threads`` = intra-op threads measured with."""
     import torch  # here, not at the top: a command that never asks (``bank list``) starts fast
+
     model, flags = cpu_info()
     cuda = torch.cuda.is_available()
-    return {"cpu": model, "isa": flags, "cores": usable_cores(),
-            "logical_cores": os.cpu_count(),
-            "memory_gib": round(psutil.virtual_memory().total / GIB),
-            "gpu": torch.cuda.get_device_name(0) if cuda else None,
-            "gpu_count": torch.cuda.device_count() if cuda else 0,
-            "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / GIB)
-            if cuda else None,
-            "device_type": "cuda" if cuda else "cpu",
-            "torch": torch.__version__, "cuda": torch.version.cuda,
-            "threads": threads if threads is not None else torch.get_num_threads()}
+    return {
+        "cpu": model,
+        "isa": flags,
+        "cores": usable_cores(),
+        "logical_cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / GIB),
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "gpu_memory_gib": round(torch.cuda.get_device_properties(0).total_memory / GIB)
+        if cuda
+        else None,
+        "device_type": "cuda" if cuda else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "threads": threads if threads is not None else torch.get_num_threads(),
+    }
 
 
 def usable_cores() -> int:
@@ -87,7 +111,7 @@ def fingerprint(facts: dict) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def host_fingerprint() -> str:
     """This host's fingerprint as the measured tables and the trial records carry it (the
     facts with the threads this process may use)."""

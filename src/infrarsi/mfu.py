@@ -21,6 +21,9 @@ def mfu(manifest, scale: str, knobs: dict, hardware: dict, tokens_per_s: float) 
     facts = hardware["facts"]
     devices = facts["device_count"] if facts["device_type"] == "cuda" else 1
     peak = hardware["peak_flops"].get(precision, hardware["peak_flops"]["fp32"]) * devices
-    return {"mfu_pct": 100 * per_token * tokens_per_s / peak, "flops_per_token": per_token,
-            "flops_formula": manifest.flops.formula,
-            "mfu_formula": f"flops_per_token * tokens_per_s / ({precision} peak x {devices})"}
+    return {
+        "mfu_pct": 100 * per_token * tokens_per_s / peak,
+        "flops_per_token": per_token,
+        "flops_formula": manifest.flops.formula,
+        "mfu_formula": f"flops_per_token * tokens_per_s / ({precision} peak x {devices})",
+    }

@@ -20,7 +20,8 @@ Each rank sends JSON lines over the socket the harness opened and names in
 line on arrival and keeps it; without one, to the file named in ``INFRARSI_METRICS_FILE``
 (``{rank}`` in the name is replaced by the rank). Line kinds: ``start``, ``step`` (wall time, loss,
 tokens, phase seconds) and ``end`` (peak memory). When ``INFRARSI_PROFILE_FILE`` is set, rank 0 runs
-``torch.profiler`` over two steps from ``INFRARSI_PROFILE_STEP`` and writes the operators there. Phase times are wall-clock spans; on CUDA the device is
+``torch.profiler`` over two steps from ``INFRARSI_PROFILE_STEP`` and writes the operators there.
+Phase times are wall-clock spans; on CUDA the device is
 synchronised at each phase boundary so a phase owns its kernels. ``comm`` is the exposed
 gradient communication: the time backward keeps running after the last gradient was produced.
 ``save_weights`` saves the initial and final parameters where ``INFRARSI_WEIGHTS_DIR`` says.
@@ -33,16 +34,16 @@ import os
 import resource
 import socket
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 
 METRICS_ENV = "INFRARSI_METRICS_FILE"
-SOCKET_ENV = "INFRARSI_METRICS_SOCKET"       # the harness's channel: preferred to the file
-WEIGHTS_ENV = "INFRARSI_WEIGHTS_DIR"         # where the loop saves initial and final weights
-PROFILE_ENV = "INFRARSI_PROFILE_FILE"        # rank 0 profiles operators into this JSON file
-PROFILE_STEP_ENV = "INFRARSI_PROFILE_STEP"   # first profiled step (after warm-up)
+SOCKET_ENV = "INFRARSI_METRICS_SOCKET"  # the harness's channel: preferred to the file
+WEIGHTS_ENV = "INFRARSI_WEIGHTS_DIR"  # where the loop saves initial and final weights
+PROFILE_ENV = "INFRARSI_PROFILE_FILE"  # rank 0 profiles operators into this JSON file
+PROFILE_STEP_ENV = "INFRARSI_PROFILE_STEP"  # first profiled step (after warm-up)
 PROFILE_STEPS = 2
 SCHEMA_VERSION = 1
 
@@ -109,7 +110,7 @@ def _connect(address: str) -> _SocketLines:
 class Step:
     """One optimizer step being measured; phases nest inside it, ``loss`` is set by the loop."""
 
-    def __init__(self, probe: "Probe", tokens: int) -> None:
+    def __init__(self, probe: Probe, tokens: int) -> None:
         self._probe = probe
         self.tokens = tokens
         self.loss: float | None = None
@@ -156,10 +157,18 @@ class Probe:
         elif path:
             self._file = open(path.replace("{rank}", str(self.rank)), "a", buffering=1)
         if self._file is not None:
-            self._write({"kind": "start", "schema_version": SCHEMA_VERSION, "rank": self.rank,
-                         "pid": os.getpid(), "unix_time_s": time.time(),
-                         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
-                         "torch_version": torch.__version__, "device": str(self.device)})
+            self._write(
+                {
+                    "kind": "start",
+                    "schema_version": SCHEMA_VERSION,
+                    "rank": self.rank,
+                    "pid": os.getpid(),
+                    "unix_time_s": time.time(),
+                    "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+                    "torch_version": torch.__version__,
+                    "device": str(self.device),
+                }
+            )
 
     @property
     def active(self) -> bool:
@@ -168,8 +177,10 @@ class Probe:
 
     def watch_comm(self, model: torch.nn.Module) -> None:
         """Note when each gradient is produced, so backward's exposed communication is measured."""
+
         def mark(_param: torch.Tensor) -> None:
             self._last_grad_t = time.perf_counter()
+
         for param in model.parameters():
             if param.requires_grad:
                 param.register_post_accumulate_grad_hook(mark)
@@ -186,9 +197,17 @@ class Probe:
         wall_s = time.perf_counter() - t0
         self._maybe_stop_profiler(wall_s)
         self._peak_vm_data = max(self._peak_vm_data, vm_data_bytes())
-        self._write({"kind": "step", "step": self._step_index, "step_time_s": wall_s,
-                     "loss": step.loss, "tokens": step.tokens, "phases_s": step.phases_s,
-                     "unix_time_s": time.time()})
+        self._write(
+            {
+                "kind": "step",
+                "step": self._step_index,
+                "step_time_s": wall_s,
+                "loss": step.loss,
+                "tokens": step.tokens,
+                "phases_s": step.phases_s,
+                "unix_time_s": time.time(),
+            }
+        )
         self._step_index += 1
 
     def close(self) -> None:
@@ -200,9 +219,16 @@ class Probe:
         else:
             peak_mem = peak_rss_bytes()
         self._peak_vm_data = max(self._peak_vm_data, vm_data_bytes())
-        self._write({"kind": "end", "steps": self._step_index, "peak_mem_bytes": peak_mem,
-                     "peak_rss_bytes": peak_rss_bytes(), "peak_vm_data_bytes": self._peak_vm_data,
-                     "unix_time_s": time.time()})
+        self._write(
+            {
+                "kind": "end",
+                "steps": self._step_index,
+                "peak_mem_bytes": peak_mem,
+                "peak_rss_bytes": peak_rss_bytes(),
+                "peak_vm_data_bytes": self._peak_vm_data,
+                "unix_time_s": time.time(),
+            }
+        )
         self._file.close()
         self._file = None
 
@@ -221,10 +247,15 @@ class Probe:
         if self._step_index + 1 < self._profile_start + PROFILE_STEPS:
             return
         self._profiler.__exit__(None, None, None)
-        ops = [{"name": e.key, "calls": e.count,
+        ops = [
+            {
+                "name": e.key,
+                "calls": e.count,
                 "self_cpu_s": e.self_cpu_time_total / 1e6,
-                "self_device_s": getattr(e, "self_device_time_total", 0) / 1e6}
-               for e in self._profiler.key_averages()]
+                "self_device_s": getattr(e, "self_device_time_total", 0) / 1e6,
+            }
+            for e in self._profiler.key_averages()
+        ]
         with open(self._profile_path, "w") as f:
             json.dump({"steps": PROFILE_STEPS, "wall_s": self._profiled_s, "ops": ops}, f)
         self._profiler = None

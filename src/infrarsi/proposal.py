@@ -31,6 +31,7 @@ class _Frozen(BaseModel):
 class Expectation(_Frozen):
     """What a proposal says it will do, as ratios to the baseline (0.8 = 20% lower), and the
     finding it addresses: the search's prior for it until it is measured."""
+
     step_time_ratio: float = Field(1.0, gt=0.05, lt=20)
     peak_mem_ratio: float = Field(1.0, gt=0.05, lt=20)
     addresses: str = ""
@@ -38,6 +39,7 @@ class Expectation(_Frozen):
 
 class ProposalLine(_Frozen):
     """One LLM reply and what became of it (a line of ``proposals.jsonl``)."""
+
     n: int
     status: Literal["accepted", "rejected"]
     stage: Literal["parse", "files", "apply", "compile", "screen", "smoke"]
@@ -47,17 +49,22 @@ class ProposalLine(_Frozen):
     seconds: float = 0.0
     model: str = ""
     prompt_sha256: str = ""
-    patch_id: str | None = Field(None, description="accepted: the patch's id (its path in the "
-                                 "run directory)")
+    patch_id: str | None = Field(
+        None, description="accepted: the patch's id (its path in the run directory)"
+    )
     expectation: Expectation | None = None
-    smoke_speedup: float | None = Field(None, description="the smoke trial's speed-up over the "
-                                        "smoke baseline (tiny scale: a sanity figure, not a "
-                                        "measurement of the gain)")
+    smoke_speedup: float | None = Field(
+        None,
+        description="the smoke trial's speed-up over the "
+        "smoke baseline (tiny scale: a sanity figure, not a "
+        "measurement of the gain)",
+    )
 
 
 class ProposedPatch(_Frozen):
     """A validated patch the search may try: its id (the diff's path in the run directory),
     its stated expectation (a prior the models down-weight until measured), who wrote it."""
+
     patch_id: str
     diff_sha256: str
     expectation: Expectation = Expectation()
@@ -66,18 +73,23 @@ class ProposedPatch(_Frozen):
     title: str = ""
 
     @classmethod
-    def of_line(cls, line: "ProposalLine") -> "ProposedPatch":
+    def of_line(cls, line: ProposalLine) -> ProposedPatch:
         """The patch an accepted line of ``proposals.jsonl`` stands for."""
         expectation = line.expectation or Expectation()
-        return cls(patch_id=line.patch_id, diff_sha256=line.diff_sha256 or "",
-                   expectation=expectation, proposed_by=f"llm:{line.model}",
-                   prompt_sha256=line.prompt_sha256,
-                   title=expectation.addresses or f"LLM proposal {line.n}")
+        return cls(
+            patch_id=line.patch_id,
+            diff_sha256=line.diff_sha256 or "",
+            expectation=expectation,
+            proposed_by=f"llm:{line.model}",
+            prompt_sha256=line.prompt_sha256,
+            title=expectation.addresses or f"LLM proposal {line.n}",
+        )
 
 
 class PatchOutcome(_Frozen):
     """What the search measured of one patch so far: trials with it, their median speed-up
     and peak over the baseline's, and how the failed ones ended."""
+
     patch_id: str
     trials: int
     speedup: float | None = None
@@ -87,6 +99,7 @@ class PatchOutcome(_Frozen):
 
 class ProposalState(_Frozen):
     """What a proposer is told before it proposes: the trials so far, per patch."""
+
     trials_done: int
     outcomes: list[PatchOutcome] = []
 
@@ -96,6 +109,7 @@ class Proposer(Protocol):
     empty when it has nothing, or its budget is spent); ``accepted`` every patch accepted in
     this run directory so far (a resumed run searches them again); ``searches_catalog``
     whether the workload's own catalog patches are candidates too."""
+
     name: str
 
     @property
@@ -112,6 +126,7 @@ class Recorded:
     """A proposer that proposes nothing more: the patches a run directory's
     ``proposals.jsonl`` accepted, with the catalog (a run resumed without its proposer still
     searches every patch it had)."""
+
     name = "recorded"
     searches_catalog = True
 
@@ -125,8 +140,11 @@ class Recorded:
         return []
 
     def accepted(self) -> list[ProposedPatch]:
-        return [ProposedPatch.of_line(x) for x in read_lines(self.run_dir)
-                if x.status == "accepted" and x.patch_id]
+        return [
+            ProposedPatch.of_line(x)
+            for x in read_lines(self.run_dir)
+            if x.status == "accepted" and x.patch_id
+        ]
 
 
 def is_proposed(patch_id: str) -> bool:
@@ -139,8 +157,11 @@ def read_lines(run_dir: Path) -> list[ProposalLine]:
     path = Path(run_dir) / PROPOSALS_LOG
     if not path.exists():
         return []
-    return [ProposalLine.model_validate_json(line) for line in path.read_text().splitlines()
-            if line.strip()]
+    return [
+        ProposalLine.model_validate_json(line)
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
 
 
 def append_line(run_dir: Path, line: ProposalLine) -> None:
@@ -152,8 +173,11 @@ def append_line(run_dir: Path, line: ProposalLine) -> None:
 
 def proposed_by(run_dir: Path) -> dict[str, str]:
     """Patch id -> who proposed it ('llm:<model>'), for the accepted lines of a run."""
-    return {line.patch_id: ProposedPatch.of_line(line).proposed_by
-            for line in read_lines(run_dir) if line.status == "accepted" and line.patch_id}
+    return {
+        line.patch_id: ProposedPatch.of_line(line).proposed_by
+        for line in read_lines(run_dir)
+        if line.status == "accepted" and line.patch_id
+    }
 
 
 def resolve(patches: list[str], run_dir: Path) -> list[str]:
@@ -162,27 +186,38 @@ def resolve(patches: list[str], run_dir: Path) -> list[str]:
     return [str(Path(run_dir).resolve() / p) if is_proposed(p) else p for p in patches]
 
 
-def patch_outcomes(rows: list[tuple[dict, list[str], str, float | None, int | None,
-                                     str | None]], baseline_knobs: dict) -> list[PatchOutcome]:
+def patch_outcomes(
+    rows: list[tuple[dict, list[str], str, float | None, int | None, str | None]],
+    baseline_knobs: dict,
+) -> list[PatchOutcome]:
     """Per patch, what the finished trials that carried it measured, over the baseline's
     trials (the baseline's knobs, no patch). ``rows``: (knobs, patches, status, step time,
     peak, error) of each finished trial."""
     want = {k: str(v) for k, v in baseline_knobs.items()}
-    base = [r for r in rows if not r[1] and r[2] == "ok" and
-            {k: str(v) for k, v in r[0].items()} == want]
+    base = [
+        r
+        for r in rows
+        if not r[1] and r[2] == "ok" and {k: str(v) for k, v in r[0].items()} == want
+    ]
     base_time = _median([r[3] for r in base])
     base_peak = _median([r[4] for r in base])
     out = []
     for pid in sorted({p for _, patches, *_ in rows for p in patches}):
         mine = [r for r in rows if pid in r[1]]
-        time_s, peak = _median([r[3] for r in mine if r[2] == "ok"]), \
-            _median([r[4] for r in mine if r[2] == "ok"])
+        time_s, peak = (
+            _median([r[3] for r in mine if r[2] == "ok"]),
+            _median([r[4] for r in mine if r[2] == "ok"]),
+        )
         fails = [f"{s}: {(e or '')[:160]}".rstrip(": ") for _, _, s, _, _, e in mine if s != "ok"]
-        out.append(PatchOutcome(
-            patch_id=pid, trials=len(mine),
-            speedup=base_time / time_s if time_s and base_time else None,
-            peak_mem_ratio=peak / base_peak if peak and base_peak else None,
-            failures=fails[:3]))
+        out.append(
+            PatchOutcome(
+                patch_id=pid,
+                trials=len(mine),
+                speedup=base_time / time_s if time_s and base_time else None,
+                peak_mem_ratio=peak / base_peak if peak and base_peak else None,
+                failures=fails[:3],
+            )
+        )
     return out
 
 

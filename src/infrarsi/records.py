@@ -24,6 +24,7 @@ class _Frozen(BaseModel):
 
 class Noise(_Frozen):
     """The noise of this baseline on this host, on the contract's objective."""
+
     cv_within: float = Field(description="coefficient of variation of steady steps in a run")
     cv_between: float = Field(description="coefficient of variation between repeated runs")
     objective: str
@@ -36,6 +37,7 @@ class Noise(_Frozen):
 class Finding(_Frozen):
     """One diagnosed waste: what, the numbers behind it, the knobs and patches that address
     it (``suggests``), the roles it looks for, its share of the step."""
+
     finding: str
     evidence: str
     suggests: list[str]
@@ -46,6 +48,7 @@ class Finding(_Frozen):
 
 class DoctorRun(_Frozen):
     """One of the baseline's repeated runs."""
+
     trial_id: str
     warmup_steps_detected: int
     step_time_s: float
@@ -54,14 +57,16 @@ class DoctorRun(_Frozen):
 
 class DoctorTrial(_Frozen):
     """A trial the Doctor ran (a baseline run, the profiled run, a calibration run)."""
+
     label: str
     trial_id: str
     status: TrialStatus
     trial_dir: str
     cost_s: float = 0.0
     knobs: dict = Field({}, description="the knob assignment it ran")
-    ranked_time_per_step_s: float | None = Field(None, description="the objective's time per "
-                                                 "step (objective.ranked_step_time_s)")
+    ranked_time_per_step_s: float | None = Field(
+        None, description="the objective's time per step (objective.ranked_step_time_s)"
+    )
 
 
 class DoctorReport(_Frozen):
@@ -69,10 +74,12 @@ class DoctorReport(_Frozen):
     top operators, MFU, peak memory per rank, the noise, the ranked diagnosis and the
     tolerances it calibrated; every trial it ran. Run reads the diagnosis, the report shows
     the rest."""
+
     schema_version: int = DOCTOR_SCHEMA_VERSION
     contract_hash: str
-    contract_hash_after: str | None = Field(None, description="the contract re-sealed with "
-                                            "the noise policy and the tolerances")
+    contract_hash_after: str | None = Field(
+        None, description="the contract re-sealed with the noise policy and the tolerances"
+    )
     workload: str
     scale: str
     knobs: dict
@@ -80,8 +87,9 @@ class DoctorReport(_Frozen):
     tokens_per_s: float
     e2e_time_s: float
     compile_time_s: float
-    phases: dict[str, float] = Field(description="mean seconds per steady step of the slowest "
-                                     "rank, per phase")
+    phases: dict[str, float] = Field(
+        description="mean seconds per steady step of the slowest rank, per phase"
+    )
     phases_per_rank: list[dict[str, float]] = []
     phase_step_time_s: float | None = None
     unattributed_s: float | None = None
@@ -108,7 +116,7 @@ class DoctorReport(_Frozen):
         return self.model_dump_json(indent=2)
 
     @classmethod
-    def from_json(cls, text: str) -> "DoctorReport":
+    def from_json(cls, text: str) -> DoctorReport:
         """A stored report; ValueError when it is not one."""
         return cls.model_validate_json(text)
 
@@ -120,22 +128,25 @@ class DoctorReport(_Frozen):
         return Path(path)
 
     @classmethod
-    def load(cls, path: Path) -> "DoctorReport":
+    def load(cls, path: Path) -> DoctorReport:
         """Read a report written by ``save``."""
         return cls.from_json(Path(path).read_text())
 
 
 class RankedConfig(_Frozen):
     """One config a run recommends to Apply, with what the store measured of it."""
+
     knobs: dict
     patches: list[str]
     trials: int = Field(0, description="ok trials of it in the run")
-    step_time_s: float | None = Field(None, description="median steady step time of those "
-                                      "trials (the store's step_time_s)")
+    step_time_s: float | None = Field(
+        None, description="median steady step time of those trials (the store's step_time_s)"
+    )
 
 
 class Best(_Frozen):
     """The recommended config of a run."""
+
     knobs: dict
     patches: list[str]
     step_time_s: float | None
@@ -144,6 +155,7 @@ class Best(_Frozen):
 class RunResult(_Frozen):
     """What a run did: where it lives, how many trials, why it stopped, what it recommends
     (``best``) and the ranking it hands Apply, best first (also stored with the run)."""
+
     run_dir: str
     run_id: str
     searcher: str
@@ -159,13 +171,15 @@ class RunResult(_Frozen):
 
 class Measurement(BaseModel):
     """One trial of Apply's interleaved rounds, with the verdict of ``verify`` on it."""
+
     round: int
     label: str = Field(description="baseline, or the candidate's label (c1, c2, ...)")
     trial_id: str
     trial_dir: str = Field("", description="the trial's folder: its record.json and logs")
     status: TrialStatus
-    compared_s: float | None = Field(None, description="the time compared (see "
-                                     "ApplyResult.compared)")
+    compared_s: float | None = Field(
+        None, description="the time compared (see ApplyResult.compared)"
+    )
     step_time_s: float | None = None
     e2e_time_s: float | None = None
     tokens_per_s: float | None = None
@@ -180,6 +194,7 @@ class Measurement(BaseModel):
 class CandidateResult(BaseModel):
     """A re-measured candidate: its speed-up over the neighbouring baselines round by round,
     the interval over rounds, and whether every repeat passed every check."""
+
     label: str
     knobs: dict
     patches: list[str]
@@ -196,21 +211,27 @@ class CandidateResult(BaseModel):
 class ApplyResult(BaseModel):
     """What Apply did and decided: the rounds, every measurement, each candidate's interval,
     the promoted winner (or none) and the files written."""
+
     run_dir: str
     run_id: str
     contract_hash: str
     workload: str
     scale: str
-    compared: str = Field(description="the time compared, by the harness's clock: e2e_time_s "
-                          "(launch to exit, plus the patch's remapping) for an end-to-end "
-                          "objective, harness_step_time_s (steady step) for throughput")
+    compared: str = Field(
+        description="the time compared, by the harness's clock: e2e_time_s "
+        "(launch to exit, plus the patch's remapping) for an end-to-end "
+        "objective, harness_step_time_s (steady step) for throughput"
+    )
     rounds: int
-    evidence: str = Field("", description="how strong the evidence behind the verdicts was "
-                          "(verify.evidence_strength)")
+    evidence: str = Field(
+        "", description="how strong the evidence behind the verdicts was (verify.evidence_strength)"
+    )
     confidence: float
     method: str
-    baseline: dict = Field(description="knobs, and medians over rounds: step_time_s, "
-                           "e2e_time_s, tokens_per_s, peak_mem_bytes")
+    baseline: dict = Field(
+        description="knobs, and medians over rounds: step_time_s, "
+        "e2e_time_s, tokens_per_s, peak_mem_bytes"
+    )
     candidates: list[CandidateResult]
     measurements: list[Measurement]
     promoted: str | None = Field(None, description="label of the promoted candidate")
@@ -231,7 +252,7 @@ class ApplyResult(BaseModel):
         return path
 
     @classmethod
-    def load(cls, run_dir: Path) -> "ApplyResult":
+    def load(cls, run_dir: Path) -> ApplyResult:
         """Read ``apply.json`` of a run directory (FileNotFoundError when Apply did not run)."""
         return cls.model_validate_json((Path(run_dir) / APPLY_FILE).read_text())
 
@@ -239,6 +260,7 @@ class ApplyResult(BaseModel):
 class ReportSide(_Frozen):
     """The baseline or the winner as the report's headline shows it (medians of Apply's
     rounds)."""
+
     knobs: dict
     step_time_s: float | None = None
     tokens_per_s: float | None = None
@@ -248,6 +270,7 @@ class ReportSide(_Frozen):
 
 class ReportWinner(ReportSide):
     """The promoted candidate: its speed-up and interval, rounds, and what it changes, why."""
+
     patches: list[str]
     speedup: float | None
     ci_low: float | None
@@ -258,6 +281,7 @@ class ReportWinner(ReportSide):
 
 class ReportSummary(_Frozen):
     """The headline of a run's report: what was searched, what it cost, what was promoted."""
+
     workload: str
     scale: str
     run_id: str
@@ -277,6 +301,7 @@ class ReportSummary(_Frozen):
 
 class Report(_Frozen):
     """What the Report stage wrote: its two documents, its figures and the headline."""
+
     markdown: str = Field(description="path of report.md")
     html: str = Field(description="path of the self-contained report.html")
     figures: list[str] = Field([], description="paths of the figures (PNG) beside report.md")
@@ -287,7 +312,7 @@ class Report(_Frozen):
         return self.model_dump_json(indent=2)
 
     @classmethod
-    def from_json(cls, text: str) -> "Report":
+    def from_json(cls, text: str) -> Report:
         """A record written by ``to_json``."""
         return cls.model_validate_json(text)
 
@@ -305,8 +330,9 @@ def seed_held(measured_speedup: float | None) -> bool | None:
 def bank_features(knobs: dict, patches) -> list[str]:
     """The features the bank's additive models read off a config: one per knob value
     (``name=value``) and one per patch (``patch:id``)."""
-    return [f"{k}={_canon(v)}" for k, v in sorted(knobs.items())] + \
-        [f"patch:{p}" for p in sorted(patches)]
+    return [f"{k}={_canon(v)}" for k, v in sorted(knobs.items())] + [
+        f"patch:{p}" for p in sorted(patches)
+    ]
 
 
 def config_key(knobs: dict, patches) -> tuple:
@@ -329,22 +355,32 @@ def _canon(value) -> str:
 class BankSeed(_Frozen):
     """A config the bank says worked on a similar workload or host: where it came from and
     what it expects here."""
+
     knobs: dict
     patches: list[str]
-    expected_speedup: float = Field(description="exp of the similarity-weighted mean log "
-                                    "speed-up of its experiences")
-    similarity: float = Field(description="the largest similarity of its experiences (1: the "
-                              "same host and workload)")
+    expected_speedup: float = Field(
+        description="exp of the similarity-weighted mean log speed-up of its experiences"
+    )
+    similarity: float = Field(
+        description="the largest similarity of its experiences (1: the same host and workload)"
+    )
     experiences: int
-    sources: list[dict] = Field(description="{run_id, hardware_fp, workload, stage} of each "
-                                "source run")
-    as_measured: dict = Field({}, description="the knobs whose values the source ran with "
-                              "differ from these (a rank count scaled to this host's cores or "
-                              "GPUs), as measured there")
-    peak_ratio: float | None = Field(None, description="its per-rank peak over its source "
-                                     "run's baseline peak (the geometric mean over its "
-                                     "experiences that measured both), where it ran as it reads "
-                                     "here (no knob translated); None otherwise")
+    sources: list[dict] = Field(
+        description="{run_id, hardware_fp, workload, stage} of each source run"
+    )
+    as_measured: dict = Field(
+        {},
+        description="the knobs whose values the source ran with "
+        "differ from these (a rank count scaled to this host's cores or "
+        "GPUs), as measured there",
+    )
+    peak_ratio: float | None = Field(
+        None,
+        description="its per-rank peak over its source "
+        "run's baseline peak (the geometric mean over its "
+        "experiences that measured both), where it ran as it reads "
+        "here (no knob translated); None otherwise",
+    )
 
 
 class BankAdvice(_Frozen):
@@ -352,6 +388,7 @@ class BankAdvice(_Frozen):
     step-time ratio to the baseline, log peak ratio to the baseline) over knob values and
     patches, each fitted on past outcomes weighted by their similarity to this host and
     workload (so a distant past says little). Written as ``bank_advice.json`` in the run."""
+
     bank_url: str
     hardware: dict
     workload: dict
@@ -382,7 +419,7 @@ class BankAdvice(_Frozen):
         Path(path).write_text(self.model_dump_json(indent=2))
 
     @classmethod
-    def load(cls, path: Path) -> "BankAdvice":
+    def load(cls, path: Path) -> BankAdvice:
         """A record written by ``save``."""
         return cls.model_validate_json(Path(path).read_text())
 
@@ -391,12 +428,15 @@ def _additive(coefficients: dict[str, float], knobs: dict, patches, baseline: di
     return sum(_additive_parts(coefficients, knobs, patches, baseline).values())
 
 
-def _additive_parts(coefficients: dict[str, float], knobs: dict, patches, baseline: dict
-                    ) -> dict[str, float]:
+def _additive_parts(
+    coefficients: dict[str, float], knobs: dict, patches, baseline: dict
+) -> dict[str, float]:
     """Per knob (and per patch), its coefficient here less the baseline's."""
     out: dict[str, float] = {}
-    for sign, features in ((1.0, bank_features(knobs, patches)),
-                           (-1.0, bank_features(baseline, ()))):
+    for sign, features in (
+        (1.0, bank_features(knobs, patches)),
+        (-1.0, bank_features(baseline, ())),
+    ):
         for f in features:
             if f in coefficients:
                 group = f if f.startswith("patch:") else f.split("=", 1)[0]
@@ -406,10 +446,14 @@ def _additive_parts(coefficients: dict[str, float], knobs: dict, patches, baseli
 
 class BankIngest(_Frozen):
     """What one run added to the experience bank."""
+
     bank_url: str
     run_id: str
     added: int = Field(description="experiences new to the bank")
     already: int = Field(description="experiences the bank held already (a run ingested again)")
     by_stage: dict[str, int] = {}
-    seeds: list[dict] = Field([], description="the seeds the run was given: {knobs, patches, "
-                              "expected_speedup, measured_speedup, held}")
+    seeds: list[dict] = Field(
+        [],
+        description="the seeds the run was given: {knobs, patches, "
+        "expected_speedup, measured_speedup, held}",
+    )

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import re
 
-_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -20,8 +30,10 @@ def parse_bytes(text: str | int) -> int:
     match = _SIZE.match(str(text))
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _BYTE_UNITS:
-        raise ValueError(f"{text!r} is not a size: write a number with B, kB, MB, GB, KiB, MiB "
-                         "or GiB (e.g. 300MiB, 2GiB, 16GB)")
+        raise ValueError(
+            f"{text!r} is not a size: write a number with B, kB, MB, GB, KiB, MiB "
+            "or GiB (e.g. 300MiB, 2GiB, 16GB)"
+        )
     return int(float(match.group(1)) * _BYTE_UNITS[unit])
 
 

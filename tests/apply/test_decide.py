@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from infrarsi.apply import judge
-from infrarsi.apply import decide
+from infrarsi.apply import decide, judge
 from infrarsi.apply.decide import Choice, Interval, interval, promote, round_ratios, rounds_needed
 from infrarsi.doctor import noise
 from infrarsi.records import CandidateResult, Measurement
@@ -57,16 +56,30 @@ def test_promotion_needs_every_check_and_picks_the_fastest_eligible():
     assert label is None and "no significant gain" in why and "c1 failed a check" in why
 
 
-def _measurements(base: list[float], cands: dict[str, list[float]],
-                  valid: dict[str, list[bool]] | None = None) -> list[Measurement]:
-    out = [Measurement(round=r, label="baseline", trial_id=f"b{r}", status="ok", compared_s=t,
-                       cost_s=1.0) for r, t in enumerate(base)]
+def _measurements(
+    base: list[float], cands: dict[str, list[float]], valid: dict[str, list[bool]] | None = None
+) -> list[Measurement]:
+    out = [
+        Measurement(
+            round=r, label="baseline", trial_id=f"b{r}", status="ok", compared_s=t, cost_s=1.0
+        )
+        for r, t in enumerate(base)
+    ]
     for label, times in cands.items():
         for r, t in enumerate(times):
             ok = (valid or {}).get(label, [True] * len(times))[r]
-            out.append(Measurement(round=r, label=label, trial_id=f"{label}{r}", status="ok",
-                                   compared_s=t, cost_s=1.0, valid=ok,
-                                   reasons=[] if ok else ["loss drift: step 3 differs"]))
+            out.append(
+                Measurement(
+                    round=r,
+                    label=label,
+                    trial_id=f"{label}{r}",
+                    status="ok",
+                    compared_s=t,
+                    cost_s=1.0,
+                    valid=ok,
+                    reasons=[] if ok else ["loss drift: step 3 differs"],
+                )
+            )
     return out
 
 
@@ -79,16 +92,21 @@ def test_a_candidate_fast_only_in_its_first_measurement_is_not_promoted():
     # Apply's rounds it is as fast as the baseline, except a lucky first round
     base = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0]
     cand = [0.6, 1.01, 0.99, 1.02, 1.0]
-    judged, promoted, decision = judge([_candidate("c1", search_s=0.1)],
-                                       _measurements(base, {"c1": cand}), 5, 0.95)
+    judged, promoted, decision = judge(
+        [_candidate("c1", search_s=0.1)], _measurements(base, {"c1": cand}), 5, 0.95
+    )
     assert promoted is None and "no significant gain" in decision
     assert judged[0].ci_low < 1 and not judged[0].promoted
 
 
 def test_a_faster_candidate_that_fails_a_check_in_one_round_is_not_promoted():
     base = [1.0] * 6
-    judged, promoted, _ = judge([_candidate("c1")], _measurements(
-        base, {"c1": [0.5] * 5}, {"c1": [True, True, False, True, True]}), 5, 0.95)
+    judged, promoted, _ = judge(
+        [_candidate("c1")],
+        _measurements(base, {"c1": [0.5] * 5}, {"c1": [True, True, False, True, True]}),
+        5,
+        0.95,
+    )
     assert promoted is None and not judged[0].verified
     assert "loss drift" in judged[0].reasons[0]
 
@@ -97,8 +115,12 @@ def test_a_consistent_gain_is_promoted():
     base = [1.0, 1.03, 0.97, 1.01, 0.99, 1.0]
     judged, promoted, decision = judge(
         [_candidate("c1"), _candidate("c2")],
-        _measurements(base, {"c1": [0.8, 0.82, 0.79, 0.81, 0.8], "c2": [0.99, 1.0, 1.01, 0.98,
-                                                                        1.0]}), 5, 0.95)
+        _measurements(
+            base, {"c1": [0.8, 0.82, 0.79, 0.81, 0.8], "c2": [0.99, 1.0, 1.01, 0.98, 1.0]}
+        ),
+        5,
+        0.95,
+    )
     assert promoted == "c1" and judged[0].ci_low > 1 and judged[0].promoted
     assert not judged[1].promoted
 
@@ -141,20 +163,24 @@ def test_replayed_a_a_is_not_promoted_and_a_real_gain_is(path):
     for seed in range(SEEDS):
         rng = np.random.default_rng(seed)
 
-        def draw(n, factor=1.0):
+        def draw(n, factor=1.0, rng=rng):
             return list(factor * np.exp(rng.choice(residuals, n)))
+
         base = draw(rounds + 1)
         cands = {f"c{i}": draw(rounds) for i in (1, 2, 3)}
-        _, label, _ = judge([_candidate(k) for k in cands], _measurements(base, cands),
-                            rounds, 0.95, seed=seed)
+        _, label, _ = judge(
+            [_candidate(k) for k in cands], _measurements(base, cands), rounds, 0.95, seed=seed
+        )
         promoted_aa += label is not None
         cands = {"c1": draw(rounds, 1 / 1.3), "c2": draw(rounds), "c3": draw(rounds)}
-        _, label, _ = judge([_candidate(k) for k in cands], _measurements(base, cands),
-                            rounds, 0.95, seed=seed)
+        _, label, _ = judge(
+            [_candidate(k) for k in cands], _measurements(base, cands), rounds, 0.95, seed=seed
+        )
         promoted_gain += label == "c1"
     assert promoted_aa <= AA_MAX, f"A/A promoted in {promoted_aa} of {SEEDS} seeds (cv {cv:.3f})"
-    assert promoted_gain >= 0.6 * SEEDS, \
+    assert promoted_gain >= 0.6 * SEEDS, (
         f"a 1.3x gain promoted in only {promoted_gain} of {SEEDS} seeds"
+    )
     assert math.isfinite(cv)
 
 

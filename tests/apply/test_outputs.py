@@ -18,10 +18,13 @@ def _git(*args, cwd):
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("workload,patches", [
-    ("dense-1node", ["sdpa_attention", "fused_qkv", "fused_adamw"]),
-    ("moe-2node", ["grouped_dispatch", "merged_all_to_all"]),
-])
+@pytest.mark.parametrize(
+    "workload,patches",
+    [
+        ("dense-1node", ["sdpa_attention", "fused_qkv", "fused_adamw"]),
+        ("moe-2node", ["grouped_dispatch", "merged_all_to_all"]),
+    ],
+)
 def test_the_winner_patch_applies_to_a_fresh_copy_of_the_workload(tmp_path, workload, patches):
     manifest = find(workload)
     diff = winner_patch(manifest, "tiny", {}, patches)
@@ -40,8 +43,9 @@ def test_the_winner_patch_applies_to_a_fresh_copy_of_the_workload(tmp_path, work
 def test_the_launch_script_holds_each_nodes_command_with_the_winners_knobs():
     manifest = find("dense-2node")
     base = knobs.baseline(manifest, "tiny")
-    script = launch_script(manifest, "tiny", {**base, "micro_batch": 2}, ["fused_adamw"],
-                           "headline")
+    script = launch_script(
+        manifest, "tiny", {**base, "micro_batch": 2}, ["fused_adamw"], "headline"
+    )
     lines = [line for line in script.splitlines() if "torchrun" in line]
     assert len(lines) == 2 and all(line.endswith("&") for line in lines)
     assert "--node-rank=0" in lines[0] and "--node-rank=1" in lines[1]
@@ -66,21 +70,44 @@ def test_a_derived_workload_has_the_winner_built_in(tmp_path):
 
 
 def _result(run_dir, promoted=True) -> ApplyResult:
-    winner = CandidateResult(label="c1", knobs={}, patches=["fused_adamw"], ratios=[1.2] * 5,
-                             speedup=1.2, ci_low=1.1, ci_high=1.3, verified=True,
-                             promoted=promoted)
-    return ApplyResult(run_dir=str(run_dir), run_id="run-x", contract_hash="ab" * 32,
-                       workload="dense-1node", scale="tiny", compared="e2e_time_s", rounds=5,
-                       confidence=0.95, method="m", baseline={"knobs": {}}, candidates=[winner],
-                       measurements=[], promoted="c1" if promoted else None, decision="d")
+    winner = CandidateResult(
+        label="c1",
+        knobs={},
+        patches=["fused_adamw"],
+        ratios=[1.2] * 5,
+        speedup=1.2,
+        ci_low=1.1,
+        ci_high=1.3,
+        verified=True,
+        promoted=promoted,
+    )
+    return ApplyResult(
+        run_dir=str(run_dir),
+        run_id="run-x",
+        contract_hash="ab" * 32,
+        workload="dense-1node",
+        scale="tiny",
+        compared="e2e_time_s",
+        rounds=5,
+        confidence=0.95,
+        method="m",
+        baseline={"knobs": {}},
+        candidates=[winner],
+        measurements=[],
+        promoted="c1" if promoted else None,
+        decision="d",
+    )
 
 
 def test_to_branch_commits_the_winner_with_its_evidence(tmp_path):
     manifest = find("dense-1node")
     repo = tmp_path / "repo"
     copy = fresh_copy(manifest, repo / "job")
-    for args in (["init", "-q"], ["add", "-A"],
-                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "job"]):
+    for args in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "job"],
+    ):
         assert _git(*args, cwd=repo).returncode == 0
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -54,13 +54,28 @@ def postgres_server():
         shutil.chown(root, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
     data, port = root / "data", _free_port()
-    run = lambda *cmd: subprocess.run([*as_user, *cmd], capture_output=True, text=True,  # noqa
-                                      timeout=120)
+    run = lambda *cmd: subprocess.run(
+        [*as_user, *cmd],
+        capture_output=True,
+        text=True,  # noqa
+        timeout=120,
+    )
     made = run(initdb, "-D", str(data), "-U", "infrarsi", "--auth=trust", "-E", "UTF8")
     if made.returncode != 0:
         _unavailable(f"initdb failed: {made.stderr[-500:]}")
-    started = run(pg_ctl, "-D", str(data), "-l", str(root / "log"), "-w", "-t", "60", "-o",
-                  f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+    started = run(
+        pg_ctl,
+        "-D",
+        str(data),
+        "-l",
+        str(root / "log"),
+        "-w",
+        "-t",
+        "60",
+        "-o",
+        f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off",
+        "start",
+    )
     if started.returncode != 0:
         _unavailable(f"pg_ctl start failed: {started.stderr[-500:]}")
     try:
@@ -74,10 +89,12 @@ def postgres_server():
 def postgres_url(postgres_server):
     """A fresh database on the session's server, as a SQLAlchemy URL."""
     import psycopg
+
     host, port, user = postgres_server
     name = f"bank_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(host=host, port=port, user=user, dbname="postgres",
-                         autocommit=True) as conn:
+    with psycopg.connect(
+        host=host, port=port, user=user, dbname="postgres", autocommit=True
+    ) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     return f"postgresql+psycopg://{user}@{host}:{port}/{name}"
 

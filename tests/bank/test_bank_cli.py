@@ -4,15 +4,20 @@ import json
 
 from conftest import cli_json, run_cli
 from helpers import experience
+
 from infrarsi.store.bank import BankStore
 
 
 def _bank(path):
     bank = BankStore(str(path))
-    bank.add([experience("t1", {"micro_batch": 4}, 1.3, patches=["sdpa_attention"]),
-              experience("t2", {"micro_batch": 8}, None, status="oom", censored=True),
-              experience("t3", {"micro_batch": 2}, 1.0, run="run-2", stage="doctor")],
-             {"ssdpa_attention": ("sdpa_attention", "--- a/x\n+++ b/x\n")})
+    bank.add(
+        [
+            experience("t1", {"micro_batch": 4}, 1.3, patches=["sdpa_attention"]),
+            experience("t2", {"micro_batch": 8}, None, status="oom", censored=True),
+            experience("t3", {"micro_batch": 2}, 1.0, run="run-2", stage="doctor"),
+        ],
+        {"ssdpa_attention": ("sdpa_attention", "--- a/x\n+++ b/x\n")},
+    )
     return bank
 
 
@@ -30,11 +35,15 @@ def test_list_show_stats_export_import_and_forget(tmp_path):
     stats = cli_json("bank", "stats", "--bank", str(path))
     assert stats["experiences"] == 3 and stats["runs"] == 2 and stats["patch_texts"] == 1
     assert stats["by_stage"] == {"run": 2, "doctor": 1}
-    assert cli_json("bank", "export", str(tmp_path / "out.json"),
-                    "--bank", str(path))["experiences"] == 3
+    assert (
+        cli_json("bank", "export", str(tmp_path / "out.json"), "--bank", str(path))["experiences"]
+        == 3
+    )
     other = tmp_path / "other.sqlite"
-    assert cli_json("bank", "import", str(tmp_path / "out.json"),
-                    "--bank", str(other))["experiences"] == 3
+    assert (
+        cli_json("bank", "import", str(tmp_path / "out.json"), "--bank", str(other))["experiences"]
+        == 3
+    )
     assert cli_json("bank", "forget", "--run", "run-1", "--bank", str(other))["removed"] == 2
     assert cli_json("bank", "stats", "--bank", str(other))["runs"] == 1
     table = run_cli("bank", "list", "--bank", str(path))

@@ -15,8 +15,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import OPTIMIZE_INSTRUCTION as INSTRUCTION
+from conftest import cli_json, optimize_json
 
-from conftest import OPTIMIZE_INSTRUCTION as INSTRUCTION, cli_json, optimize_json
 from infrarsi.bank.transfer import SEED_MIN_SPEEDUP
 from infrarsi.records import config_key
 from infrarsi.store.bank import BankStore
@@ -40,23 +41,31 @@ def _add_an_earlier_gain(bank: str, first_run_id: str, baseline: dict) -> tuple:
     times."""
     store = BankStore(bank)
     base = config_key(baseline, [])
-    mine = [e for e in store.experiences() if e.run_id == first_run_id and e.stage in (
-        "run", "apply")]
+    mine = [
+        e for e in store.experiences() if e.run_id == first_run_id and e.stage in ("run", "apply")
+    ]
     times = Counter(_key(e) for e in mine)
     ran = [e for e in mine if e.stage == "run" and e.status == "ok" and _key(e) != base]
     patches_only = [e for e in ran if config_key(e.knobs_json, []) == base]
     trial = min(patches_only or ran, key=lambda e: times[_key(e)])
-    earlier = trial.model_copy(update={"id": None, "run_id": EARLIER, "speedup": 4.0,
-                                       "key": f"{EARLIER}/run/{trial.key}"})
+    earlier = trial.model_copy(
+        update={"id": None, "run_id": EARLIER, "speedup": 4.0, "key": f"{EARLIER}/run/{trial.key}"}
+    )
     assert store.add([earlier]) == 1
     return _key(trial)
 
 
 def _first_runs_gains(bank: str, first_run_id: str, baseline: dict) -> set:
     base = config_key(baseline, [])
-    return {_key(e) for e in BankStore(bank).experiences()
-            if e.run_id == first_run_id and e.stage in ("run", "apply") and e.status == "ok"
-            and not e.censored and (e.speedup or 0) >= SEED_MIN_SPEEDUP} - {base}
+    return {
+        _key(e)
+        for e in BankStore(bank).experiences()
+        if e.run_id == first_run_id
+        and e.stage in ("run", "apply")
+        and e.status == "ok"
+        and not e.censored
+        and (e.speedup or 0) >= SEED_MIN_SPEEDUP
+    } - {base}
 
 
 @pytest.mark.slow
@@ -68,15 +77,28 @@ def test_a_second_optimize_starts_from_what_the_bank_holds(dense_optimized, tmp_
     stats = cli_json("bank", "stats", "--bank", bank)
     assert stats["runs"] == 1 and stats["by_stage"]["run"] == first["trials"]
     assert stats["by_stage"]["doctor"] >= 3 and "apply" in stats["by_stage"]
-    baseline = json.loads((Path(first["rounds"][0]["run_dir"]) / "doctor.json").read_text()
-                          )["knobs"]
+    baseline = json.loads((Path(first["rounds"][0]["run_dir"]) / "doctor.json").read_text())[
+        "knobs"
+    ]
     gained_first = _first_runs_gains(bank, first_run["run_id"], baseline)
     earlier_key = _add_an_earlier_gain(bank, first_run["run_id"], baseline)
 
     (tmp_path / "two").mkdir()
-    second = optimize_json(Path("dense-1node"), INSTRUCTION, tmp_path / "two", "--budget", "3",
-                           "--top", "1", "--verify-rounds", "2", "--doctor-repeats", "2",
-                           "--bank", bank)  # small: CI runs it on 2 cores
+    second = optimize_json(
+        Path("dense-1node"),
+        INSTRUCTION,
+        tmp_path / "two",
+        "--budget",
+        "3",
+        "--top",
+        "1",
+        "--verify-rounds",
+        "2",
+        "--doctor-repeats",
+        "2",
+        "--bank",
+        bank,
+    )  # small: CI runs it on 2 cores
     run_dir = Path(second["rounds"][0]["run_dir"])
     advice = json.loads((run_dir / "bank_advice.json").read_text())
     assert advice["experiences"] == stats["experiences"] + 1 and advice["used"] > 0
@@ -86,8 +108,10 @@ def test_a_second_optimize_starts_from_what_the_bank_holds(dense_optimized, tmp_
     for seed in advice["seeds"]:
         assert {s["run_id"] for s in seed["sources"]} <= {first_run["run_id"], EARLIER}
     if gained_first:  # the first run measured a gain here: the bank passes it on
-        assert any(first_run["run_id"] in {s["run_id"] for s in seed["sources"]}
-                   for seed in advice["seeds"])
+        assert any(
+            first_run["run_id"] in {s["run_id"] for s in seed["sources"]}
+            for seed in advice["seeds"]
+        )
     given = second["rounds"][0]["bank_seeds"]
     assert len(given) == len(advice["seeds"])
     (earlier,) = [s for s in given if config_key(s["knobs"], s["patches"]) == earlier_key]
@@ -95,11 +119,13 @@ def test_a_second_optimize_starts_from_what_the_bank_holds(dense_optimized, tmp_
     report = (run_dir / "report.md").read_text()
     section = report.split("## Experience bank", 1)[1].split("## ", 1)[0]
     assert EARLIER in section
-    rows = [line for line in section.splitlines()
-            if line.startswith("| ") and not line.startswith("| seed |")]
+    rows = [
+        line
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| seed |")
+    ]
     assert len(rows) == len(given)
-    assert all(row.endswith(("| held |", "| did not hold |", "| not measured |"))
-               for row in rows)
+    assert all(row.endswith(("| held |", "| did not hold |", "| not measured |")) for row in rows)
     assert any(row.endswith(("| held |", "| did not hold |")) for row in rows)
     assert cli_json("bank", "stats", "--bank", bank)["runs"] == 3
     assert cli_json("bank", "stats", "--bank", bank)["seeds_given"] == len(given)

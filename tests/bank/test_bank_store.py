@@ -7,20 +7,23 @@ import multiprocessing
 import sqlite3
 
 import pytest
-from sqlalchemy import create_engine, inspect, text
-
 from helpers import experience
 from postgres import bank_url, postgres_server, postgres_url  # noqa: F401 - fixtures
+from sqlalchemy import create_engine, inspect, text
+
 from infrarsi.store import bank as bank_store
 from infrarsi.store.bank import BankError, BankStore, StoredSeed
 
 
 def test_experiences_round_trip_and_a_run_ingested_twice_is_stored_once(bank_url):
     bank = BankStore(bank_url)
-    rows = [experience("t1", {"nproc": 2, "precision": "bf16"}, 1.3, patches=["fused_adamw"]),
-            experience("t2", {"nproc": 1, "precision": "fp32"}, None, status="oom",
-                       censored=True, peak=4e8),
-            experience("t3", {"nproc": 2, "precision": "fp32"}, 1.0, stage="doctor")]
+    rows = [
+        experience("t1", {"nproc": 2, "precision": "bf16"}, 1.3, patches=["fused_adamw"]),
+        experience(
+            "t2", {"nproc": 1, "precision": "fp32"}, None, status="oom", censored=True, peak=4e8
+        ),
+        experience("t3", {"nproc": 2, "precision": "fp32"}, 1.0, stage="doctor"),
+    ]
     texts = {"sfused_adamw": ("fused_adamw", "--- a/train.py\n+++ b/train.py\n")}
     assert bank.add(rows, texts) == 3
     assert bank.add(rows, texts) == 0  # the same keys again: nothing new
@@ -39,10 +42,19 @@ def test_experiences_round_trip_and_a_run_ingested_twice_is_stored_once(bank_url
 
 def test_seeds_record_where_they_came_from_and_whether_they_held(bank_url):
     bank = BankStore(bank_url)
-    ids = bank.add_seeds([StoredSeed(run_id="run-2", created_unix_s=1.0,
-                                     knobs_json={"nproc": 2}, patches_json=["sdpa_attention"],
-                                     expected_speedup=1.4, similarity=0.8,
-                                     source_json={"sources": [{"run_id": "run-1"}]})])
+    ids = bank.add_seeds(
+        [
+            StoredSeed(
+                run_id="run-2",
+                created_unix_s=1.0,
+                knobs_json={"nproc": 2},
+                patches_json=["sdpa_attention"],
+                expected_speedup=1.4,
+                similarity=0.8,
+                source_json={"sources": [{"run_id": "run-1"}]},
+            )
+        ]
+    )
     bank.set_seed_outcome(ids[0], 1.25, True)
     (seed,) = bank.seeds("run-2")
     assert seed.held is True and seed.measured_speedup == pytest.approx(1.25)
@@ -52,8 +64,10 @@ def test_seeds_record_where_they_came_from_and_whether_they_held(bank_url):
 
 def test_forget_removes_one_run_only(bank_url):
     bank = BankStore(bank_url)
-    bank.add([experience(f"a{i}", {"i": i}, 1.0, run="run-a") for i in range(3)] +
-             [experience(f"b{i}", {"i": i}, 1.0, run="run-b") for i in range(2)])
+    bank.add(
+        [experience(f"a{i}", {"i": i}, 1.0, run="run-a") for i in range(3)]
+        + [experience(f"b{i}", {"i": i}, 1.0, run="run-b") for i in range(2)]
+    )
     assert bank.forget_run("run-a") == 3
     assert {e.run_id for e in bank.experiences()} == {"run-b"}
     assert bank.forget_run("run-a") == 0
@@ -61,22 +75,30 @@ def test_forget_removes_one_run_only(bank_url):
 
 def test_a_bank_moves_to_another_host_by_export_and_import(bank_url, tmp_path):
     bank = BankStore(bank_url)
-    bank.add([experience(f"t{i}", {"micro_batch": i}, 1.0 + i / 10, patches=["p"])
-              for i in range(4)], {"sp": ("p", "patch text")})
-    bank.add_seeds([StoredSeed(run_id="run-1", created_unix_s=1.0, knobs_json={"m": 1},
-                               patches_json=[], expected_speedup=1.1, similarity=1.0,
-                               source_json={})])
-    assert bank.export(tmp_path / "bank.json") == {"experiences": 4, "patch_texts": 1,
-                                                   "seeds": 1}
+    bank.add(
+        [experience(f"t{i}", {"micro_batch": i}, 1.0 + i / 10, patches=["p"]) for i in range(4)],
+        {"sp": ("p", "patch text")},
+    )
+    bank.add_seeds(
+        [
+            StoredSeed(
+                run_id="run-1",
+                created_unix_s=1.0,
+                knobs_json={"m": 1},
+                patches_json=[],
+                expected_speedup=1.1,
+                similarity=1.0,
+                source_json={},
+            )
+        ]
+    )
+    assert bank.export(tmp_path / "bank.json") == {"experiences": 4, "patch_texts": 1, "seeds": 1}
     other = BankStore(f"sqlite:///{tmp_path / 'other.sqlite'}")
-    assert other.import_file(tmp_path / "bank.json") == {"experiences": 4, "skipped": 0,
-                                                         "seeds": 1}
-    assert other.import_file(tmp_path / "bank.json") == {"experiences": 0, "skipped": 4,
-                                                         "seeds": 0}
-    assert [e.knobs_json for e in other.experiences()] == [e.knobs_json for e in
-                                                           bank.experiences()]
+    assert other.import_file(tmp_path / "bank.json") == {"experiences": 4, "skipped": 0, "seeds": 1}
+    assert other.import_file(tmp_path / "bank.json") == {"experiences": 0, "skipped": 4, "seeds": 0}
+    assert [e.knobs_json for e in other.experiences()] == [e.knobs_json for e in bank.experiences()]
     assert other.patch_text("sp") == "patch text"
-    (tmp_path / "junk.json").write_text("{\"experiences\": []}")
+    (tmp_path / "junk.json").write_text('{"experiences": []}')
     with pytest.raises(BankError, match="infrarsi bank export"):
         other.import_file(tmp_path / "junk.json")
 
@@ -105,6 +127,7 @@ def test_concurrent_writers_lose_nothing(bank_url):
 def test_a_bank_made_at_the_first_revision_upgrades_and_keeps_its_rows(bank_url):
     from alembic import command
     from alembic.config import Config
+
     engine = create_engine(bank_url)
     config = Config()
     config.set_main_option("script_location", str(bank_store.MIGRATIONS))
@@ -116,10 +139,10 @@ def test_a_bank_made_at_the_first_revision_upgrades_and_keeps_its_rows(bank_url)
     row = experience("old", {"nproc": 1}, 1.2).model_dump(exclude={"id"})
     columns = ", ".join(row)
     with engine.begin() as connection:
-        connection.execute(text(f"INSERT INTO experiences ({columns}) VALUES "
-                                f"({', '.join(':' + k for k in row)})"),
-                           {k: (json.dumps(v) if isinstance(v, (dict, list))
-                                else v) for k, v in row.items()})
+        connection.execute(
+            text(f"INSERT INTO experiences ({columns}) VALUES ({', '.join(':' + k for k in row)})"),
+            {k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in row.items()},
+        )
     bank = BankStore(bank_url)  # opening upgrades
     assert bank_store.revision(bank.engine) == "0002"
     assert "seeds" in inspect(bank.engine).get_table_names()

@@ -6,16 +6,25 @@ import math
 from pathlib import Path
 
 import pytest
-
 from helpers import HOST, WORKLOAD, experience
+
 from infrarsi.bank.transfer import advise
 from infrarsi.bank.translate import parallel_units, scaled_ranks, translator
 from infrarsi.workloads import find
 
 ONE_CORE = {**HOST, "fingerprint": "hostB", "cores": 1}
-BASE = {"nproc": 2, "micro_batch": 2, "grad_accum": 2, "precision": "fp32",
-        "threads_per_rank": 0, "activation_checkpointing": False, "compile": "off",
-        "ddp_bucket_mb": 25.0, "gradient_as_bucket_view": False, "accum_no_sync": False}
+BASE = {
+    "nproc": 2,
+    "micro_batch": 2,
+    "grad_accum": 2,
+    "precision": "fp32",
+    "threads_per_rank": 0,
+    "activation_checkpointing": False,
+    "compile": "off",
+    "ddp_bucket_mb": 25.0,
+    "gradient_as_bucket_view": False,
+    "accum_no_sync": False,
+}
 
 
 def test_parallel_units_are_cores_on_a_cpu_and_devices_on_a_gpu_node():
@@ -40,8 +49,10 @@ def test_two_ranks_on_two_cores_read_as_one_rank_on_one_core_with_the_batch_kept
     assert not runs and half["nproc"] == pytest.approx(0.5)
     # the other way: one rank per core on one core is two on two; past the batch, no config
     up = translator(find("dense-1node"), "bench", HOST)
-    assert up({**BASE, "nproc": 1, "grad_accum": 4}, ONE_CORE) == \
-        ({**BASE, "nproc": 2, "grad_accum": 2}, True)
+    assert up({**BASE, "nproc": 1, "grad_accum": 4}, ONE_CORE) == (
+        {**BASE, "nproc": 2, "grad_accum": 2},
+        True,
+    )
     assert up({**BASE, "micro_batch": 4, "grad_accum": 1}, ONE_CORE)[1] is False
     # the same units, unknown units, another workload's knobs: read as measured
     assert translate(BASE, ONE_CORE) == (BASE, True)
@@ -54,14 +65,18 @@ def test_advice_from_a_two_core_host_seeds_one_rank_per_core_on_a_one_core_host(
     """The 2-core host's best was two ranks with micro-batch 4; on one core the bank seeds one
     rank with micro-batch 4 (and says how it ran there). One rank on 2 cores reads as half a
     rank here: no seed, though its micro-batch still informs the time model."""
-    rows = [experience("b", BASE, 1.0, hardware=HOST, stage="doctor"),
-            experience("mb4", {**BASE, "micro_batch": 4, "grad_accum": 1}, 1.4, hardware=HOST),
-            experience("one", {**BASE, "nproc": 1, "grad_accum": 4}, 1.6, hardware=HOST),
-            experience("one8", {**BASE, "nproc": 1, "micro_batch": 8, "grad_accum": 1}, 1.5,
-                       hardware=HOST)]
+    rows = [
+        experience("b", BASE, 1.0, hardware=HOST, stage="doctor"),
+        experience("mb4", {**BASE, "micro_batch": 4, "grad_accum": 1}, 1.4, hardware=HOST),
+        experience("one", {**BASE, "nproc": 1, "grad_accum": 4}, 1.6, hardware=HOST),
+        experience(
+            "one8", {**BASE, "nproc": 1, "micro_batch": 8, "grad_accum": 1}, 1.5, hardware=HOST
+        ),
+    ]
     translate = translator(find("dense-1node"), "bench", ONE_CORE)
-    read = advise(rows, ONE_CORE, WORKLOAD, bank_url="sqlite://", baseline=BASE,
-                  translate=translate)
+    read = advise(
+        rows, ONE_CORE, WORKLOAD, bank_url="sqlite://", baseline=BASE, translate=translate
+    )
     (seed,) = read.seeds
     assert seed.knobs["nproc"] == 1 and seed.knobs["micro_batch"] == 4
     assert seed.knobs["grad_accum"] == 2
@@ -71,7 +86,7 @@ def test_advice_from_a_two_core_host_seeds_one_rank_per_core_on_a_one_core_host(
     as_written = advise(rows, ONE_CORE, WORKLOAD, bank_url="sqlite://", baseline=BASE)
     assert {s.knobs["nproc"] for s in as_written.seeds} == {1}  # the 2-core host's one rank
     assert all(s.as_measured == {} for s in as_written.seeds)
-    assert math.isclose(seed.expected_speedup, 1.4 ** seed.similarity, rel_tol=1e-9)
+    assert math.isclose(seed.expected_speedup, 1.4**seed.similarity, rel_tol=1e-9)
 
 
 def test_the_report_says_how_a_translated_seed_ran_where_it_came_from():
@@ -79,14 +94,25 @@ def test_the_report_says_how_a_translated_seed_ran_where_it_came_from():
 
     from infrarsi.records import BankAdvice
     from infrarsi.report.render import bank_lines
-    row = {"knobs": {**BASE, "nproc": 1, "micro_batch": 4}, "patches": [],
-           "as_measured": {"nproc": 2, "grad_accum": 1}, "expected_speedup": 1.05,
-           "similarity": 0.13, "sources": [{"run_id": "r1", "hardware_fp": "hostA",
-                                            "workload": "dense-1node", "stage": "run"}],
-           "trials": 1, "measured_speedup": 1.2, "held": True}
-    data = SimpleNamespace(bank=BankAdvice(bank_url="sqlite://", hardware={}, workload={},
-                                           experiences=4, used=4),
-                           summary={"baseline": {"knobs": BASE}}, bank_seeds=[row])
+
+    row = {
+        "knobs": {**BASE, "nproc": 1, "micro_batch": 4},
+        "patches": [],
+        "as_measured": {"nproc": 2, "grad_accum": 1},
+        "expected_speedup": 1.05,
+        "similarity": 0.13,
+        "sources": [
+            {"run_id": "r1", "hardware_fp": "hostA", "workload": "dense-1node", "stage": "run"}
+        ],
+        "trials": 1,
+        "measured_speedup": 1.2,
+        "held": True,
+    }
+    data = SimpleNamespace(
+        bank=BankAdvice(bank_url="sqlite://", hardware={}, workload={}, experiences=4, used=4),
+        summary={"baseline": {"knobs": BASE}},
+        bank_seeds=[row],
+    )
     _, (line,) = bank_lines(data)
     assert line[0] == "nproc=1, micro_batch=4; no patch (ran there as nproc=2, grad_accum=1)"
     assert line[-1] == "held"
@@ -96,6 +122,7 @@ def test_a_users_manifest_is_translated_by_its_roles_not_its_names(tmp_path):
     """A script launched with its own names: ``workers`` (role ranks) and ``accum`` derived
     from a fixed batch of 8 sequences."""
     from infrarsi.workloads import load_manifest
+
     (tmp_path / "train.py").write_text("print('step')\n")
     (tmp_path / "workload.yaml").write_text("""\
 name: users-job
@@ -122,10 +149,14 @@ files:
     eight_gpus = {"device_type": "cuda", "device_count": 8, "cores": 64}
     four_gpus = {"device_type": "cuda", "device_count": 4, "cores": 64}
     translate = translator(manifest, "tiny", four_gpus)
-    assert translate({"workers": 8, "batch": 1, "accum": 1}, eight_gpus) == \
-        ({"workers": 4, "batch": 1, "accum": 2}, True)
-    assert translate({"workers": 2, "batch": 4, "accum": 1}, eight_gpus) == \
-        ({"workers": 1, "batch": 4, "accum": 2}, True)
+    assert translate({"workers": 8, "batch": 1, "accum": 1}, eight_gpus) == (
+        {"workers": 4, "batch": 1, "accum": 2},
+        True,
+    )
+    assert translate({"workers": 2, "batch": 4, "accum": 1}, eight_gpus) == (
+        {"workers": 1, "batch": 4, "accum": 2},
+        True,
+    )
 
 
 def test_a_run_asks_the_bank_on_the_host_its_doctor_probed(tmp_path):
@@ -135,22 +166,39 @@ def test_a_run_asks_the_bank_on_the_host_its_doctor_probed(tmp_path):
 
     from infrarsi.bank import BankStore, advice_for
     from infrarsi.init import make_contract, read_instruction
-    from infrarsi.records import DoctorReport
     from infrarsi.init.build import workload_files
+    from infrarsi.records import DoctorReport
+
     dense = find("dense-1node")
-    contract = make_contract(dense, "bench", "cut time-to-train",
-                             read_instruction("cut time-to-train", workload_files(dense)))
-    probe = json.loads((Path(__file__).resolve().parents[2] / "bench" / "data" /
-                        "hardware-fb737a3983921667.json").read_text())
-    one_core = {**probe, "fingerprint": "one-core",
-                "facts": {**probe["facts"], "cores": 1, "threads": 1}}
+    contract = make_contract(
+        dense,
+        "bench",
+        "cut time-to-train",
+        read_instruction("cut time-to-train", workload_files(dense)),
+    )
+    probe = json.loads(
+        (
+            Path(__file__).resolve().parents[2]
+            / "bench"
+            / "data"
+            / "hardware-fb737a3983921667.json"
+        ).read_text()
+    )
+    one_core = {
+        **probe,
+        "fingerprint": "one-core",
+        "facts": {**probe["facts"], "cores": 1, "threads": 1},
+    }
     there = {**HOST, "fingerprint": "two-cores", "cores": 2}
     bank = BankStore(f"sqlite:///{tmp_path / 'bank.sqlite'}")
-    bank.add([experience("b", BASE, 1.0, hardware=there, stage="doctor"),
-              experience("mb4", {**BASE, "micro_batch": 4, "grad_accum": 1}, 1.5,
-                         hardware=there)], {})
-    report = DoctorReport.model_construct(knobs=dict(BASE), hardware=one_core,
-                                          flops_per_token=None)
+    bank.add(
+        [
+            experience("b", BASE, 1.0, hardware=there, stage="doctor"),
+            experience("mb4", {**BASE, "micro_batch": 4, "grad_accum": 1}, 1.5, hardware=there),
+        ],
+        {},
+    )
+    report = DoctorReport.model_construct(knobs=dict(BASE), hardware=one_core, flops_per_token=None)
     advice = advice_for(contract, report, bank)
     assert advice.hardware["cores"] == 1 and advice.used == 2
     (seed,) = advice.seeds
@@ -164,22 +212,32 @@ def test_nodes_sharing_a_host_share_its_cores_and_a_node_runs_at_least_one_rank(
     choice, so it reads as one rank per node on two cores (not two, which would put four ranks
     on two cores). Spread over two hosts, each node has its host's cores."""
     from infrarsi.bank.signatures import launchers_per_host
+
     two_local = {**HOST, "nodes": 2, "nodes_per_host": 2}
     one_local = {**ONE_CORE, "nodes": 2, "nodes_per_host": 2}
     assert parallel_units(two_local) == 1.0 and parallel_units(one_local) == 1.0
     assert parallel_units({**HOST, "nodes": 2}) == 1.0  # no nodes_per_host: all ran there
     assert parallel_units({**HOST, "nodes": 2, "nodes_per_host": 1}) == 2.0
-    base = {"nproc": 1, "threads_per_rank": 0, "micro_batch": 2, "grad_accum": 2,
-            "precision": "fp32", "activation_checkpointing": False, "fsdp_wrap": "block",
-            "reshard_after_forward": True, "fsdp_param_dtype": "fp32", "accum_no_sync": False}
+    base = {
+        "nproc": 1,
+        "threads_per_rank": 0,
+        "micro_batch": 2,
+        "grad_accum": 2,
+        "precision": "fp32",
+        "activation_checkpointing": False,
+        "fsdp_wrap": "block",
+        "reshard_after_forward": True,
+        "fsdp_param_dtype": "fp32",
+        "accum_no_sync": False,
+    }
     down = translator(find("dense-2node"), "bench", one_local)
     assert down(base, two_local) == (base, True)
     up = translator(find("dense-2node"), "bench", two_local)
     assert up(base, one_local) == (base, True)
-    spread = translator(find("dense-2node"), "bench", {**ONE_CORE, "nodes": 2,
-                                                       "nodes_per_host": 1})
-    here, runs = spread({**base, "nproc": 2, "grad_accum": 1},
-                        {**HOST, "nodes": 2, "nodes_per_host": 1})
+    spread = translator(find("dense-2node"), "bench", {**ONE_CORE, "nodes": 2, "nodes_per_host": 1})
+    here, runs = spread(
+        {**base, "nproc": 2, "grad_accum": 1}, {**HOST, "nodes": 2, "nodes_per_host": 1}
+    )
     assert runs and (here["nproc"], here["grad_accum"]) == (1, 2)
     assert launchers_per_host(2, []) == 2
     assert launchers_per_host(2, ["n1", "n2"]) == 1

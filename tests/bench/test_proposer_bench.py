@@ -11,6 +11,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
 import proposer  # noqa: E402
+
 from infrarsi.executors import LocalExecutor  # noqa: E402
 from infrarsi.init import make_contract, read_instruction  # noqa: E402
 from infrarsi.init.build import workload_files  # noqa: E402
@@ -23,11 +24,22 @@ from infrarsi.workloads import find  # noqa: E402
 def test_the_committed_replies_stop_where_they_say(workload, tmp_path):
     committed = json.loads((proposer.REPLIES / f"replies-{workload}.json").read_text())
     assert committed == proposer.compose_replies(workload)
-    assert {r["expect"] for r in committed} == {"accepted", "parse", "files", "apply",
-                                                "compile", "screen", "smoke"}
+    assert {r["expect"] for r in committed} == {
+        "accepted",
+        "parse",
+        "files",
+        "apply",
+        "compile",
+        "screen",
+        "smoke",
+    }
     manifest = find(workload)
-    contract = make_contract(manifest, "tiny", proposer.INSTRUCTION,
-                             read_instruction(proposer.INSTRUCTION, workload_files(manifest)))
+    contract = make_contract(
+        manifest,
+        "tiny",
+        proposer.INSTRUCTION,
+        read_instruction(proposer.INSTRUCTION, workload_files(manifest)),
+    )
     validator = Validator(contract, tmp_path, LocalExecutor(tmp_path))
     for r in committed:
         try:

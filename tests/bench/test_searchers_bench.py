@@ -28,20 +28,48 @@ def synthetic_table(path: Path, baseline_peak: float = 1.0e9, repeats: int = 3) 
         for r in range(repeats):
             step = 1.0 / a * (0.9 if b == "y" else 1.0) * (0.95 if patch else 1.0)
             peak = baseline_peak if i == 0 else 0.8e9 + 0.3e9 * a
-            tables.append_row(path, {
-                "table": "synthetic", "design": "full_factorial", "workload": "synthetic",
-                "scale": "bench", "fingerprint": "f", "cell": f"c{i:03d}", "repeat": r,
-                "phase": "grid", "patches": patch, "k_a": a, "k_b": b, "status": "ok",
-                "step_time_s": step * (1 + 0.01 * r), "cost_s": 5.0 + 3 * step,
-                "peak_mem_bytes_max": peak}, KNOBS)
+            tables.append_row(
+                path,
+                {
+                    "table": "synthetic",
+                    "design": "full_factorial",
+                    "workload": "synthetic",
+                    "scale": "bench",
+                    "fingerprint": "f",
+                    "cell": f"c{i:03d}",
+                    "repeat": r,
+                    "phase": "grid",
+                    "patches": patch,
+                    "k_a": a,
+                    "k_b": b,
+                    "status": "ok",
+                    "step_time_s": step * (1 + 0.01 * r),
+                    "cost_s": 5.0 + 3 * step,
+                    "peak_mem_bytes_max": peak,
+                },
+                KNOBS,
+            )
     return path
 
 
 def test_results_file_has_the_interface_and_replots(tmp_path):
     out = tmp_path / "searchers.json"
     path = synthetic_table(tmp_path / "synthetic.csv")
-    assert bench.main(["--table", str(path), "--seeds", "2", "--searchers",
-                       "infrarsi,random,tpe,infrarsi-no-cut", "--out", str(out)]) == 0
+    assert (
+        bench.main(
+            [
+                "--table",
+                str(path),
+                "--seeds",
+                "2",
+                "--searchers",
+                "infrarsi,random,tpe,infrarsi-no-cut",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     data = json.loads(out.read_text())
     results = data["results"]["synthetic"]
     assert results["design"] == "full_factorial"
@@ -50,8 +78,12 @@ def test_results_file_has_the_interface_and_replots(tmp_path):
         res = results[name]
         assert set(res["regret_median"]) == {"10", "20", "40"}
         assert all(v is not None and v >= 0 for v in res["regret_median"].values())
-        assert {"trials_to_target_median", "cost_to_target_s_median", "oom_trials_median",
-                "share_reaching_target"} <= set(res)
+        assert {
+            "trials_to_target_median",
+            "cost_to_target_s_median",
+            "oom_trials_median",
+            "share_reaching_target",
+        } <= set(res)
         assert (name == "infrarsi") == ("p_vs_infrarsi" not in res)
     assert data["details"]["synthetic"]["table"]["held_out"]
     assert data["constants"]["tuned_on"]
@@ -105,19 +137,40 @@ def test_a_later_run_of_one_searcher_replaces_only_its_entry_and_the_tests_follo
 
     def entry(regret):
         return {"per_seed": {"regret": {b: regret for b in ("10", "20", "40")}}}
-    first = {"settings": settings, "results": {"t": {"design": "sampled",
-                                                     "infrarsi": entry([0.3, 0.3, 0.3]),
-                                                     "random": entry([0.2, 0.2, 0.2])}}}
+
+    first = {
+        "settings": settings,
+        "results": {
+            "t": {
+                "design": "sampled",
+                "infrarsi": entry([0.3, 0.3, 0.3]),
+                "random": entry([0.2, 0.2, 0.2]),
+            }
+        },
+    }
     path.write_text(json.dumps(first))
-    later = {"settings": settings, "results": {"t": {"infrarsi": entry([0.0, 0.1, 0.0])}},
-             "details": {"t": {"table": {"cells": 10}}}}
+    later = {
+        "settings": settings,
+        "results": {"t": {"infrarsi": entry([0.0, 0.1, 0.0])}},
+        "details": {"t": {"table": {"cells": 10}}},
+    }
     merged = bench.merge(path, later)
     assert merged["results"]["t"]["random"]["per_seed"] == entry([0.2, 0.2, 0.2])["per_seed"]
     assert merged["results"]["t"]["infrarsi"] == entry([0.0, 0.1, 0.0])
-    assert merged["details"]["t"]["tests"]["random"]["median_regret_difference"] == \
-        pytest.approx(0.2)
-    path.write_text(json.dumps(dict(merged, results={**merged["results"], "u": {
-        "design": "sampled", "random": entry([0.1, 0.1, 0.1])}})))
+    assert merged["details"]["t"]["tests"]["random"]["median_regret_difference"] == pytest.approx(
+        0.2
+    )
+    path.write_text(
+        json.dumps(
+            dict(
+                merged,
+                results={
+                    **merged["results"],
+                    "u": {"design": "sampled", "random": entry([0.1, 0.1, 0.1])},
+                },
+            )
+        )
+    )
     other = dict(later, settings=dict(settings, seeds=50))  # other settings: table t afresh
     again = bench.merge(path, other)
     assert "random" not in again["results"]["t"] and again["settings"]["seeds"] == 50
@@ -128,32 +181,54 @@ def test_a_table_replayed_with_its_own_seeds_merges_after_another_used_other_see
     """The file's top-level settings are the newest run's (table u at 10 seeds); table t was
     measured at 30 — replaying one searcher on t at 30 keeps t's peers."""
     path = tmp_path / "searchers.json"
-    settings = {"seeds": 10, "budget": 40, "checkpoints": [10, 20, 40], "oom_fraction": 0.3,
-                "few_seeds": 5}
+    settings = {
+        "seeds": 10,
+        "budget": 40,
+        "checkpoints": [10, 20, 40],
+        "oom_fraction": 0.3,
+        "few_seeds": 5,
+    }
 
     def entry(regret):
         return {"per_seed": {"regret": {b: regret for b in ("10", "20", "40")}}}
-    path.write_text(json.dumps({
-        "settings": settings,
-        "results": {"t": {"design": "full_factorial", "infrarsi": entry([0.3] * 3),
-                          "random": entry([0.2] * 3)},
-                    "u": {"design": "sampled", "random": entry([0.1] * 3)}},
-        "details": {"t": {"seeds": 30, "few_seeds": 5}, "u": {"seeds": 10, "few_seeds": 5}}}))
-    later = {"settings": dict(settings, seeds=30), "results": {"t": {"infrarsi": entry([0.0] * 3)}},
-             "details": {"t": {"seeds": 30, "few_seeds": 5}}}
+
+    path.write_text(
+        json.dumps(
+            {
+                "settings": settings,
+                "results": {
+                    "t": {
+                        "design": "full_factorial",
+                        "infrarsi": entry([0.3] * 3),
+                        "random": entry([0.2] * 3),
+                    },
+                    "u": {"design": "sampled", "random": entry([0.1] * 3)},
+                },
+                "details": {"t": {"seeds": 30, "few_seeds": 5}, "u": {"seeds": 10, "few_seeds": 5}},
+            }
+        )
+    )
+    later = {
+        "settings": dict(settings, seeds=30),
+        "results": {"t": {"infrarsi": entry([0.0] * 3)}},
+        "details": {"t": {"seeds": 30, "few_seeds": 5}},
+    }
     merged = bench.merge(path, later)
     assert merged["results"]["t"]["random"]["per_seed"] == entry([0.2] * 3)["per_seed"]
     assert merged["results"]["t"]["infrarsi"] == entry([0.0] * 3)
-    assert merged["details"]["t"]["tests"]["random"]["median_regret_difference"] == \
-        pytest.approx(0.2)
+    assert merged["details"]["t"]["tests"]["random"]["median_regret_difference"] == pytest.approx(
+        0.2
+    )
 
 
 def test_a_replayed_trial_past_the_slow_bound_is_cut_there_and_costs_the_bound(tmp_path):
     from infrarsi.run.problem import SlowBound
+
     s = replay.setting_of(tables.load(synthetic_table(tmp_path / "t.csv")))
     oracle, bound = replay.Oracle(s, seed=0), SlowBound(after_s=6.5, censored_step_time_s=2.0)
-    outcomes = {c: oracle.run(c, bound) for c, cell in s.by_config.items()
-                if cell.peak_bytes <= s.capacity}
+    outcomes = {
+        c: oracle.run(c, bound) for c, cell in s.by_config.items() if cell.peak_bytes <= s.capacity
+    }
     slow = [o for o in outcomes.values() if o.status == "slow"]
     assert slow and all(o.cost_s == 6.5 and o.step_time_s == 2.0 for o in slow)
     assert all(o.cost_s <= 6.5 for o in outcomes.values() if o.status == "ok")

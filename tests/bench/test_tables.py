@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import make_table  # noqa: E402
 import tables  # noqa: E402
+
 from infrarsi.workloads import find, knobs  # noqa: E402
 
 
@@ -20,7 +21,7 @@ def test_the_design_is_the_baseline_then_distinct_valid_cells(workload):
     assert cells[0] == ({}, ())
     keys = {make_table._key(knobs.resolve(manifest, "bench", o), p) for o, p in cells}
     assert len(keys) == 96
-    for overrides, subset in cells:
+    for overrides, _subset in cells:
         resolved = knobs.resolve(manifest, "bench", overrides)  # raises when invalid
         assert resolved.get("compile", "off") == "off"
         assert make_table.analytic_peak_bytes(manifest, resolved) > 0
@@ -29,15 +30,43 @@ def test_the_design_is_the_baseline_then_distinct_valid_cells(workload):
 
 def test_rows_round_trip_and_cells_gather_their_repeats(tmp_path):
     path = tmp_path / "t.csv"
-    base = {"table": "t", "workload": "w", "cell": "c000", "phase": "grid", "patches": "",
-            "status": "ok", "cost_s": 5.0, "mem_cap_bytes": None, "analytic_peak_bytes": 1e8,
-            "patch_mem_ratio": 1.0, "k_a": 1}
-    rows = [dict(base, repeat=0, step_time_s=0.5, peak_mem_bytes_max=2e8),
-            dict(base, repeat=1, step_time_s=0.7, peak_mem_bytes_max=2.2e8),
-            dict(base, cell="c001", patches="p+q", repeat=0, step_time_s=0.4,
-                 peak_mem_bytes_max=3e8, k_a=2),
-            dict(base, cell="c001", patches="p+q", repeat=0, phase="validate", status="oom",
-                 mem_cap_bytes=2.5e8, cost_s=2.0, k_a=2)]
+    base = {
+        "table": "t",
+        "workload": "w",
+        "cell": "c000",
+        "phase": "grid",
+        "patches": "",
+        "status": "ok",
+        "cost_s": 5.0,
+        "mem_cap_bytes": None,
+        "analytic_peak_bytes": 1e8,
+        "patch_mem_ratio": 1.0,
+        "k_a": 1,
+    }
+    rows = [
+        dict(base, repeat=0, step_time_s=0.5, peak_mem_bytes_max=2e8),
+        dict(base, repeat=1, step_time_s=0.7, peak_mem_bytes_max=2.2e8),
+        dict(
+            base,
+            cell="c001",
+            patches="p+q",
+            repeat=0,
+            step_time_s=0.4,
+            peak_mem_bytes_max=3e8,
+            k_a=2,
+        ),
+        dict(
+            base,
+            cell="c001",
+            patches="p+q",
+            repeat=0,
+            phase="validate",
+            status="oom",
+            mem_cap_bytes=2.5e8,
+            cost_s=2.0,
+            k_a=2,
+        ),
+    ]
     for row in rows:
         tables.append_row(path, {k.replace("k_", "k_"): v for k, v in row.items()}, ["a"])
     table = tables.load(path)
@@ -58,19 +87,24 @@ def test_a_table_without_the_needed_columns_is_refused_by_name(tmp_path):
 
 
 def test_the_replay_margin_separates_the_capped_rows_or_is_one():
-    cells = {name: tables.Cell(name, {}, (), peak_mem_bytes=[peak])
-             for name, peak in (("a", 100.0), ("b", 102.0), ("c", 106.0))}
+    cells = {
+        name: tables.Cell(name, {}, (), peak_mem_bytes=[peak])
+        for name, peak in (("a", 100.0), ("b", 102.0), ("c", 106.0))
+    }
     row = lambda cell, status: {"cell": cell, "status": status, "mem_cap_bytes": "100"}  # noqa
-    assert tables.replay_margin(cells, [row("a", "ok"), row("b", "ok"), row("c", "oom")]) == \
-        pytest.approx(1.04)
+    assert tables.replay_margin(
+        cells, [row("a", "ok"), row("b", "ok"), row("c", "oom")]
+    ) == pytest.approx(1.04)
     assert tables.replay_margin(cells, [row("b", "oom"), row("c", "ok")]) == 1.0  # no clean cut
     assert tables.replay_margin(cells, []) == 1.0
 
 
 def test_a_full_factorial_design_holds_every_combination_once_baseline_first():
     manifest = find("dense-1node")
-    factors = dict(make_table.parse_factor(manifest, f) for f in
-                   ("nproc=1,2", "micro_batch=1,2,4", "precision=fp32,bf16"))
+    factors = dict(
+        make_table.parse_factor(manifest, f)
+        for f in ("nproc=1,2", "micro_batch=1,2,4", "precision=fp32,bf16")
+    )
     assert factors["precision"] == ["fp32", "bf16"] and factors["nproc"] == [1, 2]
     cells = make_table.full_factorial(manifest, factors, [(), ("sdpa_attention",)])
     assert cells[0] == ({}, ())

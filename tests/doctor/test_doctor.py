@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
+
 from infrarsi.doctor import run_doctor
 from infrarsi.executors import LocalExecutor
 from infrarsi.init import make_contract, read_instruction
@@ -25,9 +25,16 @@ def test_doctor_json_on_each_workload(tmp_path, name):
     contract = tmp_path / "c.yaml"
     assert run_cli("init", name, "cut time", "-o", str(contract), "--yes").returncode == 0
     calibrate = find(name).launch.nodes == 1
-    result = run_cli("doctor", str(contract), "--repeats", "2", "--workdir",
-                     str(tmp_path / "t"), "--json",
-                     *([] if calibrate else ["--no-calibrate"]))
+    result = run_cli(
+        "doctor",
+        str(contract),
+        "--repeats",
+        "2",
+        "--workdir",
+        str(tmp_path / "t"),
+        "--json",
+        *([] if calibrate else ["--no-calibrate"]),
+    )
     assert result.returncode == 0, result.stderr
     _check_report(json.loads(result.stdout), name, contract.read_text(), calibrate)
 
@@ -36,8 +43,11 @@ def test_doctor_report_of_dense_1node_within_optimize(dense_optimized):
     """dense-1node's Doctor is the one the session's shared ``optimize`` ran (same code, same
     report; a Doctor of its own would cost another minute on two cores)."""
     run_dir = Path(dense_optimized[0]["run_dir"])
-    _check_report(json.loads((run_dir / "doctor.json").read_text()), "dense-1node",
-                  (run_dir / "contract.yaml").read_text())
+    _check_report(
+        json.loads((run_dir / "doctor.json").read_text()),
+        "dense-1node",
+        (run_dir / "contract.yaml").read_text(),
+    )
 
 
 def _check_report(r: dict, name: str, frozen: str, calibrated: bool = True) -> None:
@@ -83,11 +93,16 @@ def _burner():
 def test_a_noisy_machine_raises_the_minimum_detectable_effect(tmp_path, dense):
     # a throughput objective: the noise measured is that of the steps (end-to-end time at
     # tiny scale is mostly start-up, noisy even on a quiet machine)
-    contract = make_contract(dense, "tiny", "maximise throughput",
-                             read_instruction("maximise throughput", workload_files(dense)))
+    contract = make_contract(
+        dense,
+        "tiny",
+        "maximise throughput",
+        read_instruction("maximise throughput", workload_files(dense)),
+    )
     executor = _Recording(tmp_path / "quiet")
-    quiet = run_doctor(contract, 4, tmp_path / "quiet", calibrate_tolerances=False,
-                       executor=executor)
+    quiet = run_doctor(
+        contract, 4, tmp_path / "quiet", calibrate_tolerances=False, executor=executor
+    )
     # every Doctor trial (4 baseline runs, the profiled run) went through the executor given
     assert len(executor.requests) == 5 == len(quiet.trials)
     assert [r.extra_env for r in executor.requests][-1].get("INFRARSI_PROFILE_STEP")
@@ -99,9 +114,11 @@ def test_a_noisy_machine_raises_the_minimum_detectable_effect(tmp_path, dense):
         if i % 2:
             burners.extend(_burner())
             time.sleep(0.5)
+
     try:
-        noisy = run_doctor(contract, 4, tmp_path / "noisy", before_run=noisy_half,
-                           calibrate_tolerances=False)
+        noisy = run_doctor(
+            contract, 4, tmp_path / "noisy", before_run=noisy_half, calibrate_tolerances=False
+        )
     finally:
         for proc in burners:
             proc.kill()

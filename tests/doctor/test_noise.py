@@ -12,8 +12,11 @@ def test_warmup_never_takes_more_than_half():
 
 
 def test_more_repeats_detect_smaller_effects():
-    assert min_detectable_effect(0.1, 1, 3) > min_detectable_effect(0.1, 3, 3) > \
-        min_detectable_effect(0.1, 5, 3)
+    assert (
+        min_detectable_effect(0.1, 1, 3)
+        > min_detectable_effect(0.1, 3, 3)
+        > min_detectable_effect(0.1, 5, 3)
+    )
 
 
 def test_mde_is_students_t_at_80_percent_power():
@@ -27,7 +30,7 @@ def test_mde_is_students_t_at_80_percent_power():
 
 def test_recommended_repeats():
     assert recommended_repeats(0.005, 3) == 1  # (4.303 + 1.061) * sqrt(2) * 0.005 = 0.038
-    assert recommended_repeats(0.01, 3) == 2   # n = 1 gives 0.076 > 0.05
+    assert recommended_repeats(0.01, 3) == 2  # n = 1 gives 0.076 > 0.05
     assert recommended_repeats(0.03, 3) == 7
     assert recommended_repeats(1.0, 3) == 10
     assert cv([1.0]) == 0.0 and abs(cv([1.0, 3.0]) - 0.7071) < 1e-3

@@ -14,9 +14,13 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 def test_a_workload_by_path_travels_with_its_links_resolved_and_its_diffs(tmp_path):
     diff = tmp_path / "mine.diff"
     diff.write_text("--- a/toy.py\n+++ b/toy.py\n")
-    request = TrialRequest(workload=str(FIXTURES / "toy-stdout" / "workload.yaml"),
-                           scale="tiny", knobs={}, patches=[str(diff), "catalog_id"],
-                           workdir=str(tmp_path / "trials"))
+    request = TrialRequest(
+        workload=str(FIXTURES / "toy-stdout" / "workload.yaml"),
+        scale="tiny",
+        knobs={},
+        patches=[str(diff), "catalog_id"],
+        workdir=str(tmp_path / "trials"),
+    )
     shipped, bundle = _bundle(request, tmp_path)
     assert (FIXTURES / "toy-stdout" / "toy.py").is_symlink()
     with tarfile.open(fileobj=io.BytesIO(bundle)) as archive:

@@ -24,9 +24,14 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cluster():
     from ray.cluster_utils import Cluster
-    c = Cluster(initialize_head=True, head_node_args={  # a lost node is noticed within ~3 s
-        "num_cpus": 0, "_system_config": {"health_check_period_ms": 1000,
-                                          "health_check_failure_threshold": 3}})
+
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={  # a lost node is noticed within ~3 s
+            "num_cpus": 0,
+            "_system_config": {"health_check_period_ms": 1000, "health_check_failure_threshold": 3},
+        },
+    )
     nodes = {name: c.add_node(num_cpus=2, resources={name: 1}) for name in ("node_a", "node_b")}
     c.wait_for_nodes()
     ray.init(address=c.address, namespace="infrarsi")
@@ -40,11 +45,13 @@ def spare_nodes(cluster):
     """Two more nodes with a ``spare`` resource, removed after the test (the other tests count
     on the fixture's two)."""
     c, _ = cluster
-    spare = [c.add_node(num_cpus=2, resources={"spare": 1, name: 1})
-             for name in ("node_c", "node_d")]
+    spare = [
+        c.add_node(num_cpus=2, resources={"spare": 1, name: 1}) for name in ("node_c", "node_d")
+    ]
     c.wait_for_nodes()
     yield spare
     from infrarsi.executors.ray_executor import release_idle
+
     release_idle()
     for node in spare:
         if node in c.worker_nodes:
@@ -56,6 +63,7 @@ def released(cluster):
     """Each test leaves no placement group reserving the fixture's nodes."""
     yield
     from infrarsi.executors.ray_executor import release_idle
+
     release_idle()
 
 
@@ -73,10 +81,22 @@ def _scratch_processes() -> list[psutil.Process]:
 
 def test_infrarsi_trial_runs_on_the_cluster_and_says_where(cluster, tmp_path):
     from conftest import run_cli
+
     c, nodes = cluster
-    result = run_cli("trial", "dense-1node", "--executor", "ray", "--ray-address", c.address,
-                     "--patch", "fused_adamw", "--workdir", str(tmp_path / "trials"), "--json",
-                     cwd=tmp_path)
+    result = run_cli(
+        "trial",
+        "dense-1node",
+        "--executor",
+        "ray",
+        "--ray-address",
+        c.address,
+        "--patch",
+        "fused_adamw",
+        "--workdir",
+        str(tmp_path / "trials"),
+        "--json",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     record = json.loads(result.stdout)
     assert record["status"] == "ok" and record["node"] in {n.node_id for n in nodes.values()}
@@ -92,6 +112,7 @@ def _contract():
     from infrarsi.init import make_contract, read_instruction
     from infrarsi.init.build import workload_files
     from infrarsi.workloads import find
+
     manifest = find("dense-1node")
     text = "cut time, loss within 1%"
     return make_contract(manifest, "tiny", text, read_instruction(text, workload_files(manifest)))
@@ -99,8 +120,9 @@ def _contract():
 
 def _scratch_of(process: psutil.Process) -> str | None:
     try:
-        return next((part for part in Path(process.cwd()).parts
-                     if part.startswith("infrarsi-ray-")), None)
+        return next(
+            (part for part in Path(process.cwd()).parts if part.startswith("infrarsi-ray-")), None
+        )
     except psutil.Error:
         return None
 
@@ -121,16 +143,25 @@ def _node_running(process: psutil.Process, nodes: list):
     return None
 
 
-def test_a_node_lost_mid_run_ends_that_trial_crash_and_the_run_goes_on(cluster, spare_nodes,
-                                                                      tmp_path):
+def test_a_node_lost_mid_run_ends_that_trial_crash_and_the_run_goes_on(
+    cluster, spare_nodes, tmp_path
+):
     import threading
+
     from infrarsi.run.loop import RunLoop
     from infrarsi.store import open_run_dir
+
     c, _ = cluster
     spare = spare_nodes
     run_dir = tmp_path / "run"
-    loop = RunLoop(_contract(), run_dir, "random", 3, None,
-                   executor=RayExecutor(run_dir, c.address, resources={"spare": 1}))
+    loop = RunLoop(
+        _contract(),
+        run_dir,
+        "random",
+        3,
+        None,
+        executor=RayExecutor(run_dir, c.address, resources={"spare": 1}),
+    )
     thread = threading.Thread(target=loop.start, daemon=True)
     thread.start()
     deadline = time.monotonic() + 120
@@ -168,6 +199,7 @@ def test_a_run_keeps_two_trials_in_flight_one_per_node(cluster, tmp_path):
     from infrarsi.executors import LocalExecutor
     from infrarsi.run.loop import RunLoop
     from infrarsi.store import open_run_dir
+
     c, nodes = cluster
     contract = _contract()
     runs = {}
@@ -176,15 +208,21 @@ def test_a_run_keeps_two_trials_in_flight_one_per_node(cluster, tmp_path):
         executor = RayExecutor(run_dir, c.address) if kind == "ray" else LocalExecutor(run_dir)
         # the random searcher sets no slow bound: two trials at once on this machine's two
         # cores slow each other, and InfraRSI would cut one short
-        RunLoop(contract, run_dir, "random", budget, None, executor=executor,
-                parallel=parallel).start()
+        RunLoop(
+            contract, run_dir, "random", budget, None, executor=executor, parallel=parallel
+        ).start()
         store, run = open_run_dir(run_dir)
         runs[kind] = store.trials(run.run_id)
     ray_trials, local_trials = runs["ray"], runs["local"]
     assert [t.status.value for t in ray_trials] == ["ok"] * 2
-    spans = sorted((t.record_json["started_unix_s"],
-                    t.record_json["started_unix_s"] + t.record_json["cost_s"],
-                    t.record_json["node"]) for t in ray_trials)
+    spans = sorted(
+        (
+            t.record_json["started_unix_s"],
+            t.record_json["started_unix_s"] + t.record_json["cost_s"],
+            t.record_json["node"],
+        )
+        for t in ray_trials
+    )
     overlapping = [(a, b) for a, b in zip(spans, spans[1:]) if b[0] < a[1]]
     assert overlapping and all(a[2] != b[2] for a, b in overlapping)  # at once, two nodes
     assert {s[2] for s in spans} == {n.node_id for n in nodes.values()}
@@ -199,8 +237,7 @@ def test_trials_of_a_pinned_comparison_run_on_one_node_one_at_a_time(cluster, tm
     the candidates are timed on one node, never two at once."""
     c, nodes = cluster
     executor = RayExecutor(tmp_path, c.address)
-    request = TrialRequest(workload="dense-1node", scale="tiny", knobs={"nproc": 1},
-                           evaluate=False)
+    request = TrialRequest(workload="dense-1node", scale="tiny", knobs={"nproc": 1}, evaluate=False)
     with executor.pinned() as one_node:
         handles = [one_node.submit(request), one_node.submit(request)]
         records = [one_node.wait(h) for h in handles]
@@ -208,7 +245,6 @@ def test_trials_of_a_pinned_comparison_run_on_one_node_one_at_a_time(cluster, tm
     assert records[0].node == records[1].node in {n.node_id for n in nodes.values()}
     first, second = sorted(records, key=lambda r: r.started_unix_s)
     assert second.started_unix_s >= first.started_unix_s + first.cost_s - 0.5
-
 
 
 def test_a_two_node_trial_runs_its_launchers_on_two_nodes(cluster, tmp_path):
@@ -230,11 +266,26 @@ def test_a_two_node_trial_runs_its_launchers_on_two_nodes(cluster, tmp_path):
 
 def test_optimize_runs_the_doctor_the_search_and_apply_on_the_cluster(cluster, tmp_path):
     from conftest import optimize_json
+
     c, nodes = cluster
-    answer = optimize_json(Path("dense-1node"), "cut time, loss within 1%", tmp_path,
-                           "--budget", "4", "--doctor-repeats", "2", "--verify-rounds", "2",
-                           "--top", "1", "--no-bank", "--executor", "ray",
-                           "--ray-address", c.address)
+    answer = optimize_json(
+        Path("dense-1node"),
+        "cut time, loss within 1%",
+        tmp_path,
+        "--budget",
+        "4",
+        "--doctor-repeats",
+        "2",
+        "--verify-rounds",
+        "2",
+        "--top",
+        "1",
+        "--no-bank",
+        "--executor",
+        "ray",
+        "--ray-address",
+        c.address,
+    )
     run_dir = Path(answer["rounds"][0]["run_dir"])
     lines = [json.loads(line) for line in (run_dir / "audit.jsonl").read_text().splitlines()]
     assert {line["stage"] for line in lines} == {"doctor", "run", "apply"}

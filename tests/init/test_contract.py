@@ -4,12 +4,12 @@ import shutil
 
 import pytest
 import yaml
+from conftest import INSTRUCTION_EN as EN
+from conftest import INSTRUCTION_ZH as ZH
 
 from infrarsi.init import ContractError, load_contract, make_contract, read_instruction
 from infrarsi.init.build import workload_files
 from infrarsi.workloads import load_manifest
-from conftest import INSTRUCTION_EN as EN
-from conftest import INSTRUCTION_ZH as ZH
 
 
 def _contract(manifest, text):

@@ -7,7 +7,6 @@ import json
 import os
 
 import pytest
-
 from chat_server import ChatServer
 from conftest import run_cli
 
@@ -24,8 +23,9 @@ def _init(env, tmp_path, instruction):
     old = dict(os.environ)
     os.environ.update(env)
     try:
-        return run_cli("init", "dense-1node", instruction, "-o", str(tmp_path / "c.yaml"),
-                       "--yes", "--json")
+        return run_cli(
+            "init", "dense-1node", instruction, "-o", str(tmp_path / "c.yaml"), "--yes", "--json"
+        )
     finally:
         os.environ.clear()
         os.environ.update(old)
@@ -33,10 +33,21 @@ def _init(env, tmp_path, instruction):
 
 def test_a_valid_llm_draft_becomes_the_contract(endpoint, tmp_path):
     state, env = endpoint
-    state.then = ("```json\n" + json.dumps({
-        "objective": "tokens_per_s", "loss_tolerance": 0.01, "mem_cap": "3GiB",
-        "lock": ["data.py"], "budget_trials": 12, "budget_wall_time_s": None,
-        "not_understood": ["in the style of a poem"]}) + "\n```")
+    state.then = (
+        "```json\n"
+        + json.dumps(
+            {
+                "objective": "tokens_per_s",
+                "loss_tolerance": 0.01,
+                "mem_cap": "3GiB",
+                "lock": ["data.py"],
+                "budget_trials": 12,
+                "budget_wall_time_s": None,
+                "not_understood": ["in the style of a poem"],
+            }
+        )
+        + "\n```"
+    )
     result = _init(env, tmp_path, "go faster in tokens, 1% loss, 3 GiB, 12 runs, poem style")
     assert result.returncode == 0, result.stderr
     c = json.loads(result.stdout)

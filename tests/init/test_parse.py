@@ -1,11 +1,10 @@
 """The instruction reader: English and Chinese, strict units, nothing dropped silently."""
 
 import pytest
-
-from infrarsi.init.parse import clauses, read_instruction
-
 from conftest import INSTRUCTION_EN as EN
 from conftest import INSTRUCTION_ZH as ZH
+
+from infrarsi.init.parse import clauses, read_instruction
 
 FILES = ["data.py", "model.py", "train.py", "workload.yaml"]
 
@@ -21,19 +20,22 @@ def test_the_must_show_instruction(text):
     assert r.not_understood == []
 
 
-@pytest.mark.parametrize("text, field, value", [
-    ("maximise throughput", "objective", "tokens_per_s"),
-    ("提高吞吐", "objective", "tokens_per_s"),
-    ("stay under 16 GiB of memory", "mem_cap_bytes", 16 * 2**30),
-    ("显存不超过 40GB", "mem_cap_bytes", 40 * 10**9),
-    ("loss drift below 0.01", "loss_tolerance", 0.01),
-    ("loss 偏差不超过 1%", "loss_tolerance", 0.01),
-    ("two hours", "budget_wall_time_s", 7200.0),
-    ("两小时", "budget_wall_time_s", 7200.0),
-    ("30 minutes", "budget_wall_time_s", 1800.0),
-    ("thirty trials", "budget_trials", 30),
-    ("二十次试验", "budget_trials", 20),
-])
+@pytest.mark.parametrize(
+    "text, field, value",
+    [
+        ("maximise throughput", "objective", "tokens_per_s"),
+        ("提高吞吐", "objective", "tokens_per_s"),
+        ("stay under 16 GiB of memory", "mem_cap_bytes", 16 * 2**30),
+        ("显存不超过 40GB", "mem_cap_bytes", 40 * 10**9),
+        ("loss drift below 0.01", "loss_tolerance", 0.01),
+        ("loss 偏差不超过 1%", "loss_tolerance", 0.01),
+        ("two hours", "budget_wall_time_s", 7200.0),
+        ("两小时", "budget_wall_time_s", 7200.0),
+        ("30 minutes", "budget_wall_time_s", 1800.0),
+        ("thirty trials", "budget_trials", 30),
+        ("二十次试验", "budget_trials", 20),
+    ],
+)
 def test_single_facts(text, field, value):
     assert getattr(read_instruction(text, FILES), field) == value
 
@@ -54,17 +56,29 @@ def test_clauses_keep_decimals_whole():
     assert clauses("within 0.5% and 2.5 GiB. Done") == ["within 0.5%", "2.5 GiB", "Done"]
 
 
-@pytest.mark.parametrize("text, trials", [
-    ("twenty-five trials", 25), ("twenty five trials", 25), ("1,000 trials", 1000),
-    ("a hundred and twenty trials", 120), ("run one thousand two hundred trials", 1200),
-    ("一百次试验", 100), ("二十五次试验", 25), ("两千零五次试验", 2005), ("12 runs", 12)])
+@pytest.mark.parametrize(
+    "text, trials",
+    [
+        ("twenty-five trials", 25),
+        ("twenty five trials", 25),
+        ("1,000 trials", 1000),
+        ("a hundred and twenty trials", 120),
+        ("run one thousand two hundred trials", 1200),
+        ("一百次试验", 100),
+        ("二十五次试验", 25),
+        ("两千零五次试验", 2005),
+        ("12 runs", 12),
+    ],
+)
 def test_numbers_in_words_and_with_separators(text, trials):
     r = read_instruction(text, FILES)
     assert r.budget_trials == trials and r.not_understood == [] and r.problems == []
 
 
-@pytest.mark.parametrize("text, seconds", [("half an hour", 1800), ("two hours", 7200),
-                                           ("1.5 hours", 5400), ("半小时", 1800)])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("half an hour", 1800), ("two hours", 7200), ("1.5 hours", 5400), ("半小时", 1800)],
+)
 def test_durations(text, seconds):
     assert read_instruction(text, FILES).budget_wall_time_s == seconds
 
@@ -79,9 +93,15 @@ def test_a_size_is_a_memory_capacity_even_without_the_word_memory():
     assert read_instruction("at most 2 GiB per rank", FILES).mem_cap_bytes == 2 * 2**30
 
 
-@pytest.mark.parametrize("text, says", [
-    ("memory under 0 GiB", "more than 0 bytes"), ("loss within 150%", "below 100%"),
-    ("0 trials", "at least 1"), ("zero trials", "at least 1")])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("memory under 0 GiB", "more than 0 bytes"),
+        ("loss within 150%", "below 100%"),
+        ("0 trials", "at least 1"),
+        ("zero trials", "at least 1"),
+    ],
+)
 def test_out_of_range_values_name_the_clause_and_the_range(text, says):
     r = read_instruction(text, FILES)
     assert len(r.problems) == 1 and repr(text) in r.problems[0] and says in r.problems[0]

@@ -5,9 +5,9 @@ import json
 import socket
 
 import pytest
-
 from chat_server import ChatServer, broken_diff, catalog_diff, cheat_diff, fenced
 from conftest import run_cli
+
 from infrarsi.executors import LocalExecutor
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
@@ -22,8 +22,9 @@ INSTRUCTION = "Cut end-to-end time; keep loss within 0.5%"
 @pytest.fixture()
 def contract():
     manifest = find("dense-1node")
-    return make_contract(manifest, "tiny", INSTRUCTION,
-                         read_instruction(INSTRUCTION, workload_files(manifest)))
+    return make_contract(
+        manifest, "tiny", INSTRUCTION, read_instruction(INSTRUCTION, workload_files(manifest))
+    )
 
 
 @pytest.fixture()
@@ -33,17 +34,25 @@ def server():
     def start(replies, **options):
         servers.append(ChatServer(replies, **options))
         return servers[-1]
+
     yield start
     for s in servers:
         s.close()
 
 
 def _proposer(contract, tmp_path, env, notes=None, **budget):
-    endpoint = Endpoint(env["INFRARSI_LLM_BASE_URL"], env["INFRARSI_LLM_MODEL"], retries=0,
-                        timeout_s=10)
-    return LLMProposer(contract, tmp_path, LocalExecutor(tmp_path), endpoint,
-                       LLMBudget(**budget), with_catalog=False,
-                       on_note=(notes.append if notes is not None else None))
+    endpoint = Endpoint(
+        env["INFRARSI_LLM_BASE_URL"], env["INFRARSI_LLM_MODEL"], retries=0, timeout_s=10
+    )
+    return LLMProposer(
+        contract,
+        tmp_path,
+        LocalExecutor(tmp_path),
+        endpoint,
+        LLMBudget(**budget),
+        with_catalog=False,
+        on_note=(notes.append if notes is not None else None),
+    )
 
 
 def _free_port() -> int:
@@ -53,15 +62,28 @@ def _free_port() -> int:
 
 
 def test_rejections_are_recorded_and_told_in_the_next_prompt(contract, tmp_path, server):
-    chat = server([fenced("--- a/model.py\n+++ b/model.py\n+x = 1\n"),
-                   fenced(cheat_diff("edit_locked_data")), fenced(broken_diff())])
+    chat = server(
+        [
+            fenced("--- a/model.py\n+++ b/model.py\n+x = 1\n"),
+            fenced(cheat_diff("edit_locked_data")),
+            fenced(broken_diff()),
+        ]
+    )
     proposer = _proposer(contract, tmp_path, chat.env)
     assert proposer.propose(ProposalState(trials_done=0)) == []  # a round: 3 requests
     lines = read_lines(tmp_path)
     assert [(x.n, x.status, x.stage) for x in lines] == [
-        (1, "rejected", "parse"), (2, "rejected", "files"), (3, "rejected", "compile")]
-    assert all(x.tokens == 1200 and x.seconds > 0 and x.model == "scripted-model" and
-               len(x.prompt_sha256) == 64 for x in lines)
+        (1, "rejected", "parse"),
+        (2, "rejected", "files"),
+        (3, "rejected", "compile"),
+    ]
+    assert all(
+        x.tokens == 1200
+        and x.seconds > 0
+        and x.model == "scripted-model"
+        and len(x.prompt_sha256) == 64
+        for x in lines
+    )
     assert lines[1].diff_sha256 is None and len(lines[2].diff_sha256) == 64
     first, second, third = (chat.prompt(i) for i in range(3))
     for text in (first, second, third):  # the contract, the knobs, the editable file's text
@@ -88,8 +110,10 @@ def test_the_budget_caps_the_requests(contract, tmp_path, server):
 
 def test_an_unreachable_endpoint_gives_one_note_and_the_catalog_back(contract, tmp_path):
     notes = []
-    env = {"INFRARSI_LLM_BASE_URL": f"http://127.0.0.1:{_free_port()}/v1",
-           "INFRARSI_LLM_MODEL": "m"}
+    env = {
+        "INFRARSI_LLM_BASE_URL": f"http://127.0.0.1:{_free_port()}/v1",
+        "INFRARSI_LLM_MODEL": "m",
+    }
     proposer = _proposer(contract, tmp_path, env, notes)
     assert not proposer.searches_catalog
     assert proposer.propose(ProposalState(trials_done=0)) == []
@@ -108,44 +132,64 @@ def test_a_refused_key_gives_one_clear_note(contract, tmp_path, server):
     assert proposer.searches_catalog
 
 
-def test_an_llm_proposer_without_an_endpoint_names_the_variables(contract, tmp_path,
-                                                                   monkeypatch):
+def test_an_llm_proposer_without_an_endpoint_names_the_variables(contract, tmp_path, monkeypatch):
     monkeypatch.delenv("INFRARSI_LLM_BASE_URL", raising=False)
     with pytest.raises(ValueError, match="INFRARSI_LLM_BASE_URL"):
         make_proposer("llm", contract, tmp_path, LocalExecutor(tmp_path))
     with pytest.raises(ValueError, match="catalog, llm, both"):
         make_proposer("oracle", contract, tmp_path, LocalExecutor(tmp_path))
-    result = run_cli("optimize", "dense-1node", INSTRUCTION, "--proposer", "llm", "--yes",
-                     "--out", str(tmp_path / "o"))
+    result = run_cli(
+        "optimize",
+        "dense-1node",
+        INSTRUCTION,
+        "--proposer",
+        "llm",
+        "--yes",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert result.returncode == 2 and "INFRARSI_LLM_MODEL" in result.stderr
     assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.slow
-def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract, tmp_path,
-                                                                        server):
+def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract, tmp_path, server):
     from infrarsi.apply import apply_run
     from infrarsi.report import write_report
     from infrarsi.run.loop import RunLoop
     from infrarsi.store import open_run_dir
-    expectation = {"step_time_ratio": 0.8, "peak_mem_ratio": 0.9,
-                   "addresses": "the materialised causal mask"}
-    chat = server([fenced(cheat_diff("edit_locked_data")),   # round 1: a locked file
-                   fenced(catalog_diff("sdpa_attention"), expectation),   # accepted
-                   fenced(broken_diff()),                    # round 2: does not compile
-                   fenced(cheat_diff("scale_loss_down")),    # changes the loss: smoke
-                   fenced(cheat_diff("patch_perf_counter"))])  # fakes the clock: screen
+
+    expectation = {
+        "step_time_ratio": 0.8,
+        "peak_mem_ratio": 0.9,
+        "addresses": "the materialised causal mask",
+    }
+    chat = server(
+        [
+            fenced(cheat_diff("edit_locked_data")),  # round 1: a locked file
+            fenced(catalog_diff("sdpa_attention"), expectation),  # accepted
+            fenced(broken_diff()),  # round 2: does not compile
+            fenced(cheat_diff("scale_loss_down")),  # changes the loss: smoke
+            fenced(cheat_diff("patch_perf_counter")),
+        ]
+    )  # fakes the clock: screen
     run_dir = tmp_path / "run"
     executor = LocalExecutor(run_dir)
     endpoint = Endpoint(chat.env["INFRARSI_LLM_BASE_URL"], "scripted-model", retries=0)
-    proposer = LLMProposer(contract, run_dir, executor, endpoint, LLMBudget(calls=5),
-                           with_catalog=False)
-    result = RunLoop(contract, run_dir, "infrarsi", 4, None, executor=executor,
-                     proposer=proposer).start()
+    proposer = LLMProposer(
+        contract, run_dir, executor, endpoint, LLMBudget(calls=5), with_catalog=False
+    )
+    result = RunLoop(
+        contract, run_dir, "infrarsi", 4, None, executor=executor, proposer=proposer
+    ).start()
     lines = read_lines(run_dir)
     assert [(x.status, x.stage) for x in lines] == [
-        ("rejected", "files"), ("accepted", "smoke"), ("rejected", "compile"),
-        ("rejected", "smoke"), ("rejected", "screen")], [x.reason for x in lines]
+        ("rejected", "files"),
+        ("accepted", "smoke"),
+        ("rejected", "compile"),
+        ("rejected", "smoke"),
+        ("rejected", "screen"),
+    ], [x.reason for x in lines]
     assert "loss drift" in lines[3].reason and "clock" in lines[4].reason
     patch = lines[1].patch_id
     assert patch.startswith("proposals/llm-") and (run_dir / patch).is_file()
@@ -164,16 +208,21 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
 
     apply_run(run_dir, top_k=1, rounds=2)
     audit = [json.loads(x) for x in (run_dir / "audit.jsonl").read_text().splitlines()]
-    carrying = [r for r in audit if r["stage"] == "run" and
-                any(p["id"] == patch.rsplit("/", 1)[1] for p in r["patches"])]
+    carrying = [
+        r
+        for r in audit
+        if r["stage"] == "run" and any(p["id"] == patch.rsplit("/", 1)[1] for p in r["patches"])
+    ]
     assert carrying and all(r["proposed_by"].startswith("llm:scripted-model") for r in carrying)
-    assert all(r["proposed_by"] == "infrarsi" for r in audit if r["stage"] == "run" and
-               r not in carrying)
+    assert all(
+        r["proposed_by"] == "infrarsi" for r in audit if r["stage"] == "run" and r not in carrying
+    )
     report = (run_dir / write_report(run_dir).markdown).read_text()
     assert "## Patches written by the LLM" in report and patch in report
 
     from infrarsi.bank import ingest_run
     from infrarsi.store.bank import BankStore
+
     bank = BankStore(str(tmp_path / "bank.sqlite"))
     ingest_run(run_dir, bank)
     kept = [p for e in bank.experiences() for p in e.patches_json if p["id"] == patch]
@@ -183,12 +232,21 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
 def test_a_run_whose_llm_cannot_be_reached_searches_the_catalog(contract, tmp_path):
     from infrarsi.run.loop import RunLoop
     from infrarsi.store import Store, sqlite_url
-    env = {"INFRARSI_LLM_BASE_URL": f"http://127.0.0.1:{_free_port()}/v1",
-           "INFRARSI_LLM_MODEL": "m"}
+
+    env = {
+        "INFRARSI_LLM_BASE_URL": f"http://127.0.0.1:{_free_port()}/v1",
+        "INFRARSI_LLM_MODEL": "m",
+    }
     events = []
-    loop = RunLoop(contract, tmp_path, "infrarsi", 3, None,
-                   proposer=_proposer(contract, tmp_path, env),
-                   on_event=lambda kind, data: events.append((kind, data)))
+    loop = RunLoop(
+        contract,
+        tmp_path,
+        "infrarsi",
+        3,
+        None,
+        proposer=_proposer(contract, tmp_path, env),
+        on_event=lambda kind, data: events.append((kind, data)),
+    )
     before = loop._problem()
     assert before.space.patches == []  # llm only: the catalog is left out
     changed = loop._propose(Store(sqlite_url(tmp_path)), "no-run-yet", 0, before.baseline)

@@ -4,6 +4,7 @@ directory, its expectation as the prior, tried on the baseline's knobs first."""
 import math
 
 from chat_server import catalog_diff
+
 from infrarsi.proposal import Expectation, ProposalLine, ProposedPatch, Recorded, append_line
 from infrarsi.run.problem_build import build_problem, with_proposed
 from infrarsi.workloads import find
@@ -14,8 +15,12 @@ PATCH = "proposals/llm-0123456789ab.diff"
 def _proposed(tmp_path):
     (tmp_path / "proposals").mkdir()
     (tmp_path / PATCH).write_text(catalog_diff("fused_qkv"))
-    return ProposedPatch(patch_id=PATCH, diff_sha256="x" * 64, proposed_by="llm:m",
-                         expectation=Expectation(step_time_ratio=0.5, peak_mem_ratio=0.9))
+    return ProposedPatch(
+        patch_id=PATCH,
+        diff_sha256="x" * 64,
+        proposed_by="llm:m",
+        expectation=Expectation(step_time_ratio=0.5, peak_mem_ratio=0.9),
+    )
 
 
 def test_a_proposed_patch_joins_the_candidates_and_is_tried_first(tmp_path):
@@ -39,9 +44,19 @@ def test_without_the_catalog_only_proposed_patches_are_searched(tmp_path):
 
 def test_a_resumed_run_keeps_the_patches_its_proposer_accepted(tmp_path):
     append_line(tmp_path, ProposalLine(n=1, status="rejected", stage="files", reason="locked"))
-    append_line(tmp_path, ProposalLine(n=2, status="accepted", stage="smoke", reason="ok",
-                                       diff_sha256="y" * 64, model="m", patch_id=PATCH,
-                                       expectation=Expectation(step_time_ratio=0.9)))
+    append_line(
+        tmp_path,
+        ProposalLine(
+            n=2,
+            status="accepted",
+            stage="smoke",
+            reason="ok",
+            diff_sha256="y" * 64,
+            model="m",
+            patch_id=PATCH,
+            expectation=Expectation(step_time_ratio=0.9),
+        ),
+    )
     recorded = Recorded(tmp_path)
     assert [p.patch_id for p in recorded.accepted()] == [PATCH]
     assert recorded.accepted()[0].proposed_by == "llm:m" and not recorded.wants_more()

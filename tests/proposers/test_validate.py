@@ -4,8 +4,8 @@ smoke trial at tiny scale judged by ``verify`` against a smoke baseline."""
 import re
 
 import pytest
-
 from chat_server import broken_diff, catalog_diff, cheat_diff
+
 from infrarsi.executors import LocalExecutor
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
@@ -18,8 +18,9 @@ INSTRUCTION = "Cut end-to-end time; keep loss within 0.5%"
 
 def _contract(workload="dense-1node", scale="tiny"):
     manifest = find(workload)
-    return make_contract(manifest, scale, INSTRUCTION,
-                         read_instruction(INSTRUCTION, workload_files(manifest)))
+    return make_contract(
+        manifest, scale, INSTRUCTION, read_instruction(INSTRUCTION, workload_files(manifest))
+    )
 
 
 @pytest.fixture()
@@ -27,17 +28,23 @@ def validator(tmp_path):
     return Validator(_contract(), tmp_path, LocalExecutor(tmp_path))
 
 
-@pytest.mark.parametrize("diff, stage, reason", [
-    (cheat_diff("edit_locked_data"), "files", "data.py: locked file"),
-    (cheat_diff("locked_via_dotdot"), "files", "outside the workspace"),
-    (cheat_diff("locked_via_symlink"), "files", "creates a symlink"),
-    ("--- a/model.py\n+++ b/model.py\n@@ -1,2 +1,2 @@\n-no such line\n+x = 1\n", "apply",
-     "git apply --check"),
-    (broken_diff(), "compile", r"model\.py:\d+: "),
-    (cheat_diff("patch_perf_counter"), "screen", "reaches the clock"),
-    (cheat_diff("detach_attention"), "screen", "changes what gets a gradient"),
-    (cheat_diff("silent_bf16"), "screen", "changes the precision"),
-])
+@pytest.mark.parametrize(
+    "diff, stage, reason",
+    [
+        (cheat_diff("edit_locked_data"), "files", "data.py: locked file"),
+        (cheat_diff("locked_via_dotdot"), "files", "outside the workspace"),
+        (cheat_diff("locked_via_symlink"), "files", "creates a symlink"),
+        (
+            "--- a/model.py\n+++ b/model.py\n@@ -1,2 +1,2 @@\n-no such line\n+x = 1\n",
+            "apply",
+            "git apply --check",
+        ),
+        (broken_diff(), "compile", r"model\.py:\d+: "),
+        (cheat_diff("patch_perf_counter"), "screen", "reaches the clock"),
+        (cheat_diff("detach_attention"), "screen", "changes what gets a gradient"),
+        (cheat_diff("silent_bf16"), "screen", "changes the precision"),
+    ],
+)
 def test_each_cheap_check_rejects_with_its_stage_and_reason(validator, diff, stage, reason):
     checked = validator.check(diff, smoke=False)
     assert (checked.ok, checked.stage) == (False, stage)
@@ -45,14 +52,19 @@ def test_each_cheap_check_rejects_with_its_stage_and_reason(validator, diff, sta
 
 
 def test_a_diff_with_wrong_hunk_counts_is_kept_as_git_writes_it(validator, tmp_path):
-    diff = re.sub(r"^@@ -(\d+),\d+ \+(\d+),\d+ @@", r"@@ -\1,99 +\2,99 @@",
-                  catalog_diff("fused_adamw"), flags=re.MULTILINE)
+    diff = re.sub(
+        r"^@@ -(\d+),\d+ \+(\d+),\d+ @@",
+        r"@@ -\1,99 +\2,99 @@",
+        catalog_diff("fused_adamw"),
+        flags=re.MULTILINE,
+    )
     checked = validator.check(diff, smoke=False)
     assert checked.ok, checked.reason
     stored = tmp_path / "canonical.diff"
     stored.write_text(checked.diff)
     workspace = tmp_path / "copy"
     import shutil
+
     shutil.copytree(find("dense-1node").root, workspace)
     assert patching.applies(stored, workspace)  # plain git apply, as a trial does it
     assert len(checked.sha256) == 64
@@ -71,8 +83,10 @@ def test_the_smoke_contract_is_the_runs_at_tiny_with_that_scales_invariants():
 def test_the_smoke_trial_passes_an_honest_patch_and_refuses_another_model(validator):
     good = validator.check(catalog_diff("sdpa_attention"))
     assert good.ok and good.stage == "smoke" and good.smoke_speedup > 0, good.reason
-    for cheat, reason in (("drop_last_block", "final parameters differ"),
-                          ("fewer_steps", "ran 4 optimizer steps")):
+    for cheat, reason in (
+        ("drop_last_block", "final parameters differ"),
+        ("fewer_steps", "ran 4 optimizer steps"),
+    ):
         checked = validator.check(cheat_diff(cheat))
         assert (checked.ok, checked.stage) == (False, "smoke"), cheat
         assert reason in checked.reason, checked.reason
@@ -84,21 +98,29 @@ def test_a_users_workload_outside_the_package_is_validated_the_same_way(tmp_path
     prompt, an honest patch passes the smoke trial, one that changes the learning rate does
     not."""
     from chat_server import ROOT
+
     from infrarsi.proposers.prompt import messages
+
     manifest = find(str(ROOT / "tests" / "fixtures" / "microbatch-lm" / "workload.yaml"))
-    contract = make_contract(manifest, "tiny", INSTRUCTION,
-                             read_instruction(INSTRUCTION, workload_files(manifest)))
+    contract = make_contract(
+        manifest, "tiny", INSTRUCTION, read_instruction(INSTRUCTION, workload_files(manifest))
+    )
     assert contract.workload_path
     prompt = messages(contract, None, [], [])[1]["content"]
-    assert "## model.py" in prompt and "class BigramLM" in prompt and "train.py" not in \
-        prompt.split("# Editable files")[1]
+    assert (
+        "## model.py" in prompt
+        and "class BigramLM" in prompt
+        and "train.py" not in prompt.split("# Editable files")[1]
+    )
     validator = Validator(contract, tmp_path, LocalExecutor(tmp_path))
-    honest = ("--- a/model.py\n+++ b/model.py\n@@ -16,3 +16,3 @@\n"
-              "         logits = self.table(idx)\n"
-              "-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), "
-              "targets.reshape(-1))\n"
-              "+        return F.cross_entropy(logits.flatten(0, -2), targets.flatten())\n"
-              " \n")
+    honest = (
+        "--- a/model.py\n+++ b/model.py\n@@ -16,3 +16,3 @@\n"
+        "         logits = self.table(idx)\n"
+        "-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), "
+        "targets.reshape(-1))\n"
+        "+        return F.cross_entropy(logits.flatten(0, -2), targets.flatten())\n"
+        " \n"
+    )
     good = validator.check(honest)
     assert good.ok, good.reason
     cheat = validator.check(cheat_diff("microbatch_lm_larger_lr"))

@@ -9,7 +9,7 @@ from infrarsi.run.infrarsi_searcher import InfraRSISearcher
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.space import Config, Space
 
-NOISE = math.log1p(0.03 ** 2)
+NOISE = math.log1p(0.03**2)
 
 
 def test_no_drift_no_adjustment_and_a_load_change_is_taken_out():
@@ -34,14 +34,22 @@ def test_a_search_measures_the_baseline_again_and_ranks_by_ratio_to_the_nearest_
     searcher = InfraRSISearcher(Problem(configs, space, configs[0], noise_var_log=NOISE), 0)
     for _ in range(len(searcher.start) + drift.REBASE_EVERY + 1):  # the baseline, again
         config = searcher.ask()
-        searcher.tell(config, Outcome("ok", step_time_s=1.0 - 0.01 * config.knob_dict["a"],
-                                      cost_s=1.0))
+        searcher.tell(
+            config, Outcome("ok", step_time_s=1.0 - 0.01 * config.knob_dict["a"], cost_s=1.0)
+        )
     assert [c for c, _ in searcher.history].count(configs[0]) >= 2
     # a config measured under a 2x load is compared with the baseline of its time
     base, quick, slow_looking = configs[0], configs[5], configs[20]
     told = InfraRSISearcher(Problem(configs, space, base, noise_var_log=NOISE), 0)
-    for config, seconds in [(base, 1.0), (quick, 0.9), (base, 1.0), (base, 2.0),
-                            (slow_looking, 1.6), (base, 2.0), (configs[25], 1.9)]:
+    for config, seconds in [
+        (base, 1.0),
+        (quick, 0.9),
+        (base, 1.0),
+        (base, 2.0),
+        (slow_looking, 1.6),
+        (base, 2.0),
+        (configs[25], 1.9),
+    ]:
         told.tell(config, Outcome("ok", step_time_s=seconds, cost_s=1.0))
     assert told.ranking(2)[0] == slow_looking  # 0.8 of its baseline, against 0.9
     assert np.ptp(told.drift_log) > 0.5

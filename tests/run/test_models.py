@@ -19,8 +19,10 @@ def synthetic(n, seed=0, d=4, sigma=0.03):
 
 
 def observe(log_peak, cap):
-    return [MemoryObservation(float(np.exp(min(lp, np.log(cap)))), bool(lp > np.log(cap)))
-            for lp in log_peak]
+    return [
+        MemoryObservation(float(np.exp(min(lp, np.log(cap)))), bool(lp > np.log(cap)))
+        for lp in log_peak
+    ]
 
 
 def test_the_likelihood_gradient_is_exact():
@@ -32,8 +34,9 @@ def test_the_likelihood_gradient_is_exact():
     cens = np.array([o.censored for o in obs])
     args = (Z, y, cens, np.full(30, 19.9), np.full(5, 3.0), 0.05)
     theta = np.r_[0.1, 0.2, -0.1, 0.3, 0.0, np.log(0.07)]
-    error = optimize.check_grad(lambda t: _neg_log_posterior(t, *args)[0],
-                                lambda t: _neg_log_posterior(t, *args)[1], theta)
+    error = optimize.check_grad(
+        lambda t: _neg_log_posterior(t, *args)[0], lambda t: _neg_log_posterior(t, *args)[1], theta
+    )
     assert error < 1e-4 * np.linalg.norm(_neg_log_posterior(theta, *args)[1])
 
 
@@ -48,11 +51,15 @@ def test_censoring_recovers_what_dropping_ooms_gets_wrong():
     Xt, _, truth = synthetic(3000, seed=11, sigma=0.15)
     offset_t = np.full(3000, 20.0)
     above = truth > np.log(cap)  # the configs that need more than the cap
-    under = {name: np.mean(truth[above] - m.predict_log(Xt, offset_t)[0][above])
-             for name, m in (("censored", censored), ("dropped", dropped))}
+    under = {
+        name: np.mean(truth[above] - m.predict_log(Xt, offset_t)[0][above])
+        for name, m in (("censored", censored), ("dropped", dropped))
+    }
     assert under["censored"] < 0.07 and under["dropped"] > 0.1, under  # dropping OOMs forgets them
-    brier = {name: np.mean((m.p_oom(Xt, cap, offset_t) - above) ** 2)
-             for name, m in (("censored", censored), ("dropped", dropped))}
+    brier = {
+        name: np.mean((m.p_oom(Xt, cap, offset_t) - above) ** 2)
+        for name, m in (("censored", censored), ("dropped", dropped))
+    }
     assert brier["censored"] < brier["dropped"], brier
     assert censored.n_censored_ == sum(o.censored for o in obs)
     assert f"censored={censored.n_censored_}" in repr(censored)
@@ -89,8 +96,9 @@ def test_offset_parts_let_trials_discount_an_overstated_catalog_prior():
         parts = np.c_[formula, catalog]
         summed = TobitMemoryModel().fit(X[:n], obs, parts[:n].sum(axis=1))
         split = TobitMemoryModel().fit(X[:n], obs, parts[:n])
-        brier["summed"].append(np.mean((summed.p_oom(X[n:], cap, parts[n:].sum(axis=1))
-                                        - test) ** 2))
+        brier["summed"].append(
+            np.mean((summed.p_oom(X[n:], cap, parts[n:].sum(axis=1)) - test) ** 2)
+        )
         brier["parts"].append(np.mean((split.p_oom(X[n:], cap, parts[n:]) - test) ** 2))
     assert np.mean(brier["parts"]) < np.mean(brier["summed"])
     with pytest.raises(ValueError, match="offset part"):
@@ -142,8 +150,7 @@ def test_noisy_trials_do_not_make_an_untried_config_known(seed):
 
 
 @pytest.mark.parametrize("true_weight", [0.0, 1.0])
-def test_a_prior_columns_weight_is_read_from_the_trials_with_the_kernel_marginalised(
-        true_weight):
+def test_a_prior_columns_weight_is_read_from_the_trials_with_the_kernel_marginalised(true_weight):
     """``basis_weight``: trials made of ``true_weight`` times a prior column plus a smooth
     surface and noise; the posterior weight comes out near the truth and its sd below the
     prior's. A column constant over the trials leaves the prior (1, sd 1) as it was."""
@@ -151,15 +158,17 @@ def test_a_prior_columns_weight_is_read_from_the_trials_with_the_kernel_marginal
     X = rng.uniform(0, 1, (14, 2))
     basis = np.where(rng.uniform(size=14) < 0.5, -0.3, 0.3)
     y = true_weight * basis + 0.1 * np.sin(3 * X[:, 0]) + rng.normal(0, 0.02, 14)
-    noise = np.full(14, 0.02 ** 2)
+    noise = np.full(14, 0.02**2)
     model = StepTimeModel("gp").fit(X, np.exp(y - basis), noise)  # fitted as if it held
     mean, sd = model.basis_weight(X, y, basis, noise, prior_sd=1.0)
     assert abs(mean - true_weight) < 0.25 and sd < 0.3, (mean, sd)
     # a column that claims the same for every trial tried says nothing the intercept does not
     mean, sd = model.basis_weight(X, y, np.full(14, 0.3), noise, prior_sd=1.0)
     assert abs(mean - 1.0) < 1e-3 and abs(sd - 1.0) < 1e-3, (mean, sd)
-    assert StepTimeModel("forest").fit(X, np.exp(y), noise).basis_weight(
-        X, y, basis, noise, 1.0) is None
+    assert (
+        StepTimeModel("forest").fit(X, np.exp(y), noise).basis_weight(X, y, basis, noise, 1.0)
+        is None
+    )
 
 
 def test_step_time_family_is_checked():
@@ -179,11 +188,17 @@ def test_trial_cost_pays_the_oom_share():
 
 
 def test_space_encodes_numbers_booleans_choices_and_patches():
-    space = Space.from_levels({"micro_batch": ["1", "2", "4"], "precision": ["fp32", "bf16"],
-                               "ckpt": ["False", "True"]}, ["b", "a"])
+    space = Space.from_levels(
+        {"micro_batch": ["1", "2", "4"], "precision": ["fp32", "bf16"], "ckpt": ["False", "True"]},
+        ["b", "a"],
+    )
     assert space.column_names() == ["micro_batch", "precision=fp32", "ckpt", "+a", "+b"]
-    X = space.encode([Config.of({"micro_batch": 4, "precision": "fp32", "ckpt": True}, ["a"]),
-                      Config.of({"micro_batch": 1, "precision": "bf16", "ckpt": False})])
+    X = space.encode(
+        [
+            Config.of({"micro_batch": 4, "precision": "fp32", "ckpt": True}, ["a"]),
+            Config.of({"micro_batch": 1, "precision": "bf16", "ckpt": False}),
+        ]
+    )
     assert X.shape == (2, 5)
     assert X[0, 0] > X[1, 0] and X[0, 2] > X[1, 2] and X[0, 3] > X[1, 3] and X[0, 4] == X[1, 4]
 
@@ -193,8 +208,9 @@ def test_the_ridge_is_chosen_by_the_evidence_of_the_trials():
     a tight one. The chosen value is a fitted attribute and shows in the repr."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 4))
-    strong = [MemoryObservation(float(np.exp(20 + 0.5 * x[0] + rng.normal(0, 0.02))), False)
-              for x in X]
+    strong = [
+        MemoryObservation(float(np.exp(20 + 0.5 * x[0] + rng.normal(0, 0.02))), False) for x in X
+    ]
     loose = TobitMemoryModel(ridge=(1.0, 500.0)).fit(X, strong)
     assert loose.ridge_ == 1.0 and "ridge=1" in repr(loose)
     flat = [MemoryObservation(float(np.exp(20 + rng.normal(0, 0.1))), False) for _ in X[:8]]

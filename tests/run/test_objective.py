@@ -7,20 +7,44 @@ from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import Evaluation
 
 
-def _record(step_s: float, compile_s: float, steps: int = 10, warmup: int = 2,
-            status: str = "ok") -> TrialRecord:
+def _record(
+    step_s: float, compile_s: float, steps: int = 10, warmup: int = 2, status: str = "ok"
+) -> TrialRecord:
     train = step_s * steps + compile_s
-    metrics = {"step_time_s": step_s, "step_time_cv": 0.02, "e2e_time_s": train + 3.0,
-               "train_time_s": train, "startup_time_s": 3.0, "warmup_overhead_s": compile_s,
-               "compile_time_s": compile_s, "tokens_per_step": 512, "tokens_per_s": 512 / step_s,
-               "peak_mem_bytes": [100 << 20], "harness_step_time_s": step_s, "loss": [1.0],
-               "step_times_s": [step_s] * steps, "steps": steps, "warmup_steps": warmup,
-               "ranks": 1}
-    return TrialRecord.model_validate({
-        "trial_id": "t", "workload": "w", "scale": "tiny", "status": status, "knobs": {},
-        "patches": [], "locked_files": {}, "mem_cap_bytes": None, "timeout_s": 60.0,
-        "started_unix_s": 0.0, "cost_s": train + 5.0,
-        "metrics": metrics if status == "ok" else None})
+    metrics = {
+        "step_time_s": step_s,
+        "step_time_cv": 0.02,
+        "e2e_time_s": train + 3.0,
+        "train_time_s": train,
+        "startup_time_s": 3.0,
+        "warmup_overhead_s": compile_s,
+        "compile_time_s": compile_s,
+        "tokens_per_step": 512,
+        "tokens_per_s": 512 / step_s,
+        "peak_mem_bytes": [100 << 20],
+        "harness_step_time_s": step_s,
+        "loss": [1.0],
+        "step_times_s": [step_s] * steps,
+        "steps": steps,
+        "warmup_steps": warmup,
+        "ranks": 1,
+    }
+    return TrialRecord.model_validate(
+        {
+            "trial_id": "t",
+            "workload": "w",
+            "scale": "tiny",
+            "status": status,
+            "knobs": {},
+            "patches": [],
+            "locked_files": {},
+            "mem_cap_bytes": None,
+            "timeout_s": 60.0,
+            "started_unix_s": 0.0,
+            "cost_s": train + 5.0,
+            "metrics": metrics if status == "ok" else None,
+        }
+    )
 
 
 def test_e2e_objective_charges_compile_to_every_step():
@@ -38,8 +62,13 @@ def test_e2e_objective_charges_what_the_harness_saw_not_what_the_workload_report
     mapping of its parameters is charged: the compared time is the harness's launch-to-exit
     wall time plus that mapping, whatever the reported steps add up to."""
     honest, hidden = _record(0.10, 0.0), _record(0.01, 0.0)
-    hidden = hidden.model_copy(update={"metrics": hidden.metrics.model_copy(
-        update={"e2e_time_s": honest.metrics.e2e_time_s + 0.2})})
+    hidden = hidden.model_copy(
+        update={
+            "metrics": hidden.metrics.model_copy(
+                update={"e2e_time_s": honest.metrics.e2e_time_s + 0.2}
+            )
+        }
+    )
     assert compared_time(hidden, "e2e_time") > compared_time(honest, "e2e_time")
     remapped = honest.model_copy(update={"evaluation": Evaluation(remap_s=5.0)})
     assert compared_time(remapped, "e2e_time") == compared_time(honest, "e2e_time") + 5.0

@@ -8,22 +8,44 @@ import sys
 import time
 
 import pytest
-
-from infrarsi.store import Store, sqlite_url
 from conftest import run_cli
+
+from infrarsi.store import Store
 
 pytestmark = pytest.mark.slow
 BUDGET = 8
 
 
 def test_a_run_killed_midway_resumes_and_keeps_each_trial_once(tmp_path):
-    made = run_cli("init", "dense-1node", "make it faster, 8 trials", "--scale", "tiny",
-                   "--yes", "-o", str(tmp_path / "contract.yaml"), cwd=tmp_path)
+    made = run_cli(
+        "init",
+        "dense-1node",
+        "make it faster, 8 trials",
+        "--scale",
+        "tiny",
+        "--yes",
+        "-o",
+        str(tmp_path / "contract.yaml"),
+        cwd=tmp_path,
+    )
     assert made.returncode == 0, made.stderr
     run_dir = tmp_path / "run"
-    tool = subprocess.Popen([sys.executable, "-m", "infrarsi", "run", "contract.yaml",
-                             "--budget", str(BUDGET), "--run-dir", str(run_dir)], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tool = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "infrarsi",
+            "run",
+            "contract.yaml",
+            "--budget",
+            str(BUDGET),
+            "--run-dir",
+            str(run_dir),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:  # kill it while its fourth trial runs

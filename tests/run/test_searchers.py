@@ -24,15 +24,29 @@ def truth(config):
 
 
 def problem():
-    configs = [Config.of({"micro_batch": mb, "accum": 8 // mb, "threads": t, "ckpt": c}, p)
-               for mb, t, c in itertools.product([1, 2, 4, 8], [1, 2], [False, True])
-               for p in ([], ["fast"], ["lean"], ["fast", "lean"])]
-    space = Space.from_levels({"micro_batch": [1, 2, 4, 8], "accum": [1, 2, 4, 8],
-                               "threads": [1, 2], "ckpt": [False, True]}, ["fast", "lean"])
+    configs = [
+        Config.of({"micro_batch": mb, "accum": 8 // mb, "threads": t, "ckpt": c}, p)
+        for mb, t, c in itertools.product([1, 2, 4, 8], [1, 2], [False, True])
+        for p in ([], ["fast"], ["lean"], ["fast", "lean"])
+    ]
+    space = Space.from_levels(
+        {
+            "micro_batch": [1, 2, 4, 8],
+            "accum": [1, 2, 4, 8],
+            "threads": [1, 2],
+            "ckpt": [False, True],
+        },
+        ["fast", "lean"],
+    )
     analytic = lambda cs: np.log([truth(c)[1] * 1.1 for c in cs])  # noqa: E731
-    return Problem(configs, space, configs[0], capacity_bytes=CAPACITY,
-                   analytic_log_peak=analytic,
-                   savers=MemorySavers("ckpt", "micro_batch", ("lean",), ("accum",)))
+    return Problem(
+        configs,
+        space,
+        configs[0],
+        capacity_bytes=CAPACITY,
+        analytic_log_peak=analytic,
+        savers=MemorySavers("ckpt", "micro_batch", ("lean",), ("accum",)),
+    )
 
 
 def run(searcher, n, seed=0):
@@ -46,8 +60,9 @@ def run(searcher, n, seed=0):
         if peak > CAPACITY:
             outcome = Outcome("oom", cost_s=2.0, cap_bytes=CAPACITY)
         else:
-            outcome = Outcome("ok", step_time_s=step * math.exp(rng.normal(0, 0.02)),
-                              peak_bytes=peak, cost_s=5.0)
+            outcome = Outcome(
+                "ok", step_time_s=step * math.exp(rng.normal(0, 0.02)), peak_bytes=peak, cost_s=5.0
+            )
         searcher.tell(config, outcome)
         asked.append(config)
     return asked
@@ -90,12 +105,16 @@ def test_memory_savers_of_a_config_are_its_checkpointed_smaller_and_leaner_varia
     searcher = InfraRSISearcher(p)
     risky = Config.of({"micro_batch": 8, "accum": 1, "threads": 2, "ckpt": False}, ["fast"])
     variants = searcher._savers(risky)
-    assert Config.of({"micro_batch": 8, "accum": 1, "threads": 2, "ckpt": True}, ["fast"]) \
+    assert (
+        Config.of({"micro_batch": 8, "accum": 1, "threads": 2, "ckpt": True}, ["fast"]) in variants
+    )
+    assert (
+        Config.of({"micro_batch": 4, "accum": 2, "threads": 2, "ckpt": False}, ["fast"]) in variants
+    )
+    assert (
+        Config.of({"micro_batch": 8, "accum": 1, "threads": 2, "ckpt": False}, ["fast", "lean"])
         in variants
-    assert Config.of({"micro_batch": 4, "accum": 2, "threads": 2, "ckpt": False}, ["fast"]) \
-        in variants
-    assert Config.of({"micro_batch": 8, "accum": 1, "threads": 2, "ckpt": False},
-                     ["fast", "lean"]) in variants
+    )
     assert all(c.knob_dict["threads"] == 2 and "fast" in c.patches for c in variants)
 
 
@@ -123,6 +142,7 @@ def test_an_unknown_searcher_names_the_known_ones():
 
 def test_infrarsi_firms_up_its_top_configs_once_exploring_is_expected_to_gain_nothing():
     from infrarsi.run import infrarsi_searcher as mod
+
     p = problem()
     searcher = InfraRSISearcher(p, seed=0)
     firmed = 0
@@ -131,37 +151,59 @@ def test_infrarsi_firms_up_its_top_configs_once_exploring_is_expected_to_gain_no
         ran_ok = [c for c, o in searcher.history if o.status == "ok"]
         if searcher._nothing_left():
             mu = searcher._predict()[0]
-            top = sorted(set(ran_ok), key=lambda c: mu[p.index[c]])[:mod.FIRM_TOP]
+            top = sorted(set(ran_ok), key=lambda c: mu[p.index[c]])[: mod.FIRM_TOP]
             if any(ran_ok.count(c) < mod.FIRM_MAX for c in top) and config != p.baseline:
                 # past the stop rule only a top config runs again (or the baseline, measured
                 # again every few trials to notice a change of load)
                 assert config in top, "past the stop rule only a top config runs again"
                 firmed += 1
         step, peak = truth(config)
-        searcher.tell(config, Outcome("oom", cost_s=2.0, cap_bytes=CAPACITY) if peak > CAPACITY
-                      else Outcome("ok", step_time_s=step, peak_bytes=peak, cost_s=5.0))
+        searcher.tell(
+            config,
+            Outcome("oom", cost_s=2.0, cap_bytes=CAPACITY)
+            if peak > CAPACITY
+            else Outcome("ok", step_time_s=step, peak_bytes=peak, cost_s=5.0),
+        )
     assert firmed >= 5, "the toy problem is solved well within 40 trials"
     assert max(sum(c == h for h, _ in searcher.history) for c in p.candidates) <= mod.FIRM_MAX
 
 
 def _precision_problem(measured):
     """A space with a precision knob; ``measured``: the Doctor's log ratio for bf16 (or None)."""
-    configs = [Config.of({"micro_batch": mb, "threads": t, "precision": pr}, p)
-               for mb, t, pr in itertools.product([1, 2, 4], [1, 2], ["fp32", "bf16"])
-               for p in ([], ["fast"])]
-    space = Space.from_levels({"micro_batch": [1, 2, 4], "threads": [1, 2],
-                               "precision": ["fp32", "bf16"]}, ["fast"])
-    prior = None if measured is None else (lambda cs: np.array(  # noqa: E731
-        [measured if c.knob_dict["precision"] == "bf16" else 0.0 for c in cs]))
-    return Problem(configs, space, configs[0], patch_log_speed={"fast": math.log(0.8)},
-                   measured_log_speed=prior)
+    configs = [
+        Config.of({"micro_batch": mb, "threads": t, "precision": pr}, p)
+        for mb, t, pr in itertools.product([1, 2, 4], [1, 2], ["fp32", "bf16"])
+        for p in ([], ["fast"])
+    ]
+    space = Space.from_levels(
+        {"micro_batch": [1, 2, 4], "threads": [1, 2], "precision": ["fp32", "bf16"]}, ["fast"]
+    )
+    prior = (
+        None
+        if measured is None
+        else (
+            lambda cs: np.array(  # noqa: E731
+                [measured if c.knob_dict["precision"] == "bf16" else 0.0 for c in cs]
+            )
+        )
+    )
+    return Problem(
+        configs,
+        space,
+        configs[0],
+        patch_log_speed={"fast": math.log(0.8)},
+        measured_log_speed=prior,
+    )
 
 
 def _precision_truth(config):
     k = config.knob_dict
     step = 1.0 / (1 + 0.2 * math.log2(k["micro_batch"])) / (1 + 0.3 * (k["threads"] - 1))
-    return step * (100.0 if k["precision"] == "bf16" else 1.0) * \
-        (0.8 if "fast" in config.patches else 1.0)
+    return (
+        step
+        * (100.0 if k["precision"] == "bf16" else 1.0)
+        * (0.8 if "fast" in config.patches else 1.0)
+    )
 
 
 def _ask_tell(searcher, n, truth_s):
@@ -170,8 +212,10 @@ def _ask_tell(searcher, n, truth_s):
         config = searcher.ask()
         if config is None:
             break
-        searcher.tell(config, Outcome("ok", step_time_s=truth_s(config), peak_bytes=1e9,
-                                      cost_s=truth_s(config) * 10))
+        searcher.tell(
+            config,
+            Outcome("ok", step_time_s=truth_s(config), peak_bytes=1e9, cost_s=truth_s(config) * 10),
+        )
         asked.append(config)
     return asked
 
@@ -179,19 +223,26 @@ def _ask_tell(searcher, n, truth_s):
 def test_a_precision_the_doctor_measured_slow_is_not_proposed_before_the_fast_ones():
     searcher = InfraRSISearcher(_precision_problem(math.log(100.0)), seed=0)
     asked = _ask_tell(searcher, 10, _precision_truth)
-    assert not [c for c in asked if c.knob_dict["precision"] == "bf16"], \
-        [c.describe() for c in asked]
+    assert not [c for c in asked if c.knob_dict["precision"] == "bf16"], [
+        c.describe() for c in asked
+    ]
 
 
 @pytest.mark.parametrize("claim, true_ratio, kept", [(0.5, 1.3, False), (0.8, 0.8, True)])
 def test_a_patch_prior_fades_once_its_own_trials_contradict_it(claim, true_ratio, kept):
     p = _precision_problem(math.log(100.0))
-    p = Problem(p.candidates, p.space, p.baseline, patch_log_speed={"fast": math.log(claim)},
-                measured_log_speed=p.measured_log_speed)
+    p = Problem(
+        p.candidates,
+        p.space,
+        p.baseline,
+        patch_log_speed={"fast": math.log(claim)},
+        measured_log_speed=p.measured_log_speed,
+    )
 
     def truth_s(config):
         base = _precision_truth(config) / (0.8 if "fast" in config.patches else 1.0)
         return base * (true_ratio if "fast" in config.patches else 1.0)
+
     searcher = InfraRSISearcher(p, seed=0)
     asked = _ask_tell(searcher, 14, truth_s)
     assert sum("fast" in c.patches for c in asked) >= 2
@@ -201,6 +252,7 @@ def test_a_patch_prior_fades_once_its_own_trials_contradict_it(claim, true_ratio
 
 def test_the_slow_bound_is_k_times_the_incumbents_cost_and_time():
     from infrarsi.run.infrarsi_searcher import SLOW_MIN, slow_factor
+
     p = _precision_problem(None)
     searcher = InfraRSISearcher(p, seed=0)
     assert searcher.slow_bound() is None  # nothing ran yet: no trial is cut
@@ -211,8 +263,9 @@ def test_the_slow_bound_is_k_times_the_incumbents_cost_and_time():
     assert bound.censored_step_time_s == pytest.approx(k * 0.5, rel=0.2)
     # a slow outcome is told at its bound: never the incumbent, and the models see it slow
     other = next(c for c in p.candidates if c != p.baseline)
-    searcher.tell(other, Outcome("slow", step_time_s=bound.censored_step_time_s,
-                                 cost_s=bound.after_s))
+    searcher.tell(
+        other, Outcome("slow", step_time_s=bound.censored_step_time_s, cost_s=bound.after_s)
+    )
     assert searcher.recommend() == p.baseline
     mu = searcher._predict()[0]
     assert mu[p.index[other]] > mu[p.index[p.baseline]] + math.log(1.5)
@@ -225,19 +278,29 @@ def test_the_priors_pick_keeps_the_knobs_no_prior_speaks_of_at_the_baseline():
     happens to hold first; a value the Doctor measured faster here is taken."""
     from infrarsi.run.problem_build import build_problem
     from infrarsi.workloads import find
+
     manifest = find("dense-1node")
     problem = build_problem(manifest, "tiny", None)
     pick = problem.prior_pick()
     gains = {q for q, r in problem.patch_log_speed.items() if r < 0}
     assert pick.knobs == problem.baseline.knobs and pick.patches == gains
     space = Space.from_levels({"micro_batch": [1, 2, 4], "compile": ["off", "on"]}, ["fast"])
-    configs = [Config.of({"micro_batch": mb, "compile": c}, p)
-               for c in ("on", "off") for mb in (4, 1, 2) for p in (["fast"], [])]
+    configs = [
+        Config.of({"micro_batch": mb, "compile": c}, p)
+        for c in ("on", "off")
+        for mb in (4, 1, 2)
+        for p in (["fast"], [])
+    ]
     base = Config.of({"micro_batch": 2, "compile": "off"})
-    measured = lambda cs: np.array([-0.2 if c.knob_dict["micro_batch"] == 4 else 0.0  # noqa
-                                    for c in cs])
+    measured = lambda cs: np.array(
+        [
+            -0.2 if c.knob_dict["micro_batch"] == 4 else 0.0  # noqa
+            for c in cs
+        ]
+    )
     plain = Problem(configs, space, base, patch_log_speed={"fast": math.log(0.8)})
     assert plain.prior_pick() == Config.of({"micro_batch": 2, "compile": "off"}, ["fast"])
-    told = Problem(configs, space, base, patch_log_speed={"fast": math.log(0.8)},
-                   measured_log_speed=measured)
+    told = Problem(
+        configs, space, base, patch_log_speed={"fast": math.log(0.8)}, measured_log_speed=measured
+    )
     assert told.prior_pick() == Config.of({"micro_batch": 4, "compile": "off"}, ["fast"])

@@ -7,10 +7,22 @@ from infrarsi.store import Store, StoredRun, revision, sqlite_url
 
 
 def make_run(store, run_id="r1"):
-    return store.create_run(StoredRun(
-        run_id=run_id, created_unix_s=1.0, workload="toy", scale="tiny", contract_hash="abc",
-        contract_json={"workload": "toy"}, searcher="random", seed=0, budget_trials=3,
-        budget_s=None, capacity_bytes=10**9, status="running"))
+    return store.create_run(
+        StoredRun(
+            run_id=run_id,
+            created_unix_s=1.0,
+            workload="toy",
+            scale="tiny",
+            contract_hash="abc",
+            contract_json={"workload": "toy"},
+            searcher="random",
+            seed=0,
+            budget_trials=3,
+            budget_s=None,
+            capacity_bytes=10**9,
+            status="running",
+        )
+    )
 
 
 def test_a_new_store_is_at_the_newest_revision(tmp_path):
@@ -26,16 +38,20 @@ def test_a_store_of_the_first_revision_is_upgraded_and_keeps_its_runs(tmp_path):
     from sqlalchemy import create_engine, text
 
     from infrarsi.store import MIGRATIONS
+
     engine = create_engine(sqlite_url(tmp_path))
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "0001")
-        connection.execute(text(
-            "INSERT INTO runs (run_id, created_unix_s, workload, scale, contract_hash, "
-            "contract_json, searcher, seed, status) VALUES ('old', 1, 'toy', 'tiny', 'abc', "
-            "'{}', 'random', 0, 'finished')"))
+        connection.execute(
+            text(
+                "INSERT INTO runs (run_id, created_unix_s, workload, scale, contract_hash, "
+                "contract_json, searcher, seed, status) VALUES ('old', 1, 'toy', 'tiny', 'abc', "
+                "'{}', 'random', 0, 'finished')"
+            )
+        )
     assert revision(engine) == "0001"
     store = Store(sqlite_url(tmp_path))
     assert revision(store.engine) == "0002"
@@ -47,8 +63,12 @@ def test_a_store_of_the_first_revision_is_upgraded_and_keeps_its_runs(tmp_path):
 def test_trials_are_running_then_final_and_survive_reopening(tmp_path):
     store = Store(sqlite_url(tmp_path))
     make_run(store)
-    done = store.start_trial("r1", 0, {"knobs": {"a": 1}, "patches": []},
-                             {"step_time_s": 0.5, "p_oom": 0.1, "peak_bytes": 1e8})
+    done = store.start_trial(
+        "r1",
+        0,
+        {"knobs": {"a": 1}, "patches": []},
+        {"step_time_s": 0.5, "p_oom": 0.1, "peak_bytes": 1e8},
+    )
     store.finish_trial(done, "ok", trial_id="t0", step_time_s=0.4, peak_mem_bytes=9e7, cost_s=5)
     store.start_trial("r1", 1, {"knobs": {"a": 2}, "patches": []})
     again = Store(sqlite_url(tmp_path))

@@ -32,14 +32,24 @@ def test_an_oom_kill_by_the_kernel_is_an_oom_with_the_capacity(tmp_path, spec):
 
 def test_an_oom_kill_wins_over_a_timeout(tmp_path, spec):
     memory = {0: RankMemory(peak_bytes=256 << 20, oom_kills=1)}
-    assert outcome(_result(None, timed_out=True), tmp_path, spec, memory).status is \
-        TrialStatus.OOM
+    assert outcome(_result(None, timed_out=True), tmp_path, spec, memory).status is TrialStatus.OOM
 
 
 def test_an_allocation_error_a_rank_raised_is_an_oom_even_at_import(tmp_path, spec):
-    _write(tmp_path, "error.rank1.jsonl", json.dumps(
-        {"rank": 1, "type": "OutOfMemoryError", "message": "can't allocate", "oom": True,
-         "traceback": "..."}) + "\n")
+    _write(
+        tmp_path,
+        "error.rank1.jsonl",
+        json.dumps(
+            {
+                "rank": 1,
+                "type": "OutOfMemoryError",
+                "message": "can't allocate",
+                "oom": True,
+                "traceback": "...",
+            }
+        )
+        + "\n",
+    )
     got = outcome(_result(1), tmp_path, spec)
     assert got.status is TrialStatus.OOM and got.error.startswith("rank 1: OutOfMemoryError")
 
@@ -57,19 +67,39 @@ def test_a_timeout_is_a_timeout(tmp_path, spec):
 
 def test_a_failure_after_every_step_was_reported_is_ok_with_a_warning(tmp_path, spec):
     for rank in range(2):
-        _write(tmp_path, f"metrics.rank{rank}.jsonl", "\n".join(json.dumps(e) for e in [
-            {"kind": "start", "rank": rank, "world_size": 2},
-            {"kind": "step", "step": 0, "step_time_s": 0.1, "loss": 1.0},
-            {"kind": "end", "peak_mem_bytes": 1}]) + "\n")
+        _write(
+            tmp_path,
+            f"metrics.rank{rank}.jsonl",
+            "\n".join(
+                json.dumps(e)
+                for e in [
+                    {"kind": "start", "rank": rank, "world_size": 2},
+                    {"kind": "step", "step": 0, "step_time_s": 0.1, "loss": 1.0},
+                    {"kind": "end", "peak_mem_bytes": 1},
+                ]
+            )
+            + "\n",
+        )
     _write(tmp_path, "stderr.log", "terminate called without an active exception\n")
     got = outcome(_result(-6), tmp_path, spec)
     assert got.status is TrialStatus.OK and "gloo teardown race" in got.warnings[0]
 
 
 def test_any_other_failure_is_a_crash_with_the_rank_traceback(tmp_path, spec):
-    _write(tmp_path, "error.rank0.jsonl", json.dumps(
-        {"rank": 0, "type": "ValueError", "message": "bad", "oom": False,
-         "traceback": "Traceback ... ValueError: bad"}) + "\n")
+    _write(
+        tmp_path,
+        "error.rank0.jsonl",
+        json.dumps(
+            {
+                "rank": 0,
+                "type": "ValueError",
+                "message": "bad",
+                "oom": False,
+                "traceback": "Traceback ... ValueError: bad",
+            }
+        )
+        + "\n",
+    )
     got = outcome(_result(1), tmp_path, spec)
     assert got.status is TrialStatus.CRASH and "ValueError: bad" in got.error
     plain = tmp_path / "plain"

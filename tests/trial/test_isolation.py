@@ -8,8 +8,10 @@ import pytest
 
 from infrarsi.trial import TrialStatus, prepare, run_trial
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0,
-                                                    reason="isolation needs root")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="isolation needs root"),
+]
 
 
 def test_a_snooping_trial_is_refused_everything_and_still_trains(toy, tmp_path):
@@ -28,7 +30,9 @@ def test_a_snooping_trial_is_refused_everything_and_still_trains(toy, tmp_path):
 def test_a_kernel_that_refuses_namespaces_changes_nothing_and_says_so(tmp_path):
     import subprocess
     import sys
+
     from infrarsi.trial.runner import HOOKS_DIR
+
     code = f"""
 import ctypes, os, sys
 sys.path.insert(0, {str(HOOKS_DIR)!r})
@@ -53,8 +57,13 @@ def _remove_stash():
     """What a stash trial could leave on this machine without isolation (never, with it)."""
     import ctypes
     import glob
-    for path in glob.glob("/dev/infrarsi-stash-*") + glob.glob("/tmp/infrarsi-stash-*") + \
-            glob.glob("/var/tmp/infrarsi-stash-*") + glob.glob("/run/infrarsi-stash-*"):
+
+    for path in (
+        glob.glob("/dev/infrarsi-stash-*")
+        + glob.glob("/tmp/infrarsi-stash-*")
+        + glob.glob("/var/tmp/infrarsi-stash-*")
+        + glob.glob("/run/infrarsi-stash-*")
+    ):
         os.remove(path)
     libc = ctypes.CDLL(None, use_errno=True)
     for rank in range(2):

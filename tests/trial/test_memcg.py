@@ -13,8 +13,10 @@ from infrarsi.trial.process import ProcessResult
 
 V1_CGROUP = "9:name=systemd:/\n4:memory:/jobs/abc\n0::/\n"
 V2_CGROUP = "0::/user.slice/job\n"
-MOUNTINFO = ("30 25 0:27 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory\n"
-             "31 25 0:28 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n")
+MOUNTINFO = (
+    "30 25 0:27 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory\n"
+    "31 25 0:28 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+)
 
 
 def test_own_cgroup_prefers_the_v1_memory_controller():
@@ -29,11 +31,25 @@ def test_mount_points_of_each_version():
     assert memcg._mount_point("", 1) is None
 
 
-@pytest.mark.parametrize("version,files", [
-    (1, {"memory.max_usage_in_bytes": "123456\n",
-         "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"}),
-    (2, {"memory.peak": "123456\n", "memory.events": "low 0\nhigh 0\nmax 4\noom 1\n"
-                                                      "oom_kill 2\noom_group_kill 0\n"})])
+@pytest.mark.parametrize(
+    "version,files",
+    [
+        (
+            1,
+            {
+                "memory.max_usage_in_bytes": "123456\n",
+                "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+            },
+        ),
+        (
+            2,
+            {
+                "memory.peak": "123456\n",
+                "memory.events": "low 0\nhigh 0\nmax 4\noom 1\noom_kill 2\noom_group_kill 0\n",
+            },
+        ),
+    ],
+)
 def test_read_rank_of_each_version(tmp_path, version, files):
     for name, text in files.items():
         (tmp_path / name).write_text(text)
@@ -45,15 +61,20 @@ def _result(**kw):
 
 
 def test_a_rank_without_a_measurement_is_null_with_a_warning_never_zero():
-    reports = [RankReport(rank=r, world_size=2, steps=[{"step_time_s": 0.1, "loss": 1.0}],
-                          end={"peak_mem_bytes": 5}) for r in range(2)]
+    reports = [
+        RankReport(
+            rank=r,
+            world_size=2,
+            steps=[{"step_time_s": 0.1, "loss": 1.0}],
+            end={"peak_mem_bytes": 5},
+        )
+        for r in range(2)
+    ]
     reduced = reduce_ranks(reports)
-    peaks, source, warnings = _peaks(reports, reduced, _result(),
-                                     {0: memcg.RankMemory(100, 0)})
+    peaks, source, warnings = _peaks(reports, reduced, _result(), {0: memcg.RankMemory(100, 0)})
     assert peaks == [100, None] and source == "memcg"
     assert "rank(s) [1]" in warnings[0]
-    peaks, source, warnings = _peaks(reports, reduced, _result(outside_peak_rss_bytes={1: 7}),
-                                     None)
+    peaks, source, warnings = _peaks(reports, reduced, _result(outside_peak_rss_bytes={1: 7}), None)
     assert peaks == [None, 7] and source == "rss_sampled" and warnings
 
 
@@ -66,8 +87,13 @@ def _hierarchy():
 
 def test_a_real_rank_cgroup_records_its_peak_and_is_removed():
     cgroup = memcg.TrialCgroup(_hierarchy(), "unit-test")
-    env = {**os.environ, **cgroup.env(), "LOCAL_RANK": "0", "RANK": "0",
-           "PYTHONPATH": str(memcg.Path(memcg.__file__).parent / "_hooks")}
+    env = {
+        **os.environ,
+        **cgroup.env(),
+        "LOCAL_RANK": "0",
+        "RANK": "0",
+        "PYTHONPATH": str(memcg.Path(memcg.__file__).parent / "_hooks"),
+    }
     code = "b = bytearray(64 * 2**20)\nfor i in range(0, len(b), 4096): b[i] = 1"
     subprocess.run(["python3", "-c", code], env=env, check=True)
     ranks = cgroup.ranks()

@@ -2,8 +2,8 @@
 gives only ``ok``/``oom``, monotone, with the boundary at the peak."""
 
 import pytest
-
 from conftest import assert_no_leftovers
+
 from infrarsi.trial import TrialStatus, prepare, run_trial
 from infrarsi.workloads import find
 
@@ -23,10 +23,13 @@ def test_cap_sweep_is_oom_below_the_peak_and_ok_above(tmp_path, name):
     peak = max(peaks)
     seen = {}
     for factor in BELOW + ABOVE:
-        record = run_trial(prepare(manifest, "tiny", {}, mem_cap_bytes=int(factor * peak)),
-                           tmp_path)
+        record = run_trial(
+            prepare(manifest, "tiny", {}, mem_cap_bytes=int(factor * peak)), tmp_path
+        )
         assert_no_leftovers(record.trial_id)
         seen[factor] = (record.status.value, record.error)
-    assert {f: s for f, (s, _) in seen.items()} == \
-        {**{f: "oom" for f in BELOW}, **{f: "ok" for f in ABOVE}}, seen
+    assert {f: s for f, (s, _) in seen.items()} == {
+        **{f: "oom" for f in BELOW},
+        **{f: "ok" for f in ABOVE},
+    }, seen
     assert all("ran out of memory" in seen[f][1] for f in BELOW)

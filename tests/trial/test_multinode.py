@@ -6,8 +6,8 @@ import time
 
 import psutil
 import pytest
-
 from conftest import assert_no_leftovers
+
 from infrarsi.trial import TrialStatus, prepare, run_trial
 from infrarsi.trial.process import TRIAL_ID_ENV
 from infrarsi.workloads import find
@@ -19,8 +19,10 @@ def _node_launcher(node_rank: int) -> psutil.Process | None:
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmdline = proc.info["cmdline"] or []
-            if any(a == f"--node-rank={node_rank}" for a in cmdline) and \
-                    TRIAL_ID_ENV in proc.environ():
+            if (
+                any(a == f"--node-rank={node_rank}" for a in cmdline)
+                and TRIAL_ID_ENV in proc.environ()
+            ):
                 return proc
         except psutil.Error:
             continue

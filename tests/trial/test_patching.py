@@ -22,9 +22,11 @@ def _check(diff, dense):
 
 
 def test_diff_paths_reads_git_and_plain_headers():
-    diff = ("diff --git a/model.py b/model.py\n--- a/model.py\n+++ b/model.py\n"
-            "--- old/x.py\t2024-01-01\n+++ new/x.py\t2024-01-01\n"
-            "rename from a.py\nrename to b.py\n")
+    diff = (
+        "diff --git a/model.py b/model.py\n--- a/model.py\n+++ b/model.py\n"
+        "--- old/x.py\t2024-01-01\n+++ new/x.py\t2024-01-01\n"
+        "rename from a.py\nrename to b.py\n"
+    )
     paths = diff_paths(diff)
     assert {"model.py", "old/x.py", "new/x.py", "a.py", "b.py"} <= set(paths.paths)
     assert not paths.symlink
@@ -35,16 +37,21 @@ def test_catalog_patches_are_allowed(dense):
         assert _check(dense.patch_path(patch.id).read_text(), dense) == []
 
 
-@pytest.mark.parametrize("diff, reason", [
-    (TOUCH_TRAIN, "train.py: locked file"),
-    (TOUCH_TRAIN.replace("train.py", "data.py"), "data.py: locked file"),
-    (TOUCH_TRAIN.replace("train.py", "../outside.py"), "outside the workspace"),
-    (TOUCH_TRAIN.replace("a/train.py", "/etc/passwd").replace("b/train.py", "/etc/passwd"),
-     "outside the workspace"),
-    (TOUCH_TRAIN.replace("train.py", "README.md"), "not an editable file"),
-    ("diff --git a/model.py b/model.py\nnew mode 120000\n", "creates a symlink"),
-    ("just some text\n", "names no file"),
-])
+@pytest.mark.parametrize(
+    "diff, reason",
+    [
+        (TOUCH_TRAIN, "train.py: locked file"),
+        (TOUCH_TRAIN.replace("train.py", "data.py"), "data.py: locked file"),
+        (TOUCH_TRAIN.replace("train.py", "../outside.py"), "outside the workspace"),
+        (
+            TOUCH_TRAIN.replace("a/train.py", "/etc/passwd").replace("b/train.py", "/etc/passwd"),
+            "outside the workspace",
+        ),
+        (TOUCH_TRAIN.replace("train.py", "README.md"), "not an editable file"),
+        ("diff --git a/model.py b/model.py\nnew mode 120000\n", "creates a symlink"),
+        ("just some text\n", "names no file"),
+    ],
+)
 def test_refused_paths(dense, diff, reason):
     reasons = _check(diff, dense)
     assert any(reason in r for r in reasons), reasons
@@ -55,8 +62,9 @@ def test_editable_symlink_to_locked_file_is_refused(tmp_path, dense):
     shutil.copytree(dense.root, root)
     (root / "model.py").unlink()
     (root / "model.py").symlink_to(root / "train.py")
-    reasons = check_paths(TOUCH_TRAIN.replace("train.py", "model.py"), root,
-                          dense.files.editable, dense.files.locked)
+    reasons = check_paths(
+        TOUCH_TRAIN.replace("train.py", "model.py"), root, dense.files.editable, dense.files.locked
+    )
     assert any("locked file" in r for r in reasons), reasons
 
 

@@ -9,8 +9,8 @@ import time
 
 import psutil
 import pytest
-
 from conftest import FIXTURES
+
 from infrarsi.trial.process import OWNER_ENV, TRIAL_ID_ENV, sweep_orphans, trial_processes
 
 pytestmark = pytest.mark.slow
@@ -21,9 +21,21 @@ def _toy_processes():
 
 
 def test_sigkill_of_the_tool_ends_launcher_and_ranks(tmp_path):
-    tool = subprocess.Popen([sys.executable, "-m", "infrarsi", "trial", str(FIXTURES / "toy"),
-                             "--set", "mode=hang", "--workdir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tool = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "infrarsi",
+            "trial",
+            str(FIXTURES / "toy"),
+            "--set",
+            "mode=hang",
+            "--workdir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
     while len(_toy_processes()) < 3 and time.monotonic() < deadline:  # launcher + two ranks
         time.sleep(0.2)
@@ -38,8 +50,11 @@ def test_sigkill_of_the_tool_ends_launcher_and_ranks(tmp_path):
 
 def test_orphans_of_a_dead_owner_are_swept_and_others_kept():
     dead_owner = {**os.environ, TRIAL_ID_ENV: "toy-orphan", OWNER_ENV: "999999999:0.00"}
-    live_owner = {**os.environ, TRIAL_ID_ENV: "toy-other",
-                  OWNER_ENV: f"{os.getpid()}:{psutil.Process().create_time():.2f}"}
+    live_owner = {
+        **os.environ,
+        TRIAL_ID_ENV: "toy-other",
+        OWNER_ENV: f"{os.getpid()}:{psutil.Process().create_time():.2f}",
+    }
     orphan = subprocess.Popen(["sleep", "60"], env=dead_owner)
     other = subprocess.Popen(["sleep", "60"], env=live_owner)
     time.sleep(0.3)  # until both have exec'd with their own environment

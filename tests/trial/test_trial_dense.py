@@ -1,8 +1,8 @@
 """Real trials of dense-1node at tiny scale: real torchrun, real ranks, real memory caps."""
 
 import pytest
-
 from conftest import assert_no_leftovers, cli_json
+
 from infrarsi.trial import TrialStatus, prepare, run_trial
 
 pytestmark = pytest.mark.slow
@@ -36,8 +36,9 @@ def test_baseline_two_ranks_ok_with_every_metric(baseline_record):
     assert_no_leftovers(r["trial_id"])
 
 
-@pytest.mark.parametrize("patch_id", ["sdpa_attention", "fused_qkv", "fused_adamw",
-                                      "chunked_cross_entropy"])
+@pytest.mark.parametrize(
+    "patch_id", ["sdpa_attention", "fused_qkv", "fused_adamw", "chunked_cross_entropy"]
+)
 def test_each_catalog_patch_runs_and_keeps_the_loss(dense, tmp_path, baseline_record, patch_id):
     record = run_trial(prepare(dense, "tiny", {}, [patch_id]), tmp_path)
     assert record.status is TrialStatus.OK, record.error
@@ -52,10 +53,8 @@ def test_sdpa_keeps_the_loss_trajectory_within_1e_4(dense, tmp_path, baseline_re
 
 
 def test_two_splits_of_the_global_batch_train_the_same_model(dense, tmp_path):
-    a = run_trial(prepare(dense, "tiny", {"nproc": 1, "micro_batch": 2, "grad_accum": 4}),
-                  tmp_path)
-    b = run_trial(prepare(dense, "tiny", {"nproc": 1, "micro_batch": 4, "grad_accum": 2}),
-                  tmp_path)
+    a = run_trial(prepare(dense, "tiny", {"nproc": 1, "micro_batch": 2, "grad_accum": 4}), tmp_path)
+    b = run_trial(prepare(dense, "tiny", {"nproc": 1, "micro_batch": 4, "grad_accum": 2}), tmp_path)
     assert a.status is b.status is TrialStatus.OK
     assert rel_drift(a.metrics.loss, b.metrics.loss) <= 1e-5
 

@@ -3,8 +3,8 @@
 import shutil
 
 import pytest
-
 from conftest import FIXTURES, assert_no_leftovers
+
 from infrarsi.trial import TrialStatus, prepare, run_trial
 from infrarsi.workloads import load_manifest
 
@@ -12,8 +12,11 @@ pytestmark = pytest.mark.slow
 
 
 def _run(manifest, tmp_path, **knobs_and_options):
-    options = {k: knobs_and_options.pop(k) for k in ("mem_cap_bytes", "timeout_s", "slow_after_s")
-               if k in knobs_and_options}
+    options = {
+        k: knobs_and_options.pop(k)
+        for k in ("mem_cap_bytes", "timeout_s", "slow_after_s")
+        if k in knobs_and_options
+    }
     record = run_trial(prepare(manifest, "tiny", knobs_and_options, **options), tmp_path)
     assert_no_leftovers(record.trial_id)
     assert (tmp_path / record.trial_id / "record.json").is_file()
@@ -109,16 +112,30 @@ def test_terminating_the_tool_ends_the_trial_it_was_running(tmp_path):
 
     from infrarsi.trial.process import TRIAL_ID_ENV
 
-    tool = subprocess.Popen([sys.executable, "-m", "infrarsi", "trial", str(FIXTURES / "toy"),
-                             "--set", "mode=hang", "--workdir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tool = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "infrarsi",
+            "trial",
+            str(FIXTURES / "toy"),
+            "--set",
+            "mode=hang",
+            "--workdir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
     def trial_procs():
         found = []
         for proc in psutil.process_iter():
             try:
-                if proc.environ().get(TRIAL_ID_ENV, "").startswith("toy-") and \
-                        proc.status() != psutil.STATUS_ZOMBIE:
+                if (
+                    proc.environ().get(TRIAL_ID_ENV, "").startswith("toy-")
+                    and proc.status() != psutil.STATUS_ZOMBIE
+                ):
                     found.append(proc)
             except psutil.Error:
                 continue

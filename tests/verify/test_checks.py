@@ -13,13 +13,25 @@ LOSS = [5.0, 4.6, 4.3, 4.1, 3.9, 3.8, 3.7, 3.6]
 
 
 def _contract(objective="e2e_time", equivalence=Equivalence(), cap=None) -> Contract:
-    return Contract.model_validate({
-        "workload": "dense-1node", "scale": "tiny", "instruction": "cut time",
-        "objective": objective,
-        "invariants": {"tokens_per_step": 512, "steps": 8, "seeds": {"seed": 1},
-                       "data_fingerprint": "x"},
-        "correctness": {"loss_tolerance": 0.005}, "equivalence": equivalence.model_dump(),
-        "mem_cap_bytes": cap, "editable": ["model.py"], "locked": {"train.py": "aa"}}).sealed()
+    return Contract.model_validate(
+        {
+            "workload": "dense-1node",
+            "scale": "tiny",
+            "instruction": "cut time",
+            "objective": objective,
+            "invariants": {
+                "tokens_per_step": 512,
+                "steps": 8,
+                "seeds": {"seed": 1},
+                "data_fingerprint": "x",
+            },
+            "correctness": {"loss_tolerance": 0.005},
+            "equivalence": equivalence.model_dump(),
+            "mem_cap_bytes": cap,
+            "editable": ["model.py"],
+            "locked": {"train.py": "aa"},
+        }
+    ).sealed()
 
 
 def _weights(tmp_path, name, **offsets) -> str:
@@ -30,32 +42,76 @@ def _weights(tmp_path, name, **offsets) -> str:
     return str(path)
 
 
-def _record(contract, tmp_path=None, name="base", knobs=None, loss=LOSS, steps=None,
-            e2e=10.0, span=None, step_s=0.2, seen=None, final=None, initial=0, eval_loss=3.5,
-            evaluation=True, inert=(), peaks=(100,), patches=()) -> TrialRecord:
+def _record(
+    contract,
+    tmp_path=None,
+    name="base",
+    knobs=None,
+    loss=LOSS,
+    steps=None,
+    e2e=10.0,
+    span=None,
+    step_s=0.2,
+    seen=None,
+    final=None,
+    initial=0,
+    eval_loss=3.5,
+    evaluation=True,
+    inert=(),
+    peaks=(100,),
+    patches=(),
+) -> TrialRecord:
     steps_s = steps or [step_s] * len(loss)
     span = sum(steps_s) if span is None else span
-    metrics = {"step_time_s": step_s, "step_time_cv": 0.0, "e2e_time_s": e2e,
-               "train_time_s": sum(steps_s), "startup_time_s": e2e - sum(steps_s),
-               "warmup_overhead_s": 0.0, "compile_time_s": 0.0, "tokens_per_step": 512,
-               "tokens_per_s": 512 / step_s, "peak_mem_bytes": list(peaks), "loss": list(loss),
-               "step_times_s": steps_s, "outside_train_span_s": span,
-               "outside_span_steps": len(loss), "harness_step_times_s": seen or steps_s,
-               "harness_step_time_s": step_s, "harness_tail_s": 0.5, "steps": len(loss),
-               "warmup_steps": 2, "ranks": len(peaks)}
+    metrics = {
+        "step_time_s": step_s,
+        "step_time_cv": 0.0,
+        "e2e_time_s": e2e,
+        "train_time_s": sum(steps_s),
+        "startup_time_s": e2e - sum(steps_s),
+        "warmup_overhead_s": 0.0,
+        "compile_time_s": 0.0,
+        "tokens_per_step": 512,
+        "tokens_per_s": 512 / step_s,
+        "peak_mem_bytes": list(peaks),
+        "loss": list(loss),
+        "step_times_s": steps_s,
+        "outside_train_span_s": span,
+        "outside_span_steps": len(loss),
+        "harness_step_times_s": seen or steps_s,
+        "harness_step_time_s": step_s,
+        "harness_tail_s": 0.5,
+        "steps": len(loss),
+        "warmup_steps": 2,
+        "ranks": len(peaks),
+    }
     ev = None
     if evaluation and tmp_path is not None:
-        ev = Evaluation(final_weights=_weights(tmp_path, name, **(final or {"a": 0.1, "b": 0.1,
-                                                                            "bias": 0.01})),
-                        initial_weights=_weights(tmp_path, f"{name}0") if initial == 0 else None,
-                        eval_loss=eval_loss, initial_eval_loss=6.0, inert_params=list(inert))
-    return TrialRecord.model_validate({
-        "trial_id": name, "workload": "dense-1node", "scale": "tiny", "status": "ok",
-        "knobs": {"micro_batch": 2, "nproc": 2, "precision": "fp32", **(knobs or {})},
-        "patches": [p.model_dump() for p in patches], "locked_files": {"train.py": "aa"},
-        "contract_hash": contract.contract_hash, "mem_cap_bytes": contract.mem_cap_bytes,
-        "timeout_s": 60, "started_unix_s": 0, "cost_s": e2e, "metrics": metrics,
-        "evaluation": ev.model_dump() if ev else None})
+        ev = Evaluation(
+            final_weights=_weights(tmp_path, name, **(final or {"a": 0.1, "b": 0.1, "bias": 0.01})),
+            initial_weights=_weights(tmp_path, f"{name}0") if initial == 0 else None,
+            eval_loss=eval_loss,
+            initial_eval_loss=6.0,
+            inert_params=list(inert),
+        )
+    return TrialRecord.model_validate(
+        {
+            "trial_id": name,
+            "workload": "dense-1node",
+            "scale": "tiny",
+            "status": "ok",
+            "knobs": {"micro_batch": 2, "nproc": 2, "precision": "fp32", **(knobs or {})},
+            "patches": [p.model_dump() for p in patches],
+            "locked_files": {"train.py": "aa"},
+            "contract_hash": contract.contract_hash,
+            "mem_cap_bytes": contract.mem_cap_bytes,
+            "timeout_s": 60,
+            "started_unix_s": 0,
+            "cost_s": e2e,
+            "metrics": metrics,
+            "evaluation": ev.model_dump() if ev else None,
+        }
+    )
 
 
 def _reasons(contract, base, cand) -> str:
@@ -76,10 +132,12 @@ def test_workload_locked_files_and_patch_paths(tmp_path):
     cand = _record(c, tmp_path, "cand").model_copy(update={"locked_files": {"train.py": "bb"}})
     assert "locked files changed: train.py" in _reasons(c, base, cand)
     bad = PatchRef(id="x.diff", sha256="0", catalog=False, paths=["train.py"])
-    assert "outside the editable set" in _reasons(c, base, _record(c, tmp_path, "cand",
-                                                                   patches=[bad]))
-    assert "another contract" in _reasons(c, base, _record(_contract("tokens_per_s"), tmp_path,
-                                                            "cand"))
+    assert "outside the editable set" in _reasons(
+        c, base, _record(c, tmp_path, "cand", patches=[bad])
+    )
+    assert "another contract" in _reasons(
+        c, base, _record(_contract("tokens_per_s"), tmp_path, "cand")
+    )
 
 
 def test_times_from_another_host_are_not_compared(tmp_path):
@@ -108,8 +166,10 @@ def test_loss_drift_and_its_calibrated_tolerance_per_kind(tmp_path):
     assert "loss drift" in _reasons(c, base, split)  # no calibration: the contract's 0.5%
     eq = tolerances({"loss_split": 0.25, "weight_rerun": 0.0})
     calibrated = _contract(equivalence=eq)
-    base, split = (_record(calibrated, tmp_path, n, knobs=k, loss=l) for n, k, l in
-                   (("base", {}, LOSS), ("cand", {"micro_batch": 4}, sampled)))
+    base, split = (
+        _record(calibrated, tmp_path, n, knobs=k, loss=losses)
+        for n, k, losses in (("base", {}, LOSS), ("cand", {"micro_batch": 4}, sampled))
+    )
     assert "loss drift" not in _reasons(calibrated, base, split)
     same_split = _record(calibrated, tmp_path, "cand", loss=sampled)  # keeps the split
     assert "loss drift" in _reasons(calibrated, base, same_split)
@@ -120,8 +180,7 @@ def test_reported_times_against_the_harness_clock(tmp_path):
     base = _record(c, tmp_path)
     forged = _record(c, tmp_path, "cand", step_s=0.05, span=1.6)
     assert "a faked timer or forged metrics" in _reasons(c, base, forged)
-    moved = _record(c, tmp_path, "cand", steps=[1.0, 0.05] + [0.2] * 6, span=1.6,
-                    seen=[0.2] * 8)
+    moved = _record(c, tmp_path, "cand", steps=[1.0, 0.05] + [0.2] * 6, span=1.6, seen=[0.2] * 8)
     assert "time moved between steps" in _reasons(c, base, moved)
 
 
@@ -133,8 +192,9 @@ def test_work_outside_the_steps_under_a_throughput_objective(tmp_path):
     honest = _record(c, tmp_path, "cand", e2e=3.3, step_s=0.1)
     assert "outside its timed steps" not in _reasons(c, base, honest)
     e2e = _contract()
-    assert "outside its timed steps" not in _reasons(e2e, _record(e2e, tmp_path),
-                                                     _record(e2e, tmp_path, "cand", step_s=0.01))
+    assert "outside its timed steps" not in _reasons(
+        e2e, _record(e2e, tmp_path), _record(e2e, tmp_path, "cand", step_s=0.01)
+    )
 
 
 def test_missing_evidence_is_a_failure_not_a_pass(tmp_path):
@@ -142,8 +202,9 @@ def test_missing_evidence_is_a_failure_not_a_pass(tmp_path):
     base = _record(c, tmp_path)
     assert "left no evaluation" in _reasons(c, base, _record(c, tmp_path, "c", evaluation=False))
     assert "no held-out loss" in _reasons(c, base, _record(c, tmp_path, "c", eval_loss=None))
-    assert "saved no initial parameters" in _reasons(c, base, _record(c, tmp_path, "c",
-                                                                      initial=None))
+    assert "saved no initial parameters" in _reasons(
+        c, base, _record(c, tmp_path, "c", initial=None)
+    )
     neither = verify(c, _record(c, evaluation=False), _record(c, evaluation=False))
     assert neither.valid and neither.not_checked  # a workload with no evaluation at all
 
@@ -170,9 +231,18 @@ def test_a_parameter_the_reference_model_gives_no_gradient_is_no_evidence(tmp_pa
 def test_tolerances_per_kind_of_change(tmp_path):
     """A candidate is judged by the floors of the kinds of change it makes: one that keeps the
     split is held to the strict base even where a split moves the weights a lot (MoE)."""
-    eq = tolerances({"weight_split": 0.02, "eval_split": 0.001, "weight_rerun": 0.0,
-                     "eval_rerun": 0.0, "weight_precision": 0.05, "weight_bf16": 0.05,
-                     "eval_bf16": 0.001, "eval_precision": 0.001})
+    eq = tolerances(
+        {
+            "weight_split": 0.02,
+            "eval_split": 0.001,
+            "weight_rerun": 0.0,
+            "eval_rerun": 0.0,
+            "weight_precision": 0.05,
+            "weight_bf16": 0.05,
+            "eval_bf16": 0.001,
+            "eval_precision": 0.001,
+        }
+    )
     assert eq.tolerances(False) == (2e-4, 5e-5)
     assert eq.tolerances(False, {"split"}) == (pytest.approx(0.2), pytest.approx(0.01))
     c = _contract(equivalence=eq)
@@ -189,8 +259,9 @@ def test_uncalibrated_contracts_are_strict_and_say_why(tmp_path):
     assert not eq.calibrated and eq.weight_rtol <= 1e-3 and eq.eval_rtol <= 2e-4
     c = _contract()
     base = _record(c, tmp_path)
-    small = _record(c, tmp_path, "c", final={"a": 0.1, "b": 0.1005, "bias": 0.01},
-                    knobs={"micro_batch": 4})
+    small = _record(
+        c, tmp_path, "c", final={"a": 0.1, "b": 0.1005, "bias": 0.01}, knobs={"micro_batch": 4}
+    )
     reasons = _reasons(c, base, small)
     assert "no tolerance was calibrated for a change of split" in reasons
 
@@ -206,13 +277,20 @@ def test_a_slowed_clock_fails_the_total_even_when_each_step_is_within_its_slack(
 
 def test_the_report_says_how_strong_the_evidence_was():
     from infrarsi.verify import evidence_strength
+
     assert evidence_strength(_contract(), []).startswith("strong")
-    weaker = evidence_strength(_contract(), ["final parameters and held-out loss: the workload "
-                                             "declares no evaluation (manifest 'evaluation')"])
+    weaker = evidence_strength(
+        _contract(),
+        [
+            "final parameters and held-out loss: the workload "
+            "declares no evaluation (manifest 'evaluation')"
+        ],
+    )
     assert weaker.startswith("weaker") and "not calibrated: run doctor" in weaker
     calibrated = _contract(equivalence=tolerances({"loss_split": 0.1}))
-    assert "calibrated per kind of change" in evidence_strength(calibrated, [
-        "final parameters and held-out loss: the workload declares no evaluation"])
+    assert "calibrated per kind of change" in evidence_strength(
+        calibrated, ["final parameters and held-out loss: the workload declares no evaluation"]
+    )
 
 
 def test_memory_held_outside_the_ranks(tmp_path):

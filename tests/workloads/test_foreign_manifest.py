@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 import yaml
-
 from conftest import FIXTURES
+
 from infrarsi.trial import prepare
 from infrarsi.trial.metrics import MetricsError, read_stdout
 from infrarsi.trial.runner import render
@@ -26,8 +26,10 @@ def test_a_flag_knob_is_present_when_true_and_absent_when_false(foreign, tmp_pat
 
 
 def test_stdout_numbers_in_their_unit_and_tokens_printed_once(foreign):
-    text = "tokens per iter: 256\niter 0: loss 5.7000, time 1041.91ms\n" \
-           "iter 1: loss 5.6000, time 20.00ms\n"
+    text = (
+        "tokens per iter: 256\niter 0: loss 5.7000, time 1041.91ms\n"
+        "iter 1: loss 5.6000, time 20.00ms\n"
+    )
     (report,) = read_stdout(text, foreign.launch.metrics)
     assert [s["step_time_s"] for s in report.steps] == pytest.approx([1.04191, 0.02])
     assert [s["tokens"] for s in report.steps] == [256, 256]
@@ -47,16 +49,26 @@ def _edited(tmp_path, change):
     return root
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda d: d["launch"]["metrics"].update(loss="loss [0-9.]+"),
-     "field 'launch.metrics.loss.pattern': 'loss [0-9.]+' has 0 capture groups"),
-    (lambda d: d["launch"]["metrics"].update(loss="(loss) ([0-9.]+)"), "has 2 capture groups"),
-    (lambda d: d["launch"]["metrics"]["step_time"].update(unit="minutes"),
-     "field 'launch.metrics.step_time.unit'"),
-    (lambda d: d["knobs"][2].update(flag="--attn"), "'flag' is for bool knobs"),
-    (lambda d: d["launch"]["command"].__setitem__(5, "--bf16={bf16}"),
-     "must be a command item of its own"),
-    (lambda d: d["knobs"][0].update(role="speed"), "field 'knobs.0.role'")])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            lambda d: d["launch"]["metrics"].update(loss="loss [0-9.]+"),
+            "field 'launch.metrics.loss.pattern': 'loss [0-9.]+' has 0 capture groups",
+        ),
+        (lambda d: d["launch"]["metrics"].update(loss="(loss) ([0-9.]+)"), "has 2 capture groups"),
+        (
+            lambda d: d["launch"]["metrics"]["step_time"].update(unit="minutes"),
+            "field 'launch.metrics.step_time.unit'",
+        ),
+        (lambda d: d["knobs"][2].update(flag="--attn"), "'flag' is for bool knobs"),
+        (
+            lambda d: d["launch"]["command"].__setitem__(5, "--bf16={bf16}"),
+            "must be a command item of its own",
+        ),
+        (lambda d: d["knobs"][0].update(role="speed"), "field 'knobs.0.role'"),
+    ],
+)
 def test_manifest_problems_are_found_when_it_loads(tmp_path, change, says):
     with pytest.raises(ManifestError) as err:
         load_manifest(_edited(tmp_path, change))
@@ -73,6 +85,7 @@ def test_precision_comes_from_the_knob_with_that_role(foreign, dense):
 
 def test_every_reference_knob_and_patch_has_a_role():
     from infrarsi.workloads import all_reference
+
     for manifest in all_reference():
         assert all(k.role for k in manifest.knobs), manifest.name
         assert all(p.roles for p in manifest.patches), manifest.name
@@ -81,11 +94,16 @@ def test_every_reference_knob_and_patch_has_a_role():
 def test_a_step_longer_than_the_whole_trial_is_refused_naming_the_unit(foreign):
     from infrarsi.trial.classify import measured
     from infrarsi.trial.process import ProcessResult
+
     spec = prepare(foreign, "tiny", {})
     lines = "".join(f"iter {i}: loss 5.0, time 1041.91\n" for i in range(6))  # ms, read as s
-    seconds = foreign.launch.metrics.model_copy(update={
-        "step_time": foreign.launch.metrics.step_time.model_copy(
-            update={"pattern": "time ([0-9.]+)", "unit": "s"})})
+    seconds = foreign.launch.metrics.model_copy(
+        update={
+            "step_time": foreign.launch.metrics.step_time.model_copy(
+                update={"pattern": "time ([0-9.]+)", "unit": "s"}
+            )
+        }
+    )
     reports = read_stdout(lines, seconds)
     with pytest.raises(MetricsError, match="longer than the whole trial.*unit: ms"):
         measured(spec, reports, ProcessResult(returncode=0, timed_out=False, wall_s=9.0))

@@ -27,6 +27,7 @@ def baselines(tmp_path_factory):
             workdir = tmp_path_factory.mktemp(name)
             cache[name] = run_trial(prepare(find(name), "tiny"), workdir)
         return cache[name]
+
     return get
 
 

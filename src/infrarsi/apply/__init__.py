@@ -10,21 +10,28 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from infrarsi.apply import decide, outputs
 from infrarsi.apply.rounds import BASELINE, Rounds
-from infrarsi.objective import compared_name
-from infrarsi.proposal import proposed_by, resolve
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, LocalExecutor
-from infrarsi.records import (DOCTOR_FILE, ApplyResult, CandidateResult, DoctorReport,
-                              DoctorTrial, Measurement, RankedConfig)
+from infrarsi.objective import compared_name
+from infrarsi.proposal import proposed_by, resolve
+from infrarsi.records import (
+    DOCTOR_FILE,
+    ApplyResult,
+    CandidateResult,
+    DoctorReport,
+    DoctorTrial,
+    Measurement,
+    RankedConfig,
+)
 from infrarsi.store import RunDirError, Store, StoredRun, StoredTrial, open_run_dir
+from infrarsi.trial.record import TrialStatus
 from infrarsi.verify import evidence_strength
 from infrarsi.workloads import knobs as knob_rules
-from infrarsi.trial.record import TrialStatus
 
 
 class ApplyError(ValueError):
@@ -40,8 +47,9 @@ def open_run(run_dir: Path) -> tuple[Store, StoredRun, list[StoredTrial], Contra
     return store, run, store.trials(run.run_id), Contract.model_validate(run.contract_json)
 
 
-def candidates_of(run: StoredRun, trials: list[StoredTrial], baseline: dict,
-                  top_k: int) -> list[CandidateResult]:
+def candidates_of(
+    run: StoredRun, trials: list[StoredTrial], baseline: dict, top_k: int
+) -> list[CandidateResult]:
     """The top ``top_k`` configs of the run other than the baseline itself: the run's ranking,
     or (a run stopped before it wrote one) its fastest measured configs."""
     ranking = [RankedConfig.model_validate(e) for e in run.ranking_json or []]
@@ -51,15 +59,22 @@ def candidates_of(run: StoredRun, trials: list[StoredTrial], baseline: dict,
             if t.status == TrialStatus.OK:
                 key = json.dumps(t.config_json, sort_keys=True)
                 times.setdefault(key, []).append(t.step_time_s)
-        ranking = [RankedConfig(**json.loads(k), trials=len(v), step_time_s=statistics.median(v))
-                   for k, v in sorted(times.items(), key=lambda kv: statistics.median(kv[1]))]
+        ranking = [
+            RankedConfig(**json.loads(k), trials=len(v), step_time_s=statistics.median(v))
+            for k, v in sorted(times.items(), key=lambda kv: statistics.median(kv[1]))
+        ]
     out = []
     for entry in ranking:
         if _same(entry.knobs, baseline) and not entry.patches:
             continue  # the baseline is measured every round anyway
-        out.append(CandidateResult(label=f"c{len(out) + 1}", knobs=entry.knobs,
-                                   patches=list(entry.patches),
-                                   search_step_time_s=entry.step_time_s))
+        out.append(
+            CandidateResult(
+                label=f"c{len(out) + 1}",
+                knobs=entry.knobs,
+                patches=list(entry.patches),
+                search_step_time_s=entry.step_time_s,
+            )
+        )
         if len(out) == top_k:
             break
     return out
@@ -69,8 +84,13 @@ def _same(a: dict, b: dict) -> bool:
     return {k: str(v) for k, v in a.items()} == {k: str(v) for k, v in b.items()}
 
 
-def judge(candidates: list[CandidateResult], measurements: list[Measurement], rounds: int,
-          confidence: float, seed: int = 0) -> tuple[list[CandidateResult], str | None, str]:
+def judge(
+    candidates: list[CandidateResult],
+    measurements: list[Measurement],
+    rounds: int,
+    confidence: float,
+    seed: int = 0,
+) -> tuple[list[CandidateResult], str | None, str]:
     """Each candidate's ratios, interval and checks from the measurements; which one is
     promoted and why. Pure: what the search measured of a candidate plays no part."""
     base = [None] * (rounds + 1)
@@ -88,18 +108,32 @@ def judge(candidates: list[CandidateResult], measurements: list[Measurement], ro
         ivl = decide.interval(ratios, confidence, comparisons=len(candidates), seed=seed)
         verified = bool(mine) and all(m.valid for m in mine)
         reasons = sorted({r for m in mine for r in m.reasons})
-        judged.append(c.model_copy(update=dict(ratios=ratios, speedup=ivl.speedup,
-                                               ci_low=ivl.low, ci_high=ivl.high,
-                                               verified=verified, reasons=reasons)))
+        judged.append(
+            c.model_copy(
+                update=dict(
+                    ratios=ratios,
+                    speedup=ivl.speedup,
+                    ci_low=ivl.low,
+                    ci_high=ivl.high,
+                    verified=verified,
+                    reasons=reasons,
+                )
+            )
+        )
         choices.append(decide.Choice(c.label, ivl, verified))
     promoted, decision = decide.promote(choices)
     judged = [c.model_copy(update={"promoted": c.label == promoted}) for c in judged]
     return judged, promoted, decision
 
 
-def apply_run(run_dir: Path, top_k: int = 3, executor: Executor | None = None,
-              rounds: int | None = None, seed: int = 0,
-              on_event: Callable[[str, dict], None] | None = None) -> ApplyResult:
+def apply_run(
+    run_dir: Path,
+    top_k: int = 3,
+    executor: Executor | None = None,
+    rounds: int | None = None,
+    seed: int = 0,
+    on_event: Callable[[str, dict], None] | None = None,
+) -> ApplyResult:
     """Re-measure the run's top ``top_k`` candidates against the baseline, decide, write the
     files; returns (and saves as ``apply.json``) what was done."""
     run_dir = Path(run_dir).resolve()
@@ -113,18 +147,29 @@ def apply_run(run_dir: Path, top_k: int = 3, executor: Executor | None = None,
     measurements = []
     if candidates:  # one host for the whole comparison: times are compared on one clock
         with (executor or LocalExecutor(run_dir)).pinned(manifest) as one_host:
-            measurements = Rounds(contract, run_dir, one_host, candidates, baseline_knobs,
-                                  on_event).run(n_rounds, contract.noise.confidence)
-    judged, promoted, decision = judge(candidates, measurements, n_rounds,
-                                       contract.noise.confidence, seed)
+            measurements = Rounds(
+                contract, run_dir, one_host, candidates, baseline_knobs, on_event
+            ).run(n_rounds, contract.noise.confidence)
+    judged, promoted, decision = judge(
+        candidates, measurements, n_rounds, contract.noise.confidence, seed
+    )
     result = ApplyResult(
-        run_dir=str(run_dir), run_id=run.run_id, contract_hash=contract.contract_hash,
-        workload=manifest.name, scale=contract.scale,
-        compared=compared_name(contract.objective), rounds=n_rounds,
-        evidence=_evidence(contract, measurements), confidence=contract.noise.confidence,
+        run_dir=str(run_dir),
+        run_id=run.run_id,
+        contract_hash=contract.contract_hash,
+        workload=manifest.name,
+        scale=contract.scale,
+        compared=compared_name(contract.objective),
+        rounds=n_rounds,
+        evidence=_evidence(contract, measurements),
+        confidence=contract.noise.confidence,
         method=decide.METHOD,
-        baseline=_baseline_summary(baseline_knobs, measurements), candidates=judged,
-        measurements=measurements, promoted=promoted, decision=decision)
+        baseline=_baseline_summary(baseline_knobs, measurements),
+        candidates=judged,
+        measurements=measurements,
+        promoted=promoted,
+        decision=decision,
+    )
     result.files = _write(result, run, trials, contract, manifest, run_dir)
     result.save(run_dir)
     return result
@@ -152,23 +197,33 @@ def _baseline_summary(knobs: dict, measurements: list[Measurement]) -> dict:
     def median(field):
         values = [getattr(m, field) for m in ok if getattr(m, field) is not None]
         return statistics.median(values) if values else None
-    return {"knobs": knobs, "compared_s": median("compared_s"), "step_time_s": median(
-        "step_time_s"), "e2e_time_s": median("e2e_time_s"), "tokens_per_s": median(
-        "tokens_per_s"), "peak_mem_bytes": median("peak_mem_bytes"), "runs": len(ok)}
+
+    return {
+        "knobs": knobs,
+        "compared_s": median("compared_s"),
+        "step_time_s": median("step_time_s"),
+        "e2e_time_s": median("e2e_time_s"),
+        "tokens_per_s": median("tokens_per_s"),
+        "peak_mem_bytes": median("peak_mem_bytes"),
+        "runs": len(ok),
+    }
 
 
 def _write(result: ApplyResult, run, trials, contract, manifest, run_dir: Path) -> dict:
     files = {}
     contract.save(run_dir / "contract.yaml")
     files["contract"] = "contract.yaml"
-    outputs.write_audit(run_dir / "audit.jsonl", outputs.audit_lines(
-        run, trials, result, _doctor_trials(run_dir), proposed_by(run_dir)))
+    outputs.write_audit(
+        run_dir / "audit.jsonl",
+        outputs.audit_lines(run, trials, result, _doctor_trials(run_dir), proposed_by(run_dir)),
+    )
     files["audit"] = "audit.jsonl"
     (run_dir / "verification.md").write_text(
         f"# Verification of run {result.run_id}\n\n{result.decision}\n\nCompared: "
         f"{result.compared}, {result.rounds} interleaved rounds, confidence "
         f"{result.confidence:.0%}.\n\nEvidence: {result.evidence}.\n\n"
-        + outputs.verification_table(result))
+        + outputs.verification_table(result)
+    )
     files["verification"] = "verification.md"
     for stale in ("winner.patch", "launch.sh"):
         (run_dir / stale).unlink(missing_ok=True)
@@ -176,13 +231,20 @@ def _write(result: ApplyResult, run, trials, contract, manifest, run_dir: Path) 
     if winner is not None:
         patches = resolve(winner.patches, run_dir)  # a proposed patch lies in the run dir
         (run_dir / "winner.patch").write_text(
-            outputs.winner_patch(manifest, contract.scale, winner.knobs, patches))
+            outputs.winner_patch(manifest, contract.scale, winner.knobs, patches)
+        )
         script = run_dir / "launch.sh"
-        script.write_text(outputs.launch_script(
-            manifest, contract.scale, winner.knobs, patches,
-            f"InfraRSI winner of run {result.run_id}: {winner.speedup:.3f}x "
-            f"[{winner.ci_low:.3f}, {winner.ci_high:.3f}], contract "
-            f"{contract.contract_hash[:12]}"))
+        script.write_text(
+            outputs.launch_script(
+                manifest,
+                contract.scale,
+                winner.knobs,
+                patches,
+                f"InfraRSI winner of run {result.run_id}: {winner.speedup:.3f}x "
+                f"[{winner.ci_low:.3f}, {winner.ci_high:.3f}], contract "
+                f"{contract.contract_hash[:12]}",
+            )
+        )
         script.chmod(0o755)
         files.update(patch="winner.patch", launch="launch.sh")
     return files

@@ -23,18 +23,25 @@ def _git(args: list[str], cwd: Path, check: bool = True) -> subprocess.Completed
 def commit_message(result: ApplyResult, launch: str) -> str:
     """The commit message: what changed, the measured evidence, how to launch it."""
     w = result.winner
-    command = [line for line in launch.splitlines() if line and not line.startswith(
-        ("#", "set ", "cd "))]
-    return "\n".join([
-        f"InfraRSI: {w.speedup:.3f}x faster {result.workload} ({result.scale})", "",
-        f"Speed-up {w.speedup:.3f}x, {result.confidence:.0%} interval [{w.ci_low:.3f}, "
-        f"{w.ci_high:.3f}] over {len(w.ratios)} interleaved rounds against the baseline "
-        f"({result.compared}).",
-        "Every verify check passed in every round (workload invariants, locked files, loss, "
-        "learned weights and held-out loss, memory capacity, timing).",
-        f"Patches: {', '.join(w.patches) or 'none'}.",
-        f"Run {result.run_id}, contract {result.contract_hash[:12]}.", "",
-        "Launch:", *[f"    {line}" for line in command]])
+    command = [
+        line for line in launch.splitlines() if line and not line.startswith(("#", "set ", "cd "))
+    ]
+    return "\n".join(
+        [
+            f"InfraRSI: {w.speedup:.3f}x faster {result.workload} ({result.scale})",
+            "",
+            f"Speed-up {w.speedup:.3f}x, {result.confidence:.0%} interval [{w.ci_low:.3f}, "
+            f"{w.ci_high:.3f}] over {len(w.ratios)} interleaved rounds against the baseline "
+            f"({result.compared}).",
+            "Every verify check passed in every round (workload invariants, locked files, loss, "
+            "learned weights and held-out loss, memory capacity, timing).",
+            f"Patches: {', '.join(w.patches) or 'none'}.",
+            f"Run {result.run_id}, contract {result.contract_hash[:12]}.",
+            "",
+            "Launch:",
+            *[f"    {line}" for line in command],
+        ]
+    )
 
 
 def to_branch(result: ApplyResult, workload_root: Path, name: str) -> str:
@@ -45,15 +52,22 @@ def to_branch(result: ApplyResult, workload_root: Path, name: str) -> str:
     root = Path(workload_root).resolve()
     top = _git(["rev-parse", "--show-toplevel"], root, check=False)
     if top.returncode != 0:
-        raise BranchError(f"the workload at {root} is not in a git repository: copy it into "
-                          "one (git init) or apply winner.patch by hand")
+        raise BranchError(
+            f"the workload at {root} is not in a git repository: copy it into "
+            "one (git init) or apply winner.patch by hand"
+        )
     top_dir = Path(top.stdout.strip())
-    if _git(["rev-parse", "--verify", "--quiet", f"refs/heads/{name}"], top_dir,
-            check=False).returncode == 0:
+    if (
+        _git(
+            ["rev-parse", "--verify", "--quiet", f"refs/heads/{name}"], top_dir, check=False
+        ).returncode
+        == 0
+    ):
         raise BranchError(f"branch {name!r} already exists in {top_dir}: choose another name")
     if _git(["status", "--porcelain", "--", str(root)], top_dir).stdout.strip():
-        raise BranchError(f"the workload folder {root} has uncommitted changes: commit or "
-                          "stash them first")
+        raise BranchError(
+            f"the workload folder {root} has uncommitted changes: commit or stash them first"
+        )
     run_dir = Path(result.run_dir)
     patch = (run_dir / "winner.patch").resolve()
     rel = root.relative_to(top_dir).as_posix()

@@ -21,21 +21,24 @@ from scipy import stats
 MIN_ROUNDS = 5
 MAX_ROUNDS = 10
 N_BOOT = 4000
-METHOD = ("per round, ratio = geometric mean of the baselines before and after / candidate; "
-          "interval of the geometric-mean ratio over rounds: the wider of the expanded "
-          "percentile bootstrap and Student's t on log ratios, at the contract's confidence, "
-          "Bonferroni-corrected for the candidates compared; promote the fastest candidate "
-          "whose lower bound is above 1 and which passed every check in every round; after each "
-          "round, drop a candidate that failed a check or whose one-sided upper bound (Student's "
-          "t on the log ratios, their spread pooled over the candidates, at the confidence "
-          "Bonferroni-corrected for one look per round) lies below 1, and end when none is "
-          "left")
+METHOD = (
+    "per round, ratio = geometric mean of the baselines before and after / candidate; "
+    "interval of the geometric-mean ratio over rounds: the wider of the expanded "
+    "percentile bootstrap and Student's t on log ratios, at the contract's confidence, "
+    "Bonferroni-corrected for the candidates compared; promote the fastest candidate "
+    "whose lower bound is above 1 and which passed every check in every round; after each "
+    "round, drop a candidate that failed a check or whose one-sided upper bound (Student's "
+    "t on the log ratios, their spread pooled over the candidates, at the confidence "
+    "Bonferroni-corrected for one look per round) lies below 1, and end when none is "
+    "left"
+)
 
 
 @dataclass(frozen=True)
 class Interval:
     """A speed-up (geometric mean of the ratios) and its interval; bounds None with fewer than
     two rounds."""
+
     speedup: float | None
     low: float | None
     high: float | None
@@ -54,15 +57,20 @@ def round_ratios(baseline_s: list[float | None], candidate_s: list[float | None]
     both neighbouring baselines are missing give no ratio."""
     out = []
     for r, cand in enumerate(candidate_s):
-        around = [b for b in baseline_s[r:r + 2] if b is not None and b > 0]
+        around = [b for b in baseline_s[r : r + 2] if b is not None and b > 0]
         if cand is None or cand <= 0 or not around:
             continue
         out.append(math.exp(float(np.mean(np.log(around)))) / cand)
     return out
 
 
-def interval(ratios: list[float], confidence: float, comparisons: int = 1,
-             seed: int = 0, n_boot: int = N_BOOT) -> Interval:
+def interval(
+    ratios: list[float],
+    confidence: float,
+    comparisons: int = 1,
+    seed: int = 0,
+    n_boot: int = N_BOOT,
+) -> Interval:
     """The geometric-mean speed-up over rounds with its two-sided interval at ``confidence``,
     Bonferroni-corrected for ``comparisons`` candidates."""
     x = np.log(np.asarray(ratios, dtype=float))
@@ -80,8 +88,9 @@ def interval(ratios: list[float], confidence: float, comparisons: int = 1,
     return Interval(math.exp(mean), math.exp(min(lo_t, lo_b)), math.exp(max(hi_t, hi_b)), n)
 
 
-def _expanded_percentile(x: np.ndarray, alpha: float, t: float, seed: int,
-                         n_boot: int) -> tuple[float, float]:
+def _expanded_percentile(
+    x: np.ndarray, alpha: float, t: float, seed: int, n_boot: int
+) -> tuple[float, float]:
     n = len(x)
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, n, size=(n_boot, n))].mean(axis=1)
@@ -90,8 +99,9 @@ def _expanded_percentile(x: np.ndarray, alpha: float, t: float, seed: int,
     return float(lo), float(hi)
 
 
-def futile(ratios: list[float], confidence: float, looks: int,
-           pooled: tuple[float, int] | None = None) -> bool:
+def futile(
+    ratios: list[float], confidence: float, looks: int, pooled: tuple[float, int] | None = None
+) -> bool:
     """Whether a candidate can no longer be promoted: the one-sided upper bound of its mean log
     ratio lies below 0 (promotion needs a lower bound above 1). Each look is taken at level
     ``(1 - confidence) / looks`` (Bonferroni over the looks), so the chance of dropping a
@@ -126,6 +136,7 @@ def pooled_sd(ratio_lists: list[list[float]]) -> tuple[float, int] | None:
 @dataclass(frozen=True)
 class Choice:
     """A candidate's evidence as the decision sees it."""
+
     label: str
     interval: Interval
     verified: bool
@@ -133,14 +144,17 @@ class Choice:
 
 def promote(choices: list[Choice]) -> tuple[str | None, str]:
     """The label to promote (or None) and the sentence that says why."""
-    eligible = [c for c in choices if c.verified and c.interval.low is not None
-                and c.interval.low > 1]
+    eligible = [
+        c for c in choices if c.verified and c.interval.low is not None and c.interval.low > 1
+    ]
     if eligible:
         best = max(eligible, key=lambda c: c.interval.speedup)
         i = best.interval
-        return best.label, (f"{best.label} promoted: {i.speedup:.3f}x the baseline, interval "
-                            f"[{i.low:.3f}, {i.high:.3f}] over {i.n} rounds, every check passed "
-                            "in every round")
+        return best.label, (
+            f"{best.label} promoted: {i.speedup:.3f}x the baseline, interval "
+            f"[{i.low:.3f}, {i.high:.3f}] over {i.n} rounds, every check passed "
+            "in every round"
+        )
     if not choices:
         return None, "no candidate to re-measure: the run has no config that ran ok"
     why = []

@@ -21,9 +21,14 @@ RDZV_PORT = 29500
 
 
 def _git(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent),
-           "GIT_AUTHOR_NAME": "infrarsi", "GIT_AUTHOR_EMAIL": "infrarsi@localhost",
-           "GIT_COMMITTER_NAME": "infrarsi", "GIT_COMMITTER_EMAIL": "infrarsi@localhost"}
+    env = {
+        **os.environ,
+        "GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent),
+        "GIT_AUTHOR_NAME": "infrarsi",
+        "GIT_AUTHOR_EMAIL": "infrarsi@localhost",
+        "GIT_COMMITTER_NAME": "infrarsi",
+        "GIT_COMMITTER_EMAIL": "infrarsi@localhost",
+    }
     result = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed: {result.stderr.strip()}")
@@ -57,10 +62,14 @@ def launch_script(manifest, scale: str, knobs: dict, patches: list[str], headlin
     """A shell script that launches the winner from the (patched) workload's folder: the exact
     command of each node, with the workload's environment."""
     spec = prepare(manifest, scale, knobs, patches)
-    lines = ["#!/usr/bin/env bash", f"# {headline}",
-             "# Apply winner.patch to the workload first (git apply winner.patch), then run this",
-             "# from the workload's folder (or set WORKLOAD_DIR).", "set -euo pipefail",
-             f'cd "${{WORKLOAD_DIR:-{manifest.root}}}"']
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# {headline}",
+        "# Apply winner.patch to the workload first (git apply winner.patch), then run this",
+        "# from the workload's folder (or set WORKLOAD_DIR).",
+        "set -euo pipefail",
+        f'cd "${{WORKLOAD_DIR:-{manifest.root}}}"',
+    ]
     nodes = manifest.launch.nodes
     for node in range(nodes):
         command, env = render(spec, Path("."), "infrarsi-launch", node, RDZV_PORT)
@@ -97,14 +106,27 @@ def _load(trial_dir: str | None) -> TrialRecord | None:
 def doctor_lines(doctor_trials: list[DoctorTrial], objective: str = "e2e_time") -> list[dict]:
     """The Doctor's trials (baseline runs, the profiled run, the calibration runs), each its
     own record."""
-    return [audit_row(_load(t.trial_dir), objective, stage="doctor", label=t.label,
-                      trial_id=t.trial_id, status=t.status.value, cost_s=t.cost_s)
-            for t in doctor_trials]
+    return [
+        audit_row(
+            _load(t.trial_dir),
+            objective,
+            stage="doctor",
+            label=t.label,
+            trial_id=t.trial_id,
+            status=t.status.value,
+            cost_s=t.cost_s,
+        )
+        for t in doctor_trials
+    ]
 
 
-def audit_lines(run: StoredRun, trials: list[StoredTrial], result: ApplyResult,
-                doctor_trials: list[DoctorTrial] = (),
-                writers: dict[str, str] | None = None) -> list[dict]:
+def audit_lines(
+    run: StoredRun,
+    trials: list[StoredTrial],
+    result: ApplyResult,
+    doctor_trials: list[DoctorTrial] = (),
+    writers: dict[str, str] | None = None,
+) -> list[dict]:
     """Every trial of every stage — the Doctor's, the search's and Apply's — each its record
     with its stage's context: config, patch ids and hashes, status, metrics, cost, failure
     reason, who proposed it and what the models predicted, Apply's verdict. ``writers``:
@@ -116,24 +138,50 @@ def audit_lines(run: StoredRun, trials: list[StoredTrial], result: ApplyResult,
     def by(patches, default: str | None) -> str | None:
         wrote = sorted({writers[p] for p in patches if p in writers})
         return " + ".join(wrote) + (f" via {default}" if default else "") if wrote else default
+
     out = doctor_lines(list(doctor_trials), objective)
     for t in trials:
-        out.append(audit_row(
-            t.record_json, objective, stage="run",
-            proposed_by=by(t.config_json["patches"], run.searcher), seq=t.seq,
-            trial_id=t.trial_id, knobs=t.config_json["knobs"], status=t.status.value,
-            cost_s=t.cost_s, error=t.error,
-            predicted={"ranked_time_per_step_s": t.predicted_step_time_s,
-                       "p_oom": t.predicted_p_oom, "peak_bytes": t.predicted_peak_bytes}))
+        out.append(
+            audit_row(
+                t.record_json,
+                objective,
+                stage="run",
+                proposed_by=by(t.config_json["patches"], run.searcher),
+                seq=t.seq,
+                trial_id=t.trial_id,
+                knobs=t.config_json["knobs"],
+                status=t.status.value,
+                cost_s=t.cost_s,
+                error=t.error,
+                predicted={
+                    "ranked_time_per_step_s": t.predicted_step_time_s,
+                    "p_oom": t.predicted_p_oom,
+                    "peak_bytes": t.predicted_peak_bytes,
+                },
+            )
+        )
     configs = {"baseline": (result.baseline["knobs"], [])}
     configs.update({c.label: (c.knobs, c.patches) for c in result.candidates})
     for m in result.measurements:
         knobs, patches = configs[m.label]
-        out.append(audit_row(
-            _load(m.trial_dir), objective, stage="apply", round=m.round, label=m.label,
-            proposed_by=by(patches, None),
-            trial_id=m.trial_id, knobs=knobs, status=m.status, compared_s=m.compared_s,
-            cost_s=m.cost_s, valid=m.valid, reasons=m.reasons, flags=m.flags))
+        out.append(
+            audit_row(
+                _load(m.trial_dir),
+                objective,
+                stage="apply",
+                round=m.round,
+                label=m.label,
+                proposed_by=by(patches, None),
+                trial_id=m.trial_id,
+                knobs=knobs,
+                status=m.status,
+                compared_s=m.compared_s,
+                cost_s=m.cost_s,
+                valid=m.valid,
+                reasons=m.reasons,
+                flags=m.flags,
+            )
+        )
     return out
 
 
@@ -149,15 +197,20 @@ def write_audit(path: Path, lines: list[dict]) -> None:
 
 def verification_table(result: ApplyResult) -> str:
     """The verification table as Markdown: each candidate's interval and checks."""
-    rows = ["| candidate | knobs changed | patches | speed-up | interval | rounds | checks | "
-            "promoted |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| candidate | knobs changed | patches | speed-up | interval | rounds | checks | "
+        "promoted |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     base = result.baseline["knobs"]
     for c in result.candidates:
         changed = ", ".join(f"{k}={v}" for k, v in c.knobs.items() if str(base.get(k)) != str(v))
         checks = "all passed" if c.verified else "; ".join(c.reasons[:2]) or "failed"
-        rows.append(f"| {c.label} | {changed or '-'} | {', '.join(c.patches) or '-'} | "
-                    f"{_x(c.speedup)} | [{_x(c.ci_low)}, {_x(c.ci_high)}] | {len(c.ratios)} | "
-                    f"{checks} | {'yes' if c.promoted else 'no'} |")
+        rows.append(
+            f"| {c.label} | {changed or '-'} | {', '.join(c.patches) or '-'} | "
+            f"{_x(c.speedup)} | [{_x(c.ci_low)}, {_x(c.ci_high)}] | {len(c.ratios)} | "
+            f"{checks} | {'yes' if c.promoted else 'no'} |"
+        )
     return "\n".join(rows) + "\n"
 
 

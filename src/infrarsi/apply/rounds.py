@@ -7,8 +7,8 @@ ends, so a killed Apply loses nothing and resumes at the next measurement of the
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from infrarsi.apply.decide import futile, pooled_sd, round_ratios
 from infrarsi.contract import Contract
@@ -16,8 +16,8 @@ from infrarsi.executors import Executor, TrialRequest
 from infrarsi.objective import compared_time
 from infrarsi.records import CandidateResult, Measurement
 from infrarsi.trial import TrialRecord
-from infrarsi.verify import verify
 from infrarsi.trial.record import TrialStatus
+from infrarsi.verify import verify
 
 PROGRESS_FILE = "apply-progress.jsonl"
 BASELINE = "baseline"
@@ -33,9 +33,15 @@ def plan(labels: list[str], rounds: int) -> list[tuple[int, str]]:
 class Rounds:
     """Runs a plan through an executor, verifying each candidate against its round's baseline."""
 
-    def __init__(self, contract: Contract, run_dir: Path, executor: Executor,
-                 candidates: list[CandidateResult], baseline_knobs: dict,
-                 on_event: Callable[[str, dict], None] | None = None):
+    def __init__(
+        self,
+        contract: Contract,
+        run_dir: Path,
+        executor: Executor,
+        candidates: list[CandidateResult],
+        baseline_knobs: dict,
+        on_event: Callable[[str, dict], None] | None = None,
+    ):
         self.contract, self.run_dir, self.executor = contract, Path(run_dir), executor
         self.configs = {BASELINE: (baseline_knobs, [])}
         self.configs.update({c.label: (c.knobs, c.patches) for c in candidates})
@@ -77,8 +83,7 @@ class Rounds:
         self.on_event("end", {"index": index, "total": total, "measurement": measurement})
         return measurement
 
-    def _drop_futile(self, out: list[Measurement], r: int, rounds: int,
-                     confidence: float) -> None:
+    def _drop_futile(self, out: list[Measurement], r: int, rounds: int, confidence: float) -> None:
         """Before round ``r``: drop each candidate that failed a check, or whose log ratios
         over the rounds so far say it cannot reach 1 (``decide.futile``, one look per round,
         the rounds' spread pooled over the candidates still measured)."""
@@ -98,13 +103,20 @@ class Rounds:
             times = [None] * rounds
             for m in mine:
                 times[m.round] = m.compared_s
-            ratios[label] = round_ratios(base[:r + 1], times[:r])
+            ratios[label] = round_ratios(base[: r + 1], times[:r])
         pooled = pooled_sd(list(ratios.values()))
         for label, mine in ratios.items():
             if futile(mine, confidence, rounds, pooled):
                 self.dropped[label] = r
-                self.on_event("drop", {"round": r, "label": label, "ratios": mine,
-                                       "why": "its interval lies below 1"})
+                self.on_event(
+                    "drop",
+                    {
+                        "round": r,
+                        "label": label,
+                        "ratios": mine,
+                        "why": "its interval lies below 1",
+                    },
+                )
 
     def _done(self, order: list[tuple[int, str]]) -> dict[tuple[int, str], Measurement]:
         """Measurements of this plan a previous Apply of the run finished (same configs)."""
@@ -117,8 +129,10 @@ class Rounds:
             except json.JSONDecodeError:  # a line cut by a kill
                 continue
             m = Measurement.model_validate(entry["measurement"])
-            if entry.get("config") == list(self.configs.get(m.label, ())) and \
-                    (m.round, m.label) in order:
+            if (
+                entry.get("config") == list(self.configs.get(m.label, ()))
+                and (m.round, m.label) in order
+            ):
                 found[(m.round, m.label)] = m
                 if m.label == BASELINE and entry.get("record"):
                     self.baselines[m.round] = TrialRecord.model_validate(entry["record"])
@@ -128,37 +142,59 @@ class Rounds:
         knobs, patches = self.configs[label]
         request = TrialRequest(
             workload=self.contract.workload_path or self.contract.workload,
-            scale=self.contract.scale, knobs=knobs, patches=list(patches),
+            scale=self.contract.scale,
+            knobs=knobs,
+            patches=list(patches),
             mem_cap_bytes=self.contract.mem_cap_bytes,
-            contract_hash=self.contract.contract_hash, workdir="apply-trials")
+            contract_hash=self.contract.contract_hash,
+            workdir="apply-trials",
+        )
         record = self.executor.wait(self.executor.submit(request))
         measurement = self._judge(r, label, record)
-        entry = {"config": [knobs, list(patches)], "measurement": measurement.model_dump(),
-                 "record": record.model_dump(mode="json") if label == BASELINE else None}
+        entry = {
+            "config": [knobs, list(patches)],
+            "measurement": measurement.model_dump(),
+            "record": record.model_dump(mode="json") if label == BASELINE else None,
+        }
         return measurement, entry
 
     def _judge(self, r: int, label: str, record: TrialRecord) -> Measurement:
         m = record.metrics
-        base = dict(round=r, label=label, trial_id=record.trial_id, trial_dir=record.trial_dir,
-                    status=record.status.value,
-                    compared_s=compared_time(record, self.contract.objective),
-                    step_time_s=m.harness_step_time_s or m.step_time_s if m else None,
-                    e2e_time_s=m.e2e_time_s if m else None,
-                    tokens_per_s=m.tokens_per_s if m else None,
-                    peak_mem_bytes=m.max_peak_mem_bytes if m else None, cost_s=record.cost_s)
+        base = dict(
+            round=r,
+            label=label,
+            trial_id=record.trial_id,
+            trial_dir=record.trial_dir,
+            status=record.status.value,
+            compared_s=compared_time(record, self.contract.objective),
+            step_time_s=m.harness_step_time_s or m.step_time_s if m else None,
+            e2e_time_s=m.e2e_time_s if m else None,
+            tokens_per_s=m.tokens_per_s if m else None,
+            peak_mem_bytes=m.max_peak_mem_bytes if m else None,
+            cost_s=record.cost_s,
+        )
         if label == BASELINE:
             if record.status.value == TrialStatus.OK:
                 self.baselines[r] = record
-            reasons = [] if record.status is TrialStatus.OK else [
-                f"ended {record.status.value}: {record.error}"]
+            reasons = (
+                []
+                if record.status is TrialStatus.OK
+                else [f"ended {record.status.value}: {record.error}"]
+            )
             return Measurement(**base, reasons=reasons)
         reference = self._baseline_near(r)
         if reference is None:
-            return Measurement(**base, valid=False, reasons=["no baseline of this round ran ok "
-                                                             "to verify against"])
+            return Measurement(
+                **base, valid=False, reasons=["no baseline of this round ran ok to verify against"]
+            )
         verdict = verify(self.contract, reference, record)
-        return Measurement(**base, valid=verdict.valid, reasons=verdict.reasons,
-                           flags=verdict.flags, not_checked=verdict.not_checked)
+        return Measurement(
+            **base,
+            valid=verdict.valid,
+            reasons=verdict.reasons,
+            flags=verdict.flags,
+            not_checked=verdict.not_checked,
+        )
 
     def _baseline_near(self, r: int) -> TrialRecord | None:
         for k in sorted(self.baselines, key=lambda k: (abs(k - r), k)):

@@ -10,13 +10,23 @@ import time
 from pathlib import Path
 
 from infrarsi.bank.ingest import experiences_of_run
-from infrarsi.bank.signatures import (hardware_signature, launchers_per_host,
-                                      low_precision_reader, workload_signature)
+from infrarsi.bank.signatures import (
+    hardware_signature,
+    launchers_per_host,
+    low_precision_reader,
+    workload_signature,
+)
 from infrarsi.bank.transfer import advise
 from infrarsi.bank.translate import translator
 from infrarsi.contract import Contract
-from infrarsi.records import (BANK_ADVICE_FILE, BankAdvice, BankIngest, DoctorReport,
-                              config_key, seed_held)
+from infrarsi.records import (
+    BANK_ADVICE_FILE,
+    BankAdvice,
+    BankIngest,
+    DoctorReport,
+    config_key,
+    seed_held,
+)
 from infrarsi.store.bank import BankStore, StoredSeed
 
 __all__ = ["advice_for", "ingest_run", "BankStore"]
@@ -27,15 +37,25 @@ def advice_for(contract: Contract, report: DoctorReport | None, bank: BankStore)
     manifest = contract.manifest()
     knobs = report.knobs if report else {}
     ranks = next((knobs.get(k) for k in manifest.knobs_with_role("ranks")), None)
-    hardware = hardware_signature(report.hardware if report else {}, contract.mem_cap_bytes,
-                                  ranks, manifest.launch.nodes,
-                                  _nodes_per_host(manifest.launch.nodes, report))
-    workload = workload_signature(manifest, contract.scale, knobs,
-                                  report.flops_per_token if report else None)
-    return advise(bank.experiences(), hardware, workload, bank_url=bank.url,
-                  baseline=knobs or None,
-                  translate=translator(manifest, contract.scale, hardware),
-                  low_precision=low_precision_reader(manifest))
+    hardware = hardware_signature(
+        report.hardware if report else {},
+        contract.mem_cap_bytes,
+        ranks,
+        manifest.launch.nodes,
+        _nodes_per_host(manifest.launch.nodes, report),
+    )
+    workload = workload_signature(
+        manifest, contract.scale, knobs, report.flops_per_token if report else None
+    )
+    return advise(
+        bank.experiences(),
+        hardware,
+        workload,
+        bank_url=bank.url,
+        baseline=knobs or None,
+        translate=translator(manifest, contract.scale, hardware),
+        low_precision=low_precision_reader(manifest),
+    )
 
 
 def _nodes_per_host(nodes: int, report: DoctorReport | None) -> int:
@@ -62,8 +82,14 @@ def ingest_run(run_dir: Path, bank: BankStore) -> BankIngest:
     for e in experiences:
         by_stage[e.stage] = by_stage.get(e.stage, 0) + 1
     seeds = _judge_seeds(Path(run_dir), ctx.run.run_id, experiences, bank)
-    return BankIngest(bank_url=bank.url, run_id=ctx.run.run_id, added=added,
-                      already=len(experiences) - added, by_stage=by_stage, seeds=seeds)
+    return BankIngest(
+        bank_url=bank.url,
+        run_id=ctx.run.run_id,
+        added=added,
+        already=len(experiences) - added,
+        by_stage=by_stage,
+        seeds=seeds,
+    )
 
 
 def _judge_seeds(run_dir: Path, run_id: str, experiences, bank: BankStore) -> list[dict]:
@@ -72,23 +98,43 @@ def _judge_seeds(run_dir: Path, run_id: str, experiences, bank: BankStore) -> li
         return []
     advice = BankAdvice.load(path)
     if not bank.seeds(run_id) and advice.seeds:
-        bank.add_seeds([StoredSeed(run_id=run_id, created_unix_s=time.time(), knobs_json=s.knobs,
-                                   patches_json=s.patches, expected_speedup=s.expected_speedup,
-                                   similarity=s.similarity,
-                                   source_json={"sources": s.sources,
-                                                "experiences": s.experiences})
-                        for s in advice.seeds])
+        bank.add_seeds(
+            [
+                StoredSeed(
+                    run_id=run_id,
+                    created_unix_s=time.time(),
+                    knobs_json=s.knobs,
+                    patches_json=s.patches,
+                    expected_speedup=s.expected_speedup,
+                    similarity=s.similarity,
+                    source_json={"sources": s.sources, "experiences": s.experiences},
+                )
+                for s in advice.seeds
+            ]
+        )
     out = []
     for stored in bank.seeds(run_id):
         key = config_key(stored.knobs_json, stored.patches_json)
-        measured = [e.speedup for e in experiences if e.stage == "run" and e.status == "ok" and
-                    e.speedup and config_key(e.knobs_json,
-                                             [p["id"] for p in e.patches_json]) == key]
+        measured = [
+            e.speedup
+            for e in experiences
+            if e.stage == "run"
+            and e.status == "ok"
+            and e.speedup
+            and config_key(e.knobs_json, [p["id"] for p in e.patches_json]) == key
+        ]
         speedup = statistics.median(measured) if measured else None
         held = seed_held(speedup)
         bank.set_seed_outcome(stored.id, speedup, held)
-        out.append({"knobs": stored.knobs_json, "patches": stored.patches_json,
-                    "expected_speedup": stored.expected_speedup, "measured_speedup": speedup,
-                    "held": held, "similarity": stored.similarity,
-                    "sources": stored.source_json.get("sources", [])})
+        out.append(
+            {
+                "knobs": stored.knobs_json,
+                "patches": stored.patches_json,
+                "expected_speedup": stored.expected_speedup,
+                "measured_speedup": speedup,
+                "held": held,
+                "similarity": stored.similarity,
+                "sources": stored.source_json.get("sources", []),
+            }
+        )
     return out

@@ -23,8 +23,12 @@ import statistics
 import time
 from pathlib import Path
 
-from infrarsi.bank.signatures import (hardware_signature, launchers_per_host, signature_fp,
-                                      workload_signature)
+from infrarsi.bank.signatures import (
+    hardware_signature,
+    launchers_per_host,
+    signature_fp,
+    workload_signature,
+)
 from infrarsi.contract import Contract
 from infrarsi.host import fingerprint, machine_facts
 from infrarsi.objective import ranked_step_time_s
@@ -45,16 +49,24 @@ class RunContext:
         self.manifest = self.contract.manifest()
         doctor_path = Path(run_dir) / DOCTOR_FILE
         self.doctor = DoctorReport.load(doctor_path) if doctor_path.exists() else None
-        self.trials = [t for t in self.store.trials(self.run.run_id)
-                       if t.status not in IN_FLIGHT]
+        self.trials = [t for t in self.store.trials(self.run.run_id) if t.status not in IN_FLIGHT]
         base_knobs = self.doctor.knobs if self.doctor else self._first_knobs()
         self.baseline_time_s, self.baseline_peak_bytes = self._baseline()
         hardware = self.doctor.hardware if self.doctor else _facts_only()
         ranks = next((base_knobs.get(k) for k in self.manifest.knobs_with_role("ranks")), None)
-        self.hardware = hardware_signature(hardware, self.contract.mem_cap_bytes, ranks,
-                                           self.manifest.launch.nodes, self._nodes_per_host())
-        self.workload = workload_signature(self.manifest, self.contract.scale, base_knobs,
-                                           self.doctor.flops_per_token if self.doctor else None)
+        self.hardware = hardware_signature(
+            hardware,
+            self.contract.mem_cap_bytes,
+            ranks,
+            self.manifest.launch.nodes,
+            self._nodes_per_host(),
+        )
+        self.workload = workload_signature(
+            self.manifest,
+            self.contract.scale,
+            base_knobs,
+            self.doctor.flops_per_token if self.doctor else None,
+        )
         self.hardware_fp = self.hardware.get("fingerprint") or signature_fp(self.hardware)
         self.workload_fp = signature_fp(self.workload)
 
@@ -62,8 +74,11 @@ class RunContext:
         """How many of the workload's nodes shared one host in this run's trials (their
         records' launcher nodes; all of them where no record says)."""
         nodes = self.manifest.launch.nodes
-        spread = [t.record_json.get("launcher_nodes") for t in self.trials
-                  if t.record_json and t.record_json.get("launcher_nodes")]
+        spread = [
+            t.record_json.get("launcher_nodes")
+            for t in self.trials
+            if t.record_json and t.record_json.get("launcher_nodes")
+        ]
         return launchers_per_host(nodes, spread[0]) if spread else nodes
 
     def _first_knobs(self) -> dict:
@@ -74,8 +89,11 @@ class RunContext:
         else the search's trials of the baseline config."""
         times, peaks = [], []
         if self.doctor:
-            times = [t.ranked_time_per_step_s for t in self.doctor.trials
-                     if t.label.startswith(DOCTOR_BASELINE_LABEL) and t.ranked_time_per_step_s]
+            times = [
+                t.ranked_time_per_step_s
+                for t in self.doctor.trials
+                if t.label.startswith(DOCTOR_BASELINE_LABEL) and t.ranked_time_per_step_s
+            ]
             peaks = [p for p in self.doctor.peak_mem_bytes if p]
         if not times and self.trials:
             first = self.trials[0].config_json
@@ -86,22 +104,32 @@ class RunContext:
                     if record.metrics and record.metrics.max_peak_mem_bytes:
                         peaks.append(record.metrics.max_peak_mem_bytes)
         times = [t for t in times if t]
-        return (statistics.median(times) if times else None,
-                max(peaks) if peaks else None)
+        return (statistics.median(times) if times else None, max(peaks) if peaks else None)
 
-    def experience(self, key: str, stage: str, knobs: dict, patches: list[str], status: str,
-                   **figures) -> Experience:
+    def experience(
+        self, key: str, stage: str, knobs: dict, patches: list[str], status: str, **figures
+    ) -> Experience:
         """One experience of this run."""
         return Experience(
-            key=f"{self.run.run_id}/{stage}/{key}", created_unix_s=time.time(),
-            run_id=self.run.run_id, contract_hash=self.run.contract_hash, stage=stage,
-            workload=self.manifest.name, scale=self.contract.scale,
-            hardware_fp=self.hardware_fp, hardware_json=self.hardware,
-            workload_fp=self.workload_fp, workload_json=self.workload, knobs_json=knobs,
+            key=f"{self.run.run_id}/{stage}/{key}",
+            created_unix_s=time.time(),
+            run_id=self.run.run_id,
+            contract_hash=self.run.contract_hash,
+            stage=stage,
+            workload=self.manifest.name,
+            scale=self.contract.scale,
+            hardware_fp=self.hardware_fp,
+            hardware_json=self.hardware,
+            workload_fp=self.workload_fp,
+            workload_json=self.workload,
+            knobs_json=knobs,
             patches_json=[{"id": p, "sha256": self.patch_sha(p)} for p in sorted(patches)],
-            status=status, baseline_step_time_s=self.baseline_time_s,
+            status=status,
+            baseline_step_time_s=self.baseline_time_s,
             baseline_peak_mem_bytes=self.baseline_peak_bytes,
-            capacity_bytes=self.contract.mem_cap_bytes, **figures)
+            capacity_bytes=self.contract.mem_cap_bytes,
+            **figures,
+        )
 
     def patch_text(self, patch_id: str) -> str | None:
         """A patch's text: a catalog patch's, or one proposed during the run (its diff in the
@@ -124,8 +152,9 @@ def _facts_only() -> dict:
     return {"facts": facts, "fingerprint": fingerprint(facts)}
 
 
-def experiences_of_run(run_dir: Path) -> tuple[list[Experience], dict[str, tuple[str, str]],
-                                                RunContext]:
+def experiences_of_run(
+    run_dir: Path,
+) -> tuple[list[Experience], dict[str, tuple[str, str]], RunContext]:
     """Every experience a run directory holds, the texts of its patches, and its context."""
     ctx = RunContext(Path(run_dir))
     out = _doctor(ctx) + _search(ctx) + _apply(ctx, Path(run_dir))
@@ -154,14 +183,25 @@ def _doctor(ctx: RunContext) -> list[Experience]:
         return []
     out = []
     for t in ctx.doctor.trials:
-        if not t.knobs or not (t.label.startswith(DOCTOR_BASELINE_LABEL) or
-                               t.label.startswith("calibration")):
+        if not t.knobs or not (
+            t.label.startswith(DOCTOR_BASELINE_LABEL) or t.label.startswith("calibration")
+        ):
             continue
         peak = ctx.baseline_peak_bytes if t.label.startswith(DOCTOR_BASELINE_LABEL) else None
-        out.append(ctx.experience(t.trial_id, "doctor", t.knobs, [], t.status.value,
-                                  speedup=_speedup(ctx, t.ranked_time_per_step_s),
-                                  step_time_s=t.ranked_time_per_step_s, peak_mem_bytes=peak,
-                                  peak_share=_share(ctx, peak), cost_s=t.cost_s))
+        out.append(
+            ctx.experience(
+                t.trial_id,
+                "doctor",
+                t.knobs,
+                [],
+                t.status.value,
+                speedup=_speedup(ctx, t.ranked_time_per_step_s),
+                step_time_s=t.ranked_time_per_step_s,
+                peak_mem_bytes=peak,
+                peak_share=_share(ctx, peak),
+                cost_s=t.cost_s,
+            )
+        )
     return out
 
 
@@ -179,11 +219,21 @@ def _search(ctx: RunContext) -> list[Experience]:
         elif status == "oom":
             censored = True
             peak = peak or (record.mem_cap_bytes if record else None)
-        out.append(ctx.experience(t.trial_id or f"row{t.id}", "run", t.config_json["knobs"],
-                                  t.config_json["patches"], status,
-                                  speedup=_speedup(ctx, time_s), censored=censored,
-                                  step_time_s=time_s, peak_mem_bytes=peak,
-                                  peak_share=_share(ctx, peak), cost_s=t.cost_s))
+        out.append(
+            ctx.experience(
+                t.trial_id or f"row{t.id}",
+                "run",
+                t.config_json["knobs"],
+                t.config_json["patches"],
+                status,
+                speedup=_speedup(ctx, time_s),
+                censored=censored,
+                step_time_s=time_s,
+                peak_mem_bytes=peak,
+                peak_share=_share(ctx, peak),
+                cost_s=t.cost_s,
+            )
+        )
     return out
 
 
@@ -196,10 +246,22 @@ def _apply(ctx: RunContext, run_dir: Path) -> list[Experience]:
     for c in applied.candidates:
         if c.speedup is None or not math.isfinite(c.speedup):
             continue
-        peaks = [m.peak_mem_bytes for m in applied.measurements
-                 if m.label == c.label and m.peak_mem_bytes]
+        peaks = [
+            m.peak_mem_bytes
+            for m in applied.measurements
+            if m.label == c.label and m.peak_mem_bytes
+        ]
         peak = statistics.median(peaks) if peaks else None
-        out.append(ctx.experience(c.label, "apply", c.knobs, c.patches,
-                                  "ok" if c.verified else "invalid", speedup=c.speedup,
-                                  peak_mem_bytes=peak, peak_share=_share(ctx, peak)))
+        out.append(
+            ctx.experience(
+                c.label,
+                "apply",
+                c.knobs,
+                c.patches,
+                "ok" if c.verified else "invalid",
+                speedup=c.speedup,
+                peak_mem_bytes=peak,
+                peak_share=_share(ctx, peak),
+            )
+        )
     return out

@@ -33,19 +33,19 @@ UNKNOWN_GAP = 0.35
 
 # field -> (weight, kind): kind "log" (positive numbers), "same" (equal or not), "set" (Jaccard)
 HARDWARE_WEIGHTS = {
-    "device_type": (3.0, "same"),       # cpu vs cuda: nothing carries over with certainty
-    "device": (0.5, "same"),            # the CPU or GPU model
+    "device_type": (3.0, "same"),  # cpu vs cuda: nothing carries over with certainty
+    "device": (0.5, "same"),  # the CPU or GPU model
     "device_count": (0.5, "log"),
-    "cores": (1.0, "log"),              # on a CPU the best rank and thread counts follow it
+    "cores": (1.0, "log"),  # on a CPU the best rank and thread counts follow it
     "capacity_per_rank_bytes": (0.5, "log"),
     "isa": (0.5, "set"),
     "peak_flops_fp32": (1.0, "log"),
-    "bf16_over_fp32": (1.0, "log"),     # where bf16 is emulated this is ~0.01, with AMX ~6
+    "bf16_over_fp32": (1.0, "log"),  # where bf16 is emulated this is ~0.01, with AMX ~6
     "memory_bandwidth_bytes_per_s": (0.5, "log"),
     "interconnect_bytes_per_s": (0.5, "log"),
     "ranks_per_node": (0.5, "log"),
     "nodes": (0.5, "log"),
-    "torch": (0.25, "same"),            # major.minor
+    "torch": (0.25, "same"),  # major.minor
 }
 WORKLOAD_WEIGHTS = {
     "family": (3.0, "same"),
@@ -65,8 +65,15 @@ LOW_PRECISION_WORDS = ("half", "mixed", "amp")  # values that name one without a
 ALIASES = {
     "layers": ("n_layer", "n_layers", "num_layers", "num_hidden_layers", "layers", "depth"),
     "width": ("n_embd", "hidden_size", "d_model", "dim", "width", "embed_dim", "n_embed"),
-    "seq_len": ("seq_len", "block_size", "max_seq_len", "seq_length", "context_length",
-                "sequence_length", "max_length"),
+    "seq_len": (
+        "seq_len",
+        "block_size",
+        "max_seq_len",
+        "seq_length",
+        "context_length",
+        "sequence_length",
+        "max_length",
+    ),
     "experts": ("n_experts", "num_experts", "experts", "num_local_experts", "n_expert"),
     "top_k": ("top_k", "topk", "num_experts_per_tok", "moe_top_k", "k_experts"),
     "global_batch": ("global_batch_seqs", "global_batch", "global_batch_size", "batch_size"),
@@ -74,28 +81,37 @@ ALIASES = {
 }
 
 
-def hardware_signature(hardware: dict, capacity_bytes: float | None = None,
-                       ranks_per_node: int | None = None, nodes: int | None = None,
-                       nodes_per_host: int | None = None) -> dict:
+def hardware_signature(
+    hardware: dict,
+    capacity_bytes: float | None = None,
+    ranks_per_node: int | None = None,
+    nodes: int | None = None,
+    nodes_per_host: int | None = None,
+) -> dict:
     """The signature of the host a Doctor probed (``probe_hardware``'s dict); ``nodes_per_host``:
     how many of the workload's nodes ran on that host (``launchers_per_host``)."""
     facts = hardware.get("facts", {})
     peaks = hardware.get("peak_flops", {}) or {}
     fp32, bf16 = peaks.get("fp32"), peaks.get("bf16")
     cuda = facts.get("device_type") == "cuda"
-    return {"fingerprint": hardware.get("fingerprint"),
-            "device_type": facts.get("device_type"),
-            "device": facts.get("gpu") if cuda else facts.get("cpu"),
-            "device_count": facts.get("gpu_count") if cuda else 1,
-            "cores": facts.get("cores"), "capacity_per_rank_bytes": capacity_bytes,
-            "isa": sorted(facts.get("isa") or []),
-            "peak_flops_fp32": fp32, "peak_flops_bf16": bf16,
-            "bf16_over_fp32": bf16 / fp32 if fp32 and bf16 else None,
-            "memory_bandwidth_bytes_per_s": hardware.get("memory_bandwidth_bytes_per_s"),
-            "interconnect_bytes_per_s": (hardware.get("comm") or {}).get(
-                "allreduce_bus_bytes_per_s"),
-            "ranks_per_node": ranks_per_node, "nodes": nodes, "nodes_per_host": nodes_per_host,
-            "torch": ".".join(str(facts.get("torch") or "").split(".")[:2]) or None}
+    return {
+        "fingerprint": hardware.get("fingerprint"),
+        "device_type": facts.get("device_type"),
+        "device": facts.get("gpu") if cuda else facts.get("cpu"),
+        "device_count": facts.get("gpu_count") if cuda else 1,
+        "cores": facts.get("cores"),
+        "capacity_per_rank_bytes": capacity_bytes,
+        "isa": sorted(facts.get("isa") or []),
+        "peak_flops_fp32": fp32,
+        "peak_flops_bf16": bf16,
+        "bf16_over_fp32": bf16 / fp32 if fp32 and bf16 else None,
+        "memory_bandwidth_bytes_per_s": hardware.get("memory_bandwidth_bytes_per_s"),
+        "interconnect_bytes_per_s": (hardware.get("comm") or {}).get("allreduce_bus_bytes_per_s"),
+        "ranks_per_node": ranks_per_node,
+        "nodes": nodes,
+        "nodes_per_host": nodes_per_host,
+        "torch": ".".join(str(facts.get("torch") or "").split(".")[:2]) or None,
+    }
 
 
 def launchers_per_host(nodes: int, launcher_nodes: list[str] | None) -> int:
@@ -106,8 +122,9 @@ def launchers_per_host(nodes: int, launcher_nodes: list[str] | None) -> int:
     return max(Counter(launcher_nodes).values())
 
 
-def workload_signature(manifest, scale: str, knobs: dict,
-                       flops_per_token: float | None = None) -> dict:
+def workload_signature(
+    manifest, scale: str, knobs: dict, flops_per_token: float | None = None
+) -> dict:
     """The signature of a workload at a scale with its baseline knobs."""
     params = {k.lower(): v for k, v in manifest.scale(scale).params.items()}
     pick = {field: _first(params, names) for field, names in ALIASES.items()}
@@ -119,15 +136,27 @@ def workload_signature(manifest, scale: str, knobs: dict,
     if flops_per_token is None and manifest.flops is not None:
         try:
             from infrarsi.workloads import expr
-            flops_per_token = float(expr.evaluate(manifest.flops.per_token,
-                                                  {**manifest.scale(scale).params, **knobs}))
+
+            flops_per_token = float(
+                expr.evaluate(manifest.flops.per_token, {**manifest.scale(scale).params, **knobs})
+            )
         except Exception:  # a formula over knobs this assignment lacks: left unknown
             flops_per_token = None
     parameters = flops_per_token / 6 if flops_per_token else _param_estimate(pick)
-    return {"name": manifest.name, "scale": scale, "family": "moe" if moe else "dense",
-            "parameters": parameters, "layers": pick["layers"], "width": pick["width"],
-            "seq_len": pick["seq_len"], "experts": pick["experts"], "top_k": pick["top_k"],
-            "world_size": world, "global_batch": pick["global_batch"], "nodes": nodes}
+    return {
+        "name": manifest.name,
+        "scale": scale,
+        "family": "moe" if moe else "dense",
+        "parameters": parameters,
+        "layers": pick["layers"],
+        "width": pick["width"],
+        "seq_len": pick["seq_len"],
+        "experts": pick["experts"],
+        "top_k": pick["top_k"],
+        "world_size": world,
+        "global_batch": pick["global_batch"],
+        "nodes": nodes,
+    }
 
 
 def _first(params: dict, names: tuple[str, ...]) -> float | None:
@@ -148,8 +177,9 @@ def _param_estimate(pick: dict) -> float | None:
 
 def signature_fp(signature: dict) -> str:
     """A short hash of a signature (the bank indexes experiences by it)."""
-    return hashlib.sha256(json.dumps(signature, sort_keys=True, default=str).encode()
-                          ).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(signature, sort_keys=True, default=str).encode()).hexdigest()[
+        :16
+    ]
 
 
 def distance(a: dict, b: dict, weights: dict) -> float:
@@ -162,8 +192,9 @@ def distance(a: dict, b: dict, weights: dict) -> float:
         if x is None or y is None:
             total += weight * UNKNOWN_GAP
         elif kind == "log":
-            total += weight * (abs(math.log(float(x) / float(y)))
-                               if float(x) > 0 and float(y) > 0 else UNKNOWN_GAP)
+            total += weight * (
+                abs(math.log(float(x) / float(y))) if float(x) > 0 and float(y) > 0 else UNKNOWN_GAP
+            )
         elif kind == "set":
             union = set(x) | set(y)
             total += weight * (len(set(x) ^ set(y)) / len(union) if union else 0.0)
@@ -175,8 +206,11 @@ def distance(a: dict, b: dict, weights: dict) -> float:
 def hardware_distance(a: dict, b: dict, low_precision: bool = True) -> float:
     """How far two hosts lie apart (0: alike in every measured respect) for a config that
     runs in a 16-bit float precision, or (``low_precision=False``) for one that does not."""
-    weights = HARDWARE_WEIGHTS if low_precision else \
-        {f: w for f, w in HARDWARE_WEIGHTS.items() if f not in LOW_PRECISION_FIELDS}
+    weights = (
+        HARDWARE_WEIGHTS
+        if low_precision
+        else {f: w for f, w in HARDWARE_WEIGHTS.items() if f not in LOW_PRECISION_FIELDS}
+    )
     return distance(a, b, weights)
 
 
@@ -196,6 +230,7 @@ def low_precision_reader(manifest):
             if value is True or "16" in text or text in LOW_PRECISION_WORDS:
                 return True
         return False
+
     return runs_low_precision
 
 
@@ -204,9 +239,7 @@ def workload_distance(a: dict, b: dict) -> float:
     return distance(a, b, WORKLOAD_WEIGHTS)
 
 
-def similarity(hw_a: dict, wl_a: dict, hw_b: dict, wl_b: dict,
-               low_precision: bool = True) -> float:
+def similarity(hw_a: dict, wl_a: dict, hw_b: dict, wl_b: dict, low_precision: bool = True) -> float:
     """The weight a past outcome gets here: ``exp(-(hardware + workload distance))``, the
     hardware distance for a config that runs low precision or not (``hardware_distance``)."""
-    return math.exp(-(hardware_distance(hw_a, hw_b, low_precision) +
-                      workload_distance(wl_a, wl_b)))
+    return math.exp(-(hardware_distance(hw_a, hw_b, low_precision) + workload_distance(wl_a, wl_b)))

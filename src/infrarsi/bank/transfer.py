@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -51,10 +51,17 @@ SEED_MIN_SPEEDUP = 1.02
 SEED_MAX_OOM_SHARE = 0.5
 
 
-def advise(experiences: list[Experience], hardware: dict, workload: dict, *, bank_url: str,
-           max_seeds: int = SEEDS, baseline: dict | None = None,
-           translate: Translate | None = None,
-           low_precision: Callable[[dict], bool] | None = None) -> BankAdvice:
+def advise(
+    experiences: list[Experience],
+    hardware: dict,
+    workload: dict,
+    *,
+    bank_url: str,
+    max_seeds: int = SEEDS,
+    baseline: dict | None = None,
+    translate: Translate | None = None,
+    low_precision: Callable[[dict], bool] | None = None,
+) -> BankAdvice:
     """The bank's advice for a run on ``hardware`` x ``workload`` (signatures) whose baseline
     knobs are ``baseline`` (never a seed: every run measures it anyway); ``translate``: how an
     experience's knobs read here (as measured without one); ``low_precision``: whether a
@@ -63,30 +70,57 @@ def advise(experiences: list[Experience], hardware: dict, workload: dict, *, ban
     them when the baseline here runs one."""
     low = low_precision or (lambda knobs: True)
     everything = bool(baseline) and low(baseline)
-    weighted = [(e, similarity(e.hardware_json, e.workload_json, hardware, workload,
-                               everything or low(e.knobs_json)))
-                for e in experiences]
+    weighted = [
+        (
+            e,
+            similarity(
+                e.hardware_json,
+                e.workload_json,
+                hardware,
+                workload,
+                everything or low(e.knobs_json),
+            ),
+        )
+        for e in experiences
+    ]
     weighted = [(e, w) for e, w in weighted if w >= MIN_SIMILARITY]
-    read = {id(e): translate(e.knobs_json, e.hardware_json) if translate else
-            (e.knobs_json, True) for e, _ in weighted}
+    read = {
+        id(e): translate(e.knobs_json, e.hardware_json) if translate else (e.knobs_json, True)
+        for e, _ in weighted
+    }
     here = {i: knobs for i, (knobs, _) in read.items()}
-    timed = [(bank_features(here[id(e)], _ids(e)), -math.log(e.speedup), w)
-             for e, w in weighted if e.status == "ok" and not e.censored and e.speedup]
-    sized = [(bank_features(here[id(e)], _ids(e)),
-              math.log(e.peak_mem_bytes / e.baseline_peak_mem_bytes), w)
-             for e, w in weighted if e.status == "ok" and e.peak_mem_bytes and
-             e.baseline_peak_mem_bytes]
+    timed = [
+        (bank_features(here[id(e)], _ids(e)), -math.log(e.speedup), w)
+        for e, w in weighted
+        if e.status == "ok" and not e.censored and e.speedup
+    ]
+    sized = [
+        (
+            bank_features(here[id(e)], _ids(e)),
+            math.log(e.peak_mem_bytes / e.baseline_peak_mem_bytes),
+            w,
+        )
+        for e, w in weighted
+        if e.status == "ok" and e.peak_mem_bytes and e.baseline_peak_mem_bytes
+    ]
     notes = []
     if experiences and not weighted:
-        notes.append(f"none of the bank's {len(experiences)} experiences is similar enough to "
-                     f"this host and workload (similarity < {MIN_SIMILARITY})")
-    return BankAdvice(bank_url=bank_url, hardware=hardware, workload=workload,
-                      experiences=len(experiences), used=len(weighted),
-                      weight=float(sum(w for _, w in weighted)),
-                      time_coefficients=_scaled(ridge(timed), fidelity(timed)),
-                      memory_coefficients=_scaled(ridge(sized), fidelity(sized)),
-                      seeds=seeds([(e, w) for e, w in weighted if read[id(e)][1]],
-                                  max_seeds, baseline, here), notes=notes)
+        notes.append(
+            f"none of the bank's {len(experiences)} experiences is similar enough to "
+            f"this host and workload (similarity < {MIN_SIMILARITY})"
+        )
+    return BankAdvice(
+        bank_url=bank_url,
+        hardware=hardware,
+        workload=workload,
+        experiences=len(experiences),
+        used=len(weighted),
+        weight=float(sum(w for _, w in weighted)),
+        time_coefficients=_scaled(ridge(timed), fidelity(timed)),
+        memory_coefficients=_scaled(ridge(sized), fidelity(sized)),
+        seeds=seeds([(e, w) for e, w in weighted if read[id(e)][1]], max_seeds, baseline, here),
+        notes=notes,
+    )
 
 
 def peak_ratio(experiences: list[Experience]) -> float | None:
@@ -95,8 +129,11 @@ def peak_ratio(experiences: list[Experience]) -> float | None:
     more memory a config needs than the baseline is a property of the program and its knobs
     far more than of the host's speed, and it is used only where the config ran there as it
     reads here."""
-    logs = [math.log(e.peak_mem_bytes / e.baseline_peak_mem_bytes) for e in experiences
-            if e.peak_mem_bytes and e.baseline_peak_mem_bytes]
+    logs = [
+        math.log(e.peak_mem_bytes / e.baseline_peak_mem_bytes)
+        for e in experiences
+        if e.peak_mem_bytes and e.baseline_peak_mem_bytes
+    ]
     return math.exp(sum(logs) / len(logs)) if logs else None
 
 
@@ -117,8 +154,7 @@ def _ids(e: Experience) -> list[str]:
     return [p["id"] for p in e.patches_json]
 
 
-def ridge(rows: list[tuple[list[str], float, float]], precision: float = RIDGE
-          ) -> dict[str, float]:
+def ridge(rows: list[tuple[list[str], float, float]], precision: float = RIDGE) -> dict[str, float]:
     """Weighted ridge regression without intercept: ``rows`` of (features, target, weight);
     returns each feature's coefficient."""
     if not rows:
@@ -135,8 +171,12 @@ def ridge(rows: list[tuple[list[str], float, float]], precision: float = RIDGE
     return {f: float(b) for f, b in zip(names, beta) if abs(b) > 1e-9}
 
 
-def seeds(weighted: list[tuple[Experience, float]], max_seeds: int = SEEDS,
-          baseline: dict | None = None, here: dict[int, dict] | None = None) -> list[BankSeed]:
+def seeds(
+    weighted: list[tuple[Experience, float]],
+    max_seeds: int = SEEDS,
+    baseline: dict | None = None,
+    here: dict[int, dict] | None = None,
+) -> list[BankSeed]:
     """Whole configs worth a first trial here (see the module's docstring); ``here``: each
     experience's knobs as they read on this host, by ``id`` (as measured where absent)."""
     here = here or {}
@@ -162,14 +202,25 @@ def seeds(weighted: list[tuple[Experience, float]], max_seeds: int = SEEDS,
         best = max(w for _, w in ok)
         first = ok[0][0]
         sources = {(e.run_id, e.hardware_fp, e.workload, e.stage) for e, _ in ok}
-        measured = {k: v for k, v in first.knobs_json.items()
-                    if bank_features({k: knobs_of(first).get(k)}, []) !=
-                    bank_features({k: v}, [])}
-        out.append(BankSeed(knobs=knobs_of(first), patches=sorted(_ids(first)),
-                            as_measured=measured,
-                            peak_ratio=None if measured else peak_ratio([e for e, _ in ok]),
-                            expected_speedup=expected, similarity=best, experiences=len(ok),
-                            sources=[{"run_id": r, "hardware_fp": h, "workload": wl,
-                                      "stage": st} for r, h, wl, st in sorted(sources)]))
+        measured = {
+            k: v
+            for k, v in first.knobs_json.items()
+            if bank_features({k: knobs_of(first).get(k)}, []) != bank_features({k: v}, [])
+        }
+        out.append(
+            BankSeed(
+                knobs=knobs_of(first),
+                patches=sorted(_ids(first)),
+                as_measured=measured,
+                peak_ratio=None if measured else peak_ratio([e for e, _ in ok]),
+                expected_speedup=expected,
+                similarity=best,
+                experiences=len(ok),
+                sources=[
+                    {"run_id": r, "hardware_fp": h, "workload": wl, "stage": st}
+                    for r, h, wl, st in sorted(sources)
+                ],
+            )
+        )
     out.sort(key=lambda s: -s.expected_speedup)
     return out[:max_seeds]

@@ -20,7 +20,7 @@ are unknown, or the experience is another workload's, its knobs are read as meas
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from infrarsi.workloads import knobs as knob_rules
 from infrarsi.workloads.knobs import AssignmentError
@@ -70,8 +70,13 @@ def translator(manifest, scale: str, hardware: dict) -> Translate:
 
     def translate(measured: dict, source_hardware: dict) -> tuple[dict, bool]:
         there = parallel_units(source_hardware or {})
-        if not here or not there or here == there or not ranks & set(measured) or \
-                not set(measured) <= names:
+        if (
+            not here
+            or not there
+            or here == there
+            or not ranks & set(measured)
+            or not set(measured) <= names
+        ):
             return measured, True
         key = (tuple(sorted((k, str(v)) for k, v in measured.items())), here / there)
         if key not in cache:
@@ -79,10 +84,14 @@ def translator(manifest, scale: str, hardware: dict) -> Translate:
         return cache[key]
 
     def _rescaled(measured: dict, ratio: float) -> tuple[dict, bool]:
-        free = {k: (scaled_ranks(v, ratio) if k in ranks else v)
-                for k, v in measured.items() if k not in derived}
+        free = {
+            k: (scaled_ranks(v, ratio) if k in ranks else v)
+            for k, v in measured.items()
+            if k not in derived
+        }
         try:
             return dict(knob_rules.resolve(manifest, scale, free)), True
         except (AssignmentError, ValueError):
             return free, False
+
     return translate

@@ -20,12 +20,19 @@ from infrarsi import units
 from infrarsi.executors import LocalExecutor, TrialRequest
 from infrarsi.executors.choice import make_executor
 from infrarsi.trial import PatchRefused, TrialRecord, TrialStatus
-from infrarsi.workloads import AssignmentError, ManifestError, all_reference, find
-from infrarsi.workloads import parse_assignments
+from infrarsi.workloads import (
+    AssignmentError,
+    ManifestError,
+    all_reference,
+    find,
+    parse_assignments,
+)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Make PyTorch training jobs measurably faster without changing what "
-                       "they compute.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Make PyTorch training jobs measurably faster without changing what they compute.",
+)
 out = Console()
 err = Console(stderr=True)
 if not out.is_terminal:  # logs and pipes: do not squeeze tables into 80 columns
@@ -42,8 +49,9 @@ def fail(message: str, code: int = 2) -> None:
 
 @app.command()
 def workloads(
-    workload: Optional[str] = typer.Argument(None, help="a bundled name or the path of a "
-                                             "workload.yaml (default: every bundled workload)"),
+    workload: str | None = typer.Argument(
+        None, help="a bundled name or the path of a workload.yaml (default: every bundled workload)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Show workloads with their knobs, scales and patch catalogs: the bundled ones, or one."""
@@ -59,21 +67,28 @@ def workloads(
 
 
 @app.command()
-def validate(path: str = typer.Argument(..., help="a workload.yaml or the folder holding it")
-             ) -> None:
+def validate(
+    path: str = typer.Argument(..., help="a workload.yaml or the folder holding it"),
+) -> None:
     """Check a workload manifest: exit 0 and a summary, or exit 2 naming every bad field."""
     try:
         manifest = find(path)
     except ManifestError as exc:
         fail(str(exc))
     how = "probe" if manifest.launch.metrics == "probe" else "stdout patterns"
-    out.print(f"ok: {manifest.name} ({manifest.path}): {len(manifest.knobs)} knobs, "
-              f"{len(manifest.patches)} patches, scales {', '.join(manifest.scales)}, "
-              f"metrics from {how}", markup=False)
+    out.print(
+        f"ok: {manifest.name} ({manifest.path}): {len(manifest.knobs)} knobs, "
+        f"{len(manifest.patches)} patches, scales {', '.join(manifest.scales)}, "
+        f"metrics from {how}",
+        markup=False,
+    )
     untagged = [k.name for k in manifest.knobs if k.role is None]
     if untagged:
-        out.print(f"note: knobs without a role are never suggested by the diagnosis: "
-                  f"{', '.join(untagged)}", markup=False)
+        out.print(
+            f"note: knobs without a role are never suggested by the diagnosis: "
+            f"{', '.join(untagged)}",
+            markup=False,
+        )
 
 
 def _print_workload(manifest) -> None:
@@ -81,43 +96,71 @@ def _print_workload(manifest) -> None:
     for column in ("knob", "role", "type", "values", "baseline"):
         table.add_column(column)
     for knob in manifest.knobs:
-        table.add_row(knob.name, knob.role or "-", knob.type + (f" ({knob.flag})" if knob.flag
-                                                                else ""),
-                      ", ".join(map(str, knob.values)),
-                      str(knob.default) if knob.derive is None else f"= {knob.derive}")
+        table.add_row(
+            knob.name,
+            knob.role or "-",
+            knob.type + (f" ({knob.flag})" if knob.flag else ""),
+            ", ".join(map(str, knob.values)),
+            str(knob.default) if knob.derive is None else f"= {knob.derive}",
+        )
     out.print(table)
     out.print("patches: " + (", ".join(p.id for p in manifest.patches) or "none"))
     out.print("scales: " + ", ".join(manifest.scales) + "\n")
 
 
 def _workload_summary(manifest) -> dict:
-    return {"name": manifest.name, "description": manifest.description.strip(),
-            "scales": sorted(manifest.scales),
-            "knobs": [k.model_dump(exclude_none=True) for k in manifest.knobs],
-            "constraints": [c.model_dump() for c in manifest.constraints],
-            "patches": [p.id for p in manifest.patches],
-            "patch_catalog": [p.model_dump() for p in manifest.patches],
-            "files": manifest.files.model_dump()}
+    return {
+        "name": manifest.name,
+        "description": manifest.description.strip(),
+        "scales": sorted(manifest.scales),
+        "knobs": [k.model_dump(exclude_none=True) for k in manifest.knobs],
+        "constraints": [c.model_dump() for c in manifest.constraints],
+        "patches": [p.id for p in manifest.patches],
+        "patch_catalog": [p.model_dump() for p in manifest.patches],
+        "files": manifest.files.model_dump(),
+    }
 
 
 # options several commands share (each the same flag, default and help everywhere)
-BANK = typer.Option(None, "--bank", help="the experience bank's URL or SQLite path (default: "
-                    "INFRARSI_BANK, else ~/.infrarsi/bank.sqlite)")
+BANK = typer.Option(
+    None,
+    "--bank",
+    help="the experience bank's URL or SQLite path (default: "
+    "INFRARSI_BANK, else ~/.infrarsi/bank.sqlite)",
+)
 NO_BANK = typer.Option(False, "--no-bank", help="a cold start: neither read nor write the bank")
-PROPOSER = typer.Option(None, "--proposer", help="where code patches come from: catalog, llm "
-                        "or both (default: both when INFRARSI_LLM_BASE_URL and "
-                        "INFRARSI_LLM_MODEL are set, else catalog)")
+PROPOSER = typer.Option(
+    None,
+    "--proposer",
+    help="where code patches come from: catalog, llm "
+    "or both (default: both when INFRARSI_LLM_BASE_URL and "
+    "INFRARSI_LLM_MODEL are set, else catalog)",
+)
 LLM_CALLS = typer.Option(6, "--llm-max-calls", min=1, help="LLM requests per run")
-LLM_TOKENS = typer.Option(400_000, "--llm-max-tokens", min=1, help="LLM tokens per run "
-                          "(prompts and replies)")
-LLM_SECONDS = typer.Option(1800.0, "--llm-max-seconds", min=1, help="seconds per run spent "
-                           "asking the LLM and validating its patches")
-EXECUTOR = typer.Option("local", "--executor", help="where trials run: local (this machine, "
-                        "one at a time) or ray (a Ray cluster)")
-RAY_ADDRESS = typer.Option(None, "--ray-address", help="the Ray cluster: HOST:PORT or auto "
-                           "(default auto)")
-PARALLEL = typer.Option(1, "--parallel", min=1, help="search trials in flight at once (on a "
-                        "Ray cluster: one per node; the local executor runs one at a time)")
+LLM_TOKENS = typer.Option(
+    400_000, "--llm-max-tokens", min=1, help="LLM tokens per run (prompts and replies)"
+)
+LLM_SECONDS = typer.Option(
+    1800.0,
+    "--llm-max-seconds",
+    min=1,
+    help="seconds per run spent asking the LLM and validating its patches",
+)
+EXECUTOR = typer.Option(
+    "local",
+    "--executor",
+    help="where trials run: local (this machine, one at a time) or ray (a Ray cluster)",
+)
+RAY_ADDRESS = typer.Option(
+    None, "--ray-address", help="the Ray cluster: HOST:PORT or auto (default auto)"
+)
+PARALLEL = typer.Option(
+    1,
+    "--parallel",
+    min=1,
+    help="search trials in flight at once (on a "
+    "Ray cluster: one per node; the local executor runs one at a time)",
+)
 
 
 @app.command()
@@ -125,17 +168,20 @@ def trial(
     workload: str = typer.Argument(..., help="bundled workload name or path to workload.yaml"),
     scale: str = typer.Option("tiny", help="scale preset: tiny, cpu or gpu"),
     set_: list[str] = typer.Option([], "--set", help="KNOB=VALUE, repeatable"),
-    patch: list[str] = typer.Option([], "--patch",
-                                    help="catalog patch id or path to a .diff file, repeatable"),
-    mem_cap: Optional[str] = typer.Option(None, "--mem-cap",
-                                          help="per-rank memory capacity, e.g. 300MiB or bytes"),
-    timeout: Optional[float] = typer.Option(None, help="seconds; default: the scale's"),
+    patch: list[str] = typer.Option(
+        [], "--patch", help="catalog patch id or path to a .diff file, repeatable"
+    ),
+    mem_cap: str | None = typer.Option(
+        None, "--mem-cap", help="per-rank memory capacity, e.g. 300MiB or bytes"
+    ),
+    timeout: float | None = typer.Option(None, help="seconds; default: the scale's"),
     workdir: Path = typer.Option(DEFAULT_WORKDIR, help="where trial folders are written"),
-    contract: Optional[Path] = typer.Option(None, help="run under this frozen contract: its "
-                                            "capacity, its hash on the record"),
+    contract: Path | None = typer.Option(
+        None, help="run under this frozen contract: its capacity, its hash on the record"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the trial record as JSON"),
     executor: str = EXECUTOR,
-    ray_address: Optional[str] = RAY_ADDRESS,
+    ray_address: str | None = RAY_ADDRESS,
 ) -> None:
     """Run one isolated, measured trial of a workload under a knob assignment and patches."""
     try:
@@ -145,10 +191,15 @@ def trial(
         if frozen is not None and cap is None:
             cap = frozen.mem_cap_bytes
         request = TrialRequest(
-            workload=str(manifest.path) if Path(workload).exists() else workload, scale=scale,
-            knobs=parse_assignments(set_), patches=[_patch_path(p) for p in patch],
-            mem_cap_bytes=cap, timeout_s=timeout, workdir=str(workdir.resolve()),
-            contract_hash=frozen.contract_hash if frozen else None)
+            workload=str(manifest.path) if Path(workload).exists() else workload,
+            scale=scale,
+            knobs=parse_assignments(set_),
+            patches=[_patch_path(p) for p in patch],
+            mem_cap_bytes=cap,
+            timeout_s=timeout,
+            workdir=str(workdir.resolve()),
+            contract_hash=frozen.contract_hash if frozen else None,
+        )
         LocalExecutor(Path.cwd()).resolve(request)  # a bad request is refused before anything
         runner = make_executor(executor, Path.cwd(), ray_address)
     except (ManifestError, AssignmentError, PatchRefused, ValueError, KeyError) as exc:
@@ -193,8 +244,10 @@ def trial_json(record: TrialRecord) -> dict:
 def print_trial(record: TrialRecord) -> None:
     """A readable summary of one trial."""
     colour = "green" if record.status is TrialStatus.OK else "red"
-    out.print(f"trial {record.trial_id}: [{colour}]{record.status.value}[/]  "
-              f"(cost {record.cost_s:.1f} s, folder {record.trial_dir})")
+    out.print(
+        f"trial {record.trial_id}: [{colour}]{record.status.value}[/]  "
+        f"(cost {record.cost_s:.1f} s, folder {record.trial_dir})"
+    )
     out.print("knobs: " + " ".join(f"{k}={v}" for k, v in record.knobs.items()))
     out.print("patches: " + (", ".join(p.id for p in record.patches) or "none"))
     if record.error:
@@ -204,13 +257,21 @@ def print_trial(record: TrialRecord) -> None:
     if m is None:
         return
     table = Table(show_header=True)
-    for column in ("step_time_s", "tokens_per_s", "e2e_time_s", "peak_mem (per rank)",
-                   "loss first -> last"):
+    for column in (
+        "step_time_s",
+        "tokens_per_s",
+        "e2e_time_s",
+        "peak_mem (per rank)",
+        "loss first -> last",
+    ):
         table.add_column(column)
-    table.add_row(f"{m.step_time_s:.4f}", f"{m.tokens_per_s:,.0f}", f"{m.e2e_time_s:.2f}",
-                  ", ".join(units.format_bytes(b) if b is not None else "unknown"
-                            for b in m.peak_mem_bytes),
-                  f"{m.loss[0]:.4f} -> {m.loss[-1]:.4f}")
+    table.add_row(
+        f"{m.step_time_s:.4f}",
+        f"{m.tokens_per_s:,.0f}",
+        f"{m.e2e_time_s:.2f}",
+        ", ".join(units.format_bytes(b) if b is not None else "unknown" for b in m.peak_mem_bytes),
+        f"{m.loss[0]:.4f} -> {m.loss[-1]:.4f}",
+    )
     out.print(table)
 
 
@@ -222,6 +283,7 @@ def demo(
 ) -> None:
     """optimize on the bundled dense-1node workload, offline: Init, Doctor, Run, Apply, Report."""
     from infrarsi.cli.optimize import demo_command
+
     demo_command(scale, budget, top, out, err)
 
 
@@ -236,6 +298,7 @@ def init(
 ) -> None:
     """Stage 1: turn an instruction into a frozen task contract."""
     from infrarsi.cli.init import run_init
+
     run_init(workload, instruction, scale, output, yes, as_json, out, err)
 
 
@@ -245,72 +308,115 @@ def doctor(
     repeats: int = typer.Option(3, min=2, help="baseline runs (noise needs at least 2)"),
     workdir: Path = typer.Option(DEFAULT_WORKDIR, help="where trial folders are written"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
-    calibrate: bool = typer.Option(True, "--calibrate/--no-calibrate",
-                                   help="measure the noise floor of what is learned (another "
-                                        "batch split, bf16) and set the equivalence "
-                                        "tolerances from it"),
+    calibrate: bool = typer.Option(
+        True,
+        "--calibrate/--no-calibrate",
+        help="measure the noise floor of what is learned (another "
+        "batch split, bf16) and set the equivalence "
+        "tolerances from it",
+    ),
     executor: str = EXECUTOR,
-    ray_address: Optional[str] = RAY_ADDRESS,
+    ray_address: str | None = RAY_ADDRESS,
 ) -> None:
     """Stage 2: profile the baseline, measure peak, noise and tolerances, diagnose."""
     from infrarsi.cli.doctor import run_doctor_command
-    run_doctor_command(contract, repeats, workdir, as_json, out, err, calibrate,
-                       executor=(executor, ray_address))
+
+    run_doctor_command(
+        contract, repeats, workdir, as_json, out, err, calibrate, executor=(executor, ray_address)
+    )
 
 
 @app.command()
 def run(
-    contract: Optional[Path] = typer.Argument(None, help="contract.yaml (from init, doctored)"),
-    budget: Optional[int] = typer.Option(None, "--budget", min=1, help="trials to run"),
-    budget_s: Optional[float] = typer.Option(None, "--budget-s", min=1,
-                                             help="wall seconds to spend"),
+    contract: Path | None = typer.Argument(None, help="contract.yaml (from init, doctored)"),
+    budget: int | None = typer.Option(None, "--budget", min=1, help="trials to run"),
+    budget_s: float | None = typer.Option(None, "--budget-s", min=1, help="wall seconds to spend"),
     searcher: str = typer.Option("infrarsi", help="infrarsi, random, greedy, tpe, gp or grid"),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in RUN_DIR"),
-    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="where the run lives "
-                                           "(default .infrarsi/runs/<contract>)"),
-    store: Optional[str] = typer.Option(None, "--store", help="a SQLAlchemy URL (default: "
-                                        "SQLite in the run directory)"),
+    resume: Path | None = typer.Option(None, "--resume", help="continue the run in RUN_DIR"),
+    run_dir: Path | None = typer.Option(
+        None, "--run-dir", help="where the run lives (default .infrarsi/runs/<contract>)"
+    ),
+    store: str | None = typer.Option(
+        None, "--store", help="a SQLAlchemy URL (default: SQLite in the run directory)"
+    ),
     seed: int = typer.Option(0, help="the searcher's random seed"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
-    bank: Optional[str] = BANK,
+    bank: str | None = BANK,
     no_bank: bool = NO_BANK,
-    proposer: Optional[str] = PROPOSER,
+    proposer: str | None = PROPOSER,
     llm_calls: int = LLM_CALLS,
     llm_tokens: int = LLM_TOKENS,
     llm_seconds: float = LLM_SECONDS,
     executor: str = EXECUTOR,
-    ray_address: Optional[str] = RAY_ADDRESS,
+    ray_address: str | None = RAY_ADDRESS,
     parallel: int = PARALLEL,
 ) -> None:
     """Stage 3: search knobs and patches together with the step-time and memory models."""
     from infrarsi.cli.run import run_command
-    run_command(contract, budget, budget_s, searcher, resume, run_dir, store, seed, as_json,
-                out, err, bank=bank, use_bank=not no_bank,
-                proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)),
-                executor=(executor, ray_address), parallel=parallel)
+
+    run_command(
+        contract,
+        budget,
+        budget_s,
+        searcher,
+        resume,
+        run_dir,
+        store,
+        seed,
+        as_json,
+        out,
+        err,
+        bank=bank,
+        use_bank=not no_bank,
+        proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)),
+        executor=(executor, ray_address),
+        parallel=parallel,
+    )
 
 
 @app.command()
 def apply(
     run_dir: Path = typer.Argument(..., help="a run directory written by `infrarsi run`"),
     top: int = typer.Option(3, "--top", min=1, help="candidates to re-measure"),
-    rounds: Optional[int] = typer.Option(None, "--rounds", min=2, help="interleaved rounds "
-                                         "(default: what the Doctor's noise analysis needs)"),
-    to_branch: Optional[str] = typer.Option(None, "--to-branch", help="commit the winner on a "
-                                            "new branch of the workload's git repository"),
+    rounds: int | None = typer.Option(
+        None,
+        "--rounds",
+        min=2,
+        help="interleaved rounds (default: what the Doctor's noise analysis needs)",
+    ),
+    to_branch: str | None = typer.Option(
+        None,
+        "--to-branch",
+        help="commit the winner on a new branch of the workload's git repository",
+    ),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
-    bank: Optional[str] = typer.Option(None, "--bank", help="the experience bank's URL or "
-                                       "SQLite path (default: INFRARSI_BANK, else "
-                                       "~/.infrarsi/bank.sqlite)"),
+    bank: str | None = typer.Option(
+        None,
+        "--bank",
+        help="the experience bank's URL or "
+        "SQLite path (default: INFRARSI_BANK, else "
+        "~/.infrarsi/bank.sqlite)",
+    ),
     no_bank: bool = typer.Option(False, "--no-bank", help="leave the bank as it was"),
     executor: str = EXECUTOR,
-    ray_address: Optional[str] = RAY_ADDRESS,
+    ray_address: str | None = RAY_ADDRESS,
 ) -> None:
     """Stage 4: re-verify the best candidates against the baseline, interleaved; promote only
     what holds; write winner.patch, launch.sh, audit.jsonl and the verification table."""
     from infrarsi.cli.apply import apply_command
-    apply_command(run_dir, top, rounds, to_branch, as_json, out, err, bank, not no_bank,
-                  executor=(executor, ray_address))
+
+    apply_command(
+        run_dir,
+        top,
+        rounds,
+        to_branch,
+        as_json,
+        out,
+        err,
+        bank,
+        not no_bank,
+        executor=(executor, ray_address),
+    )
 
 
 @app.command()
@@ -318,14 +424,14 @@ def report(
     run_dir: Path = typer.Argument(..., help="a run directory (after `infrarsi apply`)"),
 ) -> None:
     """Stage 4: write report.md and a self-contained report.html of a run."""
-    from infrarsi.report import ReportError, write_report
     from infrarsi.contract import ContractError
+    from infrarsi.report import ReportError, write_report
+
     try:
         written = write_report(run_dir)
     except (ReportError, ContractError, KeyError) as exc:
         fail(_message(exc))
-    out.print(f"report: {written.markdown} and {written.html}", markup=False,
-              highlight=False)
+    out.print(f"report: {written.markdown} and {written.html}", markup=False, highlight=False)
 
 
 from infrarsi.cli.bank import bank_app  # noqa: E402 - the sub-commands of `infrarsi bank`
@@ -338,42 +444,73 @@ def optimize(
     workload: str = typer.Argument(..., help="bundled workload name or path to workload.yaml"),
     instruction: str = typer.Argument(..., help="what you want, in one sentence"),
     scale: str = typer.Option("tiny", help="scale preset"),
-    budget: Optional[int] = typer.Option(None, "--budget", min=1, help="search trials per "
-                                         "round (default: the instruction's, else 20)"),
-    rounds: int = typer.Option(1, "--rounds", min=1, help="the winner becomes the next "
-                               "round's baseline"),
+    budget: int | None = typer.Option(
+        None,
+        "--budget",
+        min=1,
+        help="search trials per round (default: the instruction's, else 20)",
+    ),
+    rounds: int = typer.Option(
+        1, "--rounds", min=1, help="the winner becomes the next round's baseline"
+    ),
     top: int = typer.Option(3, "--top", min=1, help="candidates Apply re-measures"),
-    verify_rounds: Optional[int] = typer.Option(None, "--verify-rounds", min=2, help="Apply's "
-                                                "interleaved rounds (default: what the "
-                                                "Doctor's noise analysis needs, 5 to 10)"),
-    doctor_repeats: int = typer.Option(3, "--doctor-repeats", min=2, help="baseline runs of "
-                                       "the Doctor"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="where the rounds are written "
-                                           "(default .infrarsi/optimize/<time>)"),
+    verify_rounds: int | None = typer.Option(
+        None,
+        "--verify-rounds",
+        min=2,
+        help="Apply's "
+        "interleaved rounds (default: what the "
+        "Doctor's noise analysis needs, 5 to 10)",
+    ),
+    doctor_repeats: int = typer.Option(
+        3, "--doctor-repeats", min=2, help="baseline runs of the Doctor"
+    ),
+    out_dir: Path | None = typer.Option(
+        None, "--out", help="where the rounds are written (default .infrarsi/optimize/<time>)"
+    ),
     yes: bool = typer.Option(False, "--yes", help="freeze the contract without asking"),
     seed: int = typer.Option(0, help="the searcher's random seed"),
     as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
-    bank: Optional[str] = BANK,
+    bank: str | None = BANK,
     no_bank: bool = NO_BANK,
-    proposer: Optional[str] = PROPOSER,
+    proposer: str | None = PROPOSER,
     llm_calls: int = LLM_CALLS,
     llm_tokens: int = LLM_TOKENS,
     llm_seconds: float = LLM_SECONDS,
     executor: str = EXECUTOR,
-    ray_address: Optional[str] = RAY_ADDRESS,
+    ray_address: str | None = RAY_ADDRESS,
     parallel: int = PARALLEL,
 ) -> None:
     """All stages from one instruction: Init -> Doctor -> Run -> Apply -> Report."""
     from infrarsi.cli.optimize import optimize_command
-    optimize_command(workload, instruction, scale, budget, rounds, top, out_dir, yes, seed,
-                     as_json, out, err, verify_rounds, doctor_repeats, bank, not no_bank,
-                     proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)),
-                     executor=(executor, ray_address), parallel=parallel)
+
+    optimize_command(
+        workload,
+        instruction,
+        scale,
+        budget,
+        rounds,
+        top,
+        out_dir,
+        yes,
+        seed,
+        as_json,
+        out,
+        err,
+        verify_rounds,
+        doctor_repeats,
+        bank,
+        not no_bank,
+        proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)),
+        executor=(executor, ray_address),
+        parallel=parallel,
+    )
 
 
 def _llm_budget(calls: int, tokens: int, seconds: float):
     """The LLM proposer's caps per run, from the command line."""
     from infrarsi.proposers import LLMBudget
+
     return LLMBudget(calls=calls, tokens=tokens, seconds=seconds)
 
 

@@ -14,10 +14,10 @@ from rich.table import Table
 from infrarsi.apply import ApplyError, apply_run
 from infrarsi.apply.branch import BranchError, to_branch
 from infrarsi.bank import ingest_run
-from infrarsi.store.bank import BankError, BankStore
 from infrarsi.contract import ContractError, load_contract
 from infrarsi.executors.choice import make_executor
 from infrarsi.records import ApplyResult
+from infrarsi.store.bank import BankError, BankStore
 
 
 class ApplyScreen:
@@ -31,9 +31,12 @@ class ApplyScreen:
     def event(self, kind: str, data: dict) -> None:
         if kind == "plan":
             labels = ", ".join(f"{c.label}={c.patches or 'knobs'}" for c in data["candidates"])
-            self.console.print(f"apply: {data['rounds']} interleaved rounds of the baseline and "
-                               f"{len(data['candidates'])} candidate(s): {labels or 'none'}",
-                               markup=False, highlight=False)
+            self.console.print(
+                f"apply: {data['rounds']} interleaved rounds of the baseline and "
+                f"{len(data['candidates'])} candidate(s): {labels or 'none'}",
+                markup=False,
+                highlight=False,
+            )
             return
         if self.progress is None:
             return
@@ -41,19 +44,34 @@ class ApplyScreen:
             self.progress.console.print(
                 f"  {data['label']} dropped before round {data['round'] + 1}: it cannot be "
                 "promoted any more (a check failed, or its interval lies below 1)",
-                markup=False, highlight=False)
+                markup=False,
+                highlight=False,
+            )
         elif kind == "launch":
-            self.progress.update(self.task, total=data["total"], completed=data["index"],
-                                 description=f"round {data['round'] + 1}: {data['label']}")
+            self.progress.update(
+                self.task,
+                total=data["total"],
+                completed=data["index"],
+                description=f"round {data['round'] + 1}: {data['label']}",
+            )
         elif kind == "end":
             m = data["measurement"]
             self.progress.update(self.task, completed=data["index"] + 1)
-            verdict = "" if m.valid is None else ("  checks passed" if m.valid else
-                                                  f"  REFUSED: {m.reasons[0] if m.reasons else ''}")
+            verdict = (
+                ""
+                if m.valid is None
+                else (
+                    "  checks passed"
+                    if m.valid
+                    else f"  REFUSED: {m.reasons[0] if m.reasons else ''}"
+                )
+            )
             self.progress.console.print(
                 f"  round {m.round + 1} {m.label}: {m.status} "
                 f"{m.compared_s if m.compared_s is not None else '-'} s{verdict}",
-                markup=False, highlight=False)
+                markup=False,
+                highlight=False,
+            )
 
     def __enter__(self):
         self.progress = Progress(console=self.console, transient=True)
@@ -68,30 +86,55 @@ class ApplyScreen:
 
 def show(result: ApplyResult, out: Console) -> None:
     """The verification table and the decision."""
-    table = Table(title=f"apply: {result.rounds} interleaved rounds, {result.compared}, "
-                        f"{result.confidence:.0%} interval (Bonferroni over "
-                        f"{len(result.candidates)})", title_justify="left")
-    for col in ("candidate", "patches", "knobs changed", "speed-up x", "interval", "checks",
-                "promoted"):
+    table = Table(
+        title=f"apply: {result.rounds} interleaved rounds, {result.compared}, "
+        f"{result.confidence:.0%} interval (Bonferroni over "
+        f"{len(result.candidates)})",
+        title_justify="left",
+    )
+    for col in (
+        "candidate",
+        "patches",
+        "knobs changed",
+        "speed-up x",
+        "interval",
+        "checks",
+        "promoted",
+    ):
         table.add_column(col, overflow="fold")
     base = result.baseline["knobs"]
     for c in result.candidates:
         changed = ", ".join(f"{k}={v}" for k, v in c.knobs.items() if str(base.get(k)) != str(v))
-        table.add_row(c.label, ", ".join(c.patches) or "-", changed or "-",
-                      f"{c.speedup:.3f}" if c.speedup else "-",
-                      f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ci_low else "-",
-                      "passed" if c.verified else ("; ".join(c.reasons[:1]) or "failed"),
-                      "yes" if c.promoted else "no")
+        table.add_row(
+            c.label,
+            ", ".join(c.patches) or "-",
+            changed or "-",
+            f"{c.speedup:.3f}" if c.speedup else "-",
+            f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ci_low else "-",
+            "passed" if c.verified else ("; ".join(c.reasons[:1]) or "failed"),
+            "yes" if c.promoted else "no",
+        )
     out.print(table)
     out.print(result.decision, markup=False, highlight=False)
-    out.print("written: " + ", ".join(f"{result.run_dir}/{f}" for f in result.files.values()),
-              markup=False, highlight=False)
+    out.print(
+        "written: " + ", ".join(f"{result.run_dir}/{f}" for f in result.files.values()),
+        markup=False,
+        highlight=False,
+    )
 
 
-def apply_command(run_dir: Path, top: int, rounds: int | None, branch: str | None,
-                  as_json: bool, out: Console, err: Console, bank: str | None = None,
-                  use_bank: bool = True,
-                  executor: tuple[str, str | None] = ("local", None)) -> None:
+def apply_command(
+    run_dir: Path,
+    top: int,
+    rounds: int | None,
+    branch: str | None,
+    as_json: bool,
+    out: Console,
+    err: Console,
+    bank: str | None = None,
+    use_bank: bool = True,
+    executor: tuple[str, str | None] = ("local", None),
+) -> None:
     """Run Apply on a run directory; exit 0 with or without a promoted winner, 2 on bad input.
     What it measured goes into the experience bank (unless ``use_bank`` is off); its trials run
     on the executor named by ``executor`` (kind, Ray address)."""
@@ -100,12 +143,16 @@ def apply_command(run_dir: Path, top: int, rounds: int | None, branch: str | Non
         store = BankStore(bank) if use_bank else None
         runner = make_executor(executor[0], Path(run_dir).resolve(), executor[1])
         with screen:
-            result = apply_run(run_dir, top_k=top, rounds=rounds, on_event=screen.event,
-                               executor=runner)
+            result = apply_run(
+                run_dir, top_k=top, rounds=rounds, on_event=screen.event, executor=runner
+            )
         if store is not None:
             added = ingest_run(Path(run_dir), store)
-            err.print(f"bank: {added.added} experiences added to {store.url}", markup=False,
-                      highlight=False)
+            err.print(
+                f"bank: {added.added} experiences added to {store.url}",
+                markup=False,
+                highlight=False,
+            )
         commit = None
         if branch is not None:
             root = load_contract(Path(result.run_dir) / "contract.yaml").manifest().root

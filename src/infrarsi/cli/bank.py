@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -14,12 +13,17 @@ from rich.table import Table
 
 from infrarsi.store.bank import BankError, BankStore, Experience
 
-bank_app = typer.Typer(help="Stage 5: the experience bank — what past runs measured, reused "
-                            "by the next run on a similar workload or host.",
-                       no_args_is_help=True)
+bank_app = typer.Typer(
+    help="Stage 5: the experience bank — what past runs measured, reused "
+    "by the next run on a similar workload or host.",
+    no_args_is_help=True,
+)
 out, err = Console(), Console(stderr=True)
-BANK_OPTION = typer.Option(None, "--bank", help="the bank's URL or SQLite path (default: "
-                           "INFRARSI_BANK, else ~/.infrarsi/bank.sqlite)")
+BANK_OPTION = typer.Option(
+    None,
+    "--bank",
+    help="the bank's URL or SQLite path (default: INFRARSI_BANK, else ~/.infrarsi/bank.sqlite)",
+)
 JSON_OPTION = typer.Option(False, "--json", help="print one JSON object")
 
 
@@ -33,36 +37,70 @@ def _open(url: str | None) -> BankStore:
 
 def _row(e: Experience) -> dict:
     """One experience as ``bank list`` shows it; ``hardware_id``: its host's fingerprint."""
-    return {"id": e.id, "run_id": e.run_id, "stage": e.stage, "workload": e.workload,
-            "scale": e.scale, "hardware_id": e.hardware_fp, "status": e.status,
-            "speedup": e.speedup, "censored": e.censored, "peak_share": e.peak_share,
-            "knobs": e.knobs_json, "patches": [p["id"] for p in e.patches_json]}
+    return {
+        "id": e.id,
+        "run_id": e.run_id,
+        "stage": e.stage,
+        "workload": e.workload,
+        "scale": e.scale,
+        "hardware_id": e.hardware_fp,
+        "status": e.status,
+        "speedup": e.speedup,
+        "censored": e.censored,
+        "peak_share": e.peak_share,
+        "knobs": e.knobs_json,
+        "patches": [p["id"] for p in e.patches_json],
+    }
 
 
 @bank_app.command("list")
-def list_(bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION,
-          workload: Optional[str] = typer.Option(None, help="only this workload"),
-          run: Optional[str] = typer.Option(None, "--run", help="only this run id"),
-          limit: int = typer.Option(50, min=1, help="rows shown (newest last)")) -> None:
+def list_(
+    bank: str | None = BANK_OPTION,
+    as_json: bool = JSON_OPTION,
+    workload: str | None = typer.Option(None, help="only this workload"),
+    run: str | None = typer.Option(None, "--run", help="only this run id"),
+    limit: int = typer.Option(50, min=1, help="rows shown (newest last)"),
+) -> None:
     """The experiences, newest last."""
     store = _open(bank)
     rows = [_row(e) for e in store.experiences(workload=workload, run_id=run)][-limit:]
     if as_json:
         print(json.dumps({"bank": store.url, "experiences": rows}))
         return
-    table = Table("id", "run", "stage", "workload", "hardware", "status", "speed-up", "patches",
-                  title=f"{store.url}: {len(rows)} experiences shown")
+    table = Table(
+        "id",
+        "run",
+        "stage",
+        "workload",
+        "hardware",
+        "status",
+        "speed-up",
+        "patches",
+        title=f"{store.url}: {len(rows)} experiences shown",
+    )
     for r in rows:
-        speed = "" if r["speedup"] is None else \
-            f"{'<=' if r['censored'] else ''}{r['speedup']:.3f}x"
-        table.add_row(str(r["id"]), r["run_id"], r["stage"], f"{r['workload']}@{r['scale']}",
-                      r["hardware_id"], r["status"], speed, "+".join(r["patches"]) or "-")
+        speed = (
+            "" if r["speedup"] is None else f"{'<=' if r['censored'] else ''}{r['speedup']:.3f}x"
+        )
+        table.add_row(
+            str(r["id"]),
+            r["run_id"],
+            r["stage"],
+            f"{r['workload']}@{r['scale']}",
+            r["hardware_id"],
+            r["status"],
+            speed,
+            "+".join(r["patches"]) or "-",
+        )
     out.print(table)
 
 
 @bank_app.command()
-def show(experience_id: int = typer.Argument(..., help="an id from `infrarsi bank list`"),
-         bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION) -> None:
+def show(
+    experience_id: int = typer.Argument(..., help="an id from `infrarsi bank list`"),
+    bank: str | None = BANK_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
     """One experience in full: signatures, knobs, patches (with their hashes), outcome."""
     store = _open(bank)
     try:
@@ -75,25 +113,33 @@ def show(experience_id: int = typer.Argument(..., help="an id from `infrarsi ban
         print(json.dumps(data))
         return
     for key, value in data.items():
-        out.print(f"{key}: {json.dumps(value) if isinstance(value, (dict, list)) else value}",
-                  markup=False, highlight=False, soft_wrap=True)
+        out.print(
+            f"{key}: {json.dumps(value) if isinstance(value, (dict, list)) else value}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @bank_app.command()
-def stats(bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION) -> None:
+def stats(bank: str | None = BANK_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Counts by workload, host, stage and status; seeds given and how many held."""
     store = _open(bank)
     rows = store.experiences()
     seeds = store.seeds()
-    data = {"bank": store.url, "experiences": len(rows),
-            "runs": len({e.run_id for e in rows}),
-            "by_workload": dict(Counter(f"{e.workload}@{e.scale}" for e in rows)),
-            "by_host": dict(Counter(e.hardware_fp for e in rows)),
-            "by_stage": dict(Counter(e.stage for e in rows)),
-            "by_status": dict(Counter(e.status for e in rows)),
-            "patch_texts": len(store.patch_texts()),
-            "seeds_given": len(seeds), "seeds_held": sum(s.held is True for s in seeds),
-            "seeds_not_held": sum(s.held is False for s in seeds)}
+    data = {
+        "bank": store.url,
+        "experiences": len(rows),
+        "runs": len({e.run_id for e in rows}),
+        "by_workload": dict(Counter(f"{e.workload}@{e.scale}" for e in rows)),
+        "by_host": dict(Counter(e.hardware_fp for e in rows)),
+        "by_stage": dict(Counter(e.stage for e in rows)),
+        "by_status": dict(Counter(e.status for e in rows)),
+        "patch_texts": len(store.patch_texts()),
+        "seeds_given": len(seeds),
+        "seeds_held": sum(s.held is True for s in seeds),
+        "seeds_not_held": sum(s.held is False for s in seeds),
+    }
     if as_json:
         print(json.dumps(data))
         return
@@ -102,8 +148,11 @@ def stats(bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION) -> Non
 
 
 @bank_app.command("export")
-def export(path: Path = typer.Argument(..., help="the JSON file to write"),
-           bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION) -> None:
+def export(
+    path: Path = typer.Argument(..., help="the JSON file to write"),
+    bank: str | None = BANK_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
     """Write the whole bank to one JSON file (for another host or a team's bank)."""
     store = _open(bank)
     counts = store.export(path)
@@ -114,8 +163,11 @@ def export(path: Path = typer.Argument(..., help="the JSON file to write"),
 
 
 @bank_app.command("import")
-def import_(path: Path = typer.Argument(..., help="a file written by `infrarsi bank export`"),
-            bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION) -> None:
+def import_(
+    path: Path = typer.Argument(..., help="a file written by `infrarsi bank export`"),
+    bank: str | None = BANK_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
     """Add an exported bank's experiences (those already here are skipped)."""
     store = _open(bank)
     try:
@@ -130,15 +182,22 @@ def import_(path: Path = typer.Argument(..., help="a file written by `infrarsi b
 
 
 @bank_app.command()
-def forget(run: str = typer.Option(..., "--run", help="the run id whose experiences go"),
-           bank: Optional[str] = BANK_OPTION, as_json: bool = JSON_OPTION) -> None:
+def forget(
+    run: str = typer.Option(..., "--run", help="the run id whose experiences go"),
+    bank: str | None = BANK_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
     """Remove one run's experiences and seeds (e.g. a run measured on a loaded machine)."""
     store = _open(bank)
     removed = store.forget_run(run)
     if removed == 0:
         known = sorted({e.run_id for e in store.experiences()})
-        err.print(f"error: the bank holds no run {run!r}; it holds {known[:10]}",
-                  markup=False, highlight=False, soft_wrap=True)
+        err.print(
+            f"error: the bank holds no run {run!r}; it holds {known[:10]}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(2)
     if as_json:
         print(json.dumps({"bank": store.url, "run_id": run, "removed": removed}))

@@ -15,18 +15,32 @@ from infrarsi.records import DoctorReport
 from infrarsi.units import format_bytes
 
 
-def run_doctor_command(contract_path: Path, repeats: int, workdir: Path, as_json: bool,
-                       out: Console, err: Console, calibrate: bool = True,
-                       executor: tuple[str, str | None] = ("local", None)) -> None:
+def run_doctor_command(
+    contract_path: Path,
+    repeats: int,
+    workdir: Path,
+    as_json: bool,
+    out: Console,
+    err: Console,
+    calibrate: bool = True,
+    executor: tuple[str, str | None] = ("local", None),
+) -> None:
     """Doctor the contract's baseline; the contract gets the measured noise policy. Its trials
     run on the executor named by ``executor`` (kind, Ray address)."""
     try:
         contract = load_contract(contract_path)
         runner = make_executor(executor[0], Path(workdir).resolve(), executor[1])
         with err.status("doctor: measuring the hardware and the baseline ...") as status:
-            report = run_doctor(contract, repeats, workdir, on_trial=lambda label, r: status.update(
-                f"doctor: {label} ended {r.status.value} ({r.cost_s:.1f} s)"),
-                calibrate_tolerances=calibrate, executor=runner)
+            report = run_doctor(
+                contract,
+                repeats,
+                workdir,
+                on_trial=lambda label, r: status.update(
+                    f"doctor: {label} ended {r.status.value} ({r.cost_s:.1f} s)"
+                ),
+                calibrate_tolerances=calibrate,
+                executor=runner,
+            )
     except (ContractError, DoctorError, KeyError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2)
@@ -38,32 +52,42 @@ def run_doctor_command(contract_path: Path, repeats: int, workdir: Path, as_json
         print(report.to_json())
     else:
         show(report, out)
-    err.print(f"noise policy and equivalence tolerances written to {contract_path} (contract "
-              f"{sealed.contract_hash[:12]})", markup=False)
+    err.print(
+        f"noise policy and equivalence tolerances written to {contract_path} (contract "
+        f"{sealed.contract_hash[:12]})",
+        markup=False,
+    )
 
 
 def show(report: DoctorReport, out: Console) -> None:
     """The report as a person reads it."""
     r = report
     mfu = f"{r.mfu_pct:.1f}%" if r.mfu_pct is not None else "-"
-    out.print(f"[bold]{r.workload}[/] at scale {r.scale}: step_time_s "
-              f"{r.step_time_s:.4f}, tokens_per_s {r.tokens_per_s:,.0f}, mfu {mfu} "
-              f"(fp32 peak {r.peak_flops['fp32'] / 1e9:.0f} GFLOP/s, "
-              f"bf16 {r.peak_flops['bf16'] / 1e9:.0f}), peak_mem "
-              + ", ".join(format_bytes(b) for b in r.peak_mem_bytes)
-              + f" ({r.peak_mem_source})")
+    out.print(
+        f"[bold]{r.workload}[/] at scale {r.scale}: step_time_s "
+        f"{r.step_time_s:.4f}, tokens_per_s {r.tokens_per_s:,.0f}, mfu {mfu} "
+        f"(fp32 peak {r.peak_flops['fp32'] / 1e9:.0f} GFLOP/s, "
+        f"bf16 {r.peak_flops['bf16'] / 1e9:.0f}), peak_mem "
+        + ", ".join(format_bytes(b) for b in r.peak_mem_bytes)
+        + f" ({r.peak_mem_source})"
+    )
     if r.phases:
         _phase_table(r, out)
     for what, why in r.not_measured.items():
         out.print(f"{what}: {why}", markup=False)
     n = r.noise
-    out.print(f"noise ({n.objective}, {n.runs} runs): cv within a run {n.cv_within:.1%}, "
-              f"between runs {n.cv_between:.1%}; minimum detectable speed-up (95%, power 80%) "
-              + ", ".join(f"{k} repeat(s) {v:.1f}%" for k, v in n.mde_pct.items())
-              + f"; verifier repeats {n.recommended_repeats}", markup=False)
+    out.print(
+        f"noise ({n.objective}, {n.runs} runs): cv within a run {n.cv_within:.1%}, "
+        f"between runs {n.cv_between:.1%}; minimum detectable speed-up (95%, power 80%) "
+        + ", ".join(f"{k} repeat(s) {v:.1f}%" for k, v in n.mde_pct.items())
+        + f"; verifier repeats {n.recommended_repeats}",
+        markup=False,
+    )
     if r.top_ops:
-        out.print("top operators: " + ", ".join(
-            f"{o['name']} {o['share']:.0%}" for o in r.top_ops[:5]), markup=False)
+        out.print(
+            "top operators: " + ", ".join(f"{o['name']} {o['share']:.0%}" for o in r.top_ops[:5]),
+            markup=False,
+        )
     _equivalence(r, out)
     for i, d in enumerate(r.diagnosis, 1):
         suggests = ", ".join(d.suggests) or f"(no knob or patch with role {d.roles})"
@@ -73,24 +97,33 @@ def show(report: DoctorReport, out: Console) -> None:
 def _equivalence(r: DoctorReport, out: Console) -> None:
     eq = r.equivalence
     floors = ", ".join(f"{k} {v:.1e}" for k, v in eq.floors.items()) or "not measured"
-    out.print(f"equivalence: noise floors {floors}; tolerances weights {eq.weight_rtol:.1e} "
-              f"(bf16 {eq.weight_rtol_bf16:.1e}), held-out {eq.eval_rtol:.1e} (bf16 "
-              f"{eq.eval_rtol_bf16:.1e}) of what the baseline learned", markup=False)
+    out.print(
+        f"equivalence: noise floors {floors}; tolerances weights {eq.weight_rtol:.1e} "
+        f"(bf16 {eq.weight_rtol_bf16:.1e}), held-out {eq.eval_rtol:.1e} (bf16 "
+        f"{eq.eval_rtol_bf16:.1e}) of what the baseline learned",
+        markup=False,
+    )
     for kind, tols in eq.by_kind.items():
-        out.print(f"  a change of {kind} is judged at " + ", ".join(
-            f"{q} {v:.1e}" for q, v in tols.items()), markup=False)
+        out.print(
+            f"  a change of {kind} is judged at "
+            + ", ".join(f"{q} {v:.1e}" for q, v in tols.items()),
+            markup=False,
+        )
     for note in r.equivalence_notes:
         out.print(f"note: {note}", markup=False)
 
 
 def _phase_table(report: DoctorReport, out: Console) -> None:
     step = report.phase_step_time_s
-    table = Table(title=f"phases (s per steady step of the slowest rank; mean step {step:.4f} s)",
-                  title_justify="left")
+    table = Table(
+        title=f"phases (s per steady step of the slowest rank; mean step {step:.4f} s)",
+        title_justify="left",
+    )
     for col in ("phase", "seconds", "share"):
         table.add_column(col)
     for name, seconds in sorted(report.phases.items(), key=lambda kv: -kv[1]):
         table.add_row(name, f"{seconds:.4f}", f"{seconds / step:.0%}")
-    table.add_row("unattributed", f"{report.unattributed_s:.4f}",
-                  f"{report.unattributed_s / step:.0%}")
+    table.add_row(
+        "unattributed", f"{report.unattributed_s:.4f}", f"{report.unattributed_s / step:.0%}"
+    )
     out.print(table)

@@ -18,18 +18,32 @@ from infrarsi.workloads import ManifestError, find
 
 def contract_json(contract: Contract) -> dict:
     """The contract as ``init --json`` prints it: the stable summary keys, then everything."""
-    return {"workload": contract.workload, "scale": contract.scale,
-            "objective": contract.objective,
-            "loss_tolerance": contract.correctness.loss_tolerance,
-            "mem_cap_bytes": contract.mem_cap_bytes, "budget_trials": contract.budget.trials,
-            "budget_wall_time_s": contract.budget.wall_time_s,
-            "locked": sorted(contract.locked), "editable": contract.editable,
-            "not_understood": contract.not_understood, "contract_hash": contract.contract_hash,
-            "contract": contract.model_dump(mode="json")}
+    return {
+        "workload": contract.workload,
+        "scale": contract.scale,
+        "objective": contract.objective,
+        "loss_tolerance": contract.correctness.loss_tolerance,
+        "mem_cap_bytes": contract.mem_cap_bytes,
+        "budget_trials": contract.budget.trials,
+        "budget_wall_time_s": contract.budget.wall_time_s,
+        "locked": sorted(contract.locked),
+        "editable": contract.editable,
+        "not_understood": contract.not_understood,
+        "contract_hash": contract.contract_hash,
+        "contract": contract.model_dump(mode="json"),
+    }
 
 
-def run_init(workload: str, instruction: str, scale: str, output: Path, yes: bool,
-             as_json: bool, out: Console, err: Console) -> None:
+def run_init(
+    workload: str,
+    instruction: str,
+    scale: str,
+    output: Path,
+    yes: bool,
+    as_json: bool,
+    out: Console,
+    err: Console,
+) -> None:
     """Build the contract, show it, confirm, write it."""
     try:
         manifest = find(workload)
@@ -38,8 +52,9 @@ def run_init(workload: str, instruction: str, scale: str, output: Path, yes: boo
         err.print(f"error: {exc.args[0] if exc.args else exc}", markup=False)
         raise typer.Exit(2)
     try:
-        contract, reading = init(manifest, scale, instruction,
-                                 lambda text: err.print(f"note: {text}", markup=False))
+        contract, reading = init(
+            manifest, scale, instruction, lambda text: err.print(f"note: {text}", markup=False)
+        )
     except InitError as exc:
         for problem in exc.problems:
             err.print(f"error: {problem}", markup=False)
@@ -56,8 +71,10 @@ def run_init(workload: str, instruction: str, scale: str, output: Path, yes: boo
 
 def _confirmed(err: Console) -> bool:
     if not sys.stdin.isatty():
-        err.print("error: not confirmed: run interactively, or add --yes to freeze this contract",
-                  markup=False)
+        err.print(
+            "error: not confirmed: run interactively, or add --yes to freeze this contract",
+            markup=False,
+        )
         raise typer.Exit(2)
     return typer.confirm("Freeze this contract?", default=False, err=True)
 
@@ -77,16 +94,25 @@ def show(contract: Contract, understood: list[tuple[str, str]], out: Console) ->
     table.add_column("field")
     table.add_column("value")
     inv = contract.invariants
-    rows = [("workload", f"{contract.workload} (scale {contract.scale})"),
-            ("objective", contract.objective),
-            ("loss tolerance", f"{contract.correctness.loss_tolerance:.2%} relative"),
-            ("memory capacity", format_bytes(contract.mem_cap_bytes) + " per rank"
-             if contract.mem_cap_bytes else "none set"),
-            ("invariants", f"{inv.tokens_per_step} tokens/step, {inv.steps} steps, "
-                           f"seeds {inv.seeds}, data {inv.data_fingerprint[:12]}"),
-            ("editable", ", ".join(contract.editable) or "nothing"),
-            ("locked", ", ".join(sorted(contract.locked))),
-            ("budget", _budget_text(contract))]
+    rows = [
+        ("workload", f"{contract.workload} (scale {contract.scale})"),
+        ("objective", contract.objective),
+        ("loss tolerance", f"{contract.correctness.loss_tolerance:.2%} relative"),
+        (
+            "memory capacity",
+            format_bytes(contract.mem_cap_bytes) + " per rank"
+            if contract.mem_cap_bytes
+            else "none set",
+        ),
+        (
+            "invariants",
+            f"{inv.tokens_per_step} tokens/step, {inv.steps} steps, "
+            f"seeds {inv.seeds}, data {inv.data_fingerprint[:12]}",
+        ),
+        ("editable", ", ".join(contract.editable) or "nothing"),
+        ("locked", ", ".join(sorted(contract.locked))),
+        ("budget", _budget_text(contract)),
+    ]
     for field, value in rows:
         table.add_row(field, value)
     out.print(table)

@@ -12,22 +12,34 @@ from rich.live import Live
 from rich.table import Table
 
 from infrarsi.bank import advice_for, ingest_run
+from infrarsi.contract import ContractError, load_contract
 from infrarsi.executors import Executor, LocalExecutor
 from infrarsi.executors.choice import make_executor
 from infrarsi.proposers import LLMBudget, check_kind, make_proposer
-from infrarsi.contract import ContractError, load_contract
-from infrarsi.store.bank import BankError, BankStore
-from infrarsi.run.loop import RunError, RunLoop
-from infrarsi.units import format_bytes
 from infrarsi.records import DoctorReport, RunResult
+from infrarsi.run.loop import RunError, RunLoop
+from infrarsi.store.bank import BankError, BankStore
+from infrarsi.units import format_bytes
 
 
-def run_command(contract_path: Path | None, budget: int | None, budget_s: float | None,
-                searcher: str, resume: Path | None, run_dir: Path | None, store_url: str | None,
-                seed: int, as_json: bool, out: Console, err: Console,
-                bank: str | None = None, use_bank: bool = True,
-                proposing: tuple = (None, None), executor: tuple = ("local", None),
-                parallel: int = 1) -> None:
+def run_command(
+    contract_path: Path | None,
+    budget: int | None,
+    budget_s: float | None,
+    searcher: str,
+    resume: Path | None,
+    run_dir: Path | None,
+    store_url: str | None,
+    seed: int,
+    as_json: bool,
+    out: Console,
+    err: Console,
+    bank: str | None = None,
+    use_bank: bool = True,
+    proposing: tuple = (None, None),
+    executor: tuple = ("local", None),
+    parallel: int = 1,
+) -> None:
     """Start or resume a run; print its table and its result. A new run starts from the
     experience bank's advice; every run adds what it measured to the bank. ``proposing``:
     (the proposer's kind or None for the default, the LLM's budget); a resumed run keeps the
@@ -40,11 +52,20 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
         if resume is not None:
             contract = load_contract(contract_path) if contract_path else None
             runner = make_executor(executor[0], Path(resume).resolve(), executor[1])
-            proposer = _proposer(kind, contract, Path(resume), None, llm_budget, err, runner) \
-                if kind else None
+            proposer = (
+                _proposer(kind, contract, Path(resume), None, llm_budget, err, runner)
+                if kind
+                else None
+            )
             with screen.live():
-                result = RunLoop.resume(resume, contract, on_event=screen.event,
-                                        proposer=proposer, executor=runner, parallel=parallel)
+                result = RunLoop.resume(
+                    resume,
+                    contract,
+                    on_event=screen.event,
+                    proposer=proposer,
+                    executor=runner,
+                    parallel=parallel,
+                )
         else:
             if contract_path is None:
                 raise RunError("give a contract (from `infrarsi init`) or --resume RUN_DIR")
@@ -54,17 +75,30 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
             advice = advice_for(contract, report, bank_store) if bank_store is not None else None
             check_kind(kind)  # a missing endpoint fails before the run directory is made
             runner = make_executor(executor[0], Path(directory).resolve(), executor[1])
-            loop = RunLoop(contract, directory, searcher, budget, budget_s, store_url,
-                           executor=runner, parallel=parallel, seed=seed, doctor_report=report,
-                           on_event=screen.event, bank_advice=advice,
-                           proposer=_proposer(kind, contract, directory, report, llm_budget,
-                                              err, runner))
+            loop = RunLoop(
+                contract,
+                directory,
+                searcher,
+                budget,
+                budget_s,
+                store_url,
+                executor=runner,
+                parallel=parallel,
+                seed=seed,
+                doctor_report=report,
+                on_event=screen.event,
+                bank_advice=advice,
+                proposer=_proposer(kind, contract, directory, report, llm_budget, err, runner),
+            )
             with screen.live():
                 result = loop.start()
         if bank_store is not None:
             added = ingest_run(Path(result.run_dir), bank_store)
-            err.print(f"bank: {added.added} experiences added to {bank_store.url}", markup=False,
-                      highlight=False)
+            err.print(
+                f"bank: {added.added} experiences added to {bank_store.url}",
+                markup=False,
+                highlight=False,
+            )
     except (RunError, ContractError, KeyError, BankError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2)
@@ -74,15 +108,29 @@ def run_command(contract_path: Path | None, budget: int | None, budget_s: float 
         _summary(result, out)
 
 
-def _proposer(kind, contract, run_dir: Path, report, llm_budget, err: Console,
-              executor: Executor | None = None):
+def _proposer(
+    kind,
+    contract,
+    run_dir: Path,
+    report,
+    llm_budget,
+    err: Console,
+    executor: Executor | None = None,
+):
     """The proposer of a run (``proposers.make_proposer``), its notes on the error console."""
     if contract is None:
-        raise RunError("asking for more patches on resume needs the contract: give it with "
-                       "--resume")
-    return make_proposer(kind, contract, Path(run_dir), executor or LocalExecutor(run_dir),
-                         report, llm_budget or LLMBudget(),
-                         on_note=lambda text: err.print(text, markup=False, highlight=False))
+        raise RunError(
+            "asking for more patches on resume needs the contract: give it with --resume"
+        )
+    return make_proposer(
+        kind,
+        contract,
+        Path(run_dir),
+        executor or LocalExecutor(run_dir),
+        report,
+        llm_budget or LLMBudget(),
+        on_note=lambda text: err.print(text, markup=False, highlight=False),
+    )
 
 
 def _doctor_report(contract, contract_path: Path) -> DoctorReport | None:
@@ -105,6 +153,7 @@ class _Screen:
 
     def live(self):
         import contextlib
+
         if not self.console.is_terminal:
             return contextlib.nullcontext()
         self._live = Live(self._table(), console=self.console, refresh_per_second=4)
@@ -112,38 +161,65 @@ class _Screen:
 
     def event(self, kind: str, data: dict) -> None:
         if kind == "start":
-            self.console.print(f"run {data['run_id']} in {data['run_dir']}: "
-                               f"{data['candidates']} candidates"
-                               + (f", {data['resumed']} trials resumed, {data['requeued']} "
-                                  "interrupted re-queued" if data["resumed"] or data["requeued"]
-                                  else ""), markup=False, highlight=False)
+            self.console.print(
+                f"run {data['run_id']} in {data['run_dir']}: "
+                f"{data['candidates']} candidates"
+                + (
+                    f", {data['resumed']} trials resumed, {data['requeued']} interrupted re-queued"
+                    if data["resumed"] or data["requeued"]
+                    else ""
+                ),
+                markup=False,
+                highlight=False,
+            )
             return
         if kind == "launch":
             if self._live is None:
-                self.console.print(f"  trial {data['seq']}: {data['config'].describe()} ...",
-                                   markup=False, highlight=False)
+                self.console.print(
+                    f"  trial {data['seq']}: {data['config'].describe()} ...",
+                    markup=False,
+                    highlight=False,
+                )
             return
         outcome, predicted = data["outcome"], data["predicted"] or {}
         best = data["best"]
         self.best = best.describe() if best is not None else "-"
-        row = (str(data["seq"]), outcome.status,
-               _seconds(predicted.get("step_time_s")), _seconds(outcome.step_time_s),
-               _bytes(predicted.get("peak_bytes")), _bytes(outcome.peak_bytes),
-               f"{predicted['p_oom']:.2f}" if "p_oom" in predicted else "-",
-               f"{outcome.cost_s:.1f}", data["config"].describe())
+        row = (
+            str(data["seq"]),
+            outcome.status,
+            _seconds(predicted.get("step_time_s")),
+            _seconds(outcome.step_time_s),
+            _bytes(predicted.get("peak_bytes")),
+            _bytes(outcome.peak_bytes),
+            f"{predicted['p_oom']:.2f}" if "p_oom" in predicted else "-",
+            f"{outcome.cost_s:.1f}",
+            data["config"].describe(),
+        )
         self.rows.append(row)
         if self._live is not None:
             self._live.update(self._table())
         else:
-            self.console.print(f"  trial {row[0]}: {row[1]} step {row[3]} (predicted {row[2]}), "
-                               f"peak {row[5]} (predicted {row[4]}, P(OOM) {row[6]}), "
-                               f"cost {row[7]} s; best so far: {self.best}",
-                               markup=False, highlight=False)
+            self.console.print(
+                f"  trial {row[0]}: {row[1]} step {row[3]} (predicted {row[2]}), "
+                f"peak {row[5]} (predicted {row[4]}, P(OOM) {row[6]}), "
+                f"cost {row[7]} s; best so far: {self.best}",
+                markup=False,
+                highlight=False,
+            )
 
     def _table(self) -> Table:
         table = Table(title=f"best so far: {self.best}", title_justify="left")
-        for name in ("#", "status", "step s (pred)", "step s", "peak (pred)", "peak",
-                     "P(OOM)", "cost s", "config"):
+        for name in (
+            "#",
+            "status",
+            "step s (pred)",
+            "step s",
+            "peak (pred)",
+            "peak",
+            "P(OOM)",
+            "cost s",
+            "config",
+        ):
             table.add_column(name, overflow="fold")
         for row in self.rows[-25:]:
             table.add_row(*row)
@@ -159,8 +235,12 @@ def _bytes(value) -> str:
 
 
 def _summary(result: RunResult, out: Console) -> None:
-    out.print(f"run {result.run_id}: {result.trials} trials ({result.oom_trials} out of memory), "
-              f"stopped: {result.stop_reason}", markup=False, highlight=False)
+    out.print(
+        f"run {result.run_id}: {result.trials} trials ({result.oom_trials} out of memory), "
+        f"stopped: {result.stop_reason}",
+        markup=False,
+        highlight=False,
+    )
     if result.best is None:
         out.print("no trial ended ok: nothing to recommend", markup=False)
         return
@@ -168,7 +248,15 @@ def _summary(result: RunResult, out: Console) -> None:
     if result.baseline_step_time_s and result.best.step_time_s:
         speed = f" ({result.baseline_step_time_s / result.best.step_time_s:.2f}x the baseline)"
     knobs = " ".join(f"{k}={v}" for k, v in result.best.knobs.items())
-    out.print(f"best: {knobs} patches={result.best.patches or 'none'} step "
-              f"{_seconds(result.best.step_time_s)} s{speed}", markup=False, highlight=False)
-    out.print(f"store: {result.run_dir}/run.sqlite; re-verify the best against the baseline "
-              f"with `infrarsi apply {result.run_dir}`", markup=False, highlight=False)
+    out.print(
+        f"best: {knobs} patches={result.best.patches or 'none'} step "
+        f"{_seconds(result.best.step_time_s)} s{speed}",
+        markup=False,
+        highlight=False,
+    )
+    out.print(
+        f"store: {result.run_dir}/run.sqlite; re-verify the best against the baseline "
+        f"with `infrarsi apply {result.run_dir}`",
+        markup=False,
+        highlight=False,
+    )

@@ -40,7 +40,15 @@ size = buffer.numel() * 4
 allreduce_s = best_seconds(lambda: dist.all_reduce(buffer))
 alltoall_s = best_seconds(lambda: dist.all_to_all_single(out, buffer))
 if rank == 0:
-    print(json.dumps({"backend": dist.get_backend(), "ranks": world, "buffer_bytes": size,
-                      "allreduce_bus_bytes_per_s": 2 * (world - 1) / world * size / allreduce_s,
-                      "alltoall_bus_bytes_per_s": (world - 1) / world * size / alltoall_s}))
+    print(
+        json.dumps(
+            {
+                "backend": dist.get_backend(),
+                "ranks": world,
+                "buffer_bytes": size,
+                "allreduce_bus_bytes_per_s": 2 * (world - 1) / world * size / allreduce_s,
+                "alltoall_bus_bytes_per_s": (world - 1) / world * size / alltoall_s,
+            }
+        )
+    )
 dist.destroy_process_group()

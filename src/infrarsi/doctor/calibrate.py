@@ -14,7 +14,7 @@ only prints its loss) is still calibrated on its reported loss.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from infrarsi.contract import Equivalence
 from infrarsi.trial import TrialRecord, TrialStatus, prepare, run_trial
@@ -32,8 +32,13 @@ LOSS_MULTIPLE = 3.0
 # Honest fp32 patches moved the reference workloads' weights by up to 2.3e-5 of what was
 # learned at tiny scale (float reassociation), the held-out loss by up to 2e-6; the weakest
 # cheat measured (weight decay dropped) by 3.5e-3 and 4.7e-4.
-MINIMUM = {"weight_fp32": 2e-4, "eval_fp32": 5e-5, "weight_bf16": 1e-2, "eval_bf16": 1e-3,
-           "loss": 1e-4}
+MINIMUM = {
+    "weight_fp32": 2e-4,
+    "eval_fp32": 5e-5,
+    "weight_bf16": 1e-2,
+    "eval_bf16": 1e-3,
+    "loss": 1e-4,
+}
 
 
 def equivalent_splits(manifest: Manifest, scale: str, base: dict) -> list[dict]:
@@ -59,8 +64,11 @@ def bf16_variant(manifest: Manifest, scale: str) -> dict | None:
     """The baseline computing in bf16, through the knob with role ``precision``."""
     for name in manifest.knobs_with_role("precision"):
         knob = manifest.knob(name)
-        value = True if knob.type == "bool" else next(
-            (v for v in knob.values if "bf16" in str(v).lower()), None)
+        value = (
+            True
+            if knob.type == "bool"
+            else next((v for v in knob.values if "bf16" in str(v).lower()), None)
+        )
         if value is not None:
             return knob_rules.resolve(manifest, scale, {name: value})
     return None
@@ -70,19 +78,29 @@ def distances(baseline: TrialRecord, other: TrialRecord) -> tuple[float, float]:
     """(weight, held-out) distance of ``other`` from ``baseline``, as shares of what the
     baseline learned — the quantities ``verify.evidence`` bounds."""
     b, o = baseline.evaluation, other.evaluation
-    weight = weight_distance(load_params(b.final_weights), load_params(o.final_weights),
-                             load_params(b.initial_weights), set(b.inert_params))
+    weight = weight_distance(
+        load_params(b.final_weights),
+        load_params(o.final_weights),
+        load_params(b.initial_weights),
+        set(b.inert_params),
+    )
     return weight, held_out_share(b.eval_loss, o.eval_loss, b.initial_eval_loss)
 
 
 def _has_evidence(record: TrialRecord) -> bool:
     ev = record.evaluation
-    return ev is not None and not ev.error and ev.initial_weights is not None and \
-        ev.eval_loss is not None and ev.initial_eval_loss is not None
+    return (
+        ev is not None
+        and not ev.error
+        and ev.initial_weights is not None
+        and ev.eval_loss is not None
+        and ev.initial_eval_loss is not None
+    )
 
 
-def floors_of(manifest: Manifest, baseline: TrialRecord, other: TrialRecord,
-              last_k: int) -> dict[str, float]:
+def floors_of(
+    manifest: Manifest, baseline: TrialRecord, other: TrialRecord, last_k: int
+) -> dict[str, float]:
     """The floors one variant measures, keyed ``<quantity>_<kind>`` for each kind of change it
     makes (``weight``/``eval`` where both runs left evidence, ``loss`` always), plus
     ``weight_fp32``/``eval_fp32`` or ``_bf16`` by precision (the overall floors shown)."""
@@ -94,14 +112,21 @@ def floors_of(manifest: Manifest, baseline: TrialRecord, other: TrialRecord,
     out = {}
     for quantity, value in values.items():
         for key in [f"{quantity}_{kind}" for kind in kinds] + (
-                [f"{quantity}_{precision}"] if quantity != "loss" else []):
+            [f"{quantity}_{precision}"] if quantity != "loss" else []
+        ):
             out[key] = value
     return out
 
 
-def calibrate(manifest: Manifest, scale: str, baseline: TrialRecord, workdir,
-              run: Callable[[str, dict], TrialRecord] | None = None,
-              repeats: list[TrialRecord] = (), last_k: int = 3) -> tuple[Equivalence, list[str]]:
+def calibrate(
+    manifest: Manifest,
+    scale: str,
+    baseline: TrialRecord,
+    workdir,
+    run: Callable[[str, dict], TrialRecord] | None = None,
+    repeats: list[TrialRecord] = (),
+    last_k: int = 3,
+) -> tuple[Equivalence, list[str]]:
     """Measured floors and the tolerances they give, and notes on what could not be measured.
     ``run(label, knobs)`` runs one trial under a knob assignment (the Doctor passes its
     executor's runner; by default the trial runs here, in ``workdir``);
@@ -110,8 +135,10 @@ def calibrate(manifest: Manifest, scale: str, baseline: TrialRecord, workdir,
     run = run or (lambda label, knobs: run_trial(prepare(manifest, scale, knobs), workdir))
     floors, notes = {}, []
     if not _has_evidence(baseline):
-        notes.append("the workload saves no initial and final parameters with an evaluation: "
-                     "tolerances calibrated on the reported loss only")
+        notes.append(
+            "the workload saves no initial and final parameters with an evaluation: "
+            "tolerances calibrated on the reported loss only"
+        )
     bf16 = bf16_variant(manifest, scale)
     variants = [a for a in equivalent_splits(manifest, scale, baseline.knobs)]
     variants += [bf16] if bf16 is not None else []
@@ -121,8 +148,11 @@ def calibrate(manifest: Manifest, scale: str, baseline: TrialRecord, workdir,
     for assignment in variants:
         changed = {k: v for k, v in assignment.items() if baseline.knobs.get(k) != v}
         record = run(f"calibration ({changed})", assignment)
-        if record.status is not TrialStatus.OK or record.metrics is None or (
-                record.evaluation is not None and record.evaluation.error):
+        if (
+            record.status is not TrialStatus.OK
+            or record.metrics is None
+            or (record.evaluation is not None and record.evaluation.error)
+        ):
             notes.append(f"the calibration run {changed} ended {record.status.value}")
             continue
         others.append(record)
@@ -139,23 +169,35 @@ def tolerances(floors: dict[str, float]) -> Equivalence:
     minimum. The default where nothing was measured."""
     default = Equivalence()
     values = {}
-    for kind, field, precision in (("weight", "weight_rtol", "fp32"),
-                                   ("eval", "eval_rtol", "fp32"),
-                                   ("weight", "weight_rtol_bf16", "bf16"),
-                                   ("eval", "eval_rtol_bf16", "bf16")):
-        floor = floors.get(f"{kind}_rerun", 0.0) if precision == "fp32" else \
-            floors.get(f"{kind}_bf16")
+    for kind, field, precision in (
+        ("weight", "weight_rtol", "fp32"),
+        ("eval", "eval_rtol", "fp32"),
+        ("weight", "weight_rtol_bf16", "bf16"),
+        ("eval", "eval_rtol_bf16", "bf16"),
+    ):
+        floor = (
+            floors.get(f"{kind}_rerun", 0.0) if precision == "fp32" else floors.get(f"{kind}_bf16")
+        )
         measured = any(k.startswith(kind + "_") for k in floors)
-        values[field] = max(MULTIPLE[precision] * floor, MINIMUM[f"{kind}_{precision}"]) \
-            if floor is not None and measured else getattr(default, field)
+        values[field] = (
+            max(MULTIPLE[precision] * floor, MINIMUM[f"{kind}_{precision}"])
+            if floor is not None and measured
+            else getattr(default, field)
+        )
     by_kind = {}
     for kind in ("split", "ranks", "precision"):
         multiple = MULTIPLE["bf16" if kind == "precision" else "fp32"]
         precision = "bf16" if kind == "precision" else "fp32"
-        own = {q: max((LOSS_MULTIPLE if q == "loss" else multiple) * floors[f"{q}_{kind}"],
-                      MINIMUM["loss" if q == "loss" else f"{q}_{precision}"])
-               for q in ("weight", "eval", "loss") if f"{q}_{kind}" in floors}
+        own = {
+            q: max(
+                (LOSS_MULTIPLE if q == "loss" else multiple) * floors[f"{q}_{kind}"],
+                MINIMUM["loss" if q == "loss" else f"{q}_{precision}"],
+            )
+            for q in ("weight", "eval", "loss")
+            if f"{q}_{kind}" in floors
+        }
         if own:
             by_kind[kind] = own
-    return Equivalence(**values, by_kind=by_kind, calibrated=bool(floors), floors=floors,
-                       multiple=MULTIPLE)
+    return Equivalence(
+        **values, by_kind=by_kind, calibrated=bool(floors), floors=floors, multiple=MULTIPLE
+    )

@@ -13,16 +13,30 @@ from dataclasses import dataclass, field
 from infrarsi.workloads import precision_of
 from infrarsi.workloads.manifest import Manifest
 
-ATTENTION_OPS = {"aten::softmax", "aten::_softmax", "aten::masked_fill", "aten::masked_fill_",
-                 "aten::_softmax_backward_data", "aten::eq"}
-DISPATCH_OPS = {"aten::nonzero", "aten::index", "aten::index_put_", "aten::_index_put_impl_",
-                "aten::any", "aten::index_add_", "aten::masked_select"}
+ATTENTION_OPS = {
+    "aten::softmax",
+    "aten::_softmax",
+    "aten::masked_fill",
+    "aten::masked_fill_",
+    "aten::_softmax_backward_data",
+    "aten::eq",
+}
+DISPATCH_OPS = {
+    "aten::nonzero",
+    "aten::index",
+    "aten::index_put_",
+    "aten::_index_put_impl_",
+    "aten::any",
+    "aten::index_add_",
+    "aten::masked_select",
+}
 MATMUL_OPS = {"aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear"}
 
 
 @dataclass
 class Finding:
     """One diagnosed waste: what, the numbers behind it, what to try; ``share`` ranks it."""
+
     finding: str
     evidence: str
     suggests: list[str]
@@ -30,17 +44,25 @@ class Finding:
     share: float = field(default=0.0, repr=False)
 
     def as_dict(self) -> dict:
-        out = {"finding": self.finding, "evidence": self.evidence, "suggests": self.suggests,
-               "roles": self.roles, "share_of_step": round(self.share, 4)}
+        out = {
+            "finding": self.finding,
+            "evidence": self.evidence,
+            "suggests": self.suggests,
+            "roles": self.roles,
+            "share_of_step": round(self.share, 4),
+        }
         if not self.suggests:
-            out["note"] = (f"no knob or patch of this workload has role(s) {self.roles}: tag the "
-                           "ones that address it in the manifest")
+            out["note"] = (
+                f"no knob or patch of this workload has role(s) {self.roles}: tag the "
+                "ones that address it in the manifest"
+            )
         return out
 
 
 @dataclass
 class Facts:
     """What the rules look at. ``op_shares`` and ``phases_s`` are empty when not measured."""
+
     manifest: Manifest
     knobs: dict
     step_time_s: float
@@ -55,8 +77,19 @@ class Facts:
 
 def diagnose(facts: Facts) -> list[dict]:
     """Every rule's finding, largest share of the step first."""
-    rules = (_attention, _optimizer, _communication, _threads, _dispatch, _matmuls,
-             _micro_batch, _precision, _compile, _memory, _data)
+    rules = (
+        _attention,
+        _optimizer,
+        _communication,
+        _threads,
+        _dispatch,
+        _matmuls,
+        _micro_batch,
+        _precision,
+        _compile,
+        _memory,
+        _data,
+    )
     findings = [f for rule in rules for f in [rule(facts)] if f is not None]
     return [f.as_dict() for f in sorted(findings, key=lambda f: -f.share)]
 
@@ -70,8 +103,9 @@ def by_role(facts: Facts, *roles: str, patches: bool = True) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _finding(facts: Facts, text: str, evidence: str, roles: tuple[str, ...],
-             share: float) -> Finding:
+def _finding(
+    facts: Facts, text: str, evidence: str, roles: tuple[str, ...], share: float
+) -> Finding:
     return Finding(text, evidence, by_role(facts, *roles), list(roles), share)
 
 
@@ -87,25 +121,39 @@ def _attention(facts: Facts) -> Finding | None:
     share = _ops_share(facts, ATTENTION_OPS)
     if share < 0.02:
         return None
-    return _finding(facts, "attention materialises the T x T scores (mask, softmax)",
-                    f"{share:.0%} of the step in softmax/mask operators", ("attention",), share)
+    return _finding(
+        facts,
+        "attention materialises the T x T scores (mask, softmax)",
+        f"{share:.0%} of the step in softmax/mask operators",
+        ("attention",),
+        share,
+    )
 
 
 def _optimizer(facts: Facts) -> Finding | None:
     share = _phase_share(facts, "optimizer")
     if share < 0.05:
         return None
-    return _finding(facts, "optimizer step is a large share of the step",
-                    f"optimizer {share:.0%} of the step", ("optimizer",), share)
+    return _finding(
+        facts,
+        "optimizer step is a large share of the step",
+        f"optimizer {share:.0%} of the step",
+        ("optimizer",),
+        share,
+    )
 
 
 def _communication(facts: Facts) -> Finding | None:
     share = _phase_share(facts, "comm")
     if share < 0.05:
         return None
-    found = _finding(facts, "exposed communication: ranks wait for gradients or tokens",
-                     f"exposed communication {share:.0%} of the step "
-                     f"({facts.phases_s.get('comm', 0):.4f} s)", ("communication",), share)
+    found = _finding(
+        facts,
+        "exposed communication: ranks wait for gradients or tokens",
+        f"exposed communication {share:.0%} of the step ({facts.phases_s.get('comm', 0):.4f} s)",
+        ("communication",),
+        share,
+    )
     category = [p.id for p in facts.manifest.patches if p.category == "communication"]
     found.suggests = list(dict.fromkeys(found.suggests + category))
     return found
@@ -122,26 +170,39 @@ def _threads(facts: Facts) -> Finding | None:
     if world * threads == facts.cores:
         return None
     over = world * threads > facts.cores
-    return _finding(facts, f"threads: {'oversubscribed' if over else 'idle cores'}",
-                    f"{world} rank(s) x {threads} intra-op thread(s) on {facts.cores} core(s)",
-                    ("threads", "ranks"), 0.3 if over else 0.1)
+    return _finding(
+        facts,
+        f"threads: {'oversubscribed' if over else 'idle cores'}",
+        f"{world} rank(s) x {threads} intra-op thread(s) on {facts.cores} core(s)",
+        ("threads", "ranks"),
+        0.3 if over else 0.1,
+    )
 
 
 def _dispatch(facts: Facts) -> Finding | None:
     share = _ops_share(facts, DISPATCH_OPS)
     if share < 0.03:
         return None
-    return _finding(facts, "MoE dispatch loops over experts with boolean masks",
-                    f"{share:.0%} of the step in index/mask/nonzero operators", ("dispatch",),
-                    share)
+    return _finding(
+        facts,
+        "MoE dispatch loops over experts with boolean masks",
+        f"{share:.0%} of the step in index/mask/nonzero operators",
+        ("dispatch",),
+        share,
+    )
 
 
 def _matmuls(facts: Facts) -> Finding | None:
     share = _ops_share(facts, MATMUL_OPS)
     if share < 0.2:
         return None
-    return _finding(facts, "matmuls dominate; fewer, larger GEMMs use the hardware better",
-                    f"{share:.0%} of the step in matmul operators", ("matmul",), share * 0.2)
+    return _finding(
+        facts,
+        "matmuls dominate; fewer, larger GEMMs use the hardware better",
+        f"{share:.0%} of the step in matmul operators",
+        ("matmul",),
+        share * 0.2,
+    )
 
 
 def _micro_batch(facts: Facts) -> Finding | None:
@@ -149,27 +210,39 @@ def _micro_batch(facts: Facts) -> Finding | None:
     accum = int(facts.knobs.get(accum_knobs[0], 1)) if accum_knobs else 1
     if accum <= 1:
         return None
-    return _finding(facts, "small micro-batches: per-call overhead repeated every micro-step",
-                    f"{accum} micro-steps per optimizer step", ("micro_batch",),
-                    0.05 * (accum - 1) / accum)
+    return _finding(
+        facts,
+        "small micro-batches: per-call overhead repeated every micro-step",
+        f"{accum} micro-steps per optimizer step",
+        ("micro_batch",),
+        0.05 * (accum - 1) / accum,
+    )
 
 
 def _precision(facts: Facts) -> Finding | None:
     ratio = facts.peak_flops.get("bf16", 0) / max(facts.peak_flops.get("fp32", 1), 1)
     if precision_of(facts.manifest, facts.knobs) != "fp32" or ratio < 1.2:
         return None
-    return _finding(facts, "fp32 compute on hardware that is faster in bf16",
-                    f"this host's measured bf16 matmul peak is {ratio:.1f}x its fp32 peak",
-                    ("precision",), 0.05)
+    return _finding(
+        facts,
+        "fp32 compute on hardware that is faster in bf16",
+        f"this host's measured bf16 matmul peak is {ratio:.1f}x its fp32 peak",
+        ("precision",),
+        0.05,
+    )
 
 
 def _compile(facts: Facts) -> Finding | None:
     knobs = facts.manifest.knobs_with_role("compile")
     if knobs and str(facts.knobs.get(knobs[0])).lower() not in ("off", "false", "0", "none"):
         return None
-    return _finding(facts, "eager execution: no graph compilation",
-                    "compile is off; compilation costs start-up time the e2e objective pays",
-                    ("compile",), 0.01)
+    return _finding(
+        facts,
+        "eager execution: no graph compilation",
+        "compile is off; compilation costs start-up time the e2e objective pays",
+        ("compile",),
+        0.01,
+    )
 
 
 def _memory(facts: Facts) -> Finding | None:
@@ -177,9 +250,13 @@ def _memory(facts: Facts) -> Finding | None:
     known = [b for b in facts.peak_mem_bytes if b is not None]
     if not cap or max(known, default=0) < 0.8 * cap:
         return None
-    found = _finding(facts, "peak memory close to the capacity",
-                     f"peak {max(known) / cap:.0%} of the {cap} bytes per rank",
-                     ("memory_saver", "activation_checkpointing", "micro_batch"), 0.02)
+    found = _finding(
+        facts,
+        "peak memory close to the capacity",
+        f"peak {max(known) / cap:.0%} of the {cap} bytes per rank",
+        ("memory_saver", "activation_checkpointing", "micro_batch"),
+        0.02,
+    )
     category = [p.id for p in facts.manifest.patches if p.category == "memory"]
     found.suggests = list(dict.fromkeys(category + found.suggests))
     return found
@@ -189,5 +266,10 @@ def _data(facts: Facts) -> Finding | None:
     share = _phase_share(facts, "data")
     if share < 0.1:
         return None
-    return _finding(facts, "data loading on the critical path", f"data {share:.0%} of the step",
-                    ("data", "micro_batch"), share)
+    return _finding(
+        facts,
+        "data loading on the critical path",
+        f"data {share:.0%} of the step",
+        ("data", "micro_batch"),
+        share,
+    )

@@ -29,8 +29,9 @@ SIZES = (256, 512, 1024, 2048)
 DTYPE_TIME_CAP_S = 6.0
 
 
-def peak_flops(dtype: torch.dtype, device: str, sizes=SIZES,
-               time_cap_s: float = DTYPE_TIME_CAP_S) -> dict:
+def peak_flops(
+    dtype: torch.dtype, device: str, sizes=SIZES, time_cap_s: float = DTYPE_TIME_CAP_S
+) -> dict:
     """Best FLOP/s of square matmuls over ``sizes`` (ascending), within ``time_cap_s``.
 
     Each size gets one warm-up and then as many timed repeats as fit (at most 5); a size whose
@@ -81,8 +82,12 @@ def memory_bandwidth(device: str, megabytes: int = 256, repeats: int = 5) -> flo
 def comm_bandwidth(ranks: int = 2, timeout_s: float = 120) -> dict:
     """All-reduce and all-to-all bandwidth of the backend, measured by ``ranks`` real ranks."""
     torchrun = Path(sys.executable).with_name("torchrun")
-    result = subprocess.run([str(torchrun), "--standalone", f"--nproc-per-node={ranks}",
-                             str(COMM_PROBE)], capture_output=True, text=True, timeout=timeout_s)
+    result = subprocess.run(
+        [str(torchrun), "--standalone", f"--nproc-per-node={ranks}", str(COMM_PROBE)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     for line in result.stdout.splitlines():
         if line.startswith("{"):
             return json.loads(line)
@@ -115,16 +120,24 @@ def measure(threads: int | None = None) -> dict:
     previous = torch.get_num_threads()
     torch.set_num_threads(facts["threads"])
     try:
-        detail = {name: peak_flops(dtype, device)
-                  for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+        detail = {
+            name: peak_flops(dtype, device)
+            for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+        }
         bandwidth = memory_bandwidth(device)
     finally:
         torch.set_num_threads(previous)
-    return {"cache_version": CACHE_VERSION, "fingerprint": fingerprint(facts), "facts": facts,
-            "measured_unix_s": time.time(), "threads": facts["threads"],
-            "peak_flops": {name: d["flops_per_s"] for name, d in detail.items()},
-            "peak_flops_detail": detail, "memory_bandwidth_bytes_per_s": bandwidth,
-            "comm": comm_bandwidth()}
+    return {
+        "cache_version": CACHE_VERSION,
+        "fingerprint": fingerprint(facts),
+        "facts": facts,
+        "measured_unix_s": time.time(),
+        "threads": facts["threads"],
+        "peak_flops": {name: d["flops_per_s"] for name, d in detail.items()},
+        "peak_flops_detail": detail,
+        "memory_bandwidth_bytes_per_s": bandwidth,
+        "comm": comm_bandwidth(),
+    }
 
 
 def probe_hardware(refresh: bool = False, threads: int | None = None) -> dict:

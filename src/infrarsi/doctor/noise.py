@@ -15,8 +15,10 @@ ALPHA = 0.05  # two-sided significance
 POWER = 0.80
 TARGET_EFFECT = 0.05  # the verifier should resolve a 5% speed-up
 MAX_REPEATS = 10
-METHOD = ("MDE = (t(1 - alpha/2, df) + t(power, df)) * sqrt(2/n) * cv_between, alpha 0.05, "
-          "power 0.8, df = (Doctor runs - 1) + 2 (n - 1)")
+METHOD = (
+    "MDE = (t(1 - alpha/2, df) + t(power, df)) * sqrt(2/n) * cv_between, alpha 0.05, "
+    "power 0.8, df = (Doctor runs - 1) + 2 (n - 1)"
+)
 
 
 def warmup_steps(step_times_s: list[float]) -> int:
@@ -24,12 +26,12 @@ def warmup_steps(step_times_s: list[float]) -> int:
 
     Stops at the first step that is not, and always leaves at least half of the steps.
     """
-    tail = step_times_s[len(step_times_s) // 2:]
+    tail = step_times_s[len(step_times_s) // 2 :]
     median = statistics.median(tail)
     mad = statistics.median(abs(t - median) for t in tail)
     threshold = median + 4 * max(mad, 0.02 * median)
     count = 0
-    for t in step_times_s[:len(step_times_s) // 2]:
+    for t in step_times_s[: len(step_times_s) // 2]:
         if t <= threshold:
             break
         count += 1
@@ -45,8 +47,9 @@ def min_detectable_effect(cv_between: float, repeats: int, runs_measured: int) -
     return float(t_sum * math.sqrt(2 / repeats) * cv_between)
 
 
-def recommended_repeats(cv_between: float, runs_measured: int,
-                        target: float = TARGET_EFFECT) -> int:
+def recommended_repeats(
+    cv_between: float, runs_measured: int, target: float = TARGET_EFFECT
+) -> int:
     """Fewest interleaved repeats whose minimum detectable effect is at most ``target``."""
     for n in range(1, MAX_REPEATS + 1):
         if min_detectable_effect(cv_between, n, runs_measured) <= target:

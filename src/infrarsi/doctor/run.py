@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
+from infrarsi.contract import Contract, NoisePolicy
 from infrarsi.doctor import noise
 from infrarsi.doctor.calibrate import calibrate
 from infrarsi.doctor.diagnose import Facts, diagnose
 from infrarsi.doctor.hardware import probe_hardware
-from infrarsi.contract import Contract, NoisePolicy
+from infrarsi.executors import Executor, LocalExecutor, TrialRequest
 from infrarsi.mfu import mfu as compute_mfu
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.records import DOCTOR_BASELINE_LABEL, DoctorReport, DoctorTrial
-from infrarsi.executors import Executor, LocalExecutor, TrialRequest
 from infrarsi.trial import TrialRecord, TrialStatus, prepare
 from infrarsi.trial.metrics import critical, read_probe_files
 from infrarsi.trial.runner import PROFILE_FILE
@@ -37,11 +37,15 @@ class DoctorError(RuntimeError):
     """The baseline cannot be measured (it does not run, or runs too few steps)."""
 
 
-def run_doctor(contract: Contract, repeats: int, workdir: Path,
-               before_run: Callable[[int], None] | None = None,
-               on_trial: Callable[[str, TrialRecord], None] | None = None,
-               calibrate_tolerances: bool = True,
-               executor: Executor | None = None) -> DoctorReport:
+def run_doctor(
+    contract: Contract,
+    repeats: int,
+    workdir: Path,
+    before_run: Callable[[int], None] | None = None,
+    on_trial: Callable[[str, TrialRecord], None] | None = None,
+    calibrate_tolerances: bool = True,
+    executor: Executor | None = None,
+) -> DoctorReport:
     """Measure the baseline ``repeats`` times, one profiled run and the calibration runs (another
     split of the batch, bf16); return the report. Every trial goes through ``executor`` (a
     ``LocalExecutor`` on ``workdir`` by default), as the search's and Apply's do.
@@ -53,10 +57,18 @@ def run_doctor(contract: Contract, repeats: int, workdir: Path,
     manifest = contract.manifest()
     contract.check_locked(manifest.root)
     hardware = probe_hardware()
-    spec = prepare(manifest, contract.scale, {}, mem_cap_bytes=contract.mem_cap_bytes,
-                   contract_hash=contract.contract_hash)
-    progress = _Progress(Path(workdir) / f"doctor-progress-{contract.contract_hash[:12]}.json",
-                         on_trial, contract.objective)
+    spec = prepare(
+        manifest,
+        contract.scale,
+        {},
+        mem_cap_bytes=contract.mem_cap_bytes,
+        contract_hash=contract.contract_hash,
+    )
+    progress = _Progress(
+        Path(workdir) / f"doctor-progress-{contract.contract_hash[:12]}.json",
+        on_trial,
+        contract.objective,
+    )
     trials = _Trials(executor or LocalExecutor(Path(workdir)), contract, workdir, progress)
     runs = []
     for i in range(repeats):
@@ -66,8 +78,14 @@ def run_doctor(contract: Contract, repeats: int, workdir: Path,
     profile = _profile(trials, spec.knobs, runs[0]) if _has_probe(manifest) else None
     if calibrate_tolerances:
         equivalence, notes = calibrate(
-            manifest, contract.scale, runs[0], workdir, run=trials.run, repeats=runs[1:],
-            last_k=contract.correctness.last_k)
+            manifest,
+            contract.scale,
+            runs[0],
+            workdir,
+            run=trials.run,
+            repeats=runs[1:],
+            last_k=contract.correctness.last_k,
+        )
     else:
         equivalence = contract.equivalence
         notes = ["tolerances not calibrated (--no-calibrate): the contract's stay"]
@@ -76,11 +94,18 @@ def run_doctor(contract: Contract, repeats: int, workdir: Path,
     if (report.mfu_pct or 0) > 100:  # the cached peak was measured on a busy machine
         hardware = probe_hardware(refresh=True)
         report = build_report(contract, manifest, spec.knobs, hardware, runs, profile)
-        warnings = ["the cached hardware peak was below the achieved FLOP/s; the hardware was "
-                    "measured again"]
-    return report.model_copy(update={
-        "equivalence": equivalence, "equivalence_notes": notes, "warnings": warnings,
-        "trials": [DoctorTrial(**t) for t in progress.trials]})  # with its cost each
+        warnings = [
+            "the cached hardware peak was below the achieved FLOP/s; the hardware was "
+            "measured again"
+        ]
+    return report.model_copy(
+        update={
+            "equivalence": equivalence,
+            "equivalence_notes": notes,
+            "warnings": warnings,
+            "trials": [DoctorTrial(**t) for t in progress.trials],
+        }
+    )  # with its cost each
 
 
 class _Progress:
@@ -91,11 +116,17 @@ class _Progress:
         self.objective = objective
 
     def __call__(self, label: str, record: TrialRecord) -> None:
-        self.trials.append({"label": label, "trial_id": record.trial_id,
-                            "status": record.status.value, "trial_dir": record.trial_dir,
-                            "cost_s": record.cost_s, "knobs": record.knobs,
-                            "ranked_time_per_step_s": ranked_step_time_s(record,
-                                                                         self.objective)})
+        self.trials.append(
+            {
+                "label": label,
+                "trial_id": record.trial_id,
+                "status": record.status.value,
+                "trial_dir": record.trial_dir,
+                "cost_s": record.cost_s,
+                "knobs": record.knobs,
+                "ranked_time_per_step_s": ranked_step_time_s(record, self.objective),
+            }
+        )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"trials": self.trials}, indent=2))
@@ -119,9 +150,12 @@ class _Trials:
         """One trial of the contract's workload under ``knobs``; its record, noted."""
         request = TrialRequest(
             workload=self.contract.workload_path or self.contract.workload,
-            scale=self.contract.scale, knobs=knobs, workdir=self.workdir,
+            scale=self.contract.scale,
+            knobs=knobs,
+            workdir=self.workdir,
             contract_hash=self.contract.contract_hash,
-            **{"mem_cap_bytes": self.contract.mem_cap_bytes, **options})
+            **{"mem_cap_bytes": self.contract.mem_cap_bytes, **options},
+        )
         record = self.executor.run(request)
         self.progress(label, record)
         return record
@@ -130,8 +164,7 @@ class _Trials:
         """As ``run``; DoctorError unless the trial ended ok."""
         record = self.run(label, knobs, **options)
         if record.status is not TrialStatus.OK:
-            raise DoctorError(
-                f"the baseline ended {record.status.value} ({label}): {record.error}")
+            raise DoctorError(f"the baseline ended {record.status.value} ({label}): {record.error}")
         return record
 
 
@@ -141,8 +174,9 @@ def _profile(trials: _Trials, knobs: dict, first: TrialRecord) -> dict:
     that fits its capacity could otherwise run out of memory only because it is profiled)."""
     steps = first.metrics.steps
     start = min(max(1, noise.warmup_steps(first.metrics.step_times_s)), max(0, steps - 2))
-    record = trials.must_run("profiled run", knobs, mem_cap_bytes=None,
-                             extra_env={"INFRARSI_PROFILE_STEP": str(start)})
+    record = trials.must_run(
+        "profiled run", knobs, mem_cap_bytes=None, extra_env={"INFRARSI_PROFILE_STEP": str(start)}
+    )
     path = Path(record.trial_dir) / PROFILE_FILE  # the runner has it written there
     return json.loads(path.read_text()) if path.exists() else {"steps": 0, "wall_s": 0, "ops": []}
 
@@ -150,8 +184,14 @@ def _profile(trials: _Trials, knobs: dict, first: TrialRecord) -> dict:
 NOT_MEASURED = "not measured (stdout metrics: the script reports step times and losses only)"
 
 
-def build_report(contract: Contract, manifest, knobs: dict, hardware: dict,
-                 runs: list[TrialRecord], profile: dict | None) -> DoctorReport:
+def build_report(
+    contract: Contract,
+    manifest,
+    knobs: dict,
+    hardware: dict,
+    runs: list[TrialRecord],
+    profile: dict | None,
+) -> DoctorReport:
     """Every figure of the doctor's report, from the runs, the profile and the hardware.
 
     ``profile`` is None for a workload read from stdout: its phases and top operators are
@@ -162,46 +202,86 @@ def build_report(contract: Contract, manifest, knobs: dict, hardware: dict,
     phases, phase_step_s = _critical_phases(runs, per_run)
     tokens_per_s = runs[0].metrics.tokens_per_step / step_time
     mfu = compute_mfu(manifest, contract.scale, knobs, hardware, tokens_per_s)
-    objective = [r.metrics.e2e_time_s for r in runs] if contract.objective == "e2e_time" \
+    objective = (
+        [r.metrics.e2e_time_s for r in runs]
+        if contract.objective == "e2e_time"
         else [p["step_time_s"] for p in per_run]
+    )
     cv_between = noise.cv(objective)
     runs_n = len(runs)
     top = top_ops(profile, hardware["facts"]["device_type"]) if profile is not None else []
-    peaks = [max((b for b in col if b is not None), default=None)
-             for col in zip(*(r.metrics.peak_mem_bytes for r in runs))]
-    facts = Facts(manifest, knobs, step_time, phases, {o["name"]: o["share"] for o in top},
-                  hardware["peak_flops"], hardware["facts"]["cores"],
-                  hardware["facts"]["device_type"], peaks, contract.mem_cap_bytes)
+    peaks = [
+        max((b for b in col if b is not None), default=None)
+        for col in zip(*(r.metrics.peak_mem_bytes for r in runs))
+    ]
+    facts = Facts(
+        manifest,
+        knobs,
+        step_time,
+        phases,
+        {o["name"]: o["share"] for o in top},
+        hardware["peak_flops"],
+        hardware["facts"]["cores"],
+        hardware["facts"]["device_type"],
+        peaks,
+        contract.mem_cap_bytes,
+    )
     not_measured = {} if phases else {"phases": NOT_MEASURED, "top_ops": NOT_MEASURED}
-    return DoctorReport.model_validate({
-        "contract_hash": contract.contract_hash, "workload": manifest.name,
-        "scale": contract.scale, "knobs": knobs, "step_time_s": step_time,
-        "tokens_per_s": tokens_per_s, "phases": phases, "phases_per_rank": phases_per_rank,
-        "phase_step_time_s": phase_step_s,
-        "unattributed_s": phase_step_s - sum(phases.values()) if phases else None,
-        "not_measured": not_measured,
-        "compile_time_s": statistics.median(r.metrics.compile_time_s for r in runs),
-        "e2e_time_s": statistics.median(r.metrics.e2e_time_s for r in runs),
-        **mfu, "peak_flops": hardware["peak_flops"], "peak_mem_bytes": peaks,
-        "peak_mem_source": runs[0].metrics.peak_mem_source,
-        "hardware": hardware,
-        "noise": {"cv_within": statistics.median(p["cv"] for p in per_run),
-                  "cv_between": cv_between,
-                  "objective": contract.objective, "runs": runs_n,
-                  "mde_pct": {str(n): 100 * noise.min_detectable_effect(cv_between, n, runs_n)
-                              for n in (1, 3, 5)},
-                  "recommended_repeats": noise.recommended_repeats(cv_between, runs_n),
-                  "method": noise.METHOD},
-        "runs": [{"trial_id": r.trial_id, "warmup_steps_detected": p["warmup"],
-                  "step_time_s": p["step_time_s"], "cv": p["cv"]} for r, p in zip(runs, per_run)],
-        "top_ops": top, "diagnosis": diagnose(facts)})
+    return DoctorReport.model_validate(
+        {
+            "contract_hash": contract.contract_hash,
+            "workload": manifest.name,
+            "scale": contract.scale,
+            "knobs": knobs,
+            "step_time_s": step_time,
+            "tokens_per_s": tokens_per_s,
+            "phases": phases,
+            "phases_per_rank": phases_per_rank,
+            "phase_step_time_s": phase_step_s,
+            "unattributed_s": phase_step_s - sum(phases.values()) if phases else None,
+            "not_measured": not_measured,
+            "compile_time_s": statistics.median(r.metrics.compile_time_s for r in runs),
+            "e2e_time_s": statistics.median(r.metrics.e2e_time_s for r in runs),
+            **mfu,
+            "peak_flops": hardware["peak_flops"],
+            "peak_mem_bytes": peaks,
+            "peak_mem_source": runs[0].metrics.peak_mem_source,
+            "hardware": hardware,
+            "noise": {
+                "cv_within": statistics.median(p["cv"] for p in per_run),
+                "cv_between": cv_between,
+                "objective": contract.objective,
+                "runs": runs_n,
+                "mde_pct": {
+                    str(n): 100 * noise.min_detectable_effect(cv_between, n, runs_n)
+                    for n in (1, 3, 5)
+                },
+                "recommended_repeats": noise.recommended_repeats(cv_between, runs_n),
+                "method": noise.METHOD,
+            },
+            "runs": [
+                {
+                    "trial_id": r.trial_id,
+                    "warmup_steps_detected": p["warmup"],
+                    "step_time_s": p["step_time_s"],
+                    "cv": p["cv"],
+                }
+                for r, p in zip(runs, per_run)
+            ],
+            "top_ops": top,
+            "diagnosis": diagnose(facts),
+        }
+    )
 
 
 def _steady(record: TrialRecord) -> dict:
     times = record.metrics.step_times_s
     warmup = noise.warmup_steps(times)
-    return {"warmup": warmup, "step_time_s": statistics.median(times[warmup:]),
-            "cv": noise.cv(times[warmup:])}
+    return {
+        "warmup": warmup,
+        "step_time_s": statistics.median(times[warmup:]),
+        "cv": noise.cv(times[warmup:]),
+    }
 
 
 def _rank_steps(record: TrialRecord) -> list[tuple[dict, ...]]:
@@ -213,13 +293,17 @@ def _rank_steps(record: TrialRecord) -> list[tuple[dict, ...]]:
 def _critical_phases(runs: list[TrialRecord], per_run: list[dict]) -> tuple[dict, float | None]:
     """Mean phases of the slowest rank at each steady step, and the mean of those steps' times:
     the phases add up to that mean, less what ran outside every phase."""
-    entries = [critical(step) for record, steady in zip(runs, per_run)
-               for step in _rank_steps(record)[steady["warmup"]:]]
+    entries = [
+        critical(step)
+        for record, steady in zip(runs, per_run)
+        for step in _rank_steps(record)[steady["warmup"] :]
+    ]
     if not entries:
         return {}, None
     names = sorted({n for e in entries for n in e.get("phases_s", {})})
-    phases = {n: statistics.fmean(e.get("phases_s", {}).get(n, 0.0) for e in entries)
-              for n in names}
+    phases = {
+        n: statistics.fmean(e.get("phases_s", {}).get(n, 0.0) for e in entries) for n in names
+    }
     return phases, statistics.fmean(e["step_time_s"] for e in entries)
 
 
@@ -229,7 +313,7 @@ def _phases_per_rank(runs: list[TrialRecord], per_run: list[dict]) -> list[dict]
     for record, steady in zip(runs, per_run):
         reports = read_probe_files(list(Path(record.trial_dir).glob("metrics.rank*.jsonl")))
         for report in reports:
-            for step in report.steps[steady["warmup"]:]:
+            for step in report.steps[steady["warmup"] :]:
                 for name, seconds in step["phases_s"].items():
                     sums.setdefault(report.rank, {}).setdefault(name, []).append(seconds)
     names = sorted({n for phases in sums.values() for n in phases})
@@ -243,22 +327,33 @@ def top_ops(profile: dict, device_type: str) -> list[dict]:
     key = "self_device_s" if device_type == "cuda" else "self_cpu_s"
     ops = [o for o in profile.get("ops", []) if _is_operator(o["name"])]
     ops.sort(key=lambda o: -o[key])
-    return [{"name": o["name"], "self_s_per_step": o[key] / steps, "calls_per_step":
-             o["calls"] / steps, "share": (o[key] / steps) / step_s if step_s else 0.0}
-            for o in ops[:TOP_OPS]]
+    return [
+        {
+            "name": o["name"],
+            "self_s_per_step": o[key] / steps,
+            "calls_per_step": o["calls"] / steps,
+            "share": (o[key] / steps) / step_s if step_s else 0.0,
+        }
+        for o in ops[:TOP_OPS]
+    ]
 
 
 def noise_policy(report: DoctorReport) -> NoisePolicy:
     """The contract's noise policy as Doctor measured it."""
     n = report.noise.recommended_repeats
-    return NoisePolicy(repeats=n, confidence=1 - noise.ALPHA,
-                       min_detectable_effect=noise.min_detectable_effect(
-                           report.noise.cv_between, n, report.noise.runs))
+    return NoisePolicy(
+        repeats=n,
+        confidence=1 - noise.ALPHA,
+        min_detectable_effect=noise.min_detectable_effect(
+            report.noise.cv_between, n, report.noise.runs
+        ),
+    )
 
 
 def sealed_contract(contract: Contract, report: DoctorReport) -> tuple[Contract, DoctorReport]:
     """The contract re-sealed with the noise policy and the tolerances the Doctor measured,
     and the report that says so: the one way a Doctor's findings enter a contract."""
-    sealed = contract.model_copy(update={"noise": noise_policy(report),
-                                         "equivalence": report.equivalence}).sealed()
+    sealed = contract.model_copy(
+        update={"noise": noise_policy(report), "equivalence": report.equivalence}
+    ).sealed()
     return sealed, report.model_copy(update={"contract_hash_after": sealed.contract_hash})

@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from pydantic import BaseModel, Field
 
@@ -26,8 +26,10 @@ class TrialCancelled(RuntimeError):
 
 class TrialRequest(BaseModel):
     """One trial to run, as data: what any executor needs and nothing local to one machine."""
-    workload: str = Field(description="a bundled workload name or a manifest path relative "
-                                      "to the workspace root")
+
+    workload: str = Field(
+        description="a bundled workload name or a manifest path relative to the workspace root"
+    )
     scale: str
     knobs: dict
     patches: list[str] = Field([], description="catalog ids or diff paths (relative)")
@@ -35,11 +37,14 @@ class TrialRequest(BaseModel):
     timeout_s: float | None = None
     contract_hash: str | None = None
     workdir: str = Field("trials", description="where trial folders go, relative to the root")
-    extra_env: dict[str, str] = Field({}, description="environment the harness adds (e.g. "
-                                                      "the Doctor's profiled step)")
+    extra_env: dict[str, str] = Field(
+        {}, description="environment the harness adds (e.g. the Doctor's profiled step)"
+    )
     evaluate: bool = Field(True, description="False: no held-out evaluation (benchmarks)")
-    slow_after_s: float | None = Field(None, description="the search's bound: a trial still "
-                                       "running then is cut short and recorded slow")
+    slow_after_s: float | None = Field(
+        None,
+        description="the search's bound: a trial still running then is cut short and recorded slow",
+    )
 
 
 class Executor:
@@ -58,7 +63,7 @@ class Executor:
         raise NotImplementedError
 
     @contextlib.contextmanager
-    def pinned(self, manifest=None) -> Iterator["Executor"]:
+    def pinned(self, manifest=None) -> Iterator[Executor]:
         """An executor whose trials (of ``manifest``'s workload) all run on the same hosts for
         as long as the block lasts: what an interleaved comparison of times needs (here: this
         one; a cluster's holds its nodes)."""
@@ -75,6 +80,7 @@ class Executor:
     def wait(self, handle: str, poll_s: float = 0.2) -> TrialRecord:
         """Block until the trial ends."""
         import time
+
         while True:
             record = self.poll(handle)
             if record is not None:
@@ -96,14 +102,21 @@ class LocalExecutor(Executor):
         workload = request.workload
         path = self.root / workload
         manifest = find(str(path) if path.exists() else workload)
-        patches = [str(self.root / p) if (self.root / p).is_file() else p
-                   for p in request.patches]
-        spec = prepare(manifest, request.scale, request.knobs, patches,
-                       mem_cap_bytes=request.mem_cap_bytes, timeout_s=request.timeout_s,
-                       contract_hash=request.contract_hash, slow_after_s=request.slow_after_s)
+        patches = [str(self.root / p) if (self.root / p).is_file() else p for p in request.patches]
+        spec = prepare(
+            manifest,
+            request.scale,
+            request.knobs,
+            patches,
+            mem_cap_bytes=request.mem_cap_bytes,
+            timeout_s=request.timeout_s,
+            contract_hash=request.contract_hash,
+            slow_after_s=request.slow_after_s,
+        )
         if request.extra_env or not request.evaluate:
-            spec = dataclasses.replace(spec, extra_env=dict(request.extra_env),
-                                       evaluate=request.evaluate)
+            spec = dataclasses.replace(
+                spec, extra_env=dict(request.extra_env), evaluate=request.evaluate
+            )
         return spec
 
     def submit(self, request: TrialRequest) -> str:
@@ -155,4 +168,3 @@ class LocalExecutor(Executor):
             return False
         job["cancelled"] = True
         return True
-

@@ -17,5 +17,6 @@ def make_executor(kind: str, root: Path, ray_address: str | None = None) -> Exec
         return LocalExecutor(root)
     if kind == "ray":
         from infrarsi.executors.ray_executor import RayExecutor
+
         return RayExecutor(root, ray_address or "auto")
     raise ValueError(f"executor {kind!r}: choose one of {', '.join(EXECUTORS)}")

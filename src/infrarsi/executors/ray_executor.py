@@ -37,8 +37,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from infrarsi.executors import Executor, LocalExecutor, TrialCancelled, TrialRequest
 from infrarsi.trial import TrialRecord, TrialStatus, run_trial
@@ -55,20 +55,30 @@ class RayExecutor(Executor):
     """submit / poll / cancel on a Ray cluster at ``address`` ('auto': the one this machine
     belongs to)."""
 
-    def __init__(self, root: Path, address: str = "auto", cpus_per_trial: float | None = None,
-                 resources: dict[str, float] | None = None):
+    def __init__(
+        self,
+        root: Path,
+        address: str = "auto",
+        cpus_per_trial: float | None = None,
+        resources: dict[str, float] | None = None,
+    ):
         """``cpus_per_trial``: CPUs a trial's placement group reserves (None: a whole node's,
         so timed trials never share a node); ``resources``: custom resources it must have
         (e.g. a node's name, to pin a trial there)."""
         try:
             import ray
         except ImportError:
-            raise RayUnavailable("the Ray executor needs Ray: pip install 'infrarsi[ray]'") \
-                from None
+            raise RayUnavailable(
+                "the Ray executor needs Ray: pip install 'infrarsi[ray]'"
+            ) from None
         if not ray.is_initialized():
             try:
-                ray.init(address=address, namespace="infrarsi", log_to_driver=False,
-                         ignore_reinit_error=True)
+                ray.init(
+                    address=address,
+                    namespace="infrarsi",
+                    log_to_driver=False,
+                    ignore_reinit_error=True,
+                )
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise RayUnavailable(f"no Ray cluster at {address}: {exc}") from None
         self.ray, self.root = ray, Path(root).resolve()
@@ -79,7 +89,7 @@ class RayExecutor(Executor):
         self._agent_class = ray.remote(max_restarts=0, max_task_retries=0)(NodeAgent)
 
     # -- submit ----------------------------------------------------------------------------
-    def submit(self, request: TrialRequest, slot: "_Slot | None" = None) -> str:
+    def submit(self, request: TrialRequest, slot: _Slot | None = None) -> str:
         """Queue a trial on a slot (a placement group reserving a node's CPUs, and the agent
         process that runs trials there): ``slot`` when given (a pinned comparison's), else
         one from the pool this process keeps (one per trial in flight, kept between trials:
@@ -90,8 +100,14 @@ class RayExecutor(Executor):
         slot = self._take_slot(_spread_over(spec.manifest)) if pooled else slot
         ref = slot.agent.run.remote(shipped.model_dump(), bundle, slot.agents[1:])
         handle = f"ray-{next(self._next)}"
-        self._jobs[handle] = {"ref": ref, "slot": slot, "pooled": pooled,
-                              "request": request, "t0": time.time(), "record": None}
+        self._jobs[handle] = {
+            "ref": ref,
+            "slot": slot,
+            "pooled": pooled,
+            "request": request,
+            "t0": time.time(),
+            "record": None,
+        }
         return handle
 
     @contextlib.contextmanager
@@ -110,39 +126,56 @@ class RayExecutor(Executor):
         """Give the cluster back the nodes that this process's idle slots hold."""
         release_idle()
 
-    def _idle(self, nodes: int) -> list["_Slot"]:
+    def _idle(self, nodes: int) -> list[_Slot]:
         """The idle slots of ``nodes`` nodes of this driver's job and this executor's shape:
         shared by every RayExecutor of the process (an optimize makes one per stage), so a
         slot one of them keeps never blocks another's trial."""
         if self._cpus is None:
             self._cpus = self.cpus_per_trial or self._node_cpus()
-        key = (self.ray.get_runtime_context().get_job_id(), self._cpus,
-               tuple(sorted(self.resources.items())), nodes)
+        key = (
+            self.ray.get_runtime_context().get_job_id(),
+            self._cpus,
+            tuple(sorted(self.resources.items())),
+            nodes,
+        )
         return _IDLE.setdefault(key, [])
 
-    def _take_slot(self, nodes: int) -> "_Slot":
+    def _take_slot(self, nodes: int) -> _Slot:
         """An idle slot still in place, or a new one: a placement group reserving the CPUs
         (and the custom resources asked for) of ``nodes`` distinct nodes, and an agent on each."""
         from ray.util.placement_group import placement_group, placement_group_table
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
         idle = self._idle(nodes)
         while idle:
             slot = idle.pop()
             if placement_group_table(slot.group).get("state") == "CREATED":
                 return slot
             slot.remove()  # a node of it went away while it was idle
-        group = placement_group([{"CPU": self._cpus, **self.resources}] * nodes,
-                                strategy="STRICT_SPREAD" if nodes > 1 else "PACK")
-        agents = [self._agent_class.options(
-            num_cpus=self._cpus, resources=self.resources or None, max_concurrency=4,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                group, placement_group_bundle_index=i)).remote() for i in range(nodes)]
+        group = placement_group(
+            [{"CPU": self._cpus, **self.resources}] * nodes,
+            strategy="STRICT_SPREAD" if nodes > 1 else "PACK",
+        )
+        agents = [
+            self._agent_class.options(
+                num_cpus=self._cpus,
+                resources=self.resources or None,
+                max_concurrency=4,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    group, placement_group_bundle_index=i
+                ),
+            ).remote()
+            for i in range(nodes)
+        ]
         return _Slot(group, agents)
 
     def _node_cpus(self) -> float:
         """A whole node's CPUs: the smallest node's (a trial then fits on any)."""
-        cpus = [n["Resources"].get("CPU", 0) for n in self.ray.nodes()
-                if n.get("Alive") and n["Resources"].get("CPU")]
+        cpus = [
+            n["Resources"].get("CPU", 0)
+            for n in self.ray.nodes()
+            if n.get("Alive") and n["Resources"].get("CPU")
+        ]
         return min(cpus) if cpus else 1
 
     # -- poll / cancel ---------------------------------------------------------------------
@@ -159,9 +192,14 @@ class RayExecutor(Executor):
             job["record"] = self._land(job["request"], record_json, node_workdir, tar)
         except errors.TaskCancelledError:
             raise TrialCancelled(f"trial {handle} was cancelled") from None
-        except (errors.RayActorError, errors.NodeDiedError, errors.WorkerCrashedError,
-                errors.ObjectLostError, errors.RaySystemError,
-                errors.LocalRayletDiedError) as exc:
+        except (
+            errors.RayActorError,
+            errors.NodeDiedError,
+            errors.WorkerCrashedError,
+            errors.ObjectLostError,
+            errors.RaySystemError,
+            errors.LocalRayletDiedError,
+        ) as exc:
             job["record"], lost = _lost(job["request"], job["t0"], exc), True
         finally:
             self._release(job, lost=lost)
@@ -188,8 +226,9 @@ class RayExecutor(Executor):
         elif job["pooled"]:
             self._idle(len(slot.agents)).append(slot)
 
-    def _land(self, request: TrialRequest, record_json: str, node_workdir: str,
-              tar: bytes) -> TrialRecord:
+    def _land(
+        self, request: TrialRequest, record_json: str, node_workdir: str, tar: bytes
+    ) -> TrialRecord:
         """The node's trial folder unpacked under the root's workdir, its record's paths
         rewritten to where it landed, and saved there."""
         workdir = self.root / request.workdir
@@ -221,6 +260,7 @@ def release_idle() -> None:
 class _Slot:
     """A placement group reserving the CPUs of one node per launcher (on distinct nodes), and
     the agent process running on each; the first agent runs the trial."""
+
     group: object
     agents: list
 
@@ -231,6 +271,7 @@ class _Slot:
     def remove(self) -> None:
         import ray
         from ray.util.placement_group import remove_placement_group
+
         for agent in self.agents:
             ray.kill(agent, no_restart=True)
         remove_placement_group(self.group)
@@ -249,15 +290,32 @@ class NodeAgent:
         with self._one_trial:  # trials sent to one slot run one after another
             return _run_on_node(request, bundle, list(peers))
 
-    def launch(self, command: list[str], env: dict[str, str], workspace: bytes,
-               trial_dir: str, trial_id: str, timeout_s: float):
+    def launch(
+        self,
+        command: list[str],
+        env: dict[str, str],
+        workspace: bytes,
+        trial_dir: str,
+        trial_id: str,
+        timeout_s: float,
+    ):
         import ray
+
         from infrarsi.trial.remote import run_launcher
-        return run_launcher(ray.get_runtime_context().get_node_id(), command, env, workspace,
-                            trial_dir, trial_id, timeout_s)
+
+        return run_launcher(
+            ray.get_runtime_context().get_node_id(),
+            command,
+            env,
+            workspace,
+            trial_dir,
+            trial_id,
+            timeout_s,
+        )
 
     def stop(self, trial_id: str) -> int:
         from infrarsi.trial.remote import stop_launcher
+
         return stop_launcher(trial_id)
 
 
@@ -312,6 +370,7 @@ def _run_on_node(request: dict, bundle: bytes, peers: list) -> tuple[str, str, b
     """On the node: unpack, run the trial as a local one (its other launchers on the peers'
     nodes, when it has peers), pack its folder."""
     import ray
+
     scratch = Path(tempfile.mkdtemp(prefix="infrarsi-ray-"))
     try:
         with tarfile.open(fileobj=io.BytesIO(bundle)) as archive:
@@ -320,6 +379,7 @@ def _run_on_node(request: dict, bundle: bytes, peers: list) -> tuple[str, str, b
         spec = LocalExecutor(scratch).resolve(req)
         if peers:
             from infrarsi.executors.ray_spread import RayElsewhere
+
             spec = dataclasses.replace(spec, elsewhere=RayElsewhere(peers))
         record = run_trial(spec, scratch / req.workdir)
         record.node = ray.get_runtime_context().get_node_id()
@@ -342,12 +402,21 @@ def _no_trial_scratch(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
 
 def _lost(request: TrialRequest, t0: float, exc: Exception) -> TrialRecord:
     """The record of a trial whose node was lost: ``crash``, "node lost"."""
-    return TrialRecord(trial_id=f"lost-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
-                       workload=request.workload,
-                       scale=request.scale, status=TrialStatus.CRASH, knobs=request.knobs,
-                       patches=[], locked_files={}, contract_hash=request.contract_hash,
-                       mem_cap_bytes=request.mem_cap_bytes, timeout_s=request.timeout_s or 0.0,
-                       started_unix_s=t0, cost_s=time.time() - t0, node="lost",
-                       error=f"node lost: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                       if str(exc) else f"node lost: {type(exc).__name__}")
-
+    return TrialRecord(
+        trial_id=f"lost-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
+        workload=request.workload,
+        scale=request.scale,
+        status=TrialStatus.CRASH,
+        knobs=request.knobs,
+        patches=[],
+        locked_files={},
+        contract_hash=request.contract_hash,
+        mem_cap_bytes=request.mem_cap_bytes,
+        timeout_s=request.timeout_s or 0.0,
+        started_unix_s=t0,
+        cost_s=time.time() - t0,
+        node="lost",
+        error=f"node lost: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        if str(exc)
+        else f"node lost: {type(exc).__name__}",
+    )

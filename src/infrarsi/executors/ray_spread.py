@@ -16,14 +16,24 @@ class RayElsewhere:
     def host(self) -> str:
         """This node's address: the rendezvous and the metrics channel listen there."""
         import ray
+
         return ray.util.get_node_ip_address()
 
     def node(self) -> str:
         import ray
+
         return ray.get_runtime_context().get_node_id()
 
-    def start(self, node_rank: int, command: list[str], env: dict[str, str], workspace: bytes,
-              trial_dir: str, trial_id: str, timeout_s: float) -> "RayLauncher":
+    def start(
+        self,
+        node_rank: int,
+        command: list[str],
+        env: dict[str, str],
+        workspace: bytes,
+        trial_dir: str,
+        trial_id: str,
+        timeout_s: float,
+    ) -> RayLauncher:
         agent = self.peers[node_rank - 1]
         ref = agent.launch.remote(command, env, workspace, trial_dir, trial_id, timeout_s)
         return RayLauncher(agent, ref, trial_id)
@@ -31,6 +41,7 @@ class RayElsewhere:
 
 class RayLauncher:
     """A launcher running on another node, driven like a local process (no local pid)."""
+
     pid = None
     stdout = None
 
@@ -41,6 +52,7 @@ class RayLauncher:
 
     def poll(self) -> int | None:
         import ray
+
         if self._outcome is None:
             ready, _ = ray.wait([self.ref], timeout=0)
             if not ready:
@@ -56,6 +68,7 @@ class RayLauncher:
     def stop(self) -> None:
         """End the launcher's processes on its node (the agent's other thread does it)."""
         import ray
+
         try:
             ray.get(self.agent.stop.remote(self.trial_id), timeout=30)
         except Exception:  # its node is gone: so are its processes
@@ -67,12 +80,21 @@ class RayLauncher:
 
     def _finish(self) -> None:
         import ray
+
         try:
             self._outcome = ray.get(self.ref)
-        except (ray.exceptions.RayActorError, ray.exceptions.RaySystemError,
-                ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError) as exc:
-            self._outcome = RemoteOutcome(node="lost", returncode=-9, timed_out=False,
-                                          stderr=f"node lost: {type(exc).__name__}\n".encode())
+        except (
+            ray.exceptions.RayActorError,
+            ray.exceptions.RaySystemError,
+            ray.exceptions.NodeDiedError,
+            ray.exceptions.ObjectLostError,
+        ) as exc:
+            self._outcome = RemoteOutcome(
+                node="lost",
+                returncode=-9,
+                timed_out=False,
+                stderr=f"node lost: {type(exc).__name__}\n".encode(),
+            )
         self.returncode = self._outcome.returncode
         if self.returncode is None:  # cut at the timeout there: still "running" here
             self.returncode = -9

@@ -5,5 +5,13 @@ from infrarsi.init.build import make_contract
 from infrarsi.init.parse import Reading, read_instruction
 from infrarsi.init.stage import InitError, init
 
-__all__ = ["Contract", "ContractError", "InitError", "Reading", "init", "load_contract",
-           "make_contract", "read_instruction"]
+__all__ = [
+    "Contract",
+    "ContractError",
+    "InitError",
+    "Reading",
+    "init",
+    "load_contract",
+    "make_contract",
+    "read_instruction",
+]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -32,6 +32,7 @@ Answer with the JSON object only."""
 
 class LLMDraft(BaseModel):
     """The LLM's answer, validated strictly before it may become a contract."""
+
     model_config = ConfigDict(extra="forbid")
     objective: str | None = Field(None, pattern="^(e2e_time|tokens_per_s)$")
     loss_tolerance: float | None = Field(None, gt=0, lt=1)
@@ -54,8 +55,9 @@ def llm_configured() -> bool:
     return bool(os.environ.get("INFRARSI_LLM_BASE_URL") and os.environ.get("INFRARSI_LLM_MODEL"))
 
 
-def draft_reading(instruction: str, files: list[str], rules: Reading,
-                  on_note: Callable[[str], None]) -> tuple[Reading, str]:
+def draft_reading(
+    instruction: str, files: list[str], rules: Reading, on_note: Callable[[str], None]
+) -> tuple[Reading, str]:
     """(the LLM's reading, "llm"), or (the rules' reading, "rules") when the LLM's is unusable;
     ``on_note`` (the screen's) is told why a draft was not used."""
     try:
@@ -65,27 +67,40 @@ def draft_reading(instruction: str, files: list[str], rules: Reading,
         if unknown:
             raise ValueError(f"it locks files the workload does not have: {unknown}")
     except Exception as exc:  # any failure of the optional path falls back to the rules
-        on_note(f"the LLM draft was not used ({_short(exc)}); the contract comes from the "
-                "deterministic rules")
+        on_note(
+            f"the LLM draft was not used ({_short(exc)}); the contract comes from the "
+            "deterministic rules"
+        )
         return rules, "rules"
-    return Reading(objective=draft.objective, loss_tolerance=draft.loss_tolerance,
-                   mem_cap_bytes=parse_bytes(draft.mem_cap) if draft.mem_cap else None,
-                   lock=draft.lock, budget_trials=draft.budget_trials,
-                   budget_wall_time_s=draft.budget_wall_time_s,
-                   understood=[(instruction, "drafted by the LLM")],
-                   not_understood=draft.not_understood), "llm"
+    return Reading(
+        objective=draft.objective,
+        loss_tolerance=draft.loss_tolerance,
+        mem_cap_bytes=parse_bytes(draft.mem_cap) if draft.mem_cap else None,
+        lock=draft.lock,
+        budget_trials=draft.budget_trials,
+        budget_wall_time_s=draft.budget_wall_time_s,
+        understood=[(instruction, "drafted by the LLM")],
+        not_understood=draft.not_understood,
+    ), "llm"
 
 
 def _ask(instruction: str, files: list[str]) -> str:
     from openai import OpenAI
 
-    client = OpenAI(base_url=os.environ["INFRARSI_LLM_BASE_URL"],
-                    api_key=os.environ.get("INFRARSI_LLM_API_KEY", "not-needed"),
-                    timeout=60, max_retries=1)
+    client = OpenAI(
+        base_url=os.environ["INFRARSI_LLM_BASE_URL"],
+        api_key=os.environ.get("INFRARSI_LLM_API_KEY", "not-needed"),
+        timeout=60,
+        max_retries=1,
+    )
     reply = client.chat.completions.create(
-        model=os.environ["INFRARSI_LLM_MODEL"], temperature=0,
-        messages=[{"role": "system", "content": SYSTEM_PROMPT},
-                  {"role": "user", "content": f"Files: {files}\nInstruction: {instruction}"}])
+        model=os.environ["INFRARSI_LLM_MODEL"],
+        temperature=0,
+        messages=[
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": f"Files: {files}\nInstruction: {instruction}"},
+        ],
+    )
     return reply.choices[0].message.content or ""
 
 
@@ -97,5 +112,6 @@ def _strip_fences(text: str) -> str:
 def _short(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         return "invalid answer: " + "; ".join(
-            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
+        )
     return f"{type(exc).__name__}: {str(exc)[:200]}"

@@ -17,11 +17,15 @@ from infrarsi.units import parse_bytes
 
 # Clauses end at punctuation and conjunctions, but not inside a number: "1,000" keeps its comma
 # and "a hundred and twenty" its "and".
-_CLAUSE_SPLIT = re.compile(r"[;；。，、\n]|(?<!\d),|,(?!\d{3}(?!\d))|\.(?=\s|$)|"
-                           r"(?<!hundred )(?<!thousand )\band\b|\bbut\b|并且|同时|而且")
+_CLAUSE_SPLIT = re.compile(
+    r"[;；。，、\n]|(?<!\d),|,(?!\d{3}(?!\d))|\.(?=\s|$)|"
+    r"(?<!hundred )(?<!thousand )\band\b|\bbut\b|并且|同时|而且"
+)
 _THROUGHPUT = re.compile(r"throughput|tokens?\s*(/|per)\s*s(ec(ond)?)?\b|tok/s|吞吐")
-_TIME = re.compile(r"\btime\b|faster|speed\s*up|accelerate|wall|e2e|end-to-end|time-to-train|"
-                   r"时间|加速|提速|更快")
+_TIME = re.compile(
+    r"\btime\b|faster|speed\s*up|accelerate|wall|e2e|end-to-end|time-to-train|"
+    r"时间|加速|提速|更快"
+)
 _MEMORY = re.compile(r"memory|\bmem\b|vram|\bram\b|显存|内存")
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)?", re.IGNORECASE)
 _LOSS = re.compile(r"loss|损失")
@@ -30,10 +34,14 @@ _FRACTION = re.compile(r"(?<![\d.])(0\.\d+)(?![\d%])")
 _NEGATION = re.compile(r"don'?t|do not|never|without|must not|leave|不要|别|勿|禁止|不得|不能")
 _TOUCH = re.compile(r"touch|change|modify|edit|alone|修改|改动|改|动")
 _NUMBER = r"(\d[\d,]*(?:\.\d+)?|(?:[a-z]+[\s-]+)*[a-z]+|[{ZH}]+|半)"
-_TRIALS = re.compile(_NUMBER.replace("{ZH}", ZH_NUMERAL) +
-                     r"\s*(?:trials?|runs?|experiments?|次试验|次实验|个试验|次)")
-_DURATION = re.compile(_NUMBER.replace("{ZH}", ZH_NUMERAL) + r"\s*(?:个)?\s*"
-                       r"(hours?|hrs?|h\b|minutes?|mins?|小时|钟头|分钟)")
+_TRIALS = re.compile(
+    _NUMBER.replace("{ZH}", ZH_NUMERAL)
+    + r"\s*(?:trials?|runs?|experiments?|次试验|次实验|个试验|次)"
+)
+_DURATION = re.compile(
+    _NUMBER.replace("{ZH}", ZH_NUMERAL) + r"\s*(?:个)?\s*"
+    r"(hours?|hrs?|h\b|minutes?|mins?|小时|钟头|分钟)"
+)
 _DATA_WORDS = re.compile(r"data\s*(pipeline|loader|loading|set)?|dataloader|数据")
 _MODEL_WORDS = re.compile(r"\bmodel\b|模型")
 
@@ -41,6 +49,7 @@ _MODEL_WORDS = re.compile(r"\bmodel\b|模型")
 @dataclass
 class Reading:
     """What the rules understood of an instruction, and the clauses they did not."""
+
     objective: str | None = None
     loss_tolerance: float | None = None
     mem_cap_bytes: int | None = None
@@ -63,8 +72,9 @@ def read_instruction(instruction: str, files: list[str]) -> Reading:
     for clause in clauses(instruction):
         known = len(reading.problems)
         meanings = _read_clause(clause, files, reading)
-        reading.problems[known:] = [p.replace(repr(clause.lower()), repr(clause), 1)
-                                    for p in reading.problems[known:]]
+        reading.problems[known:] = [
+            p.replace(repr(clause.lower()), repr(clause), 1) for p in reading.problems[known:]
+        ]
         if meanings:
             reading.understood.append((clause, "; ".join(meanings)))
         else:
@@ -123,8 +133,9 @@ def _read_loss(text: str, files: list[str], reading: Reading) -> str | None:
     else:
         return None
     if not 0 < tolerance < 1:
-        reading.problems.append(f"{text!r}: a loss tolerance must be above 0% and below 100% "
-                                f"(read {tolerance:.0%})")
+        reading.problems.append(
+            f"{text!r}: a loss tolerance must be above 0% and below 100% (read {tolerance:.0%})"
+        )
         return "loss tolerance (out of range)"
     reading.loss_tolerance = tolerance
     return f"loss tolerance {reading.loss_tolerance:g} (relative)"
@@ -150,8 +161,9 @@ def _read_budget(text: str, files: list[str], reading: Reading) -> str | None:
     count = _number(trials.group(1)) if trials else None
     if count is not None:
         if count < 1 or not float(count).is_integer():
-            reading.problems.append(f"{text!r}: a trial budget is a whole number of at least 1 "
-                                    f"(read {count:g})")
+            reading.problems.append(
+                f"{text!r}: a trial budget is a whole number of at least 1 (read {count:g})"
+            )
             return "budget (out of range)"
         reading.budget_trials = int(count)
         return f"budget {reading.budget_trials} trials"
@@ -160,8 +172,9 @@ def _read_budget(text: str, files: list[str], reading: Reading) -> str | None:
     if amount is not None:
         unit = duration.group(2)
         if amount <= 0:
-            reading.problems.append(f"{text!r}: a time budget must be more than 0 (read "
-                                    f"{amount:g} {unit})")
+            reading.problems.append(
+                f"{text!r}: a time budget must be more than 0 (read {amount:g} {unit})"
+            )
             return "budget (out of range)"
         per = 60.0 if unit.startswith(("min", "分")) else 3600.0
         reading.budget_wall_time_s = amount * per

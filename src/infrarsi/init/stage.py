@@ -3,7 +3,7 @@ behind it) out. The screens show it and ask; ``optimize`` confirms or not; neith
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from infrarsi.contract import Contract
 from infrarsi.init.build import make_contract, workload_files
@@ -20,8 +20,12 @@ class InitError(ValueError):
         self.problems = problems
 
 
-def init(manifest: Manifest, scale: str, instruction: str,
-         on_note: Callable[[str], None] = lambda text: None) -> tuple[Contract, Reading]:
+def init(
+    manifest: Manifest,
+    scale: str,
+    instruction: str,
+    on_note: Callable[[str], None] = lambda text: None,
+) -> tuple[Contract, Reading]:
     """The contract the instruction asks for on this workload at this scale, read by the
     rules — or drafted by the LLM when an endpoint is configured, validated as strictly and
     falling back to the rules (``on_note`` is told why). InitError with every problem."""

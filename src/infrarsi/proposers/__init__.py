@@ -10,8 +10,8 @@ calls (``infrarsi.proposal.Proposer``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor
@@ -21,12 +21,21 @@ from infrarsi.records import DoctorReport
 
 KINDS = ("catalog", "llm", "both")
 
-__all__ = ["KINDS", "CatalogProposer", "EndpointError", "LLMBudget", "LLMProposer",
-           "check_kind", "default_kind", "make_proposer"]
+__all__ = [
+    "KINDS",
+    "CatalogProposer",
+    "EndpointError",
+    "LLMBudget",
+    "LLMProposer",
+    "check_kind",
+    "default_kind",
+    "make_proposer",
+]
 
 
 class CatalogProposer:
     """Today's behaviour: the workload's catalog, searched from the start; proposes nothing."""
+
     name = "catalog"
     searches_catalog = True
 
@@ -56,13 +65,27 @@ def check_kind(kind: str | None) -> str:
     return kind
 
 
-def make_proposer(kind: str | None, contract: Contract, run_dir: Path, executor: Executor,
-                  report: DoctorReport | None = None, budget: LLMBudget = LLMBudget(),
-                  on_note: Callable[[str], None] | None = None):
+def make_proposer(
+    kind: str | None,
+    contract: Contract,
+    run_dir: Path,
+    executor: Executor,
+    report: DoctorReport | None = None,
+    budget: LLMBudget = LLMBudget(),
+    on_note: Callable[[str], None] | None = None,
+):
     """The proposer ``kind`` names (None: ``default_kind()``); ValueError naming the choices,
     EndpointError naming the variables when ``llm``/``both`` has no endpoint."""
     kind = check_kind(kind)
     if kind == "catalog":
         return CatalogProposer()
-    return LLMProposer(contract, run_dir, executor, Endpoint.from_env(), budget, report,
-                       with_catalog=kind == "both", on_note=on_note)
+    return LLMProposer(
+        contract,
+        run_dir,
+        executor,
+        Endpoint.from_env(),
+        budget,
+        report,
+        with_catalog=kind == "both",
+        on_note=on_note,
+    )

@@ -9,7 +9,8 @@ validated (``validate``); every reply leaves a line in ``proposals.jsonl`` with 
 reason, tokens and seconds, and the next prompt carries it. Calls, tokens and seconds are
 capped per run (``LLMBudget``). A round of proposing asks again at once after a rejection
 (the reply's reason in the next prompt), up to ``calls_per_round`` requests, and ends at the
-first accepted patch, which the search then measures before the next round. Transport errors are retried with backoff by the client; an
+first accepted patch, which the search then measures before the next round. Transport errors
+are retried with backoff by the client; an
 endpoint that cannot be reached, or refuses the key, gives one note and no more calls — the
 run goes on with the catalog.
 """
@@ -20,14 +21,21 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor
-from infrarsi.proposal import (LLM_PREFIX, PROPOSALS_DIR, ProposalLine, ProposalState,
-                               ProposedPatch, append_line, read_lines)
+from infrarsi.proposal import (
+    LLM_PREFIX,
+    PROPOSALS_DIR,
+    ProposalLine,
+    ProposalState,
+    ProposedPatch,
+    append_line,
+    read_lines,
+)
 from infrarsi.proposers.prompt import messages
 from infrarsi.proposers.reply import ReplyRejected, parse_reply
 from infrarsi.proposers.validate import Validator
@@ -43,6 +51,7 @@ class EndpointError(ValueError):
 @dataclass(frozen=True)
 class Endpoint:
     """Where the chat requests go."""
+
     base_url: str
     model: str
     api_key: str = "not-needed"
@@ -50,12 +59,14 @@ class Endpoint:
     retries: int = 2  # the client's own retries, with exponential backoff
 
     @classmethod
-    def from_env(cls) -> "Endpoint":
+    def from_env(cls) -> Endpoint:
         url, model = os.environ.get(ENV_URL), os.environ.get(ENV_MODEL)
         if not url or not model:
-            raise EndpointError(f"the LLM proposer needs an endpoint: set {ENV_URL} (e.g. "
-                                f"http://127.0.0.1:8000/v1 for a local vLLM server) and "
-                                f"{ENV_MODEL} ({ENV_KEY} if it needs a key)")
+            raise EndpointError(
+                f"the LLM proposer needs an endpoint: set {ENV_URL} (e.g. "
+                f"http://127.0.0.1:8000/v1 for a local vLLM server) and "
+                f"{ENV_MODEL} ({ENV_KEY} if it needs a key)"
+            )
         return cls(url, model, os.environ.get(ENV_KEY) or "not-needed")
 
 
@@ -68,6 +79,7 @@ def configured() -> bool:
 class LLMBudget:
     """Caps per run: chat requests, tokens (prompt and reply), and seconds spent in requests
     and validation together."""
+
     calls: int = 6
     tokens: int = 400_000
     seconds: float = 1800.0
@@ -77,12 +89,20 @@ class LLMBudget:
 class LLMProposer:
     """Proposes one patch per call; ``searches_catalog``: whether the catalog is searched too
     (``--proposer both``), and always once the endpoint is unusable."""
+
     name = "llm"
 
-    def __init__(self, contract: Contract, run_dir: Path, executor: Executor,
-                 endpoint: Endpoint, budget: LLMBudget = LLMBudget(),
-                 report: DoctorReport | None = None, with_catalog: bool = True,
-                 on_note: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        contract: Contract,
+        run_dir: Path,
+        executor: Executor,
+        endpoint: Endpoint,
+        budget: LLMBudget = LLMBudget(),
+        report: DoctorReport | None = None,
+        with_catalog: bool = True,
+        on_note: Callable[[str], None] | None = None,
+    ):
         self.contract, self.run_dir, self.report = contract, Path(run_dir), report
         self.endpoint, self.budget, self.with_catalog = endpoint, budget, with_catalog
         self.on_note = on_note or (lambda text: None)
@@ -96,14 +116,20 @@ class LLMProposer:
         return self.with_catalog or self.dead is not None
 
     def accepted(self) -> list[ProposedPatch]:
-        return [ProposedPatch.of_line(line) for line in read_lines(self.run_dir)
-                if line.status == "accepted" and line.patch_id]
+        return [
+            ProposedPatch.of_line(line)
+            for line in read_lines(self.run_dir)
+            if line.status == "accepted" and line.patch_id
+        ]
 
     def wants_more(self) -> bool:
         lines = read_lines(self.run_dir)
-        return self.dead is None and len(lines) < self.budget.calls and \
-            sum(x.tokens for x in lines) < self.budget.tokens and \
-            sum(x.seconds for x in lines) < self.budget.seconds
+        return (
+            self.dead is None
+            and len(lines) < self.budget.calls
+            and sum(x.tokens for x in lines) < self.budget.tokens
+            and sum(x.seconds for x in lines) < self.budget.seconds
+        )
 
     def propose(self, state: ProposalState) -> list[ProposedPatch]:
         """One round: requests until a patch is accepted, the round's cap or the budget."""
@@ -125,28 +151,35 @@ class LLMProposer:
             text, tokens = self._ask(asked)
         except Exception as exc:  # noqa: BLE001 - any transport failure ends the LLM path
             self.dead = _why(exc, self.endpoint)
-            self.on_note(f"the LLM proposer stops: {self.dead}; the run goes on with the "
-                         "workload's catalog")
+            self.on_note(
+                f"the LLM proposer stops: {self.dead}; the run goes on with the workload's catalog"
+            )
             return []
         line = self._judge(len(history) + 1, text, tokens, prompt_sha, t0)
         append_line(self.run_dir, line)
-        self.on_note(f"LLM proposal {line.n}: {line.status} at {line.stage}: {line.reason}"
-                     [:300])
+        self.on_note(f"LLM proposal {line.n}: {line.status} at {line.stage}: {line.reason}"[:300])
         return [ProposedPatch.of_line(line)] if line.status == "accepted" else []
 
     # -- the parts -------------------------------------------------------------------------
     def _ask(self, asked: list[dict]) -> tuple[str, int]:
         if self._client is None:
             from openai import OpenAI
-            self._client = OpenAI(base_url=self.endpoint.base_url, api_key=self.endpoint.api_key,
-                                  timeout=self.endpoint.timeout_s,
-                                  max_retries=self.endpoint.retries)
-        reply = self._client.chat.completions.create(model=self.endpoint.model, messages=asked,
-                                                     temperature=0.2)
+
+            self._client = OpenAI(
+                base_url=self.endpoint.base_url,
+                api_key=self.endpoint.api_key,
+                timeout=self.endpoint.timeout_s,
+                max_retries=self.endpoint.retries,
+            )
+        reply = self._client.chat.completions.create(
+            model=self.endpoint.model, messages=asked, temperature=0.2
+        )
         text = (reply.choices[0].message.content or "") if reply.choices else ""
         usage = getattr(reply, "usage", None)
-        tokens = int(getattr(usage, "total_tokens", 0) or 0) or \
-            (sum(len(m["content"]) for m in asked) + len(text)) // 4  # no usage: ~4 chars/token
+        tokens = (
+            int(getattr(usage, "total_tokens", 0) or 0)
+            or (sum(len(m["content"]) for m in asked) + len(text)) // 4
+        )  # no usage: ~4 chars/token
         return text, tokens
 
     def _judge(self, n: int, text: str, tokens: int, prompt_sha: str, t0: float) -> ProposalLine:
@@ -154,24 +187,45 @@ class LLMProposer:
         try:
             reply = parse_reply(text)
         except ReplyRejected as exc:
-            return ProposalLine(status="rejected", stage="parse", reason=str(exc),
-                                seconds=time.monotonic() - t0, **base)
+            return ProposalLine(
+                status="rejected",
+                stage="parse",
+                reason=str(exc),
+                seconds=time.monotonic() - t0,
+                **base,
+            )
         checked = self.validator.check(reply.diff)
         sha = checked.sha256
-        if checked.ok and sha in {x.diff_sha256 for x in read_lines(self.run_dir)
-                                  if x.status == "accepted"}:
-            checked = type(checked)(False, "parse", "the same diff as an accepted proposal",
-                                    checked.diff)
+        if checked.ok and sha in {
+            x.diff_sha256 for x in read_lines(self.run_dir) if x.status == "accepted"
+        }:
+            checked = type(checked)(
+                False, "parse", "the same diff as an accepted proposal", checked.diff
+            )
         seconds = time.monotonic() - t0
         if not checked.ok:
-            return ProposalLine(status="rejected", stage=checked.stage, reason=checked.reason,
-                                diff_sha256=sha, seconds=seconds, **base)
+            return ProposalLine(
+                status="rejected",
+                stage=checked.stage,
+                reason=checked.reason,
+                diff_sha256=sha,
+                seconds=seconds,
+                **base,
+            )
         patch_id = f"{PROPOSALS_DIR}/{LLM_PREFIX}{sha[:12]}.diff"
         (self.run_dir / patch_id).write_text(checked.diff)
         reason = "passed every check" + (f"; {reply.note}" if reply.note else "")
-        return ProposalLine(status="accepted", stage="smoke", reason=reason, diff_sha256=sha,
-                            seconds=seconds, patch_id=patch_id, expectation=reply.expectation,
-                            smoke_speedup=checked.smoke_speedup, **base)
+        return ProposalLine(
+            status="accepted",
+            stage="smoke",
+            reason=reason,
+            diff_sha256=sha,
+            seconds=seconds,
+            patch_id=patch_id,
+            expectation=reply.expectation,
+            smoke_speedup=checked.smoke_speedup,
+            **base,
+        )
 
 
 def _why(exc: Exception, endpoint: Endpoint) -> str:

@@ -36,44 +36,67 @@ prefixes) in a ```diff block, then one ```json block:
 memory / baseline's>, "addresses": "<the finding or operator it targets>"}"""
 
 
-def messages(contract: Contract, report: DoctorReport | None, history: list[ProposalLine],
-             outcomes: list[PatchOutcome]) -> list[dict]:
+def messages(
+    contract: Contract,
+    report: DoctorReport | None,
+    history: list[ProposalLine],
+    outcomes: list[PatchOutcome],
+) -> list[dict]:
     """The chat messages of one request."""
     manifest = contract.manifest()
-    parts = [_contract(contract), _doctor(report), _knobs(manifest), _catalog(manifest, outcomes),
-             _history(history, outcomes), _files(manifest, contract.editable)]
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": "\n\n".join(p for p in parts if p)}]
+    parts = [
+        _contract(contract),
+        _doctor(report),
+        _knobs(manifest),
+        _catalog(manifest, outcomes),
+        _history(history, outcomes),
+        _files(manifest, contract.editable),
+    ]
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "\n\n".join(p for p in parts if p)},
+    ]
 
 
 def _contract(c: Contract) -> str:
     locked = ", ".join(sorted(c.locked)) or "none"
-    return (f"# Contract\nworkload {c.workload} at scale {c.scale}; objective {c.objective}\n"
-            f"tokens per optimizer step {c.invariants.tokens_per_step}, steps "
-            f"{c.invariants.steps} (both fixed)\nloss tolerance {c.correctness.loss_tolerance:g} "
-            f"(relative); final-parameter tolerance {c.equivalence.weight_rtol:g}, held-out "
-            f"loss tolerance {c.equivalence.eval_rtol:g} (fp32)\n"
-            f"editable: {', '.join(c.editable)}\nlocked: {locked}\n"
-            f"memory capacity per rank: {c.mem_cap_bytes or 'none'} bytes")
+    return (
+        f"# Contract\nworkload {c.workload} at scale {c.scale}; objective {c.objective}\n"
+        f"tokens per optimizer step {c.invariants.tokens_per_step}, steps "
+        f"{c.invariants.steps} (both fixed)\nloss tolerance {c.correctness.loss_tolerance:g} "
+        f"(relative); final-parameter tolerance {c.equivalence.weight_rtol:g}, held-out "
+        f"loss tolerance {c.equivalence.eval_rtol:g} (fp32)\n"
+        f"editable: {', '.join(c.editable)}\nlocked: {locked}\n"
+        f"memory capacity per rank: {c.mem_cap_bytes or 'none'} bytes"
+    )
 
 
 def _doctor(report: DoctorReport | None) -> str:
     if report is None:
         return ""
-    lines = [f"# The Doctor's diagnosis of the baseline\nsteady step {report.step_time_s:.4g} s; "
-             f"phases (s per step): {json.dumps({k: round(v, 5) for k, v in report.phases.items()})}"]
-    lines += [f"- {f.finding} ({f.share_of_step:.0%} of the step): {f.evidence}"
-              for f in report.diagnosis]
+    lines = [
+        f"# The Doctor's diagnosis of the baseline\nsteady step {report.step_time_s:.4g} s; "
+        f"phases (s per step): {json.dumps({k: round(v, 5) for k, v in report.phases.items()})}"
+    ]
+    lines += [
+        f"- {f.finding} ({f.share_of_step:.0%} of the step): {f.evidence}" for f in report.diagnosis
+    ]
     if report.top_ops:
-        lines.append("top operators: " + "; ".join(
-            ", ".join(f"{k}={v}" for k, v in op.items()) for op in report.top_ops[:TOP_OPS]))
+        lines.append(
+            "top operators: "
+            + "; ".join(
+                ", ".join(f"{k}={v}" for k, v in op.items()) for op in report.top_ops[:TOP_OPS]
+            )
+        )
     return "\n".join(lines)
 
 
 def _knobs(manifest) -> str:
     return "# Knobs (searched separately)\n" + "\n".join(
-        f"- {k.name} ({k.type}): default {k.default}" +
-        (f", values {list(k.values)}" if k.values else "") for k in manifest.knobs)
+        f"- {k.name} ({k.type}): default {k.default}"
+        + (f", values {list(k.values)}" if k.values else "")
+        for k in manifest.knobs
+    )
 
 
 def _catalog(manifest, outcomes: list[PatchOutcome]) -> str:
@@ -96,8 +119,10 @@ def _history(history: list[ProposalLine], outcomes: list[PatchOutcome]) -> str:
             lines.append(f"- proposal {h.n}: REJECTED at {h.stage}: {h.reason}")
         else:
             smoke = f"; smoke trial {h.smoke_speedup:.3f}x" if h.smoke_speedup else ""
-            lines.append(f"- proposal {h.n}: ACCEPTED as {h.patch_id}{smoke}" +
-                         _measured(measured.get(h.patch_id or "")))
+            lines.append(
+                f"- proposal {h.n}: ACCEPTED as {h.patch_id}{smoke}"
+                + _measured(measured.get(h.patch_id or ""))
+            )
     return "\n".join(lines)
 
 
@@ -117,14 +142,20 @@ def _measured(o: PatchOutcome | None) -> str:
 def _files(manifest, editable: list[str]) -> str:
     root, left = Path(manifest.root), ALL_FILES_CHARS
     out = ["# Editable files"]
-    names = sorted({Path(p).relative_to(root).as_posix() for g in editable
-                    for p in glob.glob(str(root / g), recursive=True) if Path(p).is_file()})
+    names = sorted(
+        {
+            Path(p).relative_to(root).as_posix()
+            for g in editable
+            for p in glob.glob(str(root / g), recursive=True)
+            if Path(p).is_file()
+        }
+    )
     for name in names:
         text = (root / name).read_text(errors="replace")
         if left <= 0:
             out.append(f"## {name}\n(left out: the prompt's file budget is spent)")
             continue
-        shown = text[:min(FILE_CHARS, left)]
+        shown = text[: min(FILE_CHARS, left)]
         left -= len(shown)
         cut = "" if len(shown) == len(text) else f"\n... ({len(text) - len(shown)} chars cut)"
         out.append(f"## {name}\n```python\n{shown}{cut}\n```")

@@ -27,6 +27,7 @@ class ReplyRejected(ValueError):
 @dataclass(frozen=True)
 class Reply:
     """The diff of a reply (ending with a newline) and its expectation."""
+
     diff: str
     expectation: Expectation
     note: str = ""
@@ -35,8 +36,11 @@ class Reply:
 def parse_reply(text: str) -> Reply:
     """The one diff and the expectation of a reply; ReplyRejected naming what is wrong."""
     blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text or "")]
-    diffs = [body for lang, body in blocks if lang in _DIFF_LANGS or
-             (lang != "json" and _first_header(body) is not None)]  # a diff in a python block
+    diffs = [
+        body
+        for lang, body in blocks
+        if lang in _DIFF_LANGS or (lang != "json" and _first_header(body) is not None)
+    ]  # a diff in a python block
     start = _first_header(text or "")
     if not diffs and start is not None:  # a bare diff, without fences: up to its last line
         diffs = [_diff_lines(text[start:])]
@@ -47,13 +51,17 @@ def parse_reply(text: str) -> Reply:
     diff = diffs[0]
     if not re.search(r"^@@ ", diff, re.MULTILINE):
         raise ReplyRejected("the diff has no hunk (no '@@' line): not a unified diff")
-    expectation, note = _expectation([body for lang, body in blocks if lang == "json"] or
-                                     re.findall(r"\{[^{}]*step_time_ratio[^{}]*\}", text or ""))
+    expectation, note = _expectation(
+        [body for lang, body in blocks if lang == "json"]
+        or re.findall(r"\{[^{}]*step_time_ratio[^{}]*\}", text or "")
+    )
     return Reply(diff if diff.endswith("\n") else diff + "\n", expectation, note)
 
 
-_DIFF_LINE = re.compile(r"^(?:[ +\-@\\]|diff --git |index |new file|deleted file|"
-                        r"similarity |rename |old mode|new mode|$)")
+_DIFF_LINE = re.compile(
+    r"^(?:[ +\-@\\]|diff --git |index |new file|deleted file|"
+    r"similarity |rename |old mode|new mode|$)"
+)
 
 
 def _diff_lines(text: str) -> str:

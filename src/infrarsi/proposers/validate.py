@@ -41,6 +41,7 @@ SMOKE_SCALE = "tiny"
 class Checked:
     """The outcome of validation: passed, or the stage that rejected it and why; the
     canonical diff once it applied; the smoke trial's speed-up over the smoke baseline."""
+
     ok: bool
     stage: str
     reason: str
@@ -61,11 +62,15 @@ def smoke_contract(contract: Contract) -> Contract:
     if scale == contract.scale:
         return contract
     spec = prepare(manifest, scale)
-    invariants = contract.invariants.model_copy(update={
-        "tokens_per_step": spec.tokens_per_step(),
-        "steps": int(manifest.scale(scale).params["steps"])})
-    return contract.model_copy(update={"scale": scale, "invariants": invariants,
-                                       "mem_cap_bytes": None}).sealed()
+    invariants = contract.invariants.model_copy(
+        update={
+            "tokens_per_step": spec.tokens_per_step(),
+            "steps": int(manifest.scale(scale).params["steps"]),
+        }
+    )
+    return contract.model_copy(
+        update={"scale": scale, "invariants": invariants, "mem_cap_bytes": None}
+    ).sealed()
 
 
 class Validator:
@@ -102,11 +107,17 @@ class Validator:
         return self._smoke(canonical)
 
     def _git(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-        env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(self.scratch.resolve().parent),
-               "GIT_AUTHOR_NAME": "infrarsi", "GIT_AUTHOR_EMAIL": "infrarsi@localhost",
-               "GIT_COMMITTER_NAME": "infrarsi", "GIT_COMMITTER_EMAIL": "infrarsi@localhost"}
-        return subprocess.run(["git", *args], cwd=self.scratch, env=env, input=stdin,
-                              capture_output=True, text=True)
+        env = {
+            **os.environ,
+            "GIT_CEILING_DIRECTORIES": str(self.scratch.resolve().parent),
+            "GIT_AUTHOR_NAME": "infrarsi",
+            "GIT_AUTHOR_EMAIL": "infrarsi@localhost",
+            "GIT_COMMITTER_NAME": "infrarsi",
+            "GIT_COMMITTER_EMAIL": "infrarsi@localhost",
+        }
+        return subprocess.run(
+            ["git", *args], cwd=self.scratch, env=env, input=stdin, capture_output=True, text=True
+        )
 
     def _fresh_scratch(self) -> None:
         """The scratch copy as the workload is: made once, reset before every diff."""
@@ -115,8 +126,11 @@ class Validator:
             self._git("clean", "-fdxq")
             return
         shutil.rmtree(self.scratch, ignore_errors=True)
-        shutil.copytree(self.manifest.root, self.scratch,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+        shutil.copytree(
+            self.manifest.root,
+            self.scratch,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"),
+        )
         for step in (("init", "-q"), ("add", "-A"), ("commit", "-q", "-m", "workload")):
             self._git(*step)
 
@@ -151,23 +165,32 @@ class Validator:
 
     # -- the smoke trial -------------------------------------------------------------------
     def _request(self, patches: list[str]) -> TrialRequest:
-        return TrialRequest(workload=self.smoke.workload_path or self.smoke.workload,
-                            scale=self.smoke.scale, knobs={}, patches=patches,
-                            contract_hash=self.smoke.contract_hash,
-                            workdir=f"{PROPOSALS_DIR}/smoke")
+        return TrialRequest(
+            workload=self.smoke.workload_path or self.smoke.workload,
+            scale=self.smoke.scale,
+            knobs={},
+            patches=patches,
+            contract_hash=self.smoke.contract_hash,
+            workdir=f"{PROPOSALS_DIR}/smoke",
+        )
 
     def _smoke(self, canonical: str) -> Checked:
         if self._baseline is None or self._baseline.status is not TrialStatus.OK:
             self._baseline = self.executor.run(self._request([]))
             if self._baseline.status is not TrialStatus.OK:
-                return Checked(False, "smoke", "the smoke baseline itself ended "
-                               f"{self._baseline.status.value}: {self._baseline.error}",
-                               canonical)
+                return Checked(
+                    False,
+                    "smoke",
+                    "the smoke baseline itself ended "
+                    f"{self._baseline.status.value}: {self._baseline.error}",
+                    canonical,
+                )
         pending = self.folder / f"pending-{sha256_bytes(canonical.encode())[:12]}.diff"
         pending.write_text(canonical)
         try:
-            record = self.executor.run(self._request([pending.relative_to(self.run_dir)
-                                                      .as_posix()]))
+            record = self.executor.run(
+                self._request([pending.relative_to(self.run_dir).as_posix()])
+            )
         finally:
             pending.unlink(missing_ok=True)
         verdict = verify(self.smoke, self._baseline, record)
@@ -175,5 +198,6 @@ class Validator:
             return Checked(False, "smoke", "; ".join(verdict.reasons)[:600], canonical)
         base = ranked_step_time_s(self._baseline, self.smoke.objective)
         mine = ranked_step_time_s(record, self.smoke.objective)
-        return Checked(True, "smoke", "passed every check", canonical,
-                       base / mine if base and mine else None)
+        return Checked(
+            True, "smoke", "passed every check", canonical, base / mine if base and mine else None
+        )

@@ -15,9 +15,19 @@ from infrarsi.contract import Contract
 from infrarsi.mfu import mfu
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import ProposalLine, read_lines
-from infrarsi.records import (BANK_ADVICE_FILE, DOCTOR_BASELINE_LABEL, DOCTOR_FILE,
-                              ApplyResult, BankAdvice, DoctorReport, Finding, Report,
-                              ReportSummary, config_key, seed_held)
+from infrarsi.records import (
+    BANK_ADVICE_FILE,
+    DOCTOR_BASELINE_LABEL,
+    DOCTOR_FILE,
+    ApplyResult,
+    BankAdvice,
+    DoctorReport,
+    Finding,
+    Report,
+    ReportSummary,
+    config_key,
+    seed_held,
+)
 from infrarsi.report import figures
 from infrarsi.report.render import html_report, markdown_report
 from infrarsi.store import RunDirError, open_run_dir
@@ -35,6 +45,7 @@ class ReportError(ValueError):
 @dataclass
 class ReportData:
     """Everything the report shows, gathered from the run directory."""
+
     run_dir: Path
     run: object
     contract: Contract
@@ -64,8 +75,7 @@ def gather(run_dir: Path) -> ReportData:
     applied = ApplyResult.load(run_dir) if (run_dir / "apply.json").exists() else None
     doctor_path = run_dir / DOCTOR_FILE
     doctor = DoctorReport.load(doctor_path) if doctor_path.exists() else None
-    data = ReportData(run_dir, run, contract, manifest, trials, applied, doctor,
-                      *_records(applied))
+    data = ReportData(run_dir, run, contract, manifest, trials, applied, doctor, *_records(applied))
     data.summary = summarise(data)
     if (run_dir / BANK_ADVICE_FILE).exists():
         data.bank = BankAdvice.load(run_dir / BANK_ADVICE_FILE)
@@ -78,24 +88,43 @@ def bank_seed_rows(data: ReportData) -> list[dict]:
     """Each seed the bank gave the run: where it came from, what it expected, what its search
     trials measured here against the baseline (the Doctor's baseline runs, else the search's
     baseline trials), and whether it held."""
-    base = [t.ranked_time_per_step_s for t in (data.doctor.trials if data.doctor else [])
-            if t.label.startswith(DOCTOR_BASELINE_LABEL) and t.ranked_time_per_step_s]
+    base = [
+        t.ranked_time_per_step_s
+        for t in (data.doctor.trials if data.doctor else [])
+        if t.label.startswith(DOCTOR_BASELINE_LABEL) and t.ranked_time_per_step_s
+    ]
     if not base and data.trials:
         first = data.trials[0]
-        base = [t["ranked_time_per_step_s"] for t in data.trials if t["status"] == "ok" and
-                t["knobs"] == first["knobs"] and t["patches"] == first["patches"]]
+        base = [
+            t["ranked_time_per_step_s"]
+            for t in data.trials
+            if t["status"] == "ok"
+            and t["knobs"] == first["knobs"]
+            and t["patches"] == first["patches"]
+        ]
     base_s = _median(base)
     rows = []
     for seed in data.bank.seeds:
         key = config_key(seed.knobs, seed.patches)
-        times = [t["ranked_time_per_step_s"] for t in data.trials if t["status"] == "ok" and
-                 config_key(t["knobs"], t["patches"]) == key]
+        times = [
+            t["ranked_time_per_step_s"]
+            for t in data.trials
+            if t["status"] == "ok" and config_key(t["knobs"], t["patches"]) == key
+        ]
         measured = base_s / _median(times) if times and base_s else None
-        rows.append({"knobs": seed.knobs, "patches": seed.patches,
-                     "as_measured": seed.as_measured,
-                     "expected_speedup": seed.expected_speedup, "similarity": seed.similarity,
-                     "sources": seed.sources, "trials": len(times),
-                     "measured_speedup": measured, "held": seed_held(measured)})
+        rows.append(
+            {
+                "knobs": seed.knobs,
+                "patches": seed.patches,
+                "as_measured": seed.as_measured,
+                "expected_speedup": seed.expected_speedup,
+                "similarity": seed.similarity,
+                "sources": seed.sources,
+                "trials": len(times),
+                "measured_speedup": measured,
+                "held": seed_held(measured),
+            }
+        )
     return rows
 
 
@@ -104,14 +133,22 @@ def _trial_row(t, objective: str) -> dict:
     ranks by (the objective's time per step), measured and predicted side by side under one
     name; ``step_time_s`` is the steady step."""
     record = TrialRecord.model_validate(t.record_json) if t.record_json else None
-    return {"seq": t.seq, "status": t.status, "knobs": t.config_json["knobs"],
-            "patches": t.config_json["patches"], "step_time_s": t.step_time_s,
-            "ranked_time_per_step_s": ranked_step_time_s(record, objective) if record else None,
-            "censored_time_per_step_s": record.censored_time_per_step_s if record else None,
-            "peak_mem_bytes": t.peak_mem_bytes, "cost_s": t.cost_s, "error": t.error,
-            "predicted_ranked_time_per_step_s": t.predicted_step_time_s,
-            "predicted_p_oom": t.predicted_p_oom, "predicted_peak_bytes": t.predicted_peak_bytes,
-            "trial_id": t.trial_id}
+    return {
+        "seq": t.seq,
+        "status": t.status,
+        "knobs": t.config_json["knobs"],
+        "patches": t.config_json["patches"],
+        "step_time_s": t.step_time_s,
+        "ranked_time_per_step_s": ranked_step_time_s(record, objective) if record else None,
+        "censored_time_per_step_s": record.censored_time_per_step_s if record else None,
+        "peak_mem_bytes": t.peak_mem_bytes,
+        "cost_s": t.cost_s,
+        "error": t.error,
+        "predicted_ranked_time_per_step_s": t.predicted_step_time_s,
+        "predicted_p_oom": t.predicted_p_oom,
+        "predicted_peak_bytes": t.predicted_peak_bytes,
+        "trial_id": t.trial_id,
+    }
 
 
 def _records(applied: ApplyResult | None):
@@ -120,8 +157,11 @@ def _records(applied: ApplyResult | None):
         return None, None
     found = {}
     for m in applied.measurements:
-        if m.status == TrialStatus.OK and m.label in ("baseline", applied.promoted) and \
-                m.label not in found:
+        if (
+            m.status == TrialStatus.OK
+            and m.label in ("baseline", applied.promoted)
+            and m.label not in found
+        ):
             path = Path(m.trial_dir) / "record.json"
             if path.exists():
                 found[m.label] = TrialRecord.load(path)
@@ -131,33 +171,46 @@ def _records(applied: ApplyResult | None):
 def summarise(data: ReportData) -> dict:
     """The headline figures: speed-up and interval, MFU and peak before -> after, changes."""
     a, baseline_knobs = data.apply, knob_rules.baseline(data.manifest, data.contract.scale)
-    out = {"workload": data.manifest.name, "scale": data.contract.scale,
-           "run_id": data.run.run_id, "searcher": data.run.searcher,
-           "trials": len(data.trials), "oom_trials": sum(t["status"] == TrialStatus.OOM
-                                                         for t in data.trials),
-           "slow_trials": sum(t["status"] == TrialStatus.SLOW for t in data.trials),
-           "search_cost_s": sum(t["cost_s"] or 0 for t in data.trials),
-           "capacity_bytes": data.contract.mem_cap_bytes, "applied": a is not None,
-           "compared": a.compared if a else None,
-           "promoted": bool(a and a.promoted), "decision": a.decision if a else
-           "not re-verified: run `infrarsi apply RUN_DIR`"}
+    out = {
+        "workload": data.manifest.name,
+        "scale": data.contract.scale,
+        "run_id": data.run.run_id,
+        "searcher": data.run.searcher,
+        "trials": len(data.trials),
+        "oom_trials": sum(t["status"] == TrialStatus.OOM for t in data.trials),
+        "slow_trials": sum(t["status"] == TrialStatus.SLOW for t in data.trials),
+        "search_cost_s": sum(t["cost_s"] or 0 for t in data.trials),
+        "capacity_bytes": data.contract.mem_cap_bytes,
+        "applied": a is not None,
+        "compared": a.compared if a else None,
+        "promoted": bool(a and a.promoted),
+        "decision": a.decision if a else "not re-verified: run `infrarsi apply RUN_DIR`",
+    }
     winner = a.winner if a else None
     base_tps = a.baseline.get("tokens_per_s") if a else None
-    out["baseline"] = {"knobs": baseline_knobs, "step_time_s": a.baseline.get("step_time_s")
-                       if a else None, "tokens_per_s": base_tps,
-                       "peak_mem_bytes": a.baseline.get("peak_mem_bytes") if a else None,
-                       "mfu_pct": _mfu_pct(data, baseline_knobs, base_tps)}
+    out["baseline"] = {
+        "knobs": baseline_knobs,
+        "step_time_s": a.baseline.get("step_time_s") if a else None,
+        "tokens_per_s": base_tps,
+        "peak_mem_bytes": a.baseline.get("peak_mem_bytes") if a else None,
+        "mfu_pct": _mfu_pct(data, baseline_knobs, base_tps),
+    }
     if winner is not None:
         mine = [m for m in a.measurements if m.label == winner.label and m.status == TrialStatus.OK]
         tps = _median([m.tokens_per_s for m in mine])
-        out["winner"] = {"knobs": winner.knobs, "patches": winner.patches,
-                         "speedup": winner.speedup, "ci_low": winner.ci_low,
-                         "ci_high": winner.ci_high, "rounds": len(winner.ratios),
-                         "step_time_s": _median([m.step_time_s for m in mine]),
-                         "tokens_per_s": tps,
-                         "peak_mem_bytes": _median([m.peak_mem_bytes for m in mine]),
-                         "mfu_pct": _mfu_pct(data, winner.knobs, tps),
-                         "changes": changes(data, baseline_knobs, winner.knobs, winner.patches)}
+        out["winner"] = {
+            "knobs": winner.knobs,
+            "patches": winner.patches,
+            "speedup": winner.speedup,
+            "ci_low": winner.ci_low,
+            "ci_high": winner.ci_high,
+            "rounds": len(winner.ratios),
+            "step_time_s": _median([m.step_time_s for m in mine]),
+            "tokens_per_s": tps,
+            "peak_mem_bytes": _median([m.peak_mem_bytes for m in mine]),
+            "mfu_pct": _mfu_pct(data, winner.knobs, tps),
+            "changes": changes(data, baseline_knobs, winner.knobs, winner.patches),
+        }
     return out
 
 
@@ -169,8 +222,9 @@ def _median(values):
 def _mfu_pct(data: ReportData, knobs: dict, tokens_per_s: float | None) -> float | None:
     if tokens_per_s is None or data.doctor is None:
         return None
-    return mfu(data.manifest, data.contract.scale, knobs, data.doctor.hardware,
-               tokens_per_s)["mfu_pct"]
+    return mfu(data.manifest, data.contract.scale, knobs, data.doctor.hardware, tokens_per_s)[
+        "mfu_pct"
+    ]
 
 
 def changes(data: ReportData, base: dict, knobs: dict, patches: list[str]) -> list[str]:
@@ -194,9 +248,11 @@ def _why(findings: list[Finding], name: str) -> str:
 def draw(data: ReportData) -> dict[str, bytes]:
     """Every figure the data allows, by file name."""
     cap = data.contract.mem_cap_bytes
-    out = {"best_so_far.png": figures.best_so_far(data.trials),
-           "time_vs_memory.png": figures.time_vs_memory(data.trials, cap),
-           "memory_calibration.png": figures.memory_calibration(data.trials, cap)}
+    out = {
+        "best_so_far.png": figures.best_so_far(data.trials),
+        "time_vs_memory.png": figures.time_vs_memory(data.trials, cap),
+        "memory_calibration.png": figures.memory_calibration(data.trials, cap),
+    }
     b, w = data.baseline_record, data.winner_record
     if b is not None and w is not None and b.metrics and w.metrics:
         if b.metrics.phases_s or w.metrics.phases_s:
@@ -220,5 +276,9 @@ def write_report(run_dir: Path) -> Report:
     md.write_text(markdown_report(data, FIGURE_DIR))
     html = data.run_dir / "report.html"
     html.write_text(html_report(data))
-    return Report(markdown=str(md), html=str(html), figures=written,
-                  summary=ReportSummary.model_validate(data.summary))
+    return Report(
+        markdown=str(md),
+        html=str(html),
+        figures=written,
+        summary=ReportSummary.model_validate(data.summary),
+    )

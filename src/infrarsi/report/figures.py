@@ -11,11 +11,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
 from infrarsi.trial.record import TrialStatus
 
-STATUS_STYLE = {"ok": ("o", "tab:blue"), "oom": (">", "tab:red"), "timeout": ("s", "tab:orange"),
-                "crash": ("x", "tab:gray"), "invalid": ("x", "tab:purple"),
-                "slow": ("^", "tab:brown")}
+STATUS_STYLE = {
+    "ok": ("o", "tab:blue"),
+    "oom": (">", "tab:red"),
+    "timeout": ("s", "tab:orange"),
+    "crash": ("x", "tab:gray"),
+    "invalid": ("x", "tab:purple"),
+    "slow": ("^", "tab:brown"),
+}
 
 
 def _finish(ax, xlabel: str, ylabel: str, title: str, legend: bool = True) -> None:
@@ -51,17 +57,24 @@ def best_so_far(trials: list[dict]) -> bytes:
             best = min(best, _ranked(t))
         line.append(best if math.isfinite(best) else np.nan)
     xs = np.arange(1, len(trials) + 1)
-    ok = [(i + 1, _ranked(t)) for i, t in enumerate(trials)
-          if t["status"] == TrialStatus.OK and _ranked(t) is not None]
+    ok = [
+        (i + 1, _ranked(t))
+        for i, t in enumerate(trials)
+        if t["status"] == TrialStatus.OK and _ranked(t) is not None
+    ]
     if ok:
         ax.scatter(*zip(*ok), s=18, color="tab:blue", label="trial (ok)")
     floor = min((y for _, y in ok), default=1.0)
-    slow = [(i + 1, t["censored_time_per_step_s"]) for i, t in enumerate(trials)
-            if t["status"] == TrialStatus.SLOW and t.get("censored_time_per_step_s")]
+    slow = [
+        (i + 1, t["censored_time_per_step_s"])
+        for i, t in enumerate(trials)
+        if t["status"] == TrialStatus.SLOW and t.get("censored_time_per_step_s")
+    ]
     if slow:  # right-censored: cut short there, its time at least that
         marker, colour = STATUS_STYLE["slow"]
-        ax.scatter(*zip(*slow), marker=marker, color=colour,
-                   label="slow: cut short (time at least this)")
+        ax.scatter(
+            *zip(*slow), marker=marker, color=colour, label="slow: cut short (time at least this)"
+        )
     for status in ("oom", "timeout", "crash", "invalid"):
         pts = [i + 1 for i, t in enumerate(trials) if t["status"] == status]
         if pts:
@@ -77,28 +90,56 @@ def time_vs_memory(trials: list[dict], capacity_bytes: int | None) -> bytes:
     (right-censored, their time unknown: drawn at its prediction, on the same quantity), each
     trial's predicted peak beside its measured one."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ok = [t for t in trials if t["status"] == TrialStatus.OK and t["peak_mem_bytes"]
-          and _ranked(t) is not None]
-    mib = 2 ** 20
+    ok = [
+        t
+        for t in trials
+        if t["status"] == TrialStatus.OK and t["peak_mem_bytes"] and _ranked(t) is not None
+    ]
+    mib = 2**20
     if ok:
-        ax.scatter([t["peak_mem_bytes"] / mib for t in ok], [_ranked(t) for t in ok],
-                   s=18, color="tab:blue", label="ok: measured peak")
+        ax.scatter(
+            [t["peak_mem_bytes"] / mib for t in ok],
+            [_ranked(t) for t in ok],
+            s=18,
+            color="tab:blue",
+            label="ok: measured peak",
+        )
         pred = [t for t in ok if t.get("predicted_peak_bytes")]
         if pred:
-            ax.scatter([t["predicted_peak_bytes"] / mib for t in pred],
-                       [_ranked(t) for t in pred], s=18, facecolors="none",
-                       edgecolors="tab:green", label="predicted peak at proposal")
-    y_oom = [t.get("predicted_" + RANKED) or (np.median([_ranked(o) for o in ok])
-                                              if ok else 1.0)
-             for t in trials if t["status"] == TrialStatus.OOM]
+            ax.scatter(
+                [t["predicted_peak_bytes"] / mib for t in pred],
+                [_ranked(t) for t in pred],
+                s=18,
+                facecolors="none",
+                edgecolors="tab:green",
+                label="predicted peak at proposal",
+            )
+    y_oom = [
+        t.get("predicted_" + RANKED) or (np.median([_ranked(o) for o in ok]) if ok else 1.0)
+        for t in trials
+        if t["status"] == TrialStatus.OOM
+    ]
     if capacity_bytes:
-        ax.axvline(capacity_bytes / mib, color="tab:red", linestyle="--",
-                   label="capacity = predicted boundary (P(OOM) = 0.5)")
+        ax.axvline(
+            capacity_bytes / mib,
+            color="tab:red",
+            linestyle="--",
+            label="capacity = predicted boundary (P(OOM) = 0.5)",
+        )
         if y_oom:
-            ax.scatter([capacity_bytes / mib] * len(y_oom), y_oom, marker=">", color="tab:red",
-                       label="oom (peak > capacity; predicted step time)")
-    _finish(ax, "peak_mem_bytes per rank (MiB)", RANKED,
-            "The objective's time per step vs peak memory of every trial")
+            ax.scatter(
+                [capacity_bytes / mib] * len(y_oom),
+                y_oom,
+                marker=">",
+                color="tab:red",
+                label="oom (peak > capacity; predicted step time)",
+            )
+    _finish(
+        ax,
+        "peak_mem_bytes per rank (MiB)",
+        RANKED,
+        "The objective's time per step vs peak memory of every trial",
+    )
     return _png(fig)
 
 
@@ -128,35 +169,55 @@ def memory_calibration(trials: list[dict], capacity_bytes: int | None) -> bytes:
     """Left: predicted vs measured peak (OOM trials drawn at the capacity, censored). Right:
     the predicted P(OOM) in bins against the observed OOM frequency."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(8.4, 3.6))
-    mib = 2 ** 20
-    ok = [t for t in trials if t["status"] == TrialStatus.OK and t.get("predicted_peak_bytes")
-          and t["peak_mem_bytes"]]
+    mib = 2**20
+    ok = [
+        t
+        for t in trials
+        if t["status"] == TrialStatus.OK and t.get("predicted_peak_bytes") and t["peak_mem_bytes"]
+    ]
     if ok:
-        left.scatter([t["predicted_peak_bytes"] / mib for t in ok],
-                     [t["peak_mem_bytes"] / mib for t in ok], s=18, label="ok")
+        left.scatter(
+            [t["predicted_peak_bytes"] / mib for t in ok],
+            [t["peak_mem_bytes"] / mib for t in ok],
+            s=18,
+            label="ok",
+        )
     oom = [t for t in trials if t["status"] == TrialStatus.OOM and t.get("predicted_peak_bytes")]
     if oom and capacity_bytes:
-        left.scatter([t["predicted_peak_bytes"] / mib for t in oom],
-                     [capacity_bytes / mib] * len(oom), marker="^", color="tab:red",
-                     label="oom (peak above this)")
+        left.scatter(
+            [t["predicted_peak_bytes"] / mib for t in oom],
+            [capacity_bytes / mib] * len(oom),
+            marker="^",
+            color="tab:red",
+            label="oom (peak above this)",
+        )
     values = [v for t in ok + oom for v in (t["predicted_peak_bytes"] / mib,)]
     values += [t["peak_mem_bytes"] / mib for t in ok]
     if values:
         lo, hi = min(values) * 0.9, max(values) * 1.1
         left.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, label="measured = predicted")
     _finish(left, "predicted peak (MiB)", "measured peak (MiB)", "Memory: predicted vs measured")
-    told = [t for t in trials if t["status"] in ("ok", "oom") and
-            t.get("predicted_p_oom") is not None]
+    told = [
+        t for t in trials if t["status"] in ("ok", "oom") and t.get("predicted_p_oom") is not None
+    ]
     edges = np.linspace(0, 1, 6)
     for a, b in zip(edges[:-1], edges[1:]):
-        inside = [t for t in told if a <= t["predicted_p_oom"] < b or (b == 1 and
-                                                                      t["predicted_p_oom"] == 1)]
+        inside = [
+            t
+            for t in told
+            if a <= t["predicted_p_oom"] < b or (b == 1 and t["predicted_p_oom"] == 1)
+        ]
         if inside:
             freq = np.mean([t["status"] == TrialStatus.OOM for t in inside])
             right.scatter([(a + b) / 2], [freq], s=12 + 6 * len(inside), color="tab:blue")
     right.plot([0, 1], [0, 1], color="black", linewidth=0.8)
     right.set_xlim(0, 1)
     right.set_ylim(-0.05, 1.05)
-    _finish(right, "predicted P(OOM) (bin centre; size = trials)", "observed OOM frequency",
-            "P(OOM) calibration", legend=False)
+    _finish(
+        right,
+        "predicted P(OOM) (bin centre; size = trials)",
+        "observed OOM frequency",
+        "P(OOM) calibration",
+        legend=False,
+    )
     return _png(fig)

@@ -12,7 +12,7 @@ from infrarsi.units import format_bytes
 CAPTIONS = {
     "best_so_far.png": "Best so far vs trial (failures on the axis)",
     "time_vs_memory.png": "Step time vs peak memory per rank: OOM trials at the capacity line, "
-                          "the memory model's boundary",
+    "the memory model's boundary",
     "phases.png": "Phases per steady step, baseline vs winner",
     "loss.png": "Loss curves, baseline vs winner",
     "memory_calibration.png": "Predicted vs measured peak memory, and P(OOM) calibration",
@@ -30,22 +30,28 @@ def _bytes(v):
 def headline(summary: dict) -> list[str]:
     """The summary lines, the same in both formats."""
     s, lines = summary, []
-    lines.append(f"Workload {s['workload']} at scale {s['scale']}; run {s['run_id']} "
-                 f"({s['searcher']} searcher): {s['trials']} trials, {s['oom_trials']} out of "
-                 f"memory, {s.get('slow_trials', 0)} cut short as slow, "
-                 f"{s['search_cost_s']:.0f} s of search.")
+    lines.append(
+        f"Workload {s['workload']} at scale {s['scale']}; run {s['run_id']} "
+        f"({s['searcher']} searcher): {s['trials']} trials, {s['oom_trials']} out of "
+        f"memory, {s.get('slow_trials', 0)} cut short as slow, "
+        f"{s['search_cost_s']:.0f} s of search."
+    )
     w, b = s.get("winner"), s["baseline"]
     if w is None:
         lines.append(f"No winner promoted. {s['decision']}")
         return lines
-    lines.append(f"Speed-up {w['speedup']:.3f}x over {w['rounds']} interleaved rounds against "
-                 f"the baseline, interval [{w['ci_low']:.3f}, {w['ci_high']:.3f}] (compared: "
-                 f"{s['compared']}); every check passed in every round.")
-    lines.append(f"MFU {_x(b['mfu_pct'], '{:.2f}%')} -> {_x(w['mfu_pct'], '{:.2f}%')}; "
-                 f"step_time_s {_x(b['step_time_s'], '{:.4f}')} -> "
-                 f"{_x(w['step_time_s'], '{:.4f}')}; peak memory per rank "
-                 f"{_bytes(b['peak_mem_bytes'])} -> {_bytes(w['peak_mem_bytes'])}"
-                 + (f" (capacity {_bytes(s['capacity_bytes'])})" if s["capacity_bytes"] else ""))
+    lines.append(
+        f"Speed-up {w['speedup']:.3f}x over {w['rounds']} interleaved rounds against "
+        f"the baseline, interval [{w['ci_low']:.3f}, {w['ci_high']:.3f}] (compared: "
+        f"{s['compared']}); every check passed in every round."
+    )
+    lines.append(
+        f"MFU {_x(b['mfu_pct'], '{:.2f}%')} -> {_x(w['mfu_pct'], '{:.2f}%')}; "
+        f"step_time_s {_x(b['step_time_s'], '{:.4f}')} -> "
+        f"{_x(w['step_time_s'], '{:.4f}')}; peak memory per rank "
+        f"{_bytes(b['peak_mem_bytes'])} -> {_bytes(w['peak_mem_bytes'])}"
+        + (f" (capacity {_bytes(s['capacity_bytes'])})" if s["capacity_bytes"] else "")
+    )
     lines.append("What changed and why: " + ("; ".join(w["changes"]) or "nothing"))
     return lines
 
@@ -55,60 +61,128 @@ def trial_rows(data) -> list[list[str]]:
     base = data.summary["baseline"]["knobs"]
     rows = []
     for t in data.trials:
-        changed = ", ".join(f"{k}={v}" for k, v in t["knobs"].items()
-                            if str(base.get(k)) != str(v))
-        rows.append(["run", str(t["seq"]), t["status"], changed or "-",
-                     ", ".join(t["patches"]) or "-", _x(t["step_time_s"], "{:.4f}"),
-                     _x(t.get("ranked_time_per_step_s"), "{:.4f}") if t["status"] != "slow"
-                     else ">= " + _x(t.get("censored_time_per_step_s"), "{:.4f}"),
-                     _x(t["predicted_ranked_time_per_step_s"], "{:.4f}"),
-                     _bytes(t["peak_mem_bytes"]),
-                     _bytes(t["predicted_peak_bytes"]), _x(t["predicted_p_oom"], "{:.2f}"),
-                     _x(t["cost_s"], "{:.1f}"), (t["error"] or "")[:120]])
-    for m in (data.apply.measurements if data.apply else []):
-        verdict = "" if m.valid is None else ("checks passed" if m.valid else
-                                              "; ".join(m.reasons)[:120])
-        rows.append(["apply", f"r{m.round + 1} {m.label}", m.status, "-", "-",
-                     _x(m.step_time_s, "{:.4f}"), "-", "-", _bytes(m.peak_mem_bytes), "-", "-",
-                     _x(m.cost_s, "{:.1f}"), verdict])
+        changed = ", ".join(f"{k}={v}" for k, v in t["knobs"].items() if str(base.get(k)) != str(v))
+        rows.append(
+            [
+                "run",
+                str(t["seq"]),
+                t["status"],
+                changed or "-",
+                ", ".join(t["patches"]) or "-",
+                _x(t["step_time_s"], "{:.4f}"),
+                _x(t.get("ranked_time_per_step_s"), "{:.4f}")
+                if t["status"] != "slow"
+                else ">= " + _x(t.get("censored_time_per_step_s"), "{:.4f}"),
+                _x(t["predicted_ranked_time_per_step_s"], "{:.4f}"),
+                _bytes(t["peak_mem_bytes"]),
+                _bytes(t["predicted_peak_bytes"]),
+                _x(t["predicted_p_oom"], "{:.2f}"),
+                _x(t["cost_s"], "{:.1f}"),
+                (t["error"] or "")[:120],
+            ]
+        )
+    for m in data.apply.measurements if data.apply else []:
+        verdict = (
+            "" if m.valid is None else ("checks passed" if m.valid else "; ".join(m.reasons)[:120])
+        )
+        rows.append(
+            [
+                "apply",
+                f"r{m.round + 1} {m.label}",
+                m.status,
+                "-",
+                "-",
+                _x(m.step_time_s, "{:.4f}"),
+                "-",
+                "-",
+                _bytes(m.peak_mem_bytes),
+                "-",
+                "-",
+                _x(m.cost_s, "{:.1f}"),
+                verdict,
+            ]
+        )
     return rows
 
 
-HEADER = ["stage", "#", "status", "knobs changed", "patches", "step_time_s",
-          "ranked_time_per_step_s", "predicted ranked_time_per_step_s", "peak", "predicted peak",
-          "P(OOM)", "cost_s", "error / verdict"]
+HEADER = [
+    "stage",
+    "#",
+    "status",
+    "knobs changed",
+    "patches",
+    "step_time_s",
+    "ranked_time_per_step_s",
+    "predicted ranked_time_per_step_s",
+    "peak",
+    "predicted peak",
+    "P(OOM)",
+    "cost_s",
+    "error / verdict",
+]
 
 
-BANK_HEADER = ["seed", "from (run @ host, workload, stage)", "similarity", "expected speed-up",
-               "trials here", "measured speed-up", "held"]
+BANK_HEADER = [
+    "seed",
+    "from (run @ host, workload, stage)",
+    "similarity",
+    "expected speed-up",
+    "trials here",
+    "measured speed-up",
+    "held",
+]
 
 
 def bank_lines(data) -> tuple[str, list[list[str]]]:
     """The experience bank's part of the run: what it held, what it gave, what held here."""
     b = data.bank
-    intro = (f"The bank ({b.bank_url}) held {b.experiences} experiences; {b.used} were similar "
-             f"enough to this host and workload to weigh in (total similarity "
-             f"{b.weight:.2f}); it gave {len(b.seeds)} seed(s) and priors over "
-             f"{len(b.time_coefficients)} knob values and patches." +
-             (" " + " ".join(b.notes) if b.notes else ""))
+    intro = (
+        f"The bank ({b.bank_url}) held {b.experiences} experiences; {b.used} were similar "
+        f"enough to this host and workload to weigh in (total similarity "
+        f"{b.weight:.2f}); it gave {len(b.seeds)} seed(s) and priors over "
+        f"{len(b.time_coefficients)} knob values and patches."
+        + (" " + " ".join(b.notes) if b.notes else "")
+    )
     base = data.summary["baseline"]["knobs"]
     rows = []
     for r in data.bank_seeds:
-        changed = ", ".join(f"{k}={v}" for k, v in r["knobs"].items()
-                            if str(base.get(k)) != str(v)) or "baseline knobs"
+        changed = (
+            ", ".join(f"{k}={v}" for k, v in r["knobs"].items() if str(base.get(k)) != str(v))
+            or "baseline knobs"
+        )
         held = {True: "held", False: "did not hold", None: "not measured"}[r["held"]]
         there = ", ".join(f"{k}={v}" for k, v in (r.get("as_measured") or {}).items())
-        rows.append([f"{changed}; {', '.join(r['patches']) or 'no patch'}" +
-                     (f" (ran there as {there})" if there else ""),
-                     "; ".join(f"{x['run_id']} @ {x['hardware_fp']}, {x['workload']}, "
-                               f"{x['stage']}" for x in r["sources"]),
-                     _x(r["similarity"], "{:.2f}"), _x(r["expected_speedup"]),
-                     str(r["trials"]), _x(r["measured_speedup"]), held])
+        rows.append(
+            [
+                f"{changed}; {', '.join(r['patches']) or 'no patch'}"
+                + (f" (ran there as {there})" if there else ""),
+                "; ".join(
+                    f"{x['run_id']} @ {x['hardware_fp']}, {x['workload']}, {x['stage']}"
+                    for x in r["sources"]
+                ),
+                _x(r["similarity"], "{:.2f}"),
+                _x(r["expected_speedup"]),
+                str(r["trials"]),
+                _x(r["measured_speedup"]),
+                held,
+            ]
+        )
     return intro, rows
 
 
-PROPOSAL_HEADER = ["n", "status", "stage", "reason", "patch", "expected step time",
-                   "smoke speed-up", "measured speed-up", "tokens", "seconds", "model / prompt"]
+PROPOSAL_HEADER = [
+    "n",
+    "status",
+    "stage",
+    "reason",
+    "patch",
+    "expected step time",
+    "smoke speed-up",
+    "measured speed-up",
+    "tokens",
+    "seconds",
+    "model / prompt",
+]
 
 
 def proposal_lines(data) -> tuple[str, list[list[str]]]:
@@ -116,20 +190,45 @@ def proposal_lines(data) -> tuple[str, list[list[str]]]:
     patch its provenance and what the search measured of it."""
     lines = data.proposals
     accepted = [x for x in lines if x.status == "accepted"]
-    intro = (f"{len(lines)} replies, {len(accepted)} accepted; "
-             f"{sum(x.tokens for x in lines)} tokens and {sum(x.seconds for x in lines):.0f} s "
-             "spent asking and validating. A rejected reply never cost a search trial.")
-    measured = {o.patch_id: o.speedup for o in patch_outcomes(  # over the search's baseline
-        [(t["knobs"], t["patches"], t["status"], t["step_time_s"], t["peak_mem_bytes"],
-          t["error"]) for t in data.trials],
-        data.summary["baseline"]["knobs"])}
+    intro = (
+        f"{len(lines)} replies, {len(accepted)} accepted; "
+        f"{sum(x.tokens for x in lines)} tokens and {sum(x.seconds for x in lines):.0f} s "
+        "spent asking and validating. A rejected reply never cost a search trial."
+    )
+    measured = {
+        o.patch_id: o.speedup
+        for o in patch_outcomes(  # over the search's baseline
+            [
+                (
+                    t["knobs"],
+                    t["patches"],
+                    t["status"],
+                    t["step_time_s"],
+                    t["peak_mem_bytes"],
+                    t["error"],
+                )
+                for t in data.trials
+            ],
+            data.summary["baseline"]["knobs"],
+        )
+    }
     rows = []
     for x in lines:
-        rows.append([str(x.n), x.status, x.stage, x.reason[:160], x.patch_id or "-",
-                     _x(x.expectation.step_time_ratio) if x.expectation else "-",
-                     _x(x.smoke_speedup), _x(measured.get(x.patch_id or "")), str(x.tokens),
-                     f"{x.seconds:.1f}",
-                     f"{x.model} / {x.prompt_sha256[:12]}"])
+        rows.append(
+            [
+                str(x.n),
+                x.status,
+                x.stage,
+                x.reason[:160],
+                x.patch_id or "-",
+                _x(x.expectation.step_time_ratio) if x.expectation else "-",
+                _x(x.smoke_speedup),
+                _x(measured.get(x.patch_id or "")),
+                str(x.tokens),
+                f"{x.seconds:.1f}",
+                f"{x.model} / {x.prompt_sha256[:12]}",
+            ]
+        )
     return intro, rows
 
 
@@ -142,63 +241,105 @@ def markdown_report(data, figure_dir: str) -> str:
         out += ["", "## Verification", "", _verification_md(data.apply)]
     if data.bank is not None:
         intro, rows = bank_lines(data)
-        out += ["", "## Experience bank", "", intro, "", "| " + " | ".join(BANK_HEADER) + " |",
-                "|" + "---|" * len(BANK_HEADER)]
+        out += [
+            "",
+            "## Experience bank",
+            "",
+            intro,
+            "",
+            "| " + " | ".join(BANK_HEADER) + " |",
+            "|" + "---|" * len(BANK_HEADER),
+        ]
         out += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
     if data.proposals:
         intro, rows = proposal_lines(data)
-        out += ["", "## Patches written by the LLM", "", intro, "",
-                "| " + " | ".join(PROPOSAL_HEADER) + " |", "|" + "---|" * len(PROPOSAL_HEADER)]
-        out += ["| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in row) + " |"
-                for row in rows]
+        out += [
+            "",
+            "## Patches written by the LLM",
+            "",
+            intro,
+            "",
+            "| " + " | ".join(PROPOSAL_HEADER) + " |",
+            "|" + "---|" * len(PROPOSAL_HEADER),
+        ]
+        out += [
+            "| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in row) + " |"
+            for row in rows
+        ]
     out += ["", "## Figures", ""]
     for name in data.figures:
-        out += [f"### {CAPTIONS.get(name, name)}", "", f"![{CAPTIONS.get(name, name)}]"
-                f"({figure_dir}/{name})", ""]
-    out += ["## Every trial", "", "| " + " | ".join(HEADER) + " |",
-            "|" + "---|" * len(HEADER)]
+        out += [
+            f"### {CAPTIONS.get(name, name)}",
+            "",
+            f"![{CAPTIONS.get(name, name)}]({figure_dir}/{name})",
+            "",
+        ]
+    out += ["## Every trial", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     out += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in trial_rows(data)]
     return "\n".join(out) + "\n"
 
 
 def _verification_md(a) -> str:
-    rows = [f"{a.decision}", "", f"Compared: {a.compared}; {a.rounds} rounds; {a.method}.", "",
-            *([f"Evidence: {a.evidence}.", ""] if a.evidence else []),
-            "| candidate | patches | speed-up | interval | checks | promoted |",
-            "|---|---|---|---|---|---|"]
+    rows = [
+        f"{a.decision}",
+        "",
+        f"Compared: {a.compared}; {a.rounds} rounds; {a.method}.",
+        "",
+        *([f"Evidence: {a.evidence}.", ""] if a.evidence else []),
+        "| candidate | patches | speed-up | interval | checks | promoted |",
+        "|---|---|---|---|---|---|",
+    ]
     for c in a.candidates:
-        rows.append(f"| {c.label} | {', '.join(c.patches) or '-'} | {_x(c.speedup)} | "
-                    f"[{_x(c.ci_low)}, {_x(c.ci_high)}] | "
-                    f"{'passed' if c.verified else '; '.join(c.reasons[:1]) or 'failed'} | "
-                    f"{'yes' if c.promoted else 'no'} |")
+        rows.append(
+            f"| {c.label} | {', '.join(c.patches) or '-'} | {_x(c.speedup)} | "
+            f"[{_x(c.ci_low)}, {_x(c.ci_high)}] | "
+            f"{'passed' if c.verified else '; '.join(c.reasons[:1]) or 'failed'} | "
+            f"{'yes' if c.promoted else 'no'} |"
+        )
     return "\n".join(rows)
 
 
-STYLE = ("body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
-         "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
-         "padding:2px 6px}th{background:#f3f3f3}img{max-width:100%}.fail{color:#b00}")
+STYLE = (
+    "body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
+    "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
+    "padding:2px 6px}th{background:#f3f3f3}img{max-width:100%}.fail{color:#b00}"
+)
 
 
 def html_report(data) -> str:
     """``report.html``: one file, figures embedded."""
     e = html.escape
     s = data.summary
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>InfraRSI report: "
-             f"{e(s['workload'])}</title><style>{STYLE}</style></head><body>",
-             f"<h1>InfraRSI report: {e(s['workload'])}</h1><h2>Summary</h2><ul>"]
+    parts = [
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>InfraRSI report: "
+        f"{e(s['workload'])}</title><style>{STYLE}</style></head><body>",
+        f"<h1>InfraRSI report: {e(s['workload'])}</h1><h2>Summary</h2><ul>",
+    ]
     parts += [f"<li>{e(line)}</li>" for line in headline(s)]
     parts.append("</ul>")
     if data.apply is not None:
         a = data.apply
-        parts.append(f"<h2>Verification</h2><p>{e(a.decision)}</p><p>Compared: "
-                     f"{e(a.compared)}; {a.rounds} rounds; {e(a.method)}.</p>"
-                     + (f"<p>Evidence: {e(a.evidence)}.</p>" if a.evidence else ""))
-        parts.append(_table(["candidate", "patches", "speed-up", "interval", "checks",
-                             "promoted"],
-                            [[c.label, ", ".join(c.patches) or "-", _x(c.speedup),
-                              f"[{_x(c.ci_low)}, {_x(c.ci_high)}]",
-                              "passed" if c.verified else "; ".join(c.reasons[:1]) or "failed",
-                              "yes" if c.promoted else "no"] for c in a.candidates]))
+        parts.append(
+            f"<h2>Verification</h2><p>{e(a.decision)}</p><p>Compared: "
+            f"{e(a.compared)}; {a.rounds} rounds; {e(a.method)}.</p>"
+            + (f"<p>Evidence: {e(a.evidence)}.</p>" if a.evidence else "")
+        )
+        parts.append(
+            _table(
+                ["candidate", "patches", "speed-up", "interval", "checks", "promoted"],
+                [
+                    [
+                        c.label,
+                        ", ".join(c.patches) or "-",
+                        _x(c.speedup),
+                        f"[{_x(c.ci_low)}, {_x(c.ci_high)}]",
+                        "passed" if c.verified else "; ".join(c.reasons[:1]) or "failed",
+                        "yes" if c.promoted else "no",
+                    ]
+                    for c in a.candidates
+                ],
+            )
+        )
     if data.bank is not None:
         intro, rows = bank_lines(data)
         parts.append(f"<h2>Experience bank</h2><p>{e(intro)}</p>")
@@ -211,8 +352,10 @@ def html_report(data) -> str:
     for name, png in data.figures.items():
         uri = "data:image/png;base64," + base64.b64encode(png).decode()
         caption = e(CAPTIONS.get(name, name))
-        parts.append(f"<figure><img class='figure' alt='{caption}' src='{uri}'>"
-                     f"<figcaption>{caption}</figcaption></figure>")
+        parts.append(
+            f"<figure><img class='figure' alt='{caption}' src='{uri}'>"
+            f"<figcaption>{caption}</figcaption></figure>"
+        )
     parts.append("<h2>Every trial</h2>")
     parts.append(_table(HEADER, trial_rows(data)))
     parts.append("</body></html>")
@@ -222,7 +365,13 @@ def html_report(data) -> str:
 def _table(header: list[str], rows: list[list[str]]) -> str:
     e = html.escape
     head = "".join(f"<th>{e(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(
-        f"<td{' class=fail' if c in ('oom', 'crash', 'timeout', 'invalid') else ''}>{e(c)}</td>"
-        for c in row) + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td{' class=fail' if c in ('oom', 'crash', 'timeout', 'invalid') else ''}>{e(c)}</td>"
+            for c in row
+        )
+        + "</tr>"
+        for row in rows
+    )
     return f"<table><tr>{head}</tr>{body}</table>"

@@ -17,7 +17,7 @@ class TrialCostModel:
         fitted = f"n={self.n_obs_}, oom={self.n_oom_}" if hasattr(self, "n_obs_") else "unfitted"
         return f"TrialCostModel({fitted})"
 
-    def fit(self, X: np.ndarray, cost_s: np.ndarray, oom: np.ndarray) -> "TrialCostModel":
+    def fit(self, X: np.ndarray, cost_s: np.ndarray, oom: np.ndarray) -> TrialCostModel:
         """Fit on encoded configs, measured costs (seconds) and whether each trial was OOM."""
         X = np.asarray(X, dtype=float)
         y = np.log(np.maximum(np.asarray(cost_s, dtype=float), 1e-3))
@@ -26,7 +26,7 @@ class TrialCostModel:
         penalty = np.diag(np.r_[1e-6, np.full(Z.shape[1] - 1, self.ridge)])
         self.w_ = np.linalg.solve(Z.T @ Z + penalty, Z.T @ y) if len(y) else np.zeros(Z.shape[1])
         resid = y - Z @ self.w_ if len(y) else np.zeros(0)
-        self.sigma_ = float(np.sqrt(np.mean(resid ** 2))) if len(y) > 2 else 0.5
+        self.sigma_ = float(np.sqrt(np.mean(resid**2))) if len(y) > 2 else 0.5
         return self
 
     @staticmethod
@@ -37,6 +37,6 @@ class TrialCostModel:
         """Expected wall seconds of a trial of each config, given its P(OOM)."""
         X = np.asarray(X, dtype=float)
         p = np.broadcast_to(np.asarray(p_oom, dtype=float), (len(X),))
-        ok = np.exp(self._design(X, np.zeros(len(X))) @ self.w_ + self.sigma_ ** 2 / 2)
-        oom = np.exp(self._design(X, np.ones(len(X))) @ self.w_ + self.sigma_ ** 2 / 2)
+        ok = np.exp(self._design(X, np.zeros(len(X))) @ self.w_ + self.sigma_**2 / 2)
+        oom = np.exp(self._design(X, np.ones(len(X))) @ self.w_ + self.sigma_**2 / 2)
         return (1 - p) * ok + p * oom

@@ -27,8 +27,10 @@ def drift_present(baseline_logs: list[float], noise_var_log: float) -> bool:
     if len(baseline_logs) < 2:
         return False
     spread = float(np.var(baseline_logs, ddof=1))
-    return spread > DRIFT_VAR_RATIO * max(noise_var_log, 1e-6) and \
-        max(baseline_logs) - min(baseline_logs) > DRIFT_MIN_LOG
+    return (
+        spread > DRIFT_VAR_RATIO * max(noise_var_log, 1e-6)
+        and max(baseline_logs) - min(baseline_logs) > DRIFT_MIN_LOG
+    )
 
 
 def offsets(times_log: list[float], is_baseline: list[bool], noise_var_log: float) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 - **Multi-seed start**: the baseline, the Doctor's suggestions and the experience bank's seeds,
   the candidate the priors (patch metadata, the Doctor's calibration) expect fastest among those
-  the analytic memory estimate says fit, and space-filling picks among those that fit (each the farthest from the design so far): the
+  the analytic memory estimate says fit, and space-filling picks among those that fit (each the
+  farthest from the design so far): the
   priors choose one start, the others measure what the priors do not know. (Three prior-ranked
   starts measured worse on the moe-1node table — 8 trials to 95% of the best vs 6 over 10
   replayed seeds — and no better on dense-1node, where the catalog's speed-ups do not hold.)
@@ -46,7 +47,7 @@ from scipy import special
 from infrarsi.run import drift
 from infrarsi.run.cost import TrialCostModel
 from infrarsi.run.memory import MemoryObservation, TobitMemoryModel
-from infrarsi.run.problem import MEASURED_SLOW, Outcome, Problem, SlowBound, distance
+from infrarsi.run.problem import MEASURED_SLOW, Problem, SlowBound, distance
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.run.steptime import StepTimeModel
@@ -64,10 +65,18 @@ PAIR_SAFE = 0.2
 
 class InfraRSISearcher(Searcher):
     """Model-based joint search over knobs and patches with a censored memory model."""
+
     name = "infrarsi"
 
-    def __init__(self, problem: Problem, seed: int = 0, family: str = "gp",
-                 cut_slow: bool = True, censored: bool = True, pairing: bool = True):
+    def __init__(
+        self,
+        problem: Problem,
+        seed: int = 0,
+        family: str = "gp",
+        cut_slow: bool = True,
+        censored: bool = True,
+        pairing: bool = True,
+    ):
         """``cut_slow``, ``censored`` (OOMs enter the memory model as censored observations)
         and ``pairing`` switch ideas off for the benchmark's ablations."""
         super().__init__(problem, seed)
@@ -105,14 +114,23 @@ class InfraRSISearcher(Searcher):
         p = self.problem
         idx = [p.index[c] for c, _ in self.history]
         outs = [o for _, o in self.history]
-        mem_rows = [(i, o) for i, o in zip(idx, outs)
-                    if (o.status == TrialStatus.OK and o.peak_bytes) or
-                    (self.censored and o.status == TrialStatus.OOM and o.cap_bytes)]
+        mem_rows = [
+            (i, o)
+            for i, o in zip(idx, outs)
+            if (o.status == TrialStatus.OK and o.peak_bytes)
+            or (self.censored and o.status == TrialStatus.OOM and o.cap_bytes)
+        ]
         memory = TobitMemoryModel().fit(
             p.X[[i for i, _ in mem_rows]],
-            [MemoryObservation(o.peak_bytes if o.status == TrialStatus.OK else o.cap_bytes,
-                               o.status == TrialStatus.OOM) for _, o in mem_rows],
-            None if p.offsets is None else p.offsets[[i for i, _ in mem_rows]])
+            [
+                MemoryObservation(
+                    o.peak_bytes if o.status == TrialStatus.OK else o.cap_bytes,
+                    o.status == TrialStatus.OOM,
+                )
+                for _, o in mem_rows
+            ],
+            None if p.offsets is None else p.offsets[[i for i, _ in mem_rows]],
+        )
         ok = [(i, o) for i, o in zip(idx, outs) if o.status == TrialStatus.OK]
         # a slow trial enters at the time it was cut at: a lower bound, k times the incumbent's
         # (taken as observed: far from the best either way, it only needs to look slow)
@@ -128,26 +146,34 @@ class InfraRSISearcher(Searcher):
             catalog = np.hstack([catalog, p.bank_parts[:, used]])
             names = names + [f"{BANK}:{p.bank_names[j]}" for j in used]
         self.drift_log = self._drift(outs)  # each trial against the baseline nearest in time
-        logs = np.array([math.log(o.step_time_s) for _, o in timed]) - p.measured[rows] - \
-            self.drift_log[at]
+        logs = (
+            np.array([math.log(o.step_time_s) for _, o in timed])
+            - p.measured[rows]
+            - self.drift_log[at]
+        )
         # a trial's own steps say how steady it ran; repeated runs of one config differ by
         # more (the Doctor's between-run noise): a single lucky trial must not be believed
         noise = np.array([max(o.noise_var_log or 1e-4, p.noise_var_log) for _, o in timed])
         seed = int(self.rng.integers(1 << 30))
-        time_model, weights = self._time_model(p.X[rows], logs, catalog[rows], noise, seed,
-                                               n_catalog=len(p.patch_ids))
+        time_model, weights = self._time_model(
+            p.X[rows], logs, catalog[rows], noise, seed, n_catalog=len(p.patch_ids)
+        )
         self.patch_weights = dict(zip(names, map(float, weights)))
         prior = catalog @ weights + p.measured
-        costs = TrialCostModel().fit(p.X[idx], np.array([o.cost_s for o in outs]),
-                                     np.array([o.status == TrialStatus.OOM for o in outs]))
+        costs = TrialCostModel().fit(
+            p.X[idx],
+            np.array([o.cost_s for o in outs]),
+            np.array([o.status == TrialStatus.OOM for o in outs]),
+        )
         return memory, time_model, prior, costs, ok
 
     def _drift(self, outs) -> np.ndarray:
         """Per trial, the load change to take out of its log time (``drift.offsets``)."""
         base = self.problem.baseline
         times = [math.log(o.step_time_s) if o.status == TrialStatus.OK else None for o in outs]
-        return drift.offsets(times, [c == base for c, _ in self.history],
-                             self.problem.noise_var_log)
+        return drift.offsets(
+            times, [c == base for c, _ in self.history], self.problem.noise_var_log
+        )
 
     def _time_model(self, X, logs, catalog, noise, seed, n_catalog: int | None = None):
         """The step-time model on the measured times less the catalog's prior, and each
@@ -167,10 +193,10 @@ class InfraRSISearcher(Searcher):
         model = self._fit_time(X, logs, catalog, weights, noise, seed)
         if self.family != "gp" or not catalog.any():
             return model, weights
-        if n_catalog is not None and catalog.shape[1] > n_catalog and \
-                len(logs) >= BANK_FADE_MIN:
-            model, weights = self._bank_weight(X, logs, catalog, weights, noise, seed, model,
-                                               n_catalog)
+        if n_catalog is not None and catalog.shape[1] > n_catalog and len(logs) >= BANK_FADE_MIN:
+            model, weights = self._bank_weight(
+                X, logs, catalog, weights, noise, seed, model, n_catalog
+            )
         evidence = model.log_evidence()
         for j in range(catalog.shape[1]):
             with_patch = int(np.count_nonzero(catalog[:, j]))
@@ -183,8 +209,11 @@ class InfraRSISearcher(Searcher):
             trial[j] = 0.0
             other = self._fit_time(X, logs, catalog, trial, noise, seed)
             gained = other.log_evidence()
-            if evidence is not None and gained is not None and \
-                    gained > evidence + PRIOR_DROP_EVIDENCE:
+            if (
+                evidence is not None
+                and gained is not None
+                and gained > evidence + PRIOR_DROP_EVIDENCE
+            ):
                 model, weights, evidence = other, trial, gained
         return model, weights
 
@@ -207,8 +236,7 @@ class InfraRSISearcher(Searcher):
         return self._fit_time(X, logs, catalog, weights, noise, seed), weights
 
     def _fit_time(self, X, logs, catalog, weights, noise, seed) -> StepTimeModel:
-        return StepTimeModel(self.family, seed=seed).fit(X, np.exp(logs - catalog @ weights),
-                                                         noise)
+        return StepTimeModel(self.family, seed=seed).fit(X, np.exp(logs - catalog @ weights), noise)
 
     def _predict(self):
         """Per candidate: log step-time mean and sd, P(OOM), expected cost; and the incumbent
@@ -222,15 +250,21 @@ class InfraRSISearcher(Searcher):
         memory, time_model, prior, costs, ok = self._fit()
         mu, sd = time_model.predict_log(p.X)
         mu = mu + prior
-        p_oom = memory.p_oom(p.X, p.capacity_bytes, p.offsets) if p.capacity_bytes else \
-            np.zeros(len(mu))
+        p_oom = (
+            memory.p_oom(p.X, p.capacity_bytes, p.offsets)
+            if p.capacity_bytes
+            else np.zeros(len(mu))
+        )
         for c, o in self.history:  # what ran is known: an OOM stays an OOM at this capacity
             if o.status in ("oom", "crash", "timeout", "invalid", "slow"):
                 p_oom[p.index[c]] = 1.0
         ran_ok = [i for i, _ in ok]
         incumbent = min(ran_ok, key=lambda i: mu[i]) if ran_ok else None
-        self._peak = memory.predict_peak_bytes(p.X, p.offsets) \
-            if (memory.n_obs_ or p.offsets is not None) else None
+        self._peak = (
+            memory.predict_peak_bytes(p.X, p.offsets)
+            if (memory.n_obs_ or p.offsets is not None)
+            else None
+        )
         return mu, sd, p_oom, costs.predict_cost_s(p.X, p_oom), incumbent
 
     # -- proposing ---------------------------------------------------------------------------
@@ -242,8 +276,10 @@ class InfraRSISearcher(Searcher):
             if c not in self.tried:
                 self.last = self._describe(self.problem.index[c])
                 return c
-        if drift.rebase_due([c == self.problem.baseline for c, _ in self.history],
-                            len(self.history) - len(self.start)):
+        if drift.rebase_due(
+            [c == self.problem.baseline for c, _ in self.history],
+            len(self.history) - len(self.start),
+        ):
             self.last = self._describe(self.problem.index[self.problem.baseline])
             return self.problem.baseline  # the load may have changed: measure it again
         again = self._rerun()
@@ -262,8 +298,11 @@ class InfraRSISearcher(Searcher):
         """Whether no untried config is expected to gain the minimum effect (the stop rule,
         summed over every candidate kept rather than the trials left)."""
         gains = getattr(self, "_gains", None)
-        return gains is not None and len(self.history) >= 8 and \
-            float(np.sum(gains)) < self._stop_effect()
+        return (
+            gains is not None
+            and len(self.history) >= 8
+            and float(np.sum(gains)) < self._stop_effect()
+        )
 
     def _stop_effect(self) -> float:
         """The gain in log step time below which exploring is not worth a trial."""
@@ -345,11 +384,17 @@ class InfraRSISearcher(Searcher):
         likely to run out of memory and the variant is expected to fit."""
         p = self.problem
         risky = int(np.argmax(np.where(untried, log_ei, -np.inf)))
-        if not self.pairing or p_oom[risky] <= PAIR_RISK or \
-                log_ei[risky] < log_ei[pick] + math.log(2):
+        if (
+            not self.pairing
+            or p_oom[risky] <= PAIR_RISK
+            or log_ei[risky] < log_ei[pick] + math.log(2)
+        ):
             return pick
-        variants = [p.index[v] for v in self._savers(p.candidates[risky])
-                    if v in p.index and untried[p.index[v]] and p.index[v] not in chosen]
+        variants = [
+            p.index[v]
+            for v in self._savers(p.candidates[risky])
+            if v in p.index and untried[p.index[v]] and p.index[v] not in chosen
+        ]
         safe = [j for j in variants if p_oom[j] <= PAIR_SAFE and acq[j] >= acq[pick] - math.log(4)]
         if not safe:
             return pick
@@ -366,12 +411,20 @@ class InfraRSISearcher(Searcher):
             added = c.patches - config.patches
             if not config.patches <= c.patches:
                 continue
-            if s.checkpointing and diff == {s.checkpointing} and not added and \
-                    str(ck[s.checkpointing]).lower() in ("true", "1"):
+            if (
+                s.checkpointing
+                and diff == {s.checkpointing}
+                and not added
+                and str(ck[s.checkpointing]).lower() in ("true", "1")
+            ):
                 out.append(c)
-            elif s.micro_batch and s.micro_batch in diff and not added and \
-                    float(ck[s.micro_batch]) < float(knobs[s.micro_batch]) and \
-                    diff - set(s.follows) == {s.micro_batch}:
+            elif (
+                s.micro_batch
+                and s.micro_batch in diff
+                and not added
+                and float(ck[s.micro_batch]) < float(knobs[s.micro_batch])
+                and diff - set(s.follows) == {s.micro_batch}
+            ):
                 out.append(c)
             elif not diff and added and added <= set(s.patches):
                 out.append(c)
@@ -387,14 +440,18 @@ class InfraRSISearcher(Searcher):
         incumbent = self.recommend()
         if incumbent is None:
             return None
-        costs = [o.cost_s for c, o in self.history if c == incumbent and
-                 o.status == TrialStatus.OK and o.cost_s]
+        costs = [
+            o.cost_s
+            for c, o in self.history
+            if c == incumbent and o.status == TrialStatus.OK and o.cost_s
+        ]
         if not costs:
             return None
         k = slow_factor(self.problem.noise_var_log)
         mu = self._predict()[0]
-        return SlowBound(k * float(np.median(costs)),
-                         k * math.exp(mu[self.problem.index[incumbent]]))
+        return SlowBound(
+            k * float(np.median(costs)), k * math.exp(mu[self.problem.index[incumbent]])
+        )
 
     def recommend(self) -> Config | None:
         """The tried feasible config with the best posterior mean step time."""
@@ -425,7 +482,7 @@ class InfraRSISearcher(Searcher):
         gains = getattr(self, "_gains", None)
         if gains is None:
             return 1.0
-        return float(np.sum(gains[:max(1, trials_left or 1)]))
+        return float(np.sum(gains[: max(1, trials_left or 1)]))
 
 
 def slow_factor(noise_var_log: float) -> float:
@@ -459,8 +516,8 @@ def _log_ei(best: float, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
     z = (best - mu) / sd
     # EI = sd * (z * Phi(z) + phi(z)); for z << 0 use the asymptotic log phi(z) - log(z^2)
     with np.errstate(divide="ignore", invalid="ignore"):
-        direct = np.log(np.maximum(z * special.ndtr(z) + np.exp(-0.5 * z * z) / math.sqrt(
-            2 * math.pi), 1e-300))
+        direct = np.log(
+            np.maximum(z * special.ndtr(z) + np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi), 1e-300)
+        )
         tail = -0.5 * z * z - 0.5 * math.log(2 * math.pi) - np.log(np.maximum(z * z, 1e-300))
     return np.log(sd) + np.where(z > -5, direct, tail)
-

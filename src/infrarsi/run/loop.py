@@ -12,24 +12,37 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
-
 
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
 from infrarsi.objective import ranked_step_time_s, steady_step_time_s
+from infrarsi.proposal import ProposalState, Proposer, Recorded, patch_outcomes
+from infrarsi.records import (
+    BANK_ADVICE_FILE,
+    DOCTOR_FILE,
+    BankAdvice,
+    Best,
+    DoctorReport,
+    RankedConfig,
+    RunResult,
+)
 from infrarsi.run import searchers as registry
 from infrarsi.run.problem import Outcome, Problem, SlowBound
 from infrarsi.run.problem_build import build_problem, with_proposed
-from infrarsi.proposal import Proposer, ProposalState, Recorded, patch_outcomes
 from infrarsi.run.space import Config
-from infrarsi.store import (RunDirError, Store, StoredRun, StoredTrial, open_run_dir,
-                            sqlite_url)
+from infrarsi.store import (
+    IN_FLIGHT,
+    RunDirError,
+    Store,
+    StoredRun,
+    StoredTrial,
+    TrialState,
+    open_run_dir,
+    sqlite_url,
+)
 from infrarsi.trial import TrialRecord
-from infrarsi.records import (BANK_ADVICE_FILE, DOCTOR_FILE, BankAdvice, Best, DoctorReport,
-                              RankedConfig, RunResult)
-from infrarsi.store import IN_FLIGHT, TrialState
 from infrarsi.trial.record import TrialStatus
 
 
@@ -37,26 +50,32 @@ class RunError(ValueError):
     """A run that cannot start or resume, with the reason and the fix."""
 
 
-def outcome_of(record: TrialRecord, capacity: int | None,
-               objective: str = "tokens_per_s") -> Outcome:
+def outcome_of(
+    record: TrialRecord, capacity: int | None, objective: str = "tokens_per_s"
+) -> Outcome:
     """What a trial record tells a searcher: the time the contract's objective ranks by, per
     step (``objective.ranked_step_time_s``: for ``e2e_time`` compile and warm-up count), the
     largest per-rank peak, the cost, and the trial's own noise."""
     m = record.metrics
     if record.status is TrialStatus.SLOW and record.censored_time_per_step_s:
-        return Outcome("slow", step_time_s=record.censored_time_per_step_s,
-                       cost_s=record.cost_s)
+        return Outcome("slow", step_time_s=record.censored_time_per_step_s, cost_s=record.cost_s)
     if record.status is TrialStatus.SLOW:  # cut without a bound on record: says nothing of time
         return Outcome("timeout", cost_s=record.cost_s)
     if record.status is not TrialStatus.OK or m is None:
         status = record.status.value
-        return Outcome(status, cost_s=record.cost_s,
-                       cap_bytes=record.mem_cap_bytes or capacity
-                       if status == TrialStatus.OOM else None)
+        return Outcome(
+            status,
+            cost_s=record.cost_s,
+            cap_bytes=record.mem_cap_bytes or capacity if status == TrialStatus.OOM else None,
+        )
     steady = max(1, m.steps - m.warmup_steps)
-    return Outcome("ok", step_time_s=ranked_step_time_s(record, objective),
-                   peak_bytes=m.max_peak_mem_bytes, cost_s=record.cost_s,
-                   noise_var_log=(m.step_time_cv ** 2) / steady)
+    return Outcome(
+        "ok",
+        step_time_s=ranked_step_time_s(record, objective),
+        peak_bytes=m.max_peak_mem_bytes,
+        cost_s=record.cost_s,
+        noise_var_log=(m.step_time_cv**2) / steady,
+    )
 
 
 def config_json(config: Config) -> dict:
@@ -71,13 +90,22 @@ def _config_from(data: dict) -> Config:
 class RunLoop:
     """One run of one searcher on one contract, recorded in a store."""
 
-    def __init__(self, contract: Contract, run_dir: Path, searcher: str = "infrarsi",
-                 budget_trials: int | None = None, budget_s: float | None = None,
-                 store_url: str | None = None, executor: Executor | None = None,
-                 seed: int = 0, doctor_report: DoctorReport | None = None,
-                 on_event: Callable[[str, dict], None] | None = None,
-                 bank_advice: BankAdvice | None = None, proposer: Proposer | None = None,
-                 parallel: int = 1):
+    def __init__(
+        self,
+        contract: Contract,
+        run_dir: Path,
+        searcher: str = "infrarsi",
+        budget_trials: int | None = None,
+        budget_s: float | None = None,
+        store_url: str | None = None,
+        executor: Executor | None = None,
+        seed: int = 0,
+        doctor_report: DoctorReport | None = None,
+        on_event: Callable[[str, dict], None] | None = None,
+        bank_advice: BankAdvice | None = None,
+        proposer: Proposer | None = None,
+        parallel: int = 1,
+    ):
         """``bank_advice``: the experience bank's seeds and priors (``bank.advice_for``);
         kept in the run directory, so a resumed run searches with the same advice.
         ``proposer``: where code patches come from (``proposers``; None: the workload's
@@ -110,10 +138,16 @@ class RunLoop:
         proposed = self.proposer.accepted() if self.proposer else []
         catalog = self.proposer.searches_catalog if self.proposer else True
         manifest = with_proposed(self.manifest, proposed, self.run_dir, catalog)
-        return build_problem(manifest, self.contract.scale, self.contract.mem_cap_bytes,
-                             self.doctor_report, self.contract.noise.min_detectable_effect,
-                             self.seed, bank=self.bank_advice,
-                             first=tuple(frozenset([p.patch_id]) for p in proposed))
+        return build_problem(
+            manifest,
+            self.contract.scale,
+            self.contract.mem_cap_bytes,
+            self.doctor_report,
+            self.contract.noise.min_detectable_effect,
+            self.seed,
+            bank=self.bank_advice,
+            first=tuple(frozenset([p.patch_id]) for p in proposed),
+        )
 
     def _searcher(self, store: Store, run_id: str):
         """The problem as it stands (with every patch proposed so far) and a searcher that
@@ -123,8 +157,10 @@ class RunLoop:
         for trial in store.trials(run_id):
             config = _config_from(trial.config_json)
             if trial.status not in IN_FLIGHT and config in problem.index:
-                searcher.tell(config, _outcome_of_stored(trial, problem.capacity_bytes,
-                                                         self.contract.objective))
+                searcher.tell(
+                    config,
+                    _outcome_of_stored(trial, problem.capacity_bytes, self.contract.objective),
+                )
         return problem, searcher
 
     def _propose(self, store: Store, run_id: str, count: int, baseline: Config) -> bool:
@@ -137,26 +173,40 @@ class RunLoop:
         catalog = self.proposer.searches_catalog
         self.on_event("propose", {"proposer": self.proposer.name, "trials": count})
         new = self.proposer.propose(_proposal_state(store.trials(run_id), baseline))
-        self.on_event("proposed", {"proposer": self.proposer.name,
-                                   "accepted": [p.patch_id for p in new]})
+        self.on_event(
+            "proposed", {"proposer": self.proposer.name, "accepted": [p.patch_id for p in new]}
+        )
         return bool(new) or catalog != self.proposer.searches_catalog
 
     def start(self) -> RunResult:
         """A new run in ``run_dir`` (which must not hold one)."""
         if (self.run_dir / "run.json").exists():
-            raise RunError(f"{self.run_dir} already holds a run: resume it with --resume "
-                           f"{self.run_dir}, or give another run directory")
+            raise RunError(
+                f"{self.run_dir} already holds a run: resume it with --resume "
+                f"{self.run_dir}, or give another run directory"
+            )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         run_id = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         store = Store(self.store_url)
-        store.create_run(StoredRun(
-            run_id=run_id, created_unix_s=time.time(), workload=self.manifest.name,
-            scale=self.contract.scale, contract_hash=self.contract.contract_hash,
-            contract_json=self.contract.model_dump(mode="json"), searcher=self.searcher_name,
-            seed=self.seed, budget_trials=self.budget_trials, budget_s=self.budget_s,
-            capacity_bytes=self.contract.mem_cap_bytes, status="running"))  # the run's
-        (self.run_dir / "run.json").write_text(json.dumps(
-            {"run_id": run_id, "store_url": self.store_url}, indent=2))
+        store.create_run(
+            StoredRun(
+                run_id=run_id,
+                created_unix_s=time.time(),
+                workload=self.manifest.name,
+                scale=self.contract.scale,
+                contract_hash=self.contract.contract_hash,
+                contract_json=self.contract.model_dump(mode="json"),
+                searcher=self.searcher_name,
+                seed=self.seed,
+                budget_trials=self.budget_trials,
+                budget_s=self.budget_s,
+                capacity_bytes=self.contract.mem_cap_bytes,
+                status="running",
+            )
+        )  # the run's
+        (self.run_dir / "run.json").write_text(
+            json.dumps({"run_id": run_id, "store_url": self.store_url}, indent=2)
+        )
         if self.doctor_report is not None:  # later stages read the baseline's diagnosis here
             self.doctor_report.save(self.run_dir / DOCTOR_FILE)
         if self.bank_advice is not None:
@@ -172,16 +222,26 @@ class RunLoop:
             raise RunError(str(exc)) from None
         stored = Contract.model_validate(run.contract_json)
         if contract is not None and contract.contract_hash != stored.contract_hash:
-            raise RunError(f"the run was made for contract {stored.contract_hash[:12]}, not "
-                           f"{contract.contract_hash[:12]}: resume it without a contract, or "
-                           "start a new run")
+            raise RunError(
+                f"the run was made for contract {stored.contract_hash[:12]}, not "
+                f"{contract.contract_hash[:12]}: resume it without a contract, or "
+                "start a new run"
+            )
         advice = Path(run_dir) / BANK_ADVICE_FILE
         if advice.exists() and "bank_advice" not in options:
             options["bank_advice"] = BankAdvice.load(advice)
         if options.get("proposer") is None:  # the patches proposed before it stopped stay
             options["proposer"] = Recorded(Path(run_dir))
-        loop = cls(stored, Path(run_dir), run.searcher, run.budget_trials, run.budget_s,
-                   store.url, seed=run.seed, **options)
+        loop = cls(
+            stored,
+            Path(run_dir),
+            run.searcher,
+            run.budget_trials,
+            run.budget_s,
+            store.url,
+            seed=run.seed,
+            **options,
+        )
         requeue = store.interrupt_running(run.run_id)
         store.set_run_status(run.run_id, "running")
         return loop._loop(store, run.run_id, requeue)
@@ -190,14 +250,24 @@ class RunLoop:
     def _loop(self, store: Store, run_id: str, requeue: list[StoredTrial]) -> RunResult:
         problem, searcher = self._searcher(store, run_id)  # resumed: told what was measured
         finished = [t for t in store.trials(run_id) if t.status not in IN_FLIGHT]
-        queue = [(_config_from(t.config_json), t) for t in requeue
-                 if _config_from(t.config_json) not in searcher.tried]
+        queue = [
+            (_config_from(t.config_json), t)
+            for t in requeue
+            if _config_from(t.config_json) not in searcher.tried
+        ]
         seq = max((t.seq for t in store.trials(run_id)), default=-1) + 1
         spent_s = sum(t.cost_s or 0.0 for t in finished)
         count, t0 = len(finished), time.monotonic()
-        self.on_event("start", {"run_id": run_id, "run_dir": str(self.run_dir),
-                                "resumed": len(finished), "requeued": len(queue),
-                                "candidates": len(problem.candidates)})
+        self.on_event(
+            "start",
+            {
+                "run_id": run_id,
+                "run_dir": str(self.run_dir),
+                "resumed": len(finished),
+                "requeued": len(queue),
+                "candidates": len(problem.candidates),
+            },
+        )
         reason, flying, stopping = "budget spent", {}, False
         while True:
             while not stopping and len(flying) < self.parallel:  # fill the free slots
@@ -205,8 +275,11 @@ class RunLoop:
                 if why:
                     reason, stopping = why, True
                     break
-                if not queue and not flying and \
-                        self._propose(store, run_id, count, problem.baseline):
+                if (
+                    not queue
+                    and not flying
+                    and self._propose(store, run_id, count, problem.baseline)
+                ):
                     problem, searcher = self._searcher(store, run_id)
                 config, again = queue.pop(0) if queue else (None, None)
                 if config is None:
@@ -225,11 +298,14 @@ class RunLoop:
                     store.restart_trial(again.id)
                     row, this_seq = again.id, again.seq
                 else:
-                    row, this_seq = store.start_trial(run_id, seq, config_json(config),
-                                                      predictions), seq
+                    row, this_seq = (
+                        store.start_trial(run_id, seq, config_json(config), predictions),
+                        seq,
+                    )
                     seq += 1
-                self.on_event("launch", {"seq": this_seq, "config": config,
-                                         "predicted": predictions})
+                self.on_event(
+                    "launch", {"seq": this_seq, "config": config, "predicted": predictions}
+                )
                 bound = searcher.slow_bound()
                 flying[self._submit(config, bound)] = (config, row, this_seq, predictions, bound)
                 searcher.tried.add(config)  # in flight: not proposed again meanwhile
@@ -239,15 +315,28 @@ class RunLoop:
             config, row, this_seq, predictions, bound = flying.pop(handle)
             record = _censored(record, bound)
             outcome = outcome_of(record, problem.capacity_bytes, self.contract.objective)
-            store.finish_trial(row, outcome.status, trial_id=record.trial_id,
-                               step_time_s=steady_step_time_s(record)
-                               if outcome.status == TrialState.OK else None,
-                               peak_mem_bytes=outcome.peak_bytes, cost_s=record.cost_s,
-                               error=record.error, record=record.model_dump(mode="json"))
+            store.finish_trial(
+                row,
+                outcome.status,
+                trial_id=record.trial_id,
+                step_time_s=steady_step_time_s(record) if outcome.status == TrialState.OK else None,
+                peak_mem_bytes=outcome.peak_bytes,
+                cost_s=record.cost_s,
+                error=record.error,
+                record=record.model_dump(mode="json"),
+            )
             searcher.tell(config, outcome)
             count, spent_s = count + 1, spent_s + record.cost_s
-            self.on_event("end", {"seq": this_seq, "config": config, "outcome": outcome,
-                                  "predicted": predictions, "best": searcher.recommend()})
+            self.on_event(
+                "end",
+                {
+                    "seq": this_seq,
+                    "config": config,
+                    "outcome": outcome,
+                    "predicted": predictions,
+                    "best": searcher.recommend(),
+                },
+            )
         ranked = ranking(searcher, store.trials(run_id))
         store.set_ranking(run_id, [r.model_dump(mode="json") for r in ranked])
         store.set_run_status(run_id, "finished", reason)
@@ -270,11 +359,17 @@ class RunLoop:
 
     def _submit(self, config: Config, bound: SlowBound | None = None) -> str:
         """One trial to the executor; cut short past ``bound`` (recorded ``slow``)."""
-        return self.executor.submit(TrialRequest(
-            workload=self.contract.workload_path or self.contract.workload,
-            scale=self.contract.scale, knobs=config.knob_dict, patches=sorted(config.patches),
-            mem_cap_bytes=self.contract.mem_cap_bytes, contract_hash=self.contract.contract_hash,
-            slow_after_s=bound.after_s if bound else None))
+        return self.executor.submit(
+            TrialRequest(
+                workload=self.contract.workload_path or self.contract.workload,
+                scale=self.contract.scale,
+                knobs=config.knob_dict,
+                patches=sorted(config.patches),
+                mem_cap_bytes=self.contract.mem_cap_bytes,
+                contract_hash=self.contract.contract_hash,
+                slow_after_s=bound.after_s if bound else None,
+            )
+        )
 
     def _next_done(self, flying: dict) -> tuple[str, TrialRecord]:
         """The first in-flight trial to end, and its record (one in flight: wait for it)."""
@@ -288,24 +383,42 @@ class RunLoop:
                     return handle, record
             time.sleep(POLL_S)
 
-    def _result(self, store, run_id, searcher, reason, requeued,
-                ranked: list[RankedConfig] = ()) -> RunResult:
+    def _result(
+        self, store, run_id, searcher, reason, requeued, ranked: list[RankedConfig] = ()
+    ) -> RunResult:
         trials = [t for t in store.trials(run_id) if t.status not in IN_FLIGHT]
         best = searcher.recommend()
         best_row = None
         if best is not None:
-            rows = [t for t in trials if _config_from(t.config_json) == best and
-                    t.status == TrialState.OK]
-            best_row = Best(knobs=best.knob_dict, patches=sorted(best.patches),
-                            step_time_s=min(r.step_time_s for r in rows) if rows else None)
-        base = [t.step_time_s for t in trials if t.status == TrialState.OK and
-                _config_from(t.config_json) == searcher.problem.baseline]
-        return RunResult(run_dir=str(self.run_dir), run_id=run_id, searcher=self.searcher_name,
-                         trials=len(trials),
-                         oom_trials=sum(t.status == TrialState.OOM for t in trials),
-                         slow_trials=sum(t.status == TrialState.SLOW for t in trials),
-                         interrupted_requeued=requeued, stop_reason=reason, best=best_row,
-                         ranking=list(ranked), baseline_step_time_s=min(base) if base else None)
+            rows = [
+                t
+                for t in trials
+                if _config_from(t.config_json) == best and t.status == TrialState.OK
+            ]
+            best_row = Best(
+                knobs=best.knob_dict,
+                patches=sorted(best.patches),
+                step_time_s=min(r.step_time_s for r in rows) if rows else None,
+            )
+        base = [
+            t.step_time_s
+            for t in trials
+            if t.status == TrialState.OK
+            and _config_from(t.config_json) == searcher.problem.baseline
+        ]
+        return RunResult(
+            run_dir=str(self.run_dir),
+            run_id=run_id,
+            searcher=self.searcher_name,
+            trials=len(trials),
+            oom_trials=sum(t.status == TrialState.OOM for t in trials),
+            slow_trials=sum(t.status == TrialState.SLOW for t in trials),
+            interrupted_requeued=requeued,
+            stop_reason=reason,
+            best=best_row,
+            ranking=list(ranked),
+            baseline_step_time_s=min(base) if base else None,
+        )
 
 
 RANKED = 5  # configs a run hands to Apply, best first
@@ -316,37 +429,56 @@ PROPOSE_EVERY = 2  # trials between two requests to a proposer (a patch is tried
 def _proposal_state(trials: list[StoredTrial], baseline: Config) -> ProposalState:
     """What a proposer is told: per patch, what the finished trials carrying it measured."""
     done = [t for t in trials if t.status not in IN_FLIGHT]
-    rows = [(t.config_json["knobs"], t.config_json["patches"], t.status.value, t.step_time_s,
-             t.peak_mem_bytes, t.error) for t in done]
-    return ProposalState(trials_done=len(done),
-                         outcomes=patch_outcomes(rows, baseline.knob_dict))
+    rows = [
+        (
+            t.config_json["knobs"],
+            t.config_json["patches"],
+            t.status.value,
+            t.step_time_s,
+            t.peak_mem_bytes,
+            t.error,
+        )
+        for t in done
+    ]
+    return ProposalState(trials_done=len(done), outcomes=patch_outcomes(rows, baseline.knob_dict))
 
 
 def ranking(searcher, trials: list[StoredTrial]) -> list[RankedConfig]:
     """The searcher's best configs, best first, with what the store measured of each."""
     out = []
     for config in searcher.ranking(RANKED):
-        times = sorted(t.step_time_s for t in trials if t.status == TrialState.OK and
-                       _config_from(t.config_json) == config)
-        out.append(RankedConfig(**config_json(config), trials=len(times),
-                                step_time_s=times[len(times) // 2] if times else None))
+        times = sorted(
+            t.step_time_s
+            for t in trials
+            if t.status == TrialState.OK and _config_from(t.config_json) == config
+        )
+        out.append(
+            RankedConfig(
+                **config_json(config),
+                trials=len(times),
+                step_time_s=times[len(times) // 2] if times else None,
+            )
+        )
     return out
 
 
 def _outcome_of_stored(trial: StoredTrial, capacity: int | None, objective: str) -> Outcome:
     if trial.record_json is not None:
         return outcome_of(TrialRecord.model_validate(trial.record_json), capacity, objective)
-    return Outcome(trial.status, step_time_s=trial.step_time_s, peak_bytes=trial.peak_mem_bytes,
-                   cost_s=trial.cost_s or 0.0, cap_bytes=capacity if trial.status == TrialState.OOM
-                   else None)
+    return Outcome(
+        trial.status,
+        step_time_s=trial.step_time_s,
+        peak_bytes=trial.peak_mem_bytes,
+        cost_s=trial.cost_s or 0.0,
+        cap_bytes=capacity if trial.status == TrialState.OOM else None,
+    )
 
 
 def _censored(record: TrialRecord, bound: SlowBound | None) -> TrialRecord:
     """A trial cut short at the search's bound carries the bound's time per step (a
     right-censored time), saved with its record."""
     if record.status is TrialStatus.SLOW and bound is not None:
-        record = record.model_copy(update={
-            "censored_time_per_step_s": bound.censored_step_time_s})
+        record = record.model_copy(update={"censored_time_per_step_s": bound.censored_step_time_s})
         if record.trial_dir:
             record.save(Path(record.trial_dir) / "record.json")
     return record

@@ -11,7 +11,8 @@ activations — the manifest's ``memory`` formula — times the patches' prior r
 learned ``beta`` only corrects it, under a ridge prior whose strength the trials choose. ``X``
 also carries the centred offset itself, whose coefficient (prior mean 0, i.e. slope 1) lets
 the trials say that the formula over- or under-states how much the knobs move the peak (a
-runtime it does not know dilutes every effect). The offset may come in parts (columns: the formula, the patch catalog's prior
+runtime it does not know dilutes every effect). The offset may come in parts (columns: the
+formula, the patch catalog's prior
 ratios): each part's centred value is then a column too, so the trials can say "the catalog's
 memory ratios are overstated here" with one coefficient instead of one per patch (on the dense
 table at 20 trials: Brier 0.198 -> 0.184). Without an analytic estimate the offset is 0 and an
@@ -37,6 +38,7 @@ RIDGE_GRID = (20.0, 50.0, 100.0, 200.0, 500.0)
 @dataclass(frozen=True)
 class MemoryObservation:
     """One trial's memory evidence: the peak (bytes) or, when ``censored``, the cap it exceeded."""
+
     peak_or_cap_bytes: float
     censored: bool
 
@@ -56,9 +58,14 @@ class TobitMemoryModel:
     Brier 0.14 with a loose prior, 0.115 with this one; unchanged at 40).
     """
 
-    def __init__(self, ridge: float | tuple[float, ...] = RIDGE_GRID, sigma_prior: float = 0.1,
-                 intercept_ridge: float = 1.0, slope_ridge: float = 4.0,
-                 sigma_prior_sd: float = 0.15):
+    def __init__(
+        self,
+        ridge: float | tuple[float, ...] = RIDGE_GRID,
+        sigma_prior: float = 0.1,
+        intercept_ridge: float = 1.0,
+        slope_ridge: float = 4.0,
+        sigma_prior_sd: float = 0.15,
+    ):
         self.ridge = ridge
         self.sigma_prior = sigma_prior
         self.intercept_ridge = intercept_ridge
@@ -68,12 +75,18 @@ class TobitMemoryModel:
     def __repr__(self) -> str:
         if not hasattr(self, "beta_"):
             return f"TobitMemoryModel(ridge={self.ridge}, unfitted)"
-        return (f"TobitMemoryModel(n={self.n_obs_}, censored={self.n_censored_}, "
-                f"sigma={self.sigma_:.3f}, ridge={self.ridge_:g})")
+        return (
+            f"TobitMemoryModel(n={self.n_obs_}, censored={self.n_censored_}, "
+            f"sigma={self.sigma_:.3f}, ridge={self.ridge_:g})"
+        )
 
     @single_threaded
-    def fit(self, X: np.ndarray, observations: list[MemoryObservation],
-            offset_log: np.ndarray | None = None) -> "TobitMemoryModel":
+    def fit(
+        self,
+        X: np.ndarray,
+        observations: list[MemoryObservation],
+        offset_log: np.ndarray | None = None,
+    ) -> TobitMemoryModel:
         """Fit on encoded configs ``X`` (n, d), their observations and log analytic offsets
         ``(n,)`` — or offset parts ``(n, k)`` that add up to the offset."""
         X = np.asarray(X, dtype=float)
@@ -82,23 +95,28 @@ class TobitMemoryModel:
         cens = np.array([o.censored for o in observations], dtype=bool)
         self.has_offset_ = offset_log is not None
         parts = self._parts(offset_log, n)
-        self.parts_center_ = parts.mean(axis=0) if n and parts.shape[1] > 1 else \
-            np.zeros(parts.shape[1])
+        self.parts_center_ = (
+            parts.mean(axis=0) if n and parts.shape[1] > 1 else np.zeros(parts.shape[1])
+        )
         X = self._with_parts(X, parts)
         offset = parts.sum(axis=1)
         self.offset_center_ = float(np.mean(offset)) if n else 0.0
         Z = self._design(X, offset)
         self.n_obs_, self.n_censored_ = n, int(cens.sum())
-        fits = [self._fit_one(Z, y, cens, offset, r)
-                for r in np.atleast_1d(np.asarray(self.ridge, dtype=float))]
+        fits = [
+            self._fit_one(Z, y, cens, offset, r)
+            for r in np.atleast_1d(np.asarray(self.ridge, dtype=float))
+        ]
         best = max(fits, key=lambda f: f[0])  # the ridge the trials make most likely
         _, self.ridge_, self.beta_, self.sigma_, self.cov_, self.converged_ = best
         return self
 
     def _fit_one(self, Z, y, cens, offset, ridge: float):
         """One fit at one ridge: (Laplace log evidence, ridge, beta, sigma, cov, converged)."""
-        precision = np.r_[self.intercept_ridge if self.has_offset_ else 1e-6,
-                          np.full(Z.shape[1] - 1 - self.has_offset_, ridge)]
+        precision = np.r_[
+            self.intercept_ridge if self.has_offset_ else 1e-6,
+            np.full(Z.shape[1] - 1 - self.has_offset_, ridge),
+        ]
         if self.has_offset_:
             precision = np.r_[precision, self.slope_ridge]
         start = _ridge_start(Z, y - offset, precision, self.sigma_prior)
@@ -107,14 +125,18 @@ class TobitMemoryModel:
         if len(y) == 0:
             theta = start
         else:
-            result = optimize.minimize(_neg_log_posterior, start, jac=True, method="L-BFGS-B",
-                                       args=args)
+            result = optimize.minimize(
+                _neg_log_posterior, start, jac=True, method="L-BFGS-B", args=args
+            )
             theta, converged = result.x, bool(result.success)
         beta, sigma = theta[:-1], float(np.exp(theta[-1]))
         hessian = _hessian(Z, y, cens, offset, beta, sigma, precision)
         # Laplace: log p(y) ~ -f(theta*) + log|prior precision|/2 - log|H|/2 (2 pi terms cancel)
-        evidence = -_neg_log_posterior(theta, *args)[0] + 0.5 * np.sum(np.log(precision)) \
+        evidence = (
+            -_neg_log_posterior(theta, *args)[0]
+            + 0.5 * np.sum(np.log(precision))
             - 0.5 * np.linalg.slogdet(hessian)[1]
+        )
         return float(evidence), ridge, beta, sigma, np.linalg.pinv(hessian), converged
 
     @staticmethod
@@ -141,16 +163,20 @@ class TobitMemoryModel:
     def predict_log(self, X: np.ndarray, offset_log: np.ndarray | None = None):
         """Mean and standard deviation of log peak bytes for encoded configs (noise included)."""
         if (offset_log is None) == self.has_offset_:
-            raise ValueError("give the analytic offsets exactly when the model was fitted with them")
+            raise ValueError(
+                "give the analytic offsets exactly when the model was fitted with them"
+            )
         parts = self._parts(offset_log, len(X))
         if parts.shape[1] != len(self.parts_center_):
-            raise ValueError(f"{parts.shape[1]} offset part(s); the model was fitted with "
-                             f"{len(self.parts_center_)}")
+            raise ValueError(
+                f"{parts.shape[1]} offset part(s); the model was fitted with "
+                f"{len(self.parts_center_)}"
+            )
         offset = parts.sum(axis=1)
         Z = self._design(self._with_parts(np.asarray(X, dtype=float), parts), offset)
         mean = offset + Z @ self.beta_
         var_param = np.einsum("ij,jk,ik->i", Z, self.cov_, Z)
-        return mean, np.sqrt(np.maximum(var_param, 0.0) + self.sigma_ ** 2)
+        return mean, np.sqrt(np.maximum(var_param, 0.0) + self.sigma_**2)
 
     def predict_peak_bytes(self, X, offset_log=None) -> np.ndarray:
         """The median predicted peak per rank, in bytes."""
@@ -194,7 +220,7 @@ def _neg_log_posterior(theta, Z, y, cens, offset, precision, sigma_prior, sigma_
     d_log_sigma = np.sum(r * r - 1.0) + np.sum(-lam * z)
     # priors: ridge on beta, log-normal on sigma around sigma_prior (sd in log space)
     prior_s = (log_sigma - np.log(sigma_prior)) / sigma_prior_sd
-    value = -loglik + 0.5 * np.sum(precision * beta * beta) + 0.5 * prior_s ** 2
+    value = -loglik + 0.5 * np.sum(precision * beta * beta) + 0.5 * prior_s**2
     grad_beta = -(Z.T @ d_mu) + precision * beta
     grad_log_sigma = -d_log_sigma + prior_s / sigma_prior_sd
     return value, np.r_[grad_beta, grad_log_sigma]
@@ -203,9 +229,9 @@ def _neg_log_posterior(theta, Z, y, cens, offset, precision, sigma_prior, sigma_
 def _hessian(Z, y, cens, offset, beta, sigma, precision) -> np.ndarray:
     """Hessian of the negative log posterior in beta at fixed sigma (the Laplace precision)."""
     mu = offset + Z @ beta
-    weights = np.full(len(y), 1.0 / sigma ** 2)
+    weights = np.full(len(y), 1.0 / sigma**2)
     if cens.any():
         z = (mu[cens] - y[cens]) / sigma
         lam = _inverse_mills(z)
-        weights[cens] = lam * (z + lam) / sigma ** 2
+        weights[cens] = lam * (z + lam) / sigma**2
     return (Z * weights[:, None]).T @ Z + np.diag(precision)

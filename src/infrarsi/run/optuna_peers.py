@@ -36,14 +36,16 @@ ASK_TRIES = 20
 class OptunaSearcher(Searcher):
     """An Optuna study behind the ask / tell interface."""
 
-    def __init__(self, problem: Problem, seed: int = 0, sampler: str = "tpe",
-                 n_startup_trials: int = 5):
+    def __init__(
+        self, problem: Problem, seed: int = 0, sampler: str = "tpe", n_startup_trials: int = 5
+    ):
         super().__init__(problem, seed)
         self.name = sampler
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         if sampler == "tpe":
-            made = optuna.samplers.TPESampler(seed=seed, multivariate=True,
-                                              n_startup_trials=n_startup_trials)
+            made = optuna.samplers.TPESampler(
+                seed=seed, multivariate=True, n_startup_trials=n_startup_trials
+            )
         else:
             made = optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials)
         self.study = optuna.create_study(direction="minimize", sampler=made)
@@ -87,8 +89,11 @@ class OptunaSearcher(Searcher):
         knobs = {}
         for dim in self._free_dims():
             value = params[dim.name]
-            knobs[dim.name] = dim.levels[value] if dim.kind == "num" else \
-                next(v for v in dim.levels if str(v) == value)
+            knobs[dim.name] = (
+                dim.levels[value]
+                if dim.kind == "num"
+                else next(v for v in dim.levels if str(v) == value)
+            )
         patches = [p for p in self.problem.space.patches if params["+" + p]]
         target = Config.of(knobs, patches)
         return self.problem.by_free_key().get(self.problem.free_key(target)), target
@@ -127,9 +132,14 @@ class OptunaSearcher(Searcher):
             trial.set_constraint(CONSTRAINT, constraint)
             self.study.tell(trial, value)
             return
-        self.study.add_trial(optuna.trial.create_trial(
-            params=self._params(config), distributions=self.dists, value=value,
-            system_attrs={f"constraints:{CONSTRAINT}": constraint}))
+        self.study.add_trial(
+            optuna.trial.create_trial(
+                params=self._params(config),
+                distributions=self.dists,
+                value=value,
+                system_attrs={f"constraints:{CONSTRAINT}": constraint},
+            )
+        )
 
     def _value(self, outcome: Outcome) -> tuple[float, float]:
         """(objective, constraint) as told to the study."""
@@ -137,7 +147,10 @@ class OptunaSearcher(Searcher):
         if outcome.status == TrialStatus.OK:
             log_s = math.log(outcome.step_time_s)
             self.worst_log_s = log_s if self.worst_log_s is None else max(self.worst_log_s, log_s)
-            slack = math.log(outcome.peak_bytes / capacity) \
-                if capacity and outcome.peak_bytes else -OOM_EXCESS
+            slack = (
+                math.log(outcome.peak_bytes / capacity)
+                if capacity and outcome.peak_bytes
+                else -OOM_EXCESS
+            )
             return log_s, min(slack, 0.0)
         return self._placeholder(), OOM_EXCESS

@@ -4,8 +4,8 @@ capacity) and the outcome of each trial. Shared by real runs and by table replay
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -19,6 +19,7 @@ STATUSES = tuple(TrialStatus)  # str enum: "ok" and TrialStatus.OK are one
 class Outcome:
     """What one trial of a config showed. ``peak_bytes`` is the largest per-rank peak when
     known; an ``oom`` trial carries the capacity it exceeded in ``cap_bytes`` (right-censored)."""
+
     status: str
     step_time_s: float | None = None
     peak_bytes: float | None = None
@@ -30,8 +31,10 @@ class Outcome:
         if self.status not in STATUSES:
             raise ValueError(f"outcome status {self.status!r}: one of {STATUSES}")
         if self.status in (TrialStatus.OK, TrialStatus.SLOW) and self.step_time_s is None:
-            raise ValueError(f"an {self.status} outcome needs its step_time_s (for slow: the "
-                             "lower bound it was cut at)")
+            raise ValueError(
+                f"an {self.status} outcome needs its step_time_s (for slow: the "
+                "lower bound it was cut at)"
+            )
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class SlowBound:
     """A trial still running after ``after_s`` seconds (of its cost: set-up included) is cut
     short and told as ``slow`` with ``step_time_s`` = ``censored_step_time_s``, a lower bound
     on its time per step (right-censored, as an OOM's peak is at the capacity)."""
+
     after_s: float
     censored_step_time_s: float
 
@@ -48,6 +52,7 @@ class MemorySavers:
     """How to make a config need less memory at the same global batch: the knobs that do it
     and the catalog patches whose role is ``memory_saver``; ``follows``: knobs that change with
     the micro-batch at a fixed global batch (the accumulation steps)."""
+
     checkpointing: str | None = None
     micro_batch: str | None = None
     patches: tuple[str, ...] = ()
@@ -58,6 +63,7 @@ class MemorySavers:
 class Problem:
     """A search problem: the candidates (every valid config), how to encode them, the per-rank
     capacity, the baseline, and the priors a model-based searcher may use."""
+
     candidates: list[Config]
     space: Space
     baseline: Config
@@ -98,26 +104,39 @@ class Problem:
         self.X = self.space.encode(self.candidates)
         self.patch_ids = sorted(self.patch_log_speed)
         # (n, P): each candidate's catalog log ratio, one column per patch
-        self.catalog_parts = np.array([[self.patch_log_speed[q] if q in c.patches else 0.0
-                                        for q in self.patch_ids] for c in self.candidates]) \
-            .reshape(len(self.candidates), len(self.patch_ids))
+        self.catalog_parts = np.array(
+            [
+                [self.patch_log_speed[q] if q in c.patches else 0.0 for q in self.patch_ids]
+                for c in self.candidates
+            ]
+        ).reshape(len(self.candidates), len(self.patch_ids))
         if self.prior_log_speed is None and self.patch_ids:
             self.prior_log_speed = lambda cs: np.array(
-                [sum(self.patch_log_speed.get(q, 0.0) for q in c.patches) for c in cs])
-        self.measured = self.measured_log_speed(self.candidates) \
-            if self.measured_log_speed else np.zeros(len(self.candidates))
+                [sum(self.patch_log_speed.get(q, 0.0) for q in c.patches) for c in cs]
+            )
+        self.measured = (
+            self.measured_log_speed(self.candidates)
+            if self.measured_log_speed
+            else np.zeros(len(self.candidates))
+        )
         n = len(self.candidates)
-        self.bank_parts = np.asarray(self.bank_log_speed(self.candidates), dtype=float) \
-            .reshape(n, -1) if self.bank_log_speed else np.zeros((n, 0))
-        self.bank_names = tuple(getattr(self.bank_log_speed, "names", ())) or \
-            tuple(f"part{j}" for j in range(self.bank_parts.shape[1]))
+        self.bank_parts = (
+            np.asarray(self.bank_log_speed(self.candidates), dtype=float).reshape(n, -1)
+            if self.bank_log_speed
+            else np.zeros((n, 0))
+        )
+        self.bank_names = tuple(getattr(self.bank_log_speed, "names", ())) or tuple(
+            f"part{j}" for j in range(self.bank_parts.shape[1])
+        )
         self.offsets = self.analytic_log_peak(self.candidates) if self.analytic_log_peak else None
 
     def free_key(self, config: Config) -> tuple:
         """A config without its derived knobs: what a searcher that sets each free knob (and
         each patch) independently proposes."""
-        return (tuple((k, str(v)) for k, v in config.knobs if k not in self.derived),
-                tuple(sorted(config.patches)))
+        return (
+            tuple((k, str(v)) for k, v in config.knobs if k not in self.derived),
+            tuple(sorted(config.patches)),
+        )
 
     def by_free_key(self) -> dict[tuple, Config]:
         """Each candidate by its free knobs and patches."""
@@ -160,8 +179,9 @@ class Problem:
         one)."""
         if self.prior_log_speed is None and not self.measured.any():
             return None, -math.inf
-        prior = self.measured + (self.prior_log_speed(self.candidates)
-                                 if self.prior_log_speed else 0.0)
+        prior = self.measured + (
+            self.prior_log_speed(self.candidates) if self.prior_log_speed else 0.0
+        )
         ok = self.analytic_fits() & (self.measured <= math.log(MEASURED_SLOW))
         if not ok.any():
             return None, -math.inf
@@ -189,10 +209,13 @@ class Problem:
         claims, the larger first."""
         pick, claim = self._pick_and_claim()
         fits = self.seed_fits()
-        seeds = [s for s in self.seeds if s in self.index and
-                 (fits[self.index[s]] or s.knobs == self.baseline.knobs) and
-                 not (s in self.bank_gain and
-                      self.measured[self.index[s]] > self.bank_gain[s])]
+        seeds = [
+            s
+            for s in self.seeds
+            if s in self.index
+            and (fits[self.index[s]] or s.knobs == self.baseline.knobs)
+            and not (s in self.bank_gain and self.measured[self.index[s]] > self.bank_gain[s])
+        ]
         if pick is None:
             return list(dict.fromkeys([self.baseline] + seeds))
         later = [s for s in seeds if s in self.bank_gain and self.bank_gain[s] <= claim]
@@ -207,8 +230,11 @@ class Problem:
         the opposite held, away from what holds here — so it is left out; the bank's seeds
         still carry what it measured."""
         least = math.sqrt(max(self.noise_var_log, 0.0))
-        return [j for j in range(self.bank_parts.shape[1])
-                if self.bank_parts[:, j].any() and np.ptp(self.bank_parts[:, j]) >= least]
+        return [
+            j
+            for j in range(self.bank_parts.shape[1])
+            if self.bank_parts[:, j].any() and np.ptp(self.bank_parts[:, j]) >= least
+        ]
 
     def bank_contradicted(self, history: list[tuple[Config, Outcome]]) -> Config | None:
         """The first bank seed that did not hold here, or None: one that ran out of memory, was
@@ -218,14 +244,23 @@ class Problem:
         transfer guard stops trusting the rest — its other seeds and its time prior."""
         if not self.bank_seeds:
             return None
-        base = [o.step_time_s for c, o in history
-                if c == self.baseline and o.status == TrialStatus.OK]
+        base = [
+            o.step_time_s for c, o in history if c == self.baseline and o.status == TrialStatus.OK
+        ]
         if not base:
             return None
         base_s = float(np.median(base))
         bank = set(self.bank_seeds)
-        return next((c for c, o in history if c in bank and c != self.baseline and
-                     (o.status != TrialStatus.OK or o.step_time_s >= base_s)), None)
+        return next(
+            (
+                c
+                for c, o in history
+                if c in bank
+                and c != self.baseline
+                and (o.status != TrialStatus.OK or o.step_time_s >= base_s)
+            ),
+            None,
+        )
 
     @property
     def offset_total(self) -> np.ndarray | None:

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 
 from infrarsi.host import usable_threads
+from infrarsi.proposal import ProposedPatch
+from infrarsi.records import DOCTOR_BASELINE_LABEL, BankAdvice, BankSeed, DoctorReport
 from infrarsi.run.problem import MemorySavers, Problem
 from infrarsi.run.space import Config, Space
 from infrarsi.workloads import expr, knobs
 from infrarsi.workloads.knobs import AssignmentError
-from infrarsi.proposal import ProposedPatch
-from infrarsi.records import DOCTOR_BASELINE_LABEL, BankAdvice, BankSeed, DoctorReport
 from infrarsi.workloads.manifest import PatchSpec, Prior
 
 MAX_RANDOM = 3000
@@ -60,6 +60,7 @@ def candidates(manifest, scale: str, seed: int = 0, limit: int = MAX_RANDOM) -> 
             out.setdefault(Config.of(knobs.resolve(manifest, scale, overrides), patches), None)
         except AssignmentError:
             pass
+
     free = {k: base[k] for k in levels}
     for name, values in levels.items():
         for value in values:
@@ -85,9 +86,25 @@ def analytic(manifest, scale: str):
     ratio = {p.id: math.log(p.prior.peak_mem_ratio) for p in manifest.patches}
 
     def estimate(configs: list[Config]) -> np.ndarray:
-        return np.array([[math.log(max(1.0, float(expr.evaluate(
-            manifest.memory.per_rank_bytes, {**params, **c.knob_dict})))),
-            sum(ratio.get(p, 0.0) for p in c.patches)] for c in configs])
+        return np.array(
+            [
+                [
+                    math.log(
+                        max(
+                            1.0,
+                            float(
+                                expr.evaluate(
+                                    manifest.memory.per_rank_bytes, {**params, **c.knob_dict}
+                                )
+                            ),
+                        )
+                    ),
+                    sum(ratio.get(p, 0.0) for p in c.patches),
+                ]
+                for c in configs
+            ]
+        )
+
     return estimate
 
 
@@ -103,8 +120,11 @@ def measured_effects(manifest, scale: str, report: DoctorReport | None) -> list[
     accumulation steps) follow and are left out."""
     if report is None:
         return []
-    base = [t.ranked_time_per_step_s for t in report.trials
-            if t.label.startswith(DOCTOR_BASELINE_LABEL) and t.ranked_time_per_step_s]
+    base = [
+        t.ranked_time_per_step_s
+        for t in report.trials
+        if t.label.startswith(DOCTOR_BASELINE_LABEL) and t.ranked_time_per_step_s
+    ]
     if not base:
         return []
     ref = float(np.median(np.log(base)))
@@ -114,8 +134,9 @@ def measured_effects(manifest, scale: str, report: DoctorReport | None) -> list[
     for t in report.trials:
         if not t.label.startswith("calibration") or not t.ranked_time_per_step_s:
             continue
-        changed = {k: v for k, v in t.knobs.items()
-                   if k not in derived and str(defaults.get(k)) != str(v)}
+        changed = {
+            k: v for k, v in t.knobs.items() if k not in derived and str(defaults.get(k)) != str(v)
+        }
         if changed:
             out.append((changed, math.log(t.ranked_time_per_step_s) - ref))
     return out
@@ -133,19 +154,25 @@ def measured_prior(manifest, scale: str, report: DoctorReport | None):
         out = np.zeros(len(configs))
         for i, c in enumerate(configs):
             have = {k: str(v) for k, v in c.knob_dict.items()}
-            out[i] = sum(effect for changed, effect in effects
-                         if all(have.get(k) == str(v) for k, v in changed.items()))
+            out[i] = sum(
+                effect
+                for changed, effect in effects
+                if all(have.get(k) == str(v) for k, v in changed.items())
+            )
         return out
+
     return prior
 
 
 def savers(manifest) -> MemorySavers:
     """The knobs and patches that save memory, by role."""
     first = lambda role: next(iter(manifest.knobs_with_role(role)), None)  # noqa: E731
-    return MemorySavers(checkpointing=first("activation_checkpointing"),
-                        micro_batch=first("micro_batch"),
-                        patches=tuple(manifest.patches_with_role("memory_saver")),
-                        follows=tuple(manifest.knobs_with_role("grad_accum")))
+    return MemorySavers(
+        checkpointing=first("activation_checkpointing"),
+        micro_batch=first("micro_batch"),
+        patches=tuple(manifest.patches_with_role("memory_saver")),
+        follows=tuple(manifest.knobs_with_role("grad_accum")),
+    )
 
 
 def doctor_seeds(manifest, scale: str, report: DoctorReport | None) -> list[Config]:
@@ -200,8 +227,9 @@ def bank_time_prior(advice: BankAdvice | None, baseline: Config):
     if advice is None or not advice.time_coefficients:
         return None
     base = baseline.knob_dict
-    names = sorted({f if f.startswith("patch:") else f.split("=", 1)[0]
-                    for f in advice.time_coefficients})
+    names = sorted(
+        {f if f.startswith("patch:") else f.split("=", 1)[0] for f in advice.time_coefficients}
+    )
 
     def prior(cs: list[Config]) -> np.ndarray:
         out = np.zeros((len(cs), len(names)))
@@ -209,12 +237,12 @@ def bank_time_prior(advice: BankAdvice | None, baseline: Config):
             parts = advice.log_speed_parts(c.knob_dict, c.patches, base)
             out[i] = [parts.get(n, 0.0) for n in names]
         return out
+
     prior.names = tuple(names)
     return prior
 
 
-def bank_memory_prior(advice: BankAdvice | None, baseline: Config,
-                      report: DoctorReport | None):
+def bank_memory_prior(advice: BankAdvice | None, baseline: Config, report: DoctorReport | None):
     """Where the manifest has no memory formula: the Doctor's measured baseline peak times the
     bank's prior peak ratio to the baseline, per config, as the memory model's offset (None
     without a bank, a measured peak or memory experiences)."""
@@ -222,8 +250,9 @@ def bank_memory_prior(advice: BankAdvice | None, baseline: Config,
     if advice is None or not advice.memory_coefficients or not peak:
         return None
     base, log_base = baseline.knob_dict, math.log(peak)
-    return lambda cs: np.array([log_base + advice.log_peak(c.knob_dict, c.patches, base)
-                                for c in cs])
+    return lambda cs: np.array(
+        [log_base + advice.log_peak(c.knob_dict, c.patches, base) for c in cs]
+    )
 
 
 def measured_peak(report: DoctorReport | None) -> float | None:
@@ -238,53 +267,83 @@ def with_proposed(manifest, proposed: list[ProposedPatch], run_dir, catalog: boo
     proposed patches as entries whose id is their path in the run directory and whose prior
     is their stated expectation (faded by the models as any catalog prior once measured).
     A view for building the problem only: trials resolve a proposed patch as a diff file."""
-    extra = [PatchSpec.model_construct(  # ids are paths, outside the catalog's id pattern
-        id=p.patch_id, file=str(Path(run_dir).resolve() / p.patch_id), title=p.title or p.patch_id, category="kernel",
-        roles=[], conflicts=[],
-        prior=Prior(step_time_ratio=p.expectation.step_time_ratio,
-                    peak_mem_ratio=p.expectation.peak_mem_ratio)) for p in proposed]
+    extra = [
+        PatchSpec.model_construct(  # ids are paths, outside the catalog's id pattern
+            id=p.patch_id,
+            file=str(Path(run_dir).resolve() / p.patch_id),
+            title=p.title or p.patch_id,
+            category="kernel",
+            roles=[],
+            conflicts=[],
+            prior=Prior(
+                step_time_ratio=p.expectation.step_time_ratio,
+                peak_mem_ratio=p.expectation.peak_mem_ratio,
+            ),
+        )
+        for p in proposed
+    ]
     if not extra and catalog:
         return manifest
-    return manifest.model_copy(update={"patches": (list(manifest.patches) if catalog else [])
-                                       + extra})
+    return manifest.model_copy(
+        update={"patches": (list(manifest.patches) if catalog else []) + extra}
+    )
 
 
-def build_problem(manifest, scale: str, capacity_bytes: int | None,
-                  report: DoctorReport | None = None,
-                  min_effect: float | None = None, seed: int = 0,
-                  bank: BankAdvice | None = None,
-                  first: tuple[frozenset[str], ...] = ()) -> Problem:
+def build_problem(
+    manifest,
+    scale: str,
+    capacity_bytes: int | None,
+    report: DoctorReport | None = None,
+    min_effect: float | None = None,
+    seed: int = 0,
+    bank: BankAdvice | None = None,
+    first: tuple[frozenset[str], ...] = (),
+) -> Problem:
     """The search problem of a workload at a scale under a per-rank capacity; ``bank``: the
     experience bank's advice (seeds, and priors for the time and memory models); ``first``:
     patch sets to try on the baseline's knobs before any other seed (a patch proposed during
     the run: measured soon, so its proposer hears how it did)."""
     from infrarsi.run.compat import incompatible_pairs
+
     clashes = incompatible_pairs(manifest)
-    configs = [c for c in candidates(manifest, scale, seed)
-               if not any(pair <= c.patches for pair in clashes)]
-    banked = {c: s for c, s in bank_seeds(manifest, scale, bank).items()
-              if not any(pair <= c.patches for pair in clashes)}
+    configs = [
+        c
+        for c in candidates(manifest, scale, seed)
+        if not any(pair <= c.patches for pair in clashes)
+    ]
+    banked = {
+        c: s
+        for c, s in bank_seeds(manifest, scale, bank).items()
+        if not any(pair <= c.patches for pair in clashes)
+    }
     from_bank = list(banked)
     configs += [c for c in from_bank if c not in set(configs)]
-    levels = {k.name: sorted({c.knob_dict[k.name] for c in configs})
-              for k in manifest.knobs}
+    levels = {k.name: sorted({c.knob_dict[k.name] for c in configs}) for k in manifest.knobs}
     space = Space.from_manifest(manifest, levels)
     seeds = [s for s in doctor_seeds(manifest, scale, report) if s in set(configs)]
     proposed = [Config.of(configs[0].knob_dict, patches) for patches in first]
     configs += [c for c in proposed if c not in set(configs)]
     seeds = list(dict.fromkeys(proposed + from_bank + seeds))
     cv = report.noise.cv_between if report is not None else None
-    return Problem(configs, space, configs[0], capacity_bytes=capacity_bytes,
-                   analytic_log_peak=analytic(manifest, scale) or
-                   bank_memory_prior(bank, configs[0], report),
-                   patch_log_speed=patch_speeds(manifest), seeds=seeds, bank_seeds=from_bank,
-                   bank_gain=bank_gains(banked), bank_peak=bank_peaks(banked),
-                   baseline_peak_bytes=measured_peak(report),
-                   measured_log_speed=measured_prior(manifest, scale, report),
-                   bank_log_speed=bank_time_prior(bank, configs[0]),
-                   derived=tuple(k.name for k in manifest.knobs if k.derive is not None),
-                   savers=savers(manifest), min_effect=min_effect or 0.02,
-                   noise_var_log=run_to_run_var(cv))
+    return Problem(
+        configs,
+        space,
+        configs[0],
+        capacity_bytes=capacity_bytes,
+        analytic_log_peak=analytic(manifest, scale) or bank_memory_prior(bank, configs[0], report),
+        patch_log_speed=patch_speeds(manifest),
+        seeds=seeds,
+        bank_seeds=from_bank,
+        bank_gain=bank_gains(banked),
+        bank_peak=bank_peaks(banked),
+        baseline_peak_bytes=measured_peak(report),
+        measured_log_speed=measured_prior(manifest, scale, report),
+        bank_log_speed=bank_time_prior(bank, configs[0]),
+        derived=tuple(k.name for k in manifest.knobs if k.derive is not None),
+        savers=savers(manifest),
+        min_effect=min_effect or 0.02,
+        noise_var_log=run_to_run_var(cv),
+    )
 
 
 def run_to_run_var(cv: float | None) -> float:
@@ -293,4 +352,4 @@ def run_to_run_var(cv: float | None) -> float:
     return math.log1p(cv * cv) if cv else DEFAULT_RUN_VAR_LOG
 
 
-DEFAULT_RUN_VAR_LOG = math.log1p(0.03 ** 2)  # 3%: a quiet machine
+DEFAULT_RUN_VAR_LOG = math.log1p(0.03**2)  # 3%: a quiet machine

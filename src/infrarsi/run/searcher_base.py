@@ -12,6 +12,7 @@ from infrarsi.trial.record import TrialStatus
 
 class Searcher:
     """Proposes configs of a problem one at a time and learns from their outcomes."""
+
     name = "base"
 
     def __init__(self, problem: Problem, seed: int = 0):
@@ -31,8 +32,11 @@ class Searcher:
 
     def recommend(self) -> Config | None:
         """The config this searcher would ship now: the fastest ok trial it has seen."""
-        ok = [(o.step_time_s, i) for i, (c, o) in enumerate(self.history)
-              if o.status == TrialStatus.OK]
+        ok = [
+            (o.step_time_s, i)
+            for i, (c, o) in enumerate(self.history)
+            if o.status == TrialStatus.OK
+        ]
         return self.history[min(ok)[1]][0] if ok else None
 
     def ranking(self, k: int) -> list[Config]:
@@ -53,10 +57,13 @@ class Searcher:
         """The first untried of the problem's start points (the baseline, the seeds, the
         priors' pick), which every searcher is given; the bank's seeds are passed over once
         one of them did not hold here (``Problem.bank_contradicted``)."""
-        refuted = set(self.problem.bank_seeds) if \
-            self.problem.bank_contradicted(self.history) else set()
-        return next((c for c in self.problem.start_points()
-                     if c not in self.tried and c not in refuted), None)
+        refuted = (
+            set(self.problem.bank_seeds) if self.problem.bank_contradicted(self.history) else set()
+        )
+        return next(
+            (c for c in self.problem.start_points() if c not in self.tried and c not in refuted),
+            None,
+        )
 
     def _untried_that_fit(self) -> list[Config]:
         """Untried candidates the analytic memory estimate says fit (every untried one when

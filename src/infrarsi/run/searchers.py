@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
@@ -17,6 +16,7 @@ __all__ = ["SEARCHERS", "GreedySearcher", "GridSearcher", "RandomSearcher", "Sea
 
 class RandomSearcher(Searcher):
     """Uniformly random untried candidates, the baseline first."""
+
     name = "random"
 
     def ask(self) -> Config | None:
@@ -30,6 +30,7 @@ class RandomSearcher(Searcher):
 class GreedySearcher(Searcher):
     """Coordinate descent from the baseline: change one knob or one patch at a time, keep the
     change when the trial is faster, sweep the dimensions in a random order until none helps."""
+
     name = "greedy"
 
     def __init__(self, problem: Problem, seed: int = 0):
@@ -45,8 +46,7 @@ class GreedySearcher(Searcher):
             for level in dim.levels:
                 if _same(level, knobs.get(dim.name)):
                     continue
-                moves.append(Config.of({**knobs, dim.name: level},
-                                       self.incumbent.patches))
+                moves.append(Config.of({**knobs, dim.name: level}, self.incumbent.patches))
         for patch in self.problem.space.patches:
             moves.append(Config.of(knobs, self.incumbent.patches ^ {patch}))
         order = self.rng.permutation(len(moves))
@@ -59,10 +59,10 @@ class GreedySearcher(Searcher):
         if not self.queue:
             self.queue = self._moves()
         target = self.queue.pop(0)
-        unfit = {c for c, f in zip(self.problem.candidates, self.problem.analytic_fits())
-                 if not f}
-        return self.problem.nearest(target, self.tried | unfit, self.rng) or \
-            self.problem.nearest(target, self.tried, self.rng)
+        unfit = {c for c, f in zip(self.problem.candidates, self.problem.analytic_fits()) if not f}
+        return self.problem.nearest(target, self.tried | unfit, self.rng) or self.problem.nearest(
+            target, self.tried, self.rng
+        )
 
     def tell(self, config: Config, outcome: Outcome) -> None:
         super().tell(config, outcome)
@@ -74,6 +74,7 @@ class GreedySearcher(Searcher):
 class GridSearcher(Searcher):
     """A DeepSpeed-autotuner-style grid: configs whose analytic memory estimate exceeds the
     capacity are pruned, the rest run in grid order — the largest micro-batch first."""
+
     name = "grid"
 
     def __init__(self, problem: Problem, seed: int = 0):
@@ -100,9 +101,11 @@ def make(name: str, problem: Problem, seed: int = 0) -> Searcher:
     """The searcher called ``name`` on ``problem``."""
     if name == "infrarsi":
         from infrarsi.run.infrarsi_searcher import InfraRSISearcher
+
         return InfraRSISearcher(problem, seed)
     if name in ("tpe", "gp"):
         from infrarsi.run.optuna_peers import OptunaSearcher
+
         return OptunaSearcher(problem, seed, sampler=name)
     classes = {"random": RandomSearcher, "greedy": GreedySearcher, "grid": GridSearcher}
     if name not in classes:

@@ -19,11 +19,12 @@ KnobLevel = int | float | str | bool
 @dataclass(frozen=True)
 class Config:
     """One point of the space: every knob's value and the set of patches applied."""
+
     knobs: tuple[tuple[str, KnobLevel], ...]
     patches: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, knobs: dict[str, KnobLevel], patches=()) -> "Config":
+    def of(cls, knobs: dict[str, KnobLevel], patches=()) -> Config:
         """A config from a knob dict and an iterable of patch ids."""
         return cls(tuple(sorted(knobs.items())), frozenset(patches))
 
@@ -41,6 +42,7 @@ class Config:
 @dataclass(frozen=True)
 class Dim:
     """One knob as the models see it: ``num`` (log-scaled), ``bool`` or ``cat`` (one-hot)."""
+
     name: str
     kind: str
     levels: tuple[KnobLevel, ...]
@@ -77,25 +79,27 @@ def infer_dim(name: str, values: list[KnobLevel]) -> Dim:
 @dataclass
 class Space:
     """The knobs and patches a search moves over, and how configs become model inputs."""
+
     dims: list[Dim]
     patches: list[str]
     _mean: np.ndarray = field(init=False, repr=False)
     _scale: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        raw = [col for d in self.dims for col in _level_columns(d)] + \
-              [np.array([0.0, 1.0]) for _ in self.patches]
+        raw = [col for d in self.dims for col in _level_columns(d)] + [
+            np.array([0.0, 1.0]) for _ in self.patches
+        ]
         self._mean = np.array([c.mean() for c in raw]) if raw else np.zeros(0)
         scale = np.array([c.std() for c in raw]) if raw else np.zeros(0)
         self._scale = np.where(scale > 0, scale, 1.0)
 
     @classmethod
-    def from_levels(cls, levels: dict[str, list[KnobLevel]], patches: list[str]) -> "Space":
+    def from_levels(cls, levels: dict[str, list[KnobLevel]], patches: list[str]) -> Space:
         """A space over knobs whose kinds are inferred from the values they take."""
         return cls([infer_dim(n, v) for n, v in levels.items()], sorted(patches))
 
     @classmethod
-    def from_manifest(cls, manifest, levels: dict[str, list[KnobLevel]] | None = None) -> "Space":
+    def from_manifest(cls, manifest, levels: dict[str, list[KnobLevel]] | None = None) -> Space:
         """A space over a manifest's knobs (``levels`` restricts their values) and its catalog."""
         dims = []
         for knob in manifest.knobs:
@@ -138,6 +142,7 @@ def single_threaded(fn):
     def wrapper(*args, **kwargs):
         with threadpool_limits(1):
             return fn(*args, **kwargs)
+
     return wrapper
 
 

@@ -3,7 +3,8 @@
 Two families, chosen between on the measured tables (``bench/models.py`` reports both):
 
 - ``gp``: a Gaussian process, Matern 5/2 plus a white-noise kernel, with one length scale per
-  encoded column (ARD) once there are twice as many points as columns (one shared before); each trial's own noise (the spread of its steady steps, ``cv^2 / steps``)
+  encoded column (ARD) once there are twice as many points as columns (one shared before); each
+  trial's own noise (the spread of its steady steps, ``cv^2 / steps``)
   enters as its per-point noise, so a noisy trial pulls the surface less. Its signal variance
   has a floor (``AMPLITUDE_MIN_LOG``): trials no more spread than their noise must not make
   the model sure that an untried config gains nothing.
@@ -47,8 +48,9 @@ class StepTimeModel:
         return f"StepTimeModel({self.family}, {fitted})"
 
     @single_threaded
-    def fit(self, X: np.ndarray, step_time_s: np.ndarray,
-            noise_var_log: np.ndarray | None = None) -> "StepTimeModel":
+    def fit(
+        self, X: np.ndarray, step_time_s: np.ndarray, noise_var_log: np.ndarray | None = None
+    ) -> StepTimeModel:
         """Fit on encoded configs and measured step times; ``noise_var_log`` per trial."""
         X = np.asarray(X, dtype=float)
         y = np.log(np.asarray(step_time_s, dtype=float))
@@ -58,32 +60,44 @@ class StepTimeModel:
         if len(y) < 2:
             self.model_ = None
             return self
-        noise = np.full(len(y), 1e-4) if noise_var_log is None else \
-            np.maximum(np.asarray(noise_var_log, dtype=float), 1e-6)
+        noise = (
+            np.full(len(y), 1e-4)
+            if noise_var_log is None
+            else np.maximum(np.asarray(noise_var_log, dtype=float), 1e-6)
+        )
         self.model_ = self._gp(X, y, noise) if self.family == "gp" else self._forest(X, y)
         return self
 
     def _gp(self, X, y, noise):
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
         # one length scale per column (ARD) only once there are enough points to tell them
         # apart; before that, ARD fits noise and one shared length scale generalises better
         ard = len(y) >= 2 * X.shape[1]
         scale = np.ones(X.shape[1]) * 2.0 if ard else 2.0
         kernel = ConstantKernel(*self._amplitude()) * Matern(
-            length_scale=scale, length_scale_bounds=(1e-1, 1e3), nu=2.5) \
-            + WhiteKernel(1e-2, (1e-5, 1.0))
-        gp = GaussianProcessRegressor(kernel, alpha=noise / max(self.y_sd_, 1e-3) ** 2,
-                                      normalize_y=True, n_restarts_optimizer=0,
-                                      random_state=self.seed)
+            length_scale=scale, length_scale_bounds=(1e-1, 1e3), nu=2.5
+        ) + WhiteKernel(1e-2, (1e-5, 1.0))
+        gp = GaussianProcessRegressor(
+            kernel,
+            alpha=noise / max(self.y_sd_, 1e-3) ** 2,
+            normalize_y=True,
+            n_restarts_optimizer=0,
+            random_state=self.seed,
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if len(y) > HYPER_FIT_MAX:  # hyperparameters from a subset, the posterior from all
                 pick = np.random.default_rng(self.seed).choice(len(y), HYPER_FIT_MAX, False)
                 gp.alpha = noise[pick] / max(self.y_sd_, 1e-3) ** 2
                 gp.fit(X[pick], y[pick])
-                gp = GaussianProcessRegressor(gp.kernel_, alpha=noise / max(self.y_sd_, 1e-3) ** 2,
-                                              normalize_y=True, optimizer=None)
+                gp = GaussianProcessRegressor(
+                    gp.kernel_,
+                    alpha=noise / max(self.y_sd_, 1e-3) ** 2,
+                    normalize_y=True,
+                    optimizer=None,
+                )
             gp.fit(X, y)
         return gp
 
@@ -102,11 +116,19 @@ class StepTimeModel:
         if self.family != "gp" or self.model_ is None:
             return None
         n = self.n_obs_
-        return float(self.model_.log_marginal_likelihood_value_ - n * np.log(
-            max(self.model_._y_train_std, 1e-12)))
+        return float(
+            self.model_.log_marginal_likelihood_value_
+            - n * np.log(max(self.model_._y_train_std, 1e-12))
+        )
 
-    def basis_weight(self, X: np.ndarray, residual_log: np.ndarray, basis_log: np.ndarray,
-                     noise_var_log: np.ndarray, prior_sd: float) -> tuple[float, float] | None:
+    def basis_weight(
+        self,
+        X: np.ndarray,
+        residual_log: np.ndarray,
+        basis_log: np.ndarray,
+        noise_var_log: np.ndarray,
+        prior_sd: float,
+    ) -> tuple[float, float] | None:
         """Posterior mean and sd of ``w`` in ``residual_log = c + w * basis_log + f(X) + noise``,
         with ``w ~ N(1, prior_sd^2)``, a flat intercept ``c`` and ``f`` this fitted GP's
         kernel (Rasmussen & Williams 2006, sec. 2.7: explicit basis functions, ``f``
@@ -122,15 +144,17 @@ class StepTimeModel:
         C = scale * self.model_.kernel_(X) + np.diag(noise)  # the white kernel is in kernel_
         H = np.column_stack([np.ones(len(X)), np.asarray(basis_log, dtype=float)])
         Ci_H = np.linalg.solve(C, H)
-        A = H.T @ Ci_H + np.diag([1e-8, 1.0 / prior_sd ** 2])
-        b = Ci_H.T @ np.asarray(residual_log, dtype=float) + np.array([0.0, 1.0 / prior_sd ** 2])
+        A = H.T @ Ci_H + np.diag([1e-8, 1.0 / prior_sd**2])
+        b = Ci_H.T @ np.asarray(residual_log, dtype=float) + np.array([0.0, 1.0 / prior_sd**2])
         mean = np.linalg.solve(A, b)
         return float(mean[1]), float(math.sqrt(max(np.linalg.inv(A)[1, 1], 0.0)))
 
     def _forest(self, X, y):
         from sklearn.ensemble import ExtraTreesRegressor
-        forest = ExtraTreesRegressor(n_estimators=100, min_samples_leaf=2,
-                                     random_state=self.seed, n_jobs=1)
+
+        forest = ExtraTreesRegressor(
+            n_estimators=100, min_samples_leaf=2, random_state=self.seed, n_jobs=1
+        )
         forest.fit(X, y)
         return forest
 

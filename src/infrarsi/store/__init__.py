@@ -27,6 +27,7 @@ class TrialState(str, enum.Enum):
     """A stored trial's state: in flight (``running``), cut off when the tool died
     (``interrupted``, re-run in a row of its own on resume), or one of the record's final
     statuses (``TrialStatus``)."""
+
     RUNNING = "running"
     INTERRUPTED = "interrupted"
     OK = TrialStatus.OK.value
@@ -46,6 +47,7 @@ IN_FLIGHT = (TrialState.RUNNING, TrialState.INTERRUPTED)
 
 class StoredRun(BaseModel):
     """A run as the store holds it."""
+
     run_id: str
     created_unix_s: float
     workload: str
@@ -59,13 +61,17 @@ class StoredRun(BaseModel):
     capacity_bytes: int | None
     status: str
     stop_reason: str | None = None
-    ranking_json: list | None = Field(None, description="the configs the run recommends, best "
-                                      "first: {knobs, patches, step_time_s, trials}")
+    ranking_json: list | None = Field(
+        None,
+        description="the configs the run recommends, best "
+        "first: {knobs, patches, step_time_s, trials}",
+    )
 
 
 class StoredTrial(BaseModel):
     """A trial as the store holds it: the config, the predictions made when it was proposed,
     and (once it ended) what it measured with its full record."""
+
     id: int
     run_id: str
     seq: int
@@ -88,13 +94,16 @@ class RunDirError(ValueError):
     """A folder that holds no run, with the fix."""
 
 
-def open_run_dir(run_dir: Path) -> tuple["Store", StoredRun]:
+def open_run_dir(run_dir: Path) -> tuple[Store, StoredRun]:
     """The store and the run of a run directory (its ``run.json`` names both)."""
     import json
+
     info_path = Path(run_dir) / "run.json"
     if not info_path.exists():
-        raise RunDirError(f"{run_dir} holds no run (no run.json): run `infrarsi run CONTRACT` "
-                          "first, or give the run directory it printed")
+        raise RunDirError(
+            f"{run_dir} holds no run (no run.json): run `infrarsi run CONTRACT` "
+            "first, or give the run directory it printed"
+        )
     info = json.loads(info_path.read_text())
     store = Store(info["store_url"])
     return store, store.run(info["run_id"])
@@ -145,24 +154,38 @@ class Store:
         with Session(self.engine) as s, s.begin():
             s.get(RunRow, run_id).ranking_json = ranking
 
-    def start_trial(self, run_id: str, seq: int, config: dict,
-                    predictions: dict | None = None) -> int:
+    def start_trial(
+        self, run_id: str, seq: int, config: dict, predictions: dict | None = None
+    ) -> int:
         """Write a trial as ``running`` before it is launched; returns its row id."""
         p = predictions or {}
         with Session(self.engine) as s, s.begin():
-            row = TrialRow(run_id=run_id, seq=seq, config_json=config, status=TrialState.RUNNING,
-                           predicted_step_time_s=p.get("step_time_s"),
-                           predicted_p_oom=p.get("p_oom"),
-                           predicted_peak_bytes=p.get("peak_bytes"),
-                           started_unix_s=time.time())
+            row = TrialRow(
+                run_id=run_id,
+                seq=seq,
+                config_json=config,
+                status=TrialState.RUNNING,
+                predicted_step_time_s=p.get("step_time_s"),
+                predicted_p_oom=p.get("p_oom"),
+                predicted_peak_bytes=p.get("peak_bytes"),
+                started_unix_s=time.time(),
+            )
             s.add(row)
             s.flush()
             return row.id
 
-    def finish_trial(self, row_id: int, status: str, *, trial_id: str | None = None,
-                     step_time_s: float | None = None, peak_mem_bytes: float | None = None,
-                     cost_s: float | None = None, error: str | None = None,
-                     record: dict | None = None) -> None:
+    def finish_trial(
+        self,
+        row_id: int,
+        status: str,
+        *,
+        trial_id: str | None = None,
+        step_time_s: float | None = None,
+        peak_mem_bytes: float | None = None,
+        cost_s: float | None = None,
+        error: str | None = None,
+        record: dict | None = None,
+    ) -> None:
         """Write what a trial measured; its status becomes final."""
         if status not in FINAL:
             raise ValueError(f"trial status {status!r}: one of {FINAL}")
@@ -189,15 +212,23 @@ class Store:
     def trials(self, run_id: str) -> list[StoredTrial]:
         """Every trial of a run in the order proposed."""
         with Session(self.engine) as s:
-            rows = s.scalars(select(TrialRow).where(TrialRow.run_id == run_id)
-                             .order_by(TrialRow.seq, TrialRow.id))
+            rows = s.scalars(
+                select(TrialRow)
+                .where(TrialRow.run_id == run_id)
+                .order_by(TrialRow.seq, TrialRow.id)
+            )
             return [StoredTrial.model_validate(r, from_attributes=True) for r in rows]
 
     def interrupt_running(self, run_id: str) -> list[StoredTrial]:
         """Mark the trials a killed run left ``running`` as ``interrupted``; returns them."""
         with Session(self.engine) as s, s.begin():
-            rows = list(s.scalars(select(TrialRow).where(TrialRow.run_id == run_id,
-                                                         TrialRow.status == TrialState.RUNNING)))
+            rows = list(
+                s.scalars(
+                    select(TrialRow).where(
+                        TrialRow.run_id == run_id, TrialRow.status == TrialState.RUNNING
+                    )
+                )
+            )
             for row in rows:
                 row.status, row.ended_unix_s = "interrupted", time.time()
                 row.error = "the run was stopped while this trial ran; it is proposed again"
@@ -209,6 +240,7 @@ def upgrade(engine, migrations: Path = MIGRATIONS) -> None:
     bank's, which names its own version table in its ``env.py``)."""
     from alembic import command
     from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(migrations))
     with engine.begin() as connection:
@@ -219,6 +251,8 @@ def upgrade(engine, migrations: Path = MIGRATIONS) -> None:
 def revision(engine, version_table: str = "alembic_version") -> str | None:
     """The schema revision a store (or, with its version table, the bank) is at."""
     from alembic.runtime.migration import MigrationContext
+
     with engine.connect() as connection:
         return MigrationContext.configure(
-            connection, opts={"version_table": version_table}).get_current_revision()
+            connection, opts={"version_table": version_table}
+        ).get_current_revision()

@@ -14,8 +14,9 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel, Field
 from sqlalchemy import create_engine, delete, event, func, select
@@ -37,6 +38,7 @@ class Experience(BaseModel):
     baseline time per step over this one's, measured in the same run (for a ``censored``
     outcome — an OOM or a trial cut short as slow — an upper bound); ``peak_share`` is the
     largest per-rank peak over the per-rank capacity (at least 1 for an OOM)."""
+
     id: int | None = None
     key: str = Field(description="run/stage/trial: what makes an experience unique")
     created_unix_s: float
@@ -65,6 +67,7 @@ class Experience(BaseModel):
 
 class StoredSeed(BaseModel):
     """A seed the bank gave a run, with its source and (once known) whether it held."""
+
     id: int | None = None
     run_id: str
     created_unix_s: float
@@ -101,15 +104,18 @@ class BankStore:
         try:
             self.engine = create_engine(self.url, connect_args={"timeout": 30} if sqlite else {})
         except Exception as exc:  # a bad URL or a missing driver
-            raise BankError(f"cannot open the bank {self.url!r}: {exc}; give --bank "
-                            "sqlite:///PATH or postgresql+psycopg://USER@HOST/DB") from None
+            raise BankError(
+                f"cannot open the bank {self.url!r}: {exc}; give --bank "
+                "sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+            ) from None
         if sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._retry(lambda: upgrade(self.engine))
 
     # -- writing ---------------------------------------------------------------------------
-    def add(self, experiences: list[Experience],
-            patch_texts: dict[str, tuple[str, str]] | None = None) -> int:
+    def add(
+        self, experiences: list[Experience], patch_texts: dict[str, tuple[str, str]] | None = None
+    ) -> int:
         """Store experiences not stored yet (by ``key``) and patch texts not stored yet (by
         SHA-256: ``{sha: (patch_id, text)}``), in one transaction; returns how many
         experiences were new."""
@@ -120,53 +126,83 @@ class BankStore:
                 keys = [e.key for e in experiences]
                 have = set()
                 for chunk in range(0, len(keys), 500):
-                    have |= set(s.scalars(select(ExperienceRow.key).where(
-                        ExperienceRow.key.in_(keys[chunk:chunk + 500]))))
+                    have |= set(
+                        s.scalars(
+                            select(ExperienceRow.key).where(
+                                ExperienceRow.key.in_(keys[chunk : chunk + 500])
+                            )
+                        )
+                    )
                 new = [e for e in experiences if e.key not in have]
                 s.add_all(ExperienceRow(**e.model_dump(exclude={"id"})) for e in new)
-                shas = set(s.scalars(select(PatchTextRow.sha256).where(
-                    PatchTextRow.sha256.in_(list(patch_texts)))))
-                s.add_all(PatchTextRow(sha256=sha, patch_id=pid, text=text)
-                          for sha, (pid, text) in patch_texts.items() if sha not in shas)
+                shas = set(
+                    s.scalars(
+                        select(PatchTextRow.sha256).where(
+                            PatchTextRow.sha256.in_(list(patch_texts))
+                        )
+                    )
+                )
+                s.add_all(
+                    PatchTextRow(sha256=sha, patch_id=pid, text=text)
+                    for sha, (pid, text) in patch_texts.items()
+                    if sha not in shas
+                )
                 return len(new)
+
         return self._retry(write)
 
     def add_seeds(self, seeds: list[StoredSeed]) -> list[int]:
         """Record the seeds a run was given; returns their ids."""
+
         def write() -> list[int]:
             with Session(self.engine) as s, s.begin():
                 rows = [SeedRow(**x.model_dump(exclude={"id"})) for x in seeds]
                 s.add_all(rows)
                 s.flush()
                 return [r.id for r in rows]
+
         return self._retry(write)
 
-    def set_seed_outcome(self, seed_id: int, measured_speedup: float | None,
-                         held: bool | None) -> None:
+    def set_seed_outcome(
+        self, seed_id: int, measured_speedup: float | None, held: bool | None
+    ) -> None:
         """What a seed measured in the run it was given to, and whether it held."""
+
         def write() -> None:
             with Session(self.engine) as s, s.begin():
                 row = s.get(SeedRow, seed_id)
                 row.measured_speedup, row.held = measured_speedup, held
+
         self._retry(write)
 
     def forget_run(self, run_id: str) -> int:
         """Remove every experience and seed of one run; returns how many experiences went."""
+
         def write() -> int:
             with Session(self.engine) as s, s.begin():
                 gone = s.execute(delete(ExperienceRow).where(ExperienceRow.run_id == run_id))
                 s.execute(delete(SeedRow).where(SeedRow.run_id == run_id))
                 return gone.rowcount or 0
+
         return self._retry(write)
 
     # -- reading ---------------------------------------------------------------------------
-    def experiences(self, *, workload: str | None = None, hardware_fp: str | None = None,
-                    run_id: str | None = None, stage: str | None = None) -> list[Experience]:
+    def experiences(
+        self,
+        *,
+        workload: str | None = None,
+        hardware_fp: str | None = None,
+        run_id: str | None = None,
+        stage: str | None = None,
+    ) -> list[Experience]:
         """Experiences, oldest first, optionally of one workload, host, run or stage."""
         query = select(ExperienceRow).order_by(ExperienceRow.id)
-        for column, value in ((ExperienceRow.workload, workload),
-                              (ExperienceRow.hardware_fp, hardware_fp),
-                              (ExperienceRow.run_id, run_id), (ExperienceRow.stage, stage)):
+        for column, value in (
+            (ExperienceRow.workload, workload),
+            (ExperienceRow.hardware_fp, hardware_fp),
+            (ExperienceRow.run_id, run_id),
+            (ExperienceRow.stage, stage),
+        ):
             if value is not None:
                 query = query.where(column == value)
         with Session(self.engine) as s:
@@ -177,11 +213,14 @@ class BankStore:
         with Session(self.engine) as s:
             row = s.get(ExperienceRow, experience_id)
             if row is None:
-                lo, hi = s.execute(select(func.min(ExperienceRow.id),
-                                          func.max(ExperienceRow.id))).one()
-                raise KeyError(f"no experience {experience_id} in {self.url}; ids run "
-                               f"{lo}..{hi}" if lo is not None else f"the bank {self.url} is "
-                               "empty")
+                lo, hi = s.execute(
+                    select(func.min(ExperienceRow.id), func.max(ExperienceRow.id))
+                ).one()
+                raise KeyError(
+                    f"no experience {experience_id} in {self.url}; ids run {lo}..{hi}"
+                    if lo is not None
+                    else f"the bank {self.url} is empty"
+                )
             return Experience.model_validate(row, from_attributes=True)
 
     def seeds(self, run_id: str | None = None) -> list[StoredSeed]:
@@ -206,11 +245,13 @@ class BankStore:
     # -- moving a bank ---------------------------------------------------------------------
     def export(self, path: Path) -> dict[str, int]:
         """Write the whole bank to one JSON file (experiences, patch texts, seeds)."""
-        data = {"format": "infrarsi-bank", "version": 1,
-                "experiences": [e.model_dump(mode="json", exclude={"id"})
-                                for e in self.experiences()],
-                "patch_texts": {sha: list(v) for sha, v in self.patch_texts().items()},
-                "seeds": [x.model_dump(mode="json", exclude={"id"}) for x in self.seeds()]}
+        data = {
+            "format": "infrarsi-bank",
+            "version": 1,
+            "experiences": [e.model_dump(mode="json", exclude={"id"}) for e in self.experiences()],
+            "patch_texts": {sha: list(v) for sha, v in self.patch_texts().items()},
+            "seeds": [x.model_dump(mode="json", exclude={"id"}) for x in self.seeds()],
+        }
         Path(path).write_text(json.dumps(data, indent=1))
         return {k: len(data[k]) for k in ("experiences", "patch_texts", "seeds")}
 
@@ -221,19 +262,21 @@ class BankStore:
         except (OSError, json.JSONDecodeError) as exc:
             raise BankError(f"{path}: not a bank export ({exc})") from None
         if not isinstance(data, dict) or data.get("format") != "infrarsi-bank":
-            raise BankError(f"{path}: not a bank export (no \"format\": \"infrarsi-bank\"); "
-                            "write one with `infrarsi bank export FILE`")
+            raise BankError(
+                f'{path}: not a bank export (no "format": "infrarsi-bank"); '
+                "write one with `infrarsi bank export FILE`"
+            )
         experiences = [Experience.model_validate(e) for e in data.get("experiences", [])]
         texts = {sha: tuple(v) for sha, v in data.get("patch_texts", {}).items()}
         added = self.add(experiences, texts)
         seen = {(x.run_id, json.dumps(x.knobs_json, sort_keys=True)) for x in self.seeds()}
         seeds = [StoredSeed.model_validate(x) for x in data.get("seeds", [])]
-        new_seeds = [x for x in seeds
-                     if (x.run_id, json.dumps(x.knobs_json, sort_keys=True)) not in seen]
+        new_seeds = [
+            x for x in seeds if (x.run_id, json.dumps(x.knobs_json, sort_keys=True)) not in seen
+        ]
         if new_seeds:
             self.add_seeds(new_seeds)
-        return {"experiences": added, "skipped": len(experiences) - added,
-                "seeds": len(new_seeds)}
+        return {"experiences": added, "skipped": len(experiences) - added, "seeds": len(new_seeds)}
 
     # -- robustness ------------------------------------------------------------------------
     def _retry(self, fn: Callable[[], T]) -> T:
@@ -244,11 +287,12 @@ class BankStore:
                 return fn()
             except (OperationalError, IntegrityError) as exc:
                 transient = isinstance(exc, IntegrityError) or any(
-                    word in str(exc).lower() for word in ("locked", "busy", "deadlock",
-                                                          "could not serialize"))
+                    word in str(exc).lower()
+                    for word in ("locked", "busy", "deadlock", "could not serialize")
+                )
                 if not transient or attempt == RETRIES - 1:
                     raise
-                time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
+                time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
         raise AssertionError("unreachable")
 
 

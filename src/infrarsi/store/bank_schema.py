@@ -15,6 +15,7 @@ class BankBase(DeclarativeBase):
 
 class ExperienceRow(BankBase):
     """One measured trial (or one Apply verdict), normalised to its host's baseline."""
+
     __tablename__ = "experiences"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     # run/stage/trial: a run ingested twice is stored once
@@ -45,6 +46,7 @@ class ExperienceRow(BankBase):
 
 class PatchTextRow(BankBase):
     """A patch's text, stored once under the SHA-256 of its content."""
+
     __tablename__ = "patch_texts"
     sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
     patch_id: Mapped[str] = mapped_column(String(128))
@@ -54,6 +56,7 @@ class PatchTextRow(BankBase):
 class SeedRow(BankBase):
     """A seed the bank gave a run (revision 0002): from where, what it expected, and — once
     that run was ingested — what it measured here and whether it held."""
+
     __tablename__ = "seeds"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(String(64), index=True)

@@ -13,6 +13,7 @@ class Base(DeclarativeBase):
 
 class RunRow(Base):
     """One search: its contract, searcher, budget and where it stands."""
+
     __tablename__ = "runs"
     run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     created_unix_s: Mapped[float] = mapped_column(Float)
@@ -33,6 +34,7 @@ class RunRow(Base):
 class TrialRow(Base):
     """One proposed trial: ``running`` when launched, final when it ended; ``interrupted``
     when the run was killed while it ran (it is then proposed again)."""
+
     __tablename__ = "trials"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id"), index=True)

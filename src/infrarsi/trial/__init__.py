@@ -4,5 +4,14 @@ from infrarsi.trial.patching import PatchFailed, PatchRefused
 from infrarsi.trial.record import PatchRef, TrialMetrics, TrialRecord, TrialStatus
 from infrarsi.trial.runner import TrialSpec, prepare, run_trial
 
-__all__ = ["PatchFailed", "PatchRef", "PatchRefused", "TrialMetrics", "TrialRecord",
-           "TrialSpec", "TrialStatus", "prepare", "run_trial"]
+__all__ = [
+    "PatchFailed",
+    "PatchRef",
+    "PatchRefused",
+    "TrialMetrics",
+    "TrialRecord",
+    "TrialSpec",
+    "TrialStatus",
+    "prepare",
+    "run_trial",
+]

@@ -19,8 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infrarsi.trial.memcg import RankMemory
-from infrarsi.trial.metrics import (MetricsError, RankReport, cv, read_probe_files, read_stdout,
-                                    reduce_ranks, steady_phases)
+from infrarsi.trial.metrics import (
+    MetricsError,
+    RankReport,
+    cv,
+    read_probe_files,
+    read_stdout,
+    reduce_ranks,
+    steady_phases,
+)
 from infrarsi.trial.process import ProcessResult
 from infrarsi.trial.record import TrialMetrics, TrialStatus
 
@@ -31,21 +38,27 @@ OOM_PATTERNS = re.compile(
     r"DefaultCPUAllocator: can't allocate memory|CUDA out of memory|OutOfMemoryError|"
     r"\bMemoryError\b|std::bad_alloc|Cannot allocate memory|failed to map segment|"
     r"Memory allocation still failed",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 TAIL_CHARS = 2000
 
 
 @dataclass
 class Classified:
     """A status, the reason when it is not ``ok``, and the metrics when there are any."""
+
     status: TrialStatus
     error: str | None = None
     metrics: TrialMetrics | None = None
     warnings: list[str] = field(default_factory=list)
 
 
-def outcome(result: ProcessResult, trial_dir: Path, spec: "TrialSpec",
-            memory: dict[int, RankMemory] | None = None) -> Classified:
+def outcome(
+    result: ProcessResult,
+    trial_dir: Path,
+    spec: TrialSpec,
+    memory: dict[int, RankMemory] | None = None,
+) -> Classified:
     """Status from how the processes ended: oom, timeout, crash, or ok (to be measured)."""
     output = _read(trial_dir / "stderr.log") + _read(trial_dir / "stdout.log")
     rank_errors = _rank_errors(trial_dir)
@@ -53,40 +66,55 @@ def outcome(result: ProcessResult, trial_dir: Path, spec: "TrialSpec",
     if oom is not None:
         return Classified(TrialStatus.OOM, oom)
     if result.timed_out and spec.cut_after_s < spec.effective_timeout_s:
-        return Classified(TrialStatus.SLOW, f"cut short after {spec.cut_after_s:.1f} s: slower "
-                          "than the search's bound (a multiple of the best config's time so "
-                          "far); its time is right-censored there")
+        return Classified(
+            TrialStatus.SLOW,
+            f"cut short after {spec.cut_after_s:.1f} s: slower "
+            "than the search's bound (a multiple of the best config's time so "
+            "far); its time is right-censored there",
+        )
     if result.timed_out:
-        return Classified(TrialStatus.TIMEOUT, f"no exit after {spec.effective_timeout_s:g} s; "
-                       f"killed. Output tail:\n{_tail(output)}")
+        return Classified(
+            TrialStatus.TIMEOUT,
+            f"no exit after {spec.effective_timeout_s:g} s; killed. Output tail:\n{_tail(output)}",
+        )
     if result.returncode != 0 and not rank_errors and _every_rank_finished(trial_dir, spec):
-        return Classified(TrialStatus.OK, warnings=[
-            f"every step was reported, then the job ended with "
-            f"{_exit_text(result.returncode)} during shutdown ({_teardown_hint(output)}); "
-            "the measurements are complete"])
+        return Classified(
+            TrialStatus.OK,
+            warnings=[
+                f"every step was reported, then the job ended with "
+                f"{_exit_text(result.returncode)} during shutdown ({_teardown_hint(output)}); "
+                "the measurements are complete"
+            ],
+        )
     if result.returncode != 0:
         return Classified(TrialStatus.CRASH, _crash_text(result, rank_errors, output))
     return Classified(TrialStatus.OK)
 
 
-def _oom(result: ProcessResult, spec: "TrialSpec", memory: dict[int, RankMemory],
-         rank_errors: list[dict], output: str) -> str | None:
+def _oom(
+    result: ProcessResult,
+    spec: TrialSpec,
+    memory: dict[int, RankMemory],
+    rank_errors: list[dict],
+    output: str,
+) -> str | None:
     """Why the trial is an ``oom``, or None when no rank ran out of memory."""
     killed = {rank: mem for rank, mem in memory.items() if mem.oom_kills}
     if killed and (result.returncode != 0 or result.timed_out):
         rank, mem = next(iter(killed.items()))
-        return (f"rank {rank} ran out of memory: the kernel ended it when its memory reached "
-                f"{mem.peak_bytes} bytes{_cap_note(spec)}")
+        return (
+            f"rank {rank} ran out of memory: the kernel ended it when its memory reached "
+            f"{mem.peak_bytes} bytes{_cap_note(spec)}"
+        )
     errors = [e for e in rank_errors if e.get("oom")]
     if errors:
         first = errors[0]
-        return (f"rank {first['rank']}: {first['type']}: {first['message'][-500:]}"
-                f"{_cap_note(spec)}")
+        return f"rank {first['rank']}: {first['type']}: {first['message'][-500:]}{_cap_note(spec)}"
     match = OOM_PATTERNS.search(output) if result.returncode else None
     return f"{_line_around(output, match)}{_cap_note(spec)}" if match else None
 
 
-def _every_rank_finished(trial_dir: Path, spec: "TrialSpec") -> bool:
+def _every_rank_finished(trial_dir: Path, spec: TrialSpec) -> bool:
     """True when the job reported every step: each rank wrote the probe's end record, or rank
     0's stdout holds every step's line."""
     how = spec.manifest.launch.metrics
@@ -108,33 +136,51 @@ def _teardown_hint(output: str) -> str:
     return "no Python error was raised"
 
 
-def measured(spec: "TrialSpec", reports: list[RankReport], result: ProcessResult,
-             memory: dict[int, RankMemory] | None = None) -> Classified:
+def measured(
+    spec: TrialSpec,
+    reports: list[RankReport],
+    result: ProcessResult,
+    memory: dict[int, RankMemory] | None = None,
+) -> Classified:
     """Metrics of a clean run, or ``invalid`` when steps or tokens per step differ."""
     reduced = reduce_ranks(reports)
     preset = spec.manifest.scale(spec.scale)
     steps_expected = int(preset.params["steps"])
     if len(reduced.step_times_s) != steps_expected:
-        return Classified(TrialStatus.INVALID, f"ran {len(reduced.step_times_s)} optimizer steps; "
-                       f"the workload fixes {steps_expected}")
+        return Classified(
+            TrialStatus.INVALID,
+            f"ran {len(reduced.step_times_s)} optimizer steps; the workload fixes {steps_expected}",
+        )
     tokens = spec.tokens_per_step()
     wrong = [t for t in reduced.tokens if t is not None and t != tokens]
     if wrong:
-        return Classified(TrialStatus.INVALID, f"tokens per optimizer step {wrong[0]}; the "
-                       f"workload fixes {tokens}")
+        return Classified(
+            TrialStatus.INVALID,
+            f"tokens per optimizer step {wrong[0]}; the workload fixes {tokens}",
+        )
     too_long = [t for t in reduced.step_times_s if t > result.wall_s]
     if too_long:
-        raise MetricsError(f"a reported step took {too_long[0]:g} s, longer than the whole trial "
-                           f"({result.wall_s:.1f} s): check the unit of the step-time pattern "
-                           "(e.g. unit: ms)")
+        raise MetricsError(
+            f"a reported step took {too_long[0]:g} s, longer than the whole trial "
+            f"({result.wall_s:.1f} s): check the unit of the step-time pattern "
+            "(e.g. unit: ms)"
+        )
     peaks, source, warnings = _peaks(reports, reduced, result, memory)
-    return Classified(TrialStatus.OK,
-                      metrics=_metrics(spec, reduced, result, tokens, peaks, source),
-                      warnings=warnings)
+    return Classified(
+        TrialStatus.OK,
+        metrics=_metrics(spec, reduced, result, tokens, peaks, source),
+        warnings=warnings,
+    )
 
 
-def _metrics(spec: "TrialSpec", reduced, result: ProcessResult, tokens: int,
-             peaks: list[int | None], source: str) -> TrialMetrics:
+def _metrics(
+    spec: TrialSpec,
+    reduced,
+    result: ProcessResult,
+    tokens: int,
+    peaks: list[int | None],
+    source: str,
+) -> TrialMetrics:
     warmup = min(spec.manifest.scale(spec.scale).warmup_steps, len(reduced.step_times_s) - 1)
     steady = reduced.step_times_s[warmup:]
     step_time = statistics.median(steady)
@@ -144,11 +190,17 @@ def _metrics(spec: "TrialSpec", reduced, result: ProcessResult, tokens: int,
     compile_on = str(spec.knobs.get("compile", "off")).lower() not in ("off", "false", "0")
     timing = result.outside_timing
     return TrialMetrics(
-        step_time_s=step_time, step_time_cv=cv(steady), e2e_time_s=result.wall_s,
-        train_time_s=train_time, startup_time_s=max(0.0, result.wall_s - train_time),
-        warmup_overhead_s=overhead, compile_time_s=overhead if compile_on else 0.0,
-        tokens_per_step=tokens, tokens_per_s=tokens / step_time,
-        peak_mem_bytes=peaks, peak_mem_source=source,
+        step_time_s=step_time,
+        step_time_cv=cv(steady),
+        e2e_time_s=result.wall_s,
+        train_time_s=train_time,
+        startup_time_s=max(0.0, result.wall_s - train_time),
+        warmup_overhead_s=overhead,
+        compile_time_s=overhead if compile_on else 0.0,
+        tokens_per_step=tokens,
+        tokens_per_s=tokens / step_time,
+        peak_mem_bytes=peaks,
+        peak_mem_source=source,
         reported_peak_mem_bytes=reduced.reported_peak_mem_bytes,
         outside_peak_rss_bytes=[result.outside_peak_rss_bytes.get(r) for r in range(len(peaks))],
         outside_train_span_s=timing.span_s if timing else None,
@@ -156,9 +208,14 @@ def _metrics(spec: "TrialSpec", reduced, result: ProcessResult, tokens: int,
         harness_step_times_s=timing.step_times_s if timing else [],
         harness_step_time_s=_steady_median(timing.step_times_s[warmup:]) if timing else None,
         harness_tail_s=result.wall_s - timing.last_step_at_s if timing else None,
-        loss=reduced.loss, step_times_s=reduced.step_times_s, phases_s=phases,
+        loss=reduced.loss,
+        step_times_s=reduced.step_times_s,
+        phases_s=phases,
         unattributed_s=statistics.fmean(steady) - sum(phases.values()) if phases else 0.0,
-        steps=len(reduced.step_times_s), warmup_steps=warmup, ranks=len(peaks))
+        steps=len(reduced.step_times_s),
+        warmup_steps=warmup,
+        ranks=len(peaks),
+    )
 
 
 def _steady_median(times: list[float | None]) -> float | None:
@@ -166,31 +223,44 @@ def _steady_median(times: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def _peaks(reports: list[RankReport], reduced, result: ProcessResult,
-           memory: dict[int, RankMemory] | None) -> tuple[list[int | None], str, list[str]]:
+def _peaks(
+    reports: list[RankReport], reduced, result: ProcessResult, memory: dict[int, RankMemory] | None
+) -> tuple[list[int | None], str, list[str]]:
     """Per-rank peak memory as the harness measured it, its source, and what is unknown.
 
     CUDA: the device's max reserved memory the rank reports (the capacity is the device's).
     CPU: the kernel's peak charge of the rank's memory cgroup; where no cgroup can be made,
     the peak RSS the harness sampled from outside. A rank whose peak is unknown is None.
     """
-    world = max([reports[0].world_size if reports else 1, len(reports),
-                 len(memory or {}), len(result.outside_peak_rss_bytes)])
+    world = max(
+        [
+            reports[0].world_size if reports else 1,
+            len(reports),
+            len(memory or {}),
+            len(result.outside_peak_rss_bytes),
+        ]
+    )
     if reports and reports[0].device.startswith("cuda"):
         reported = reduced.reported_peak_mem_bytes
-        peaks = [reported[r] if r < len(reported) and reported[r] > 0 else None
-                 for r in range(world)]
+        peaks = [
+            reported[r] if r < len(reported) and reported[r] > 0 else None for r in range(world)
+        ]
         source = "cuda_max_reserved"
     elif memory is not None:
-        peaks = [memory[r].peak_bytes if r in memory and memory[r].peak_bytes > 0 else None
-                 for r in range(world)]
+        peaks = [
+            memory[r].peak_bytes if r in memory and memory[r].peak_bytes > 0 else None
+            for r in range(world)
+        ]
         source = "memcg"
     else:
         peaks = [result.outside_peak_rss_bytes.get(r) for r in range(world)]
         source = "rss_sampled"
     missing = [r for r, p in enumerate(peaks) if p is None]
-    warnings = [f"peak memory of rank(s) {missing} was not measured ({source}): recorded as "
-                "null"] if missing else []
+    warnings = (
+        [f"peak memory of rank(s) {missing} was not measured ({source}): recorded as null"]
+        if missing
+        else []
+    )
     return peaks, source, warnings
 
 
@@ -219,7 +289,7 @@ def _crash_text(result: ProcessResult, rank_errors: list[dict], output: str) -> 
     return f"{code}. Output tail:\n{_tail(output)}"
 
 
-def _cap_note(spec: "TrialSpec") -> str:
+def _cap_note(spec: TrialSpec) -> str:
     if spec.mem_cap_bytes is None:
         return " (no capacity was set: the machine ran out of memory)"
     return f" (capacity {spec.mem_cap_bytes} bytes per rank)"
@@ -228,7 +298,7 @@ def _cap_note(spec: "TrialSpec") -> str:
 def _line_around(text: str, match: re.Match) -> str:
     start = text.rfind("\n", 0, match.start()) + 1
     end = text.find("\n", match.end())
-    return text[start:end if end >= 0 else None].strip()[-500:]
+    return text[start : end if end >= 0 else None].strip()[-500:]
 
 
 def _tail(text: str) -> str:

@@ -65,6 +65,7 @@ for line in sys.stdin:
 @dataclass
 class Completed:
     """How a script ended, and what it printed."""
+
     returncode: int
     stdout: str
     stderr: str
@@ -77,15 +78,27 @@ class EvalServer:
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
 
-    def run(self, script: str, args: list[str], cwd: Path, logs: Path,
-            timeout_s: float, isolate: dict | None = None) -> Completed:
+    def run(
+        self,
+        script: str,
+        args: list[str],
+        cwd: Path,
+        logs: Path,
+        timeout_s: float,
+        isolate: dict | None = None,
+    ) -> Completed:
         """Run ``python script args`` in ``cwd`` (a fork of the warm process), isolated as
         ``isolation_for`` says when given."""
         with self._lock:
             proc = self._ensure()
             out, err = Path(logs).with_suffix(".out"), Path(logs).with_suffix(".err")
-            job = {"cwd": str(cwd), "argv": [script, *args], "stdout": str(out),
-                   "stderr": str(err), "isolate": isolate}
+            job = {
+                "cwd": str(cwd),
+                "argv": [script, *args],
+                "stdout": str(out),
+                "stderr": str(err),
+                "isolate": isolate,
+            }
             proc.stdin.write(json.dumps(job) + "\n")
             proc.stdin.flush()
             reply = self._reply(proc, timeout_s)
@@ -97,16 +110,21 @@ class EvalServer:
     def _ensure(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
             env = {k: v for k, v in os.environ.items() if not k.startswith("INFRARSI_")}
-            self._proc = subprocess.Popen([sys.executable, "-c", _SERVER], env=env, text=True,
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _SERVER],
+                env=env,
+                text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent,
+            )
         return self._proc
 
     @staticmethod
     def _reply(proc: subprocess.Popen, timeout_s: float) -> dict | None:
         result: list[str] = []
-        reader = threading.Thread(target=lambda: result.append(proc.stdout.readline()),
-                                  daemon=True)
+        reader = threading.Thread(target=lambda: result.append(proc.stdout.readline()), daemon=True)
         reader.start()
         reader.join(timeout_s)
         if not result or not result[0].strip():
@@ -126,8 +144,11 @@ def isolation_for(trial_dir: Path) -> dict | None:
     trials nor the harness's cache), or None where isolation needs root and this is not."""
     if os.geteuid() != 0:
         return None
-    return {"own": str(trial_dir), "hooks": str(HOOKS_DIR),
-            "hidden": [str(Path(trial_dir).resolve().parent), str(CACHE_DIR)]}
+    return {
+        "own": str(trial_dir),
+        "hooks": str(HOOKS_DIR),
+        "hidden": [str(Path(trial_dir).resolve().parent), str(CACHE_DIR)],
+    }
 
 
 def _read(path: Path) -> str:

@@ -49,7 +49,7 @@ def weights_dir(trial_dir: Path) -> Path:
     return Path(trial_dir) / WEIGHTS_DIR
 
 
-def evaluate(spec: "TrialSpec", trial_dir: Path, workspace: Path) -> Evaluation | None:
+def evaluate(spec: TrialSpec, trial_dir: Path, workspace: Path) -> Evaluation | None:
     """The trial's parameters in the reference layout, and their held-out loss; None when the
     workload declares no evaluation. What could not be done is said in ``error``."""
     how = spec.manifest.evaluation
@@ -62,8 +62,10 @@ def evaluate(spec: "TrialSpec", trial_dir: Path, workspace: Path) -> Evaluation 
         if path is not None and path.is_file():
             found[name] = path
     if "final" not in found:
-        return Evaluation(error=f"the workload wrote no final parameters at "
-                          f"{how.final_weights}", cost_s=time.monotonic() - t0)
+        return Evaluation(
+            error=f"the workload wrote no final parameters at {how.final_weights}",
+            cost_s=time.monotonic() - t0,
+        )
     remaps = bool(spec.patches)  # a patch's code maps the parameters: watch what it touches
     saved = {name: sha256_file(path) for name, path in found.items()} if remaps else {}
     try:
@@ -72,20 +74,27 @@ def evaluate(spec: "TrialSpec", trial_dir: Path, workspace: Path) -> Evaluation 
         remap_s = time.monotonic() - t_remap if remaps else 0.0
         changed = [name for name, path in saved.items() if sha256_file(found[name]) != saved[name]]
         if changed:
-            raise RuntimeError(f"the saved {' and '.join(changed)} parameters changed after the "
-                               "training ended (while the patch's mapping ran)")
+            raise RuntimeError(
+                f"the saved {' and '.join(changed)} parameters changed after the "
+                "training ended (while the patch's mapping ran)"
+            )
         result = _run_reference(spec, trial_dir, ref) if how.command else {}
     except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
-        return Evaluation(final_weights=str(found["final"]), error=str(exc)[-1000:],
-                          cost_s=time.monotonic() - t0)
+        return Evaluation(
+            final_weights=str(found["final"]), error=str(exc)[-1000:], cost_s=time.monotonic() - t0
+        )
     return Evaluation(
-        final_weights=str(ref["final"]), initial_weights=str(ref.get("initial") or "") or None,
-        final_sha256=sha256_file(ref["final"]), eval_loss=result.get("eval_loss"),
+        final_weights=str(ref["final"]),
+        initial_weights=str(ref.get("initial") or "") or None,
+        final_sha256=sha256_file(ref["final"]),
+        eval_loss=result.get("eval_loss"),
         initial_eval_loss=result.get("initial_eval_loss"),
         layout_problems=result.get("layout_problems", []),
-        inert_params=result.get("inert_params", []), remapped=remaps,
+        inert_params=result.get("inert_params", []),
+        remapped=remaps,
         remap_s=remap_s,
-        cost_s=time.monotonic() - t0)
+        cost_s=time.monotonic() - t0,
+    )
 
 
 def _locate(template: str | None, trial_dir: Path, workspace: Path) -> Path | None:
@@ -94,8 +103,9 @@ def _locate(template: str | None, trial_dir: Path, workspace: Path) -> Path | No
     return workspace / template.format(weights_dir=weights_dir(trial_dir))
 
 
-def _to_reference(spec: "TrialSpec", found: dict[str, Path], trial_dir: Path,
-                  workspace: Path) -> dict[str, Path]:
+def _to_reference(
+    spec: TrialSpec, found: dict[str, Path], trial_dir: Path, workspace: Path
+) -> dict[str, Path]:
     """The parameters as plain name -> tensor files in the reference layout."""
     key = spec.manifest.evaluation.key or ""
     if not spec.patches and not key:
@@ -106,51 +116,64 @@ def _to_reference(spec: "TrialSpec", found: dict[str, Path], trial_dir: Path,
     script = folder / "remap.py"
     script.write_text(_REMAP)
     pairs = [str(p) for name in found for p in (found[name], out[name])]
-    done = _python(str(script), [key, REMAP_MODULE, *pairs], workspace, folder / "remap", 120,
-                   trial_dir)
+    done = _python(
+        str(script), [key, REMAP_MODULE, *pairs], workspace, folder / "remap", 120, trial_dir
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"mapping the parameters to the reference layout failed: "
-                           f"{done.stderr.strip()[-800:]}")
+        raise RuntimeError(
+            f"mapping the parameters to the reference layout failed: {done.stderr.strip()[-800:]}"
+        )
     return out
 
 
-def _python(script: str, args: list[str], cwd: Path, logs: Path, timeout_s: float,
-            trial_dir: Path):
+def _python(script: str, args: list[str], cwd: Path, logs: Path, timeout_s: float, trial_dir: Path):
     """``python script args`` in ``cwd``, in a fork of the warm evaluation server that sees
     this trial's folder only."""
     return SERVER.run(script, args, cwd, logs, timeout_s, isolation_for(trial_dir))
 
 
-def _run_reference(spec: "TrialSpec", trial_dir: Path, ref: dict[str, Path]) -> dict:
+def _run_reference(spec: TrialSpec, trial_dir: Path, ref: dict[str, Path]) -> dict:
     """Run the manifest's evaluation command in a fresh, unpatched copy of the workload, in a
     folder the harness makes anew beside the trial's (never one the trial could have made or
     seen: trials see their own folder only), on copies of the parameters; the evaluation's
     process sees that folder only. The parameters it judged are its copies."""
-    root = Path(tempfile.mkdtemp(prefix=f".{Path(trial_dir).name}.evaluation-",
-                                 dir=Path(trial_dir).parent))
+    root = Path(
+        tempfile.mkdtemp(prefix=f".{Path(trial_dir).name}.evaluation-", dir=Path(trial_dir).parent)
+    )
     code = root / "code"
-    shutil.copytree(spec.manifest.root, code,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "patches"))
+    shutil.copytree(
+        spec.manifest.root, code, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "patches")
+    )
     copies = {}
     for name, path in ref.items():
         copies[name] = root / f"{name}.pt"
         shutil.copyfile(path, copies[name])
     ref.update(copies)
     fields = {k: int(v) if isinstance(v, bool) else v for k, v in spec.params().items()}
-    fields.update(weights=str(copies["final"]), initial_weights=str(copies.get("initial", "")),
-                  weights_dir=str(root))
+    fields.update(
+        weights=str(copies["final"]),
+        initial_weights=str(copies.get("initial", "")),
+        weights_dir=str(root),
+    )
     command = [part.format(**fields) for part in spec.manifest.evaluation.command]
-    if Path(command[0]).name in ("python", "python3") and command[1:2] and \
-            command[1].endswith(".py"):
-        done = _python(command[1], command[2:], code, root / "evaluation",
-                       spec.effective_timeout_s, root)
+    if (
+        Path(command[0]).name in ("python", "python3")
+        and command[1:2]
+        and command[1].endswith(".py")
+    ):
+        done = _python(
+            command[1], command[2:], code, root / "evaluation", spec.effective_timeout_s, root
+        )
     else:
-        done = subprocess.run(command, cwd=code, capture_output=True, text=True,
-                              timeout=spec.effective_timeout_s)
+        done = subprocess.run(
+            command, cwd=code, capture_output=True, text=True, timeout=spec.effective_timeout_s
+        )
     (Path(trial_dir) / "evaluation.out").write_text(done.stdout)
     (Path(trial_dir) / "evaluation.err").write_text(done.stderr)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"the reference evaluation failed (exit {done.returncode}): "
-                           f"{(done.stderr or done.stdout).strip()[-800:]}")
+        raise RuntimeError(
+            f"the reference evaluation failed (exit {done.returncode}): "
+            f"{(done.stderr or done.stdout).strip()[-800:]}"
+        )
     return json.loads(lines[-1])

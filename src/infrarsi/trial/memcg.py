@@ -25,16 +25,18 @@ import contextlib
 import os
 import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 PREFIX = "infrarsi-"
 LAUNCHERS = "launchers"
 DIR_ENV = "INFRARSI_MEMCG_DIR"
 VERSION_ENV = "INFRARSI_MEMCG_VERSION"
-_FILES = {1: {"peak": "memory.max_usage_in_bytes", "limit": "memory.limit_in_bytes"},
-          2: {"peak": "memory.peak", "limit": "memory.max"}}
+_FILES = {
+    1: {"peak": "memory.max_usage_in_bytes", "limit": "memory.limit_in_bytes"},
+    2: {"peak": "memory.peak", "limit": "memory.max"},
+}
 
 
 class MemcgUnavailable(RuntimeError):
@@ -44,6 +46,7 @@ class MemcgUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class Hierarchy:
     """The harness's own memory cgroup, under which trial cgroups are made."""
+
     version: int
     path: Path
 
@@ -51,6 +54,7 @@ class Hierarchy:
 @dataclass(frozen=True)
 class RankMemory:
     """What the kernel recorded for one rank: its peak charge and how many OOM kills."""
+
     peak_bytes: int
     oom_kills: int
 
@@ -180,8 +184,7 @@ def remove_tree(path: Path, wait_s: float = 5.0) -> bool:
 
 
 @contextlib.contextmanager
-def trial_cgroup(trial_id: str, owner_alive: Callable[[int], bool]
-                 ) -> Iterator["TrialCgroup | None"]:
+def trial_cgroup(trial_id: str, owner_alive: Callable[[int], bool]) -> Iterator[TrialCgroup | None]:
     """The trial's cgroup for the block (cgroups of harnesses that are gone swept first),
     removed after it; None where this host has no memory cgroup hierarchy."""
     hierarchy = available()

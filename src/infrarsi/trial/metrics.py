@@ -24,6 +24,7 @@ class MetricsError(ValueError):
 @dataclass
 class RankReport:
     """One rank's steps (in order) and its end-of-run memory figures."""
+
     rank: int
     world_size: int = 1
     device: str = "cpu"
@@ -58,17 +59,23 @@ def read_stdout(text: str, spec: StdoutMetrics) -> list[RankReport]:
     times = _numbers(text, spec.step_time)
     losses = _numbers(text, spec.loss)
     if len(times) != len(losses):
-        raise MetricsError(f"stdout patterns found {len(times)} step times and {len(losses)} "
-                           "losses; each step must print both")
+        raise MetricsError(
+            f"stdout patterns found {len(times)} step times and {len(losses)} "
+            "losses; each step must print both"
+        )
     tokens = _numbers(text, spec.tokens_per_step) if spec.tokens_per_step else []
     if len(tokens) == 1:  # printed once at start-up, as most scripts do
         tokens = tokens * len(times)
     if tokens and len(tokens) != len(times):
-        raise MetricsError(f"stdout patterns found {len(tokens)} tokens-per-step values for "
-                           f"{len(times)} steps; print it once, once per step, or not at all")
+        raise MetricsError(
+            f"stdout patterns found {len(tokens)} tokens-per-step values for "
+            f"{len(times)} steps; print it once, once per step, or not at all"
+        )
     tokens = [int(t) for t in tokens] or [None] * len(times)
-    steps = [{"step": i, "step_time_s": t, "loss": l, "tokens": n, "phases_s": {}}
-             for i, (t, l, n) in enumerate(zip(times, losses, tokens))]
+    steps = [
+        {"step": i, "step_time_s": t, "loss": loss, "tokens": n, "phases_s": {}}
+        for i, (t, loss, n) in enumerate(zip(times, losses, tokens))
+    ]
     return [RankReport(rank=0, steps=steps, end={})]
 
 
@@ -79,8 +86,9 @@ def _numbers(text: str, pattern) -> list[float]:
         try:
             out.append(float(match) * factor)
         except ValueError:
-            raise MetricsError(f"pattern {pattern.pattern!r} captured {match!r}, not a "
-                               "number") from None
+            raise MetricsError(
+                f"pattern {pattern.pattern!r} captured {match!r}, not a number"
+            ) from None
     return out
 
 
@@ -88,6 +96,7 @@ def _numbers(text: str, pattern) -> list[float]:
 class Reduced:
     """Per-step values over ranks: the slowest rank's time and phases, mean loss, tokens; and
     what each rank reported of its memory."""
+
     step_times_s: list[float]
     loss: list[float]
     tokens: list[int | None]
@@ -101,8 +110,10 @@ def reduce_ranks(reports: list[RankReport]) -> Reduced:
         raise MetricsError("the workload exited but reported no step")
     world = reports[0].world_size
     if sorted(r.rank for r in reports) != list(range(world)):
-        raise MetricsError(f"ranks {sorted(r.rank for r in reports)} reported metrics; "
-                           f"a world of {world} was started")
+        raise MetricsError(
+            f"ranks {sorted(r.rank for r in reports)} reported metrics; "
+            f"a world of {world} was started"
+        )
     counts = {len(r.steps) for r in reports}
     if len(counts) != 1:
         raise MetricsError(f"ranks reported different numbers of steps: {sorted(counts)}")
@@ -116,7 +127,8 @@ def reduce_ranks(reports: list[RankReport]) -> Reduced:
         loss=losses,
         tokens=[step[0].get("tokens") for step in per_step],
         phases_s=[critical(step).get("phases_s", {}) for step in per_step],
-        reported_peak_mem_bytes=[int((r.end or {}).get("peak_mem_bytes", 0)) for r in reports])
+        reported_peak_mem_bytes=[int((r.end or {}).get("peak_mem_bytes", 0)) for r in reports],
+    )
 
 
 def critical(step: tuple[dict, ...]) -> dict:

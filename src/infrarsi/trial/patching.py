@@ -29,6 +29,7 @@ class PatchFailed(RuntimeError):
 @dataclass(frozen=True)
 class DiffPaths:
     """The paths a diff touches, and whether it creates or changes anything into a symlink."""
+
     paths: tuple[str, ...]
     symlink: bool
 
@@ -53,7 +54,7 @@ def diff_paths(diff: str) -> DiffPaths:
         elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
             paths.append(_unquote(line.split(" ", 2)[2]))
         elif line.startswith("diff --git "):
-            paths.extend(_strip_side(p) for p in line[len("diff --git "):].split(" ", 1))
+            paths.extend(_strip_side(p) for p in line[len("diff --git ") :].split(" ", 1))
         elif line.startswith(("new file mode 120000", "new mode 120000")):
             symlink = True
     unique = tuple(dict.fromkeys(p for p in paths if p and p != "/dev/null"))
@@ -107,8 +108,13 @@ def _path_reasons(path: str, root: Path, editable: list[str], locked: list[str])
 
 def _git_apply(diff_file: Path, workspace: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(workspace.resolve().parent)}
-    return subprocess.run(["git", "apply", *extra, str(Path(diff_file).resolve())],
-                          cwd=workspace, env=env, capture_output=True, text=True)
+    return subprocess.run(
+        ["git", "apply", *extra, str(Path(diff_file).resolve())],
+        cwd=workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
 
 
 def applies(diff_file: Path, workspace: Path) -> bool:

@@ -18,9 +18,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import psutil
 
@@ -36,6 +36,7 @@ _LIBC = ctypes.CDLL(None, use_errno=True)
 @dataclass
 class ProcessResult:
     """How the launcher ended: its exit code (None when killed) and what was seen from outside."""
+
     returncode: int | None
     timed_out: bool
     wall_s: float
@@ -119,19 +120,28 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 def _launcher_setup(cgroup_procs: Path | None):
     """What a launcher does between fork and exec: die with the harness, and join the trial's
     launchers cgroup (so what it holds is accounted)."""
+
     def setup() -> None:
         _die_with_parent()
         if cgroup_procs is not None:
             with open(cgroup_procs, "w") as f:
                 f.write("0")
+
     return setup
 
 
-def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]],
-                 timeout_s: float, stdout: Path, stderr: Path, trial_id: str,
-                 channel: MetricsChannel | None = None,
-                 cgroup_procs: Path | None = None,
-                 remote: dict[int, Callable] | None = None) -> ProcessResult:
+def run_isolated(
+    commands: list[list[str]],
+    cwd: Path,
+    envs: list[dict[str, str]],
+    timeout_s: float,
+    stdout: Path,
+    stderr: Path,
+    trial_id: str,
+    channel: MetricsChannel | None = None,
+    cgroup_procs: Path | None = None,
+    remote: dict[int, Callable] | None = None,
+) -> ProcessResult:
     """Run one launcher per node to their end; no process of the trial survives this call.
 
     The trial ends when every launcher has exited, when one exits with an error (the others
@@ -149,11 +159,21 @@ def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         tags = {TRIAL_ID_ENV: trial_id, OWNER_ENV: owner_tag()}
         remote = remote or {}
-        procs = [remote[i](cmd, {**env, **tags}) if i in remote else
-                 subprocess.Popen(cmd, cwd=cwd, env={**env, **tags}, stdout=subprocess.PIPE,
-                                  stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
-                                  preexec_fn=_launcher_setup(cgroup_procs))
-                 for i, (cmd, env) in enumerate(zip(commands, envs))]
+        procs = [
+            remote[i](cmd, {**env, **tags})
+            if i in remote
+            else subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env={**env, **tags},
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_launcher_setup(cgroup_procs),
+            )
+            for i, (cmd, env) in enumerate(zip(commands, envs))
+        ]
         local = [p for p in procs if p.pid is not None]
         pumps = [_Pump(proc.stdout, out, channel) for proc in local]
         sampler = _RankSampler([p.pid for p in local])
@@ -177,12 +197,14 @@ def run_isolated(commands: list[list[str]], cwd: Path, envs: list[dict[str, str]
     ended = failed is not None or not running
     return ProcessResult(
         returncode=failed.returncode if failed is not None else (0 if ended else None),
-        timed_out=not ended, wall_s=wall_s,
+        timed_out=not ended,
+        wall_s=wall_s,
         outside_peak_rss_bytes=sampler.peaks,
         outside_other_peak_rss_bytes=sampler.other_peak,
         failed_node=procs.index(failed) if failed is not None and len(procs) > 1 else None,
         outside_timing=channel.timing() if channel else None,
-        leftovers_killed=killed)
+        leftovers_killed=killed,
+    )
 
 
 def _end(procs: list, trial_id: str) -> int:
@@ -191,13 +213,13 @@ def _end(procs: list, trial_id: str) -> int:
     for proc in procs:
         if proc.pid is None and proc.poll() is None:
             proc.stop()
-    return kill_trial([p.pid for p in procs if p.pid is not None and p.poll() is None],
-                      trial_id)
+    return kill_trial([p.pid for p in procs if p.pid is not None and p.poll() is None], trial_id)
 
 
 class _Pump(threading.Thread):
     """Copies one launcher's standard output, line by line as it arrives, to the log and the
     channel."""
+
     _log_lock = threading.Lock()
 
     def __init__(self, pipe, log, channel: MetricsChannel | None) -> None:
@@ -234,8 +256,11 @@ def trial_processes(trial_id: str | None = None) -> list[psutil.Process]:
     for proc in psutil.process_iter():
         try:
             tag = proc.environ().get(TRIAL_ID_ENV) if proc.pid != os.getpid() else None
-            if tag is not None and (trial_id is None or tag == trial_id) and \
-                    proc.status() != psutil.STATUS_ZOMBIE:
+            if (
+                tag is not None
+                and (trial_id is None or tag == trial_id)
+                and proc.status() != psutil.STATUS_ZOMBIE
+            ):
                 found.append(proc)
         except psutil.Error:
             continue

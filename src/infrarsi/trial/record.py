@@ -17,13 +17,14 @@ RECORD_SCHEMA_VERSION = 2
 
 class TrialStatus(str, enum.Enum):
     """How a trial ended."""
-    OK = "ok"              # ran to the end; metrics are valid
-    OOM = "oom"            # an allocation failed under the memory capacity (right-censored)
-    TIMEOUT = "timeout"    # did not finish within the time limit; killed
-    CRASH = "crash"        # failed for another reason; ``error`` holds the tail of the failure
-    INVALID = "invalid"    # finished, but computed something else than the workload (or refused)
-    SLOW = "slow"          # cut short at the search's bound: slower than worth finishing
-                           # (its time per step right-censored, as an OOM's peak is)
+
+    OK = "ok"  # ran to the end; metrics are valid
+    OOM = "oom"  # an allocation failed under the memory capacity (right-censored)
+    TIMEOUT = "timeout"  # did not finish within the time limit; killed
+    CRASH = "crash"  # failed for another reason; ``error`` holds the tail of the failure
+    INVALID = "invalid"  # finished, but computed something else than the workload (or refused)
+    SLOW = "slow"  # cut short at the search's bound: slower than worth finishing
+    # (its time per step right-censored, as an OOM's peak is)
 
     def __str__(self) -> str:  # f-strings and tables show the value ("ok"), not the name
         return self.value
@@ -31,13 +32,15 @@ class TrialStatus(str, enum.Enum):
 
 class PatchRef(BaseModel):
     """A patch that was applied: its id, the sha256 of its diff bytes, the paths it touches."""
+
     model_config = ConfigDict(frozen=True)
     id: str
     sha256: str
     catalog: bool = True
     paths: list[str] = []
-    flags: list[str] = Field([], description="lines the static screen flags, with why "
-                             "(shown, not decisive)")
+    flags: list[str] = Field(
+        [], description="lines the static screen flags, with why (shown, not decisive)"
+    )
 
 
 class TrialMetrics(BaseModel):
@@ -53,6 +56,7 @@ class TrialMetrics(BaseModel):
     ``None`` for a rank whose peak could not be measured. ``reported_peak_mem_bytes`` is what
     the ranks' own probe said (the rank's RSS on CPU), kept for comparison only.
     """
+
     step_time_s: float
     step_time_cv: float = Field(description="coefficient of variation of steady-state steps")
     e2e_time_s: float
@@ -65,29 +69,42 @@ class TrialMetrics(BaseModel):
     peak_mem_bytes: list[int | None]
     peak_mem_source: str = Field("memcg", description="memcg, cuda_max_reserved or rss_sampled")
     reported_peak_mem_bytes: list[int] = []
-    launcher_peak_mem_bytes: int | None = Field(None, description="peak memory of every process "
-                                                "of the trial that is not a rank (the "
-                                                "launchers: their cgroup's high-water mark, or "
-                                                "their summed RSS sampled from outside)")
-    outside_peak_rss_bytes: list[int | None] = Field([], description="per-rank peak RSS sampled "
-                                                     "by the harness every 0.2 s")
-    outside_train_span_s: float | None = Field(None, description="seconds the harness saw a "
-                                               "rank train, by its own clock")
-    outside_span_steps: int | None = Field(None, description="how many of the last reported "
-                                           "steps that span covers")
-    harness_step_times_s: list[float | None] = Field([], description="each step's time by the "
-                                                     "harness's clock (its metrics line's "
-                                                     "arrival, slowest rank), to 10 ms")
-    harness_step_time_s: float | None = Field(None, description="median of the steady steps' "
-                                              "harness times: what candidates are ranked on")
-    harness_tail_s: float | None = Field(None, description="seconds from the last step line "
-                                         "to the exit, by the harness's clock")
+    launcher_peak_mem_bytes: int | None = Field(
+        None,
+        description="peak memory of every process "
+        "of the trial that is not a rank (the "
+        "launchers: their cgroup's high-water mark, or "
+        "their summed RSS sampled from outside)",
+    )
+    outside_peak_rss_bytes: list[int | None] = Field(
+        [], description="per-rank peak RSS sampled by the harness every 0.2 s"
+    )
+    outside_train_span_s: float | None = Field(
+        None, description="seconds the harness saw a rank train, by its own clock"
+    )
+    outside_span_steps: int | None = Field(
+        None, description="how many of the last reported steps that span covers"
+    )
+    harness_step_times_s: list[float | None] = Field(
+        [],
+        description="each step's time by the "
+        "harness's clock (its metrics line's "
+        "arrival, slowest rank), to 10 ms",
+    )
+    harness_step_time_s: float | None = Field(
+        None, description="median of the steady steps' harness times: what candidates are ranked on"
+    )
+    harness_tail_s: float | None = Field(
+        None, description="seconds from the last step line to the exit, by the harness's clock"
+    )
     loss: list[float]
     step_times_s: list[float]
-    phases_s: dict[str, float] = Field({}, description="mean seconds per steady step, per "
-                                       "phase, of the slowest rank at each step")
-    unattributed_s: float = Field(0.0, description="mean steady step time minus the phases: "
-                                  "time outside every phase")
+    phases_s: dict[str, float] = Field(
+        {}, description="mean seconds per steady step, per phase, of the slowest rank at each step"
+    )
+    unattributed_s: float = Field(
+        0.0, description="mean steady step time minus the phases: time outside every phase"
+    )
     steps: int
     warmup_steps: int
     ranks: int
@@ -102,23 +119,31 @@ class Evaluation(BaseModel):
     """What the harness learned of the trial's parameters, with its own code (see
     ``trial.evaluation``): where they are in the reference layout, and their held-out loss
     under the unpatched model. ``error`` says why a part could not be done."""
+
     final_weights: str | None = None
     initial_weights: str | None = None
     final_sha256: str | None = None
     eval_loss: float | None = None
     initial_eval_loss: float | None = None
     layout_problems: list[str] = []
-    inert_params: list[str] = Field([], description="parameters whose gradient the reference "
-                                    "model gives as zero, at the initial and final parameters")
+    inert_params: list[str] = Field(
+        [],
+        description="parameters whose gradient the reference "
+        "model gives as zero, at the initial and final parameters",
+    )
     remapped: bool = False
-    remap_s: float = Field(0.0, description="seconds the patch's own mapping to the reference "
-                           "layout ran: its code's work, charged to an e2e_time objective")
+    remap_s: float = Field(
+        0.0,
+        description="seconds the patch's own mapping to the reference "
+        "layout ran: its code's work, charged to an e2e_time objective",
+    )
     cost_s: float = Field(0.0, description="seconds the harness's checks took after training")
     error: str | None = None
 
 
 class TrialRecord(BaseModel):
     """One trial, whatever its outcome: configuration, provenance, outcome, metrics and cost."""
+
     schema_version: int = RECORD_SCHEMA_VERSION
     trial_id: str
     workload: str
@@ -128,14 +153,19 @@ class TrialRecord(BaseModel):
     patches: list[PatchRef]
     locked_files: dict[str, str] = Field(description="path -> sha256 in the trial's workspace")
     contract_hash: str | None = None
-    mem_cap_bytes: int | None = Field(description="per-rank capacity; the censoring bound of "
-                                      "an oom")
+    mem_cap_bytes: int | None = Field(
+        description="per-rank capacity; the censoring bound of an oom"
+    )
     timeout_s: float
-    slow_after_s: float | None = Field(None, description="the search's bound: past it the trial "
-                                       "was to be cut short and recorded slow")
+    slow_after_s: float | None = Field(
+        None,
+        description="the search's bound: past it the trial was to be cut short and recorded slow",
+    )
     censored_time_per_step_s: float | None = Field(
-        None, description="for a slow trial: the objective's time per step it was at least "
-        "(right-censored), as the search set its bound")
+        None,
+        description="for a slow trial: the objective's time per step it was at least "
+        "(right-censored), as the search set its bound",
+    )
     started_unix_s: float
     cost_s: float = Field(description="wall time the trial cost the harness, set-up included")
     error: str | None = None
@@ -143,16 +173,25 @@ class TrialRecord(BaseModel):
     metrics: TrialMetrics | None = None
     evaluation: Evaluation | None = None
     commands: list[list[str]] = Field([], description="the launch command of each node")
-    isolation: str = Field("", description="namespace: the trial saw its own folder only, the "
-                           "rest read-only, no capabilities; or why not")
+    isolation: str = Field(
+        "",
+        description="namespace: the trial saw its own folder only, the "
+        "rest read-only, no capabilities; or why not",
+    )
     returncode: int | None = None
     trial_dir: str = ""
     node: str = Field("local", description="where it ran: 'local', or the cluster node's id")
-    launcher_nodes: list[str] = Field([], description="a workload spread over nodes: the node "
-                                      "of each launcher, in launcher order (empty: all on "
-                                      "``node``)")
-    fingerprint: str = Field("", description="the fingerprint of the host that ran it: times "
-                             "compare only between equal fingerprints")
+    launcher_nodes: list[str] = Field(
+        [],
+        description="a workload spread over nodes: the node "
+        "of each launcher, in launcher order (empty: all on "
+        "``node``)",
+    )
+    fingerprint: str = Field(
+        "",
+        description="the fingerprint of the host that ran it: times "
+        "compare only between equal fingerprints",
+    )
 
     def save(self, path: Path) -> None:
         """Write the record as JSON, atomically (a reader never sees half a record)."""
@@ -161,6 +200,6 @@ class TrialRecord(BaseModel):
         tmp.replace(path)
 
     @classmethod
-    def load(cls, path: Path) -> "TrialRecord":
+    def load(cls, path: Path) -> TrialRecord:
         """Read a record written by ``save``."""
         return cls.model_validate_json(Path(path).read_text())

@@ -29,18 +29,21 @@ SKIP = ("workspace", "tmp", "cache", "home", "stdout.log", "stderr.log")  # not 
 @dataclass
 class RemoteOutcome:
     """How a launcher on another host ended, and what its ranks left."""
+
     node: str
     returncode: int | None
     timed_out: bool
     memory: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (peak, kills)
-    peak_rss_bytes: dict[int, int] = field(default_factory=dict)      # seen from outside
+    peak_rss_bytes: dict[int, int] = field(default_factory=dict)  # seen from outside
     stdout: bytes = b""
     stderr: bytes = b""
     files: bytes = b""  # a tar of what the ranks wrote in their trial folder
 
     def rank_memory(self) -> dict[int, memcg.RankMemory]:
-        return {rank: memcg.RankMemory(peak_bytes=peak, oom_kills=kills)
-                for rank, (peak, kills) in self.memory.items()}
+        return {
+            rank: memcg.RankMemory(peak_bytes=peak, oom_kills=kills)
+            for rank, (peak, kills) in self.memory.items()
+        }
 
     def unpack(self, trial_dir: Path) -> None:
         """The ranks' files into the trial's folder; their output appended to its logs."""
@@ -54,6 +57,7 @@ class RemoteOutcome:
 
 class RemoteLauncher(Protocol):
     """A launcher running on another host, as ``run_isolated`` drives it (no local pid)."""
+
     pid: None
     stdout: None
 
@@ -72,8 +76,16 @@ class Elsewhere(Protocol):
     def node(self) -> str:
         """This host's name in the cluster (the record's ``launcher_nodes``)."""
 
-    def start(self, node_rank: int, command: list[str], env: dict[str, str], workspace: bytes,
-              trial_dir: str, trial_id: str, timeout_s: float) -> RemoteLauncher:
+    def start(
+        self,
+        node_rank: int,
+        command: list[str],
+        env: dict[str, str],
+        workspace: bytes,
+        trial_dir: str,
+        trial_id: str,
+        timeout_s: float,
+    ) -> RemoteLauncher:
         """Start launcher ``node_rank`` on its host."""
 
 
@@ -85,8 +97,15 @@ def pack_workspace(workspace: Path) -> bytes:
     return out.getvalue()
 
 
-def run_launcher(node: str, command: list[str], env: dict[str, str], workspace: bytes,
-                 trial_dir: str, trial_id: str, timeout_s: float) -> RemoteOutcome:
+def run_launcher(
+    node: str,
+    command: list[str],
+    env: dict[str, str],
+    workspace: bytes,
+    trial_dir: str,
+    trial_id: str,
+    timeout_s: float,
+) -> RemoteOutcome:
     """On the other host: unpack the workspace into a folder of its own, rewrite the
     coordinator's paths to it, run the launcher to its end (memory cgroups, parent-death rules,
     the timeout), and pack what its ranks wrote."""
@@ -102,16 +121,31 @@ def run_launcher(node: str, command: list[str], env: dict[str, str], workspace: 
         (here / name).mkdir(exist_ok=True)
     with memcg.trial_cgroup(trial_id, owner_alive) as cgroup:
         env.update(cgroup.env() if cgroup else {})
-        result = run_isolated([command], here / "workspace", [env], timeout_s,
-                              here / "stdout.log", here / "stderr.log", trial_id, None,
-                              cgroup.launchers_procs if cgroup else None)
-        memory = {r: (m.peak_bytes, m.oom_kills) for r, m in cgroup.ranks().items()} \
-            if cgroup else {}
+        result = run_isolated(
+            [command],
+            here / "workspace",
+            [env],
+            timeout_s,
+            here / "stdout.log",
+            here / "stderr.log",
+            trial_id,
+            None,
+            cgroup.launchers_procs if cgroup else None,
+        )
+        memory = (
+            {r: (m.peak_bytes, m.oom_kills) for r, m in cgroup.ranks().items()} if cgroup else {}
+        )
     try:
-        return RemoteOutcome(node=node, returncode=result.returncode, timed_out=result.timed_out,
-                             memory=memory, peak_rss_bytes=result.outside_peak_rss_bytes,
-                             stdout=_read(here / "stdout.log"), stderr=_read(here / "stderr.log"),
-                             files=_pack_left(here))
+        return RemoteOutcome(
+            node=node,
+            returncode=result.returncode,
+            timed_out=result.timed_out,
+            memory=memory,
+            peak_rss_bytes=result.outside_peak_rss_bytes,
+            stdout=_read(here / "stdout.log"),
+            stderr=_read(here / "stderr.log"),
+            files=_pack_left(here),
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -136,5 +170,5 @@ def stop_launcher(trial_id: str) -> int:
     """On the other host: end every process of the trial there (the coordinator's launcher
     failed or the trial was cut short)."""
     from infrarsi.trial.process import kill_trial
-    return kill_trial([], trial_id)
 
+    return kill_trial([], trial_id)

@@ -19,11 +19,11 @@ from pathlib import Path
 from infrarsi.host import host_fingerprint
 from infrarsi.trial import classify, evaluation, memcg, patching
 from infrarsi.trial.evalserver import isolation_for
-from infrarsi.trial.screen import screen
 from infrarsi.trial.metrics import MetricsError
 from infrarsi.trial.process import owner_alive, run_isolated, sweep_orphans
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
 from infrarsi.trial.remote import pack_workspace
+from infrarsi.trial.screen import screen
 from infrarsi.trial.spec import PatchSource, TrialSpec
 from infrarsi.trial.watch import MetricsChannel
 from infrarsi.workloads import knobs
@@ -34,8 +34,13 @@ PROFILE_FILE = "profile.json"
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def prepare(manifest: Manifest, scale: str, overrides: dict | None = None,
-            patches: list[str] | tuple[str, ...] = (), **options) -> TrialSpec:
+def prepare(
+    manifest: Manifest,
+    scale: str,
+    overrides: dict | None = None,
+    patches: list[str] | tuple[str, ...] = (),
+    **options,
+) -> TrialSpec:
     """Validate knobs (AssignmentError) and patches (PatchRefused) without running anything.
 
     Each patch is a catalog id of the workload or the path of a unified diff file.
@@ -54,8 +59,7 @@ class CapacityUnavailable(ValueError):
     """A per-rank memory capacity was asked for where it cannot be enforced."""
 
 
-def _check_options(mem_cap_bytes: int | None = None, timeout_s: float | None = None,
-                   **_) -> None:
+def _check_options(mem_cap_bytes: int | None = None, timeout_s: float | None = None, **_) -> None:
     """ValueError naming the option when a capacity or timeout cannot be honoured."""
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"timeout {timeout_s:g} s: give a positive number of seconds")
@@ -66,9 +70,10 @@ def _check_options(mem_cap_bytes: int | None = None, timeout_s: float | None = N
     try:
         memcg.detect()
     except memcg.MemcgUnavailable as exc:
-        raise CapacityUnavailable(f"a per-rank memory capacity needs a writable memory cgroup, "
-                                  f"and {exc}; run without --mem-cap to measure the peak only"
-                                  ) from None
+        raise CapacityUnavailable(
+            f"a per-rank memory capacity needs a writable memory cgroup, "
+            f"and {exc}; run without --mem-cap to measure the peak only"
+        ) from None
 
 
 def patch_source(manifest: Manifest, patch: str) -> PatchSource:
@@ -79,14 +84,17 @@ def patch_source(manifest: Manifest, patch: str) -> PatchSource:
     if path.suffix in (".diff", ".patch") and path.is_file():
         # a user's diff keeps its file name (with the suffix): never mistaken for a catalog id
         return PatchSource(path.name, path.resolve(), catalog=False)
-    raise patching.PatchRefused(f"unknown patch {patch!r}: give a catalog id of {manifest.name} "
-                                f"({', '.join(p.id for p in manifest.patches)}) or a .diff file")
+    raise patching.PatchRefused(
+        f"unknown patch {patch!r}: give a catalog id of {manifest.name} "
+        f"({', '.join(p.id for p in manifest.patches)}) or a .diff file"
+    )
 
 
 def refuse_patch(manifest: Manifest, diff_file: Path) -> None:
     """PatchRefused naming every reason the diff may not be applied to this workload."""
-    reasons = patching.check_paths(Path(diff_file).read_text(), manifest.root,
-                                   manifest.files.editable, manifest.files.locked)
+    reasons = patching.check_paths(
+        Path(diff_file).read_text(), manifest.root, manifest.files.editable, manifest.files.locked
+    )
     if reasons:
         raise patching.PatchRefused(f"patch {Path(diff_file).name} refused: {'; '.join(reasons)}")
 
@@ -114,18 +122,33 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
     trial_id = new_trial_id(spec.manifest)
     trial_dir = Path(workdir).resolve() / trial_id
     workspace = trial_dir / "workspace"
-    base = dict(trial_id=trial_id, workload=spec.manifest.name, scale=spec.scale,
-                knobs=spec.knobs, contract_hash=spec.contract_hash,
-                mem_cap_bytes=spec.mem_cap_bytes, timeout_s=spec.effective_timeout_s,
-                slow_after_s=spec.slow_after_s,
-                started_unix_s=started, trial_dir=str(trial_dir), fingerprint=host_fingerprint(),
-                isolation="namespace" if isolation_for(trial_dir) else "off: not root")
-    shutil.copytree(spec.manifest.root, workspace,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    refs = [PatchRef(id=p.id, sha256=patching.sha256_file(p.path), catalog=p.catalog,
-                     paths=list(patching.diff_paths(p.path.read_text()).paths),
-                     flags=[str(f) for f in screen(p.path.read_text())])
-            for p in spec.patches]
+    base = dict(
+        trial_id=trial_id,
+        workload=spec.manifest.name,
+        scale=spec.scale,
+        knobs=spec.knobs,
+        contract_hash=spec.contract_hash,
+        mem_cap_bytes=spec.mem_cap_bytes,
+        timeout_s=spec.effective_timeout_s,
+        slow_after_s=spec.slow_after_s,
+        started_unix_s=started,
+        trial_dir=str(trial_dir),
+        fingerprint=host_fingerprint(),
+        isolation="namespace" if isolation_for(trial_dir) else "off: not root",
+    )
+    shutil.copytree(
+        spec.manifest.root, workspace, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+    refs = [
+        PatchRef(
+            id=p.id,
+            sha256=patching.sha256_file(p.path),
+            catalog=p.catalog,
+            paths=list(patching.diff_paths(p.path.read_text()).paths),
+            flags=[str(f) for f in screen(p.path.read_text())],
+        )
+        for p in spec.patches
+    ]
     locked, problem = _apply_and_hash(spec, workspace)
     base.update(patches=refs, locked_files=locked)
     if problem is not None:
@@ -135,12 +158,18 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
         try:
             record = _launch(spec, trial_dir, workspace, base, t0)
             if swept:
-                record.warnings.append(f"{swept} process(es) of earlier trials whose tool was "
-                                       "killed were still running; they were killed first")
+                record.warnings.append(
+                    f"{swept} process(es) of earlier trials whose tool was "
+                    "killed were still running; they were killed first"
+                )
         except BaseException as exc:  # the tool is stopped: the trial's processes are gone
-            TrialRecord(**base, status=TrialStatus.CRASH, cost_s=time.monotonic() - t0,
-                        error=f"interrupted: the tool was stopped ({type(exc).__name__}) "
-                              "and ended the trial").save(trial_dir / "record.json")
+            TrialRecord(
+                **base,
+                status=TrialStatus.CRASH,
+                cost_s=time.monotonic() - t0,
+                error=f"interrupted: the tool was stopped ({type(exc).__name__}) "
+                "and ended the trial",
+            ).save(trial_dir / "record.json")
             raise
     record.save(trial_dir / "record.json")
     return record
@@ -166,23 +195,43 @@ def locked_hashes(manifest: Manifest, root: Path) -> dict[str, str]:
     out = {}
     for path in sorted(Path(root).rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if path.is_file() and "__pycache__" not in rel and \
-                patching.matches(rel, manifest.files.locked):
+        if (
+            path.is_file()
+            and "__pycache__" not in rel
+            and patching.matches(rel, manifest.files.locked)
+        ):
             out[rel] = patching.sha256_file(path)
     return out
 
 
-def render(spec: TrialSpec, workspace: Path, trial_id: str = "trial",
-           node_rank: int = 0, rdzv_port: int = 0,
-           rdzv_host: str = "127.0.0.1") -> tuple[list[str], dict[str, str]]:
+def render(
+    spec: TrialSpec,
+    workspace: Path,
+    trial_id: str = "trial",
+    node_rank: int = 0,
+    rdzv_port: int = 0,
+    rdzv_host: str = "127.0.0.1",
+) -> tuple[list[str], dict[str, str]]:
     """One launcher's command and the workload's own environment, templates filled in."""
     fields = {k: int(v) if isinstance(v, bool) else v for k, v in spec.params().items()}
-    fields.update(workspace=str(workspace), node_rank=node_rank, nodes=spec.manifest.launch.nodes,
-                  rdzv_host=rdzv_host, rdzv_port=rdzv_port, trial_id=trial_id)
-    flags = {f"{{{k.name}}}": k.flag if spec.knobs.get(k.name) else None
-             for k in spec.manifest.knobs if k.flag is not None}
-    command = [flags[part] if part in flags else part.format(**fields)
-               for part in spec.manifest.launch.command if flags.get(part, "") is not None]
+    fields.update(
+        workspace=str(workspace),
+        node_rank=node_rank,
+        nodes=spec.manifest.launch.nodes,
+        rdzv_host=rdzv_host,
+        rdzv_port=rdzv_port,
+        trial_id=trial_id,
+    )
+    flags = {
+        f"{{{k.name}}}": k.flag if spec.knobs.get(k.name) else None
+        for k in spec.manifest.knobs
+        if k.flag is not None
+    }
+    command = [
+        flags[part] if part in flags else part.format(**fields)
+        for part in spec.manifest.launch.command
+        if flags.get(part, "") is not None
+    ]
     command[0] = _resolve_program(command[0])
     env = {k: v.format(**fields) for k, v in spec.manifest.launch.env.items()}
     return command, env
@@ -204,8 +253,9 @@ def _resolve_program(program: str) -> str:
 
 
 def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in THREAD_ENV and not k.startswith("INFRARSI_")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in THREAD_ENV and not k.startswith("INFRARSI_")
+    }
     env.update(workload_env)
     env.update(spec.extra_env)
     env["PYTHONUNBUFFERED"] = "1"  # lines reach the log, and the harness's clock, as printed
@@ -229,30 +279,43 @@ def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -
     return env
 
 
-def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
-            t0: float) -> TrialRecord:
+def _launch(
+    spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict, t0: float
+) -> TrialRecord:
     spread = spec.elsewhere if spec.manifest.launch.nodes > 1 else None
     host = spread.host() if spread else "127.0.0.1"
     port = free_port(host)
     channel = _channel(spec, trial_dir, host if spread else None)
-    rendered = [render(spec, workspace, base["trial_id"], node, port, host)
-                for node in range(spec.manifest.launch.nodes)]
+    rendered = [
+        render(spec, workspace, base["trial_id"], node, port, host)
+        for node in range(spec.manifest.launch.nodes)
+    ]
     commands = [command for command, _ in rendered]
     envs = [_trial_env(spec, trial_dir, workload_env) for _, workload_env in rendered]
     for env, command in zip(envs, commands):
         env.update(channel.env())
         if not _is_launcher(command):
             env["INFRARSI_CAP_SELF"] = "1"  # a plain launch: the one process is rank 0
-    remote = _Spread(spread, workspace, trial_dir, base["trial_id"], spec.cut_after_s,
-                     channel) if spread else None
+    remote = (
+        _Spread(spread, workspace, trial_dir, base["trial_id"], spec.cut_after_s, channel)
+        if spread
+        else None
+    )
     with memcg.trial_cgroup(base["trial_id"], owner_alive) as cgroup:
         for env in envs[:1] if spread else envs:  # a remote launcher's host gives its own
             env.update(cgroup.env() if cgroup else {})
-        result = run_isolated(commands, workspace, envs, spec.cut_after_s,
-                              trial_dir / "stdout.log", trial_dir / "stderr.log",
-                              base["trial_id"], channel,
-                              cgroup.launchers_procs if cgroup else None,
-                              remote=remote.starters(len(commands)) if remote else None)
+        result = run_isolated(
+            commands,
+            workspace,
+            envs,
+            spec.cut_after_s,
+            trial_dir / "stdout.log",
+            trial_dir / "stderr.log",
+            base["trial_id"],
+            channel,
+            cgroup.launchers_procs if cgroup else None,
+            remote=remote.starters(len(commands)) if remote else None,
+        )
         memory = cgroup.ranks() if cgroup else None
         launchers = cgroup.launchers() if cgroup else None
     if remote is not None:
@@ -262,22 +325,34 @@ def _launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict,
     if outcome.status is TrialStatus.OK:
         outcome = _measure(spec, channel, result, outcome, memory)
         if outcome.metrics is not None:
-            outcome.metrics.launcher_peak_mem_bytes = launchers.peak_bytes if launchers \
-                else result.outside_other_peak_rss_bytes or None
-    evaluated = evaluation.evaluate(spec, trial_dir, workspace) \
-        if outcome.status is TrialStatus.OK and spec.evaluate else None
+            outcome.metrics.launcher_peak_mem_bytes = (
+                launchers.peak_bytes if launchers else result.outside_other_peak_rss_bytes or None
+            )
+    evaluated = (
+        evaluation.evaluate(spec, trial_dir, workspace)
+        if outcome.status is TrialStatus.OK and spec.evaluate
+        else None
+    )
     refused = sorted(trial_dir.glob("isolation.rank*.txt"))
     if refused:
         base["isolation"] = f"off: the kernel refused a mount namespace ({refused[0].read_text()})"
         outcome.warnings.append(f"the trial ran without isolation: {base['isolation']}")
     if result.leftovers_killed and outcome.status is TrialStatus.OK:
-        outcome.warnings.append(f"{result.leftovers_killed} process(es) of the trial were still "
-                                "running after the launcher exited; they were killed")
-    return TrialRecord(**base, status=outcome.status, error=outcome.error,
-                       metrics=outcome.metrics, evaluation=evaluated,
-                       warnings=outcome.warnings,
-                       commands=commands, returncode=result.returncode,
-                       cost_s=time.monotonic() - t0)
+        outcome.warnings.append(
+            f"{result.leftovers_killed} process(es) of the trial were still "
+            "running after the launcher exited; they were killed"
+        )
+    return TrialRecord(
+        **base,
+        status=outcome.status,
+        error=outcome.error,
+        metrics=outcome.metrics,
+        evaluation=evaluated,
+        warnings=outcome.warnings,
+        commands=commands,
+        returncode=result.returncode,
+        cost_s=time.monotonic() - t0,
+    )
 
 
 def _channel(spec: TrialSpec, trial_dir: Path, tcp_host: str | None = None) -> MetricsChannel:
@@ -291,8 +366,15 @@ class _Spread:
     """The launchers after the first of one trial, each on a host of ``elsewhere``: started
     with the channel's remote address, their outcomes joined to the trial's afterwards."""
 
-    def __init__(self, elsewhere, workspace: Path, trial_dir: Path, trial_id: str,
-                 timeout_s: float, channel: MetricsChannel) -> None:
+    def __init__(
+        self,
+        elsewhere,
+        workspace: Path,
+        trial_dir: Path,
+        trial_id: str,
+        timeout_s: float,
+        channel: MetricsChannel,
+    ) -> None:
         self.elsewhere, self.channel = elsewhere, channel
         self.packed = pack_workspace(workspace)
         self.trial_dir, self.trial_id, self.timeout_s = trial_dir, trial_id, timeout_s
@@ -304,8 +386,9 @@ class _Spread:
 
     def _start(self, node_rank: int, command: list[str], env: dict[str, str]):
         env = {**env, **self.channel.remote_env()}
-        launcher = self.elsewhere.start(node_rank, command, env, self.packed,
-                                        str(self.trial_dir), self.trial_id, self.timeout_s)
+        launcher = self.elsewhere.start(
+            node_rank, command, env, self.packed, str(self.trial_dir), self.trial_id, self.timeout_s
+        )
         self.launched.append(launcher)
         return launcher
 

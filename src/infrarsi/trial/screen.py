@@ -10,22 +10,41 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_MODULES = (r"time|resource|os|sys|ctypes|subprocess|signal|importlib|builtins|gc|infrarsi|"
-            r"pathlib|shutil|glob|pickle|mmap|socket|threading|multiprocessing|atexit|inspect|"
-            r"random|tempfile|json")
+_MODULES = (
+    r"time|resource|os|sys|ctypes|subprocess|signal|importlib|builtins|gc|infrarsi|"
+    r"pathlib|shutil|glob|pickle|mmap|socket|threading|multiprocessing|atexit|inspect|"
+    r"random|tempfile|json"
+)
 RULES: tuple[tuple[str, re.Pattern], ...] = (
-    ("imports a module that reaches the clock, the process or the file system",
-     re.compile(rf"^\s*(?:import|from)\s+(?:{_MODULES})\b")),
-    ("monkeypatches a module attribute",
-     re.compile(r"^\s*(?:torch|time|os|sys|probe|infrarsi|builtins|math|random|np|numpy|F|nn|"
-                r"dist)(?:\.\w+)+\s*=(?!=)|\bsetattr\s*\(|__builtins__|\bglobals\s*\(\s*\)")),
-    ("changes what gets a gradient",
-     re.compile(r"\bno_grad\b|\binference_mode\b|\.detach\s*\(|\bdetach_\b|requires_grad|"
-                r"set_grad_enabled")),
-    ("changes the precision",
-     re.compile(r"\bautocast\b|\.half\s*\(|\.bfloat16\s*\(|torch\.(?:b?float16|half)\b")),
-    ("reads or writes files", re.compile(r"\bopen\s*\(|\bPath\s*\(|read_text|read_bytes|"
-                                         r"torch\.load\b|np\.load\b")),
+    (
+        "imports a module that reaches the clock, the process or the file system",
+        re.compile(rf"^\s*(?:import|from)\s+(?:{_MODULES})\b"),
+    ),
+    (
+        "monkeypatches a module attribute",
+        re.compile(
+            r"^\s*(?:torch|time|os|sys|probe|infrarsi|builtins|math|random|np|numpy|F|nn|"
+            r"dist)(?:\.\w+)+\s*=(?!=)|\bsetattr\s*\(|__builtins__|\bglobals\s*\(\s*\)"
+        ),
+    ),
+    (
+        "changes what gets a gradient",
+        re.compile(
+            r"\bno_grad\b|\binference_mode\b|\.detach\s*\(|\bdetach_\b|requires_grad|"
+            r"set_grad_enabled"
+        ),
+    ),
+    (
+        "changes the precision",
+        re.compile(r"\bautocast\b|\.half\s*\(|\.bfloat16\s*\(|torch\.(?:b?float16|half)\b"),
+    ),
+    (
+        "reads or writes files",
+        re.compile(
+            r"\bopen\s*\(|\bPath\s*\(|read_text|read_bytes|"
+            r"torch\.load\b|np\.load\b"
+        ),
+    ),
     ("runs code built at run time", re.compile(r"(?<![\w.])(?:exec|eval|__import__)\s*\(")),
     ("reads the environment", re.compile(r"\benviron\b|\bgetenv\b")),
 )
@@ -34,6 +53,7 @@ RULES: tuple[tuple[str, re.Pattern], ...] = (
 @dataclass(frozen=True)
 class Flag:
     """One added line that a rule flags."""
+
     path: str
     line: int
     reason: str

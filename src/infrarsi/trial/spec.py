@@ -14,6 +14,7 @@ from infrarsi.workloads.manifest import KnobValue, Manifest
 @dataclass(frozen=True)
 class PatchSource:
     """A patch to apply: a catalog entry of the workload, or a diff file a user dropped in."""
+
     id: str
     path: Path
     catalog: bool
@@ -22,6 +23,7 @@ class PatchSource:
 @dataclass(frozen=True)
 class TrialSpec:
     """A trial that passed every check that can be made before running: ready to launch."""
+
     manifest: Manifest
     scale: str
     knobs: dict[str, KnobValue]

@@ -43,6 +43,7 @@ class OutsideTiming:
     A probe's span runs from its ``start`` line to its last step (every step inside); a stdout
     span runs from the first step line to the last (the steps after the first).
     """
+
     span_s: float
     steps: int
     step_times_s: list[float | None] = field(default_factory=list)
@@ -53,15 +54,16 @@ class MetricsChannel:
     """Receives a trial's metrics: ``start`` before launch, ``stop`` after every process ended;
     ``env`` is what the ranks need to find it; ``stdout_line`` is fed by the launchers' pipes."""
 
-    def __init__(self, trial_dir: Path, step_pattern: str | None = None,
-                 tcp_host: str | None = None) -> None:
+    def __init__(
+        self, trial_dir: Path, step_pattern: str | None = None, tcp_host: str | None = None
+    ) -> None:
         self.trial_dir = Path(trial_dir)
         self.probe = step_pattern is None
         self._step_regex = re.compile(step_pattern.encode()) if step_pattern else None
         self.t0 = time.monotonic()
         self.started_s: dict[str, float] = {}
         self.steps_s: dict[str, list[float]] = {}
-        self.entries: dict[int, list[dict]] = {}   # rank -> the probe's entries, in order
+        self.entries: dict[int, list[dict]] = {}  # rank -> the probe's entries, in order
         self.problems: list[str] = []
         self._stdout: list[bytes] = []
         self._lock = threading.Lock()
@@ -74,7 +76,7 @@ class MetricsChannel:
         self._tcp_port: int | None = None
 
     @classmethod
-    def for_stdout(cls, trial_dir: Path, step_pattern: str) -> "MetricsChannel":
+    def for_stdout(cls, trial_dir: Path, step_pattern: str) -> MetricsChannel:
         """The launchers' standard output, step lines matched by the step-time pattern."""
         return cls(trial_dir, step_pattern)
 
@@ -84,8 +86,11 @@ class MetricsChannel:
 
     def remote_env(self) -> dict[str, str]:
         """What a rank's probe on another host needs (the TCP listener; after ``start``)."""
-        return {"INFRARSI_METRICS_SOCKET": f"tcp:{self.tcp_host}:{self._tcp_port}"} \
-            if self.probe and self._tcp_port else {}
+        return (
+            {"INFRARSI_METRICS_SOCKET": f"tcp:{self.tcp_host}:{self._tcp_port}"}
+            if self.probe and self._tcp_port
+            else {}
+        )
 
     def start(self) -> None:
         """Open the socket (probe workloads) and start accepting the ranks' connections."""
@@ -157,7 +162,7 @@ class MetricsChannel:
         while not self._halt.is_set():
             try:
                 conn, _ = server.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             reader = threading.Thread(target=self._read, args=(conn,), daemon=True)
             reader.start()
@@ -174,8 +179,10 @@ class MetricsChannel:
                     entry = json.loads(line)
                     kind = entry["kind"]
                 except (ValueError, KeyError, TypeError):
-                    self._problem(f"rank {rank} sent a line that is not a probe record "
-                                  f"(line {n}: {line[:80]!r})")
+                    self._problem(
+                        f"rank {rank} sent a line that is not a probe record "
+                        f"(line {n}: {line[:80]!r})"
+                    )
                     continue
                 if rank is None:
                     rank = self._claim(entry)
@@ -229,12 +236,12 @@ class MetricsChannel:
         per_stream = []
         for name, arrivals in self.steps_s.items():
             previous = [self.started_s.get(name)] + arrivals[:-1]
-            per_stream.append([a - p if p is not None else None
-                               for a, p in zip(arrivals, previous)])
+            per_stream.append(
+                [a - p if p is not None else None for a, p in zip(arrivals, previous)]
+            )
         if not per_stream or len({len(times) for times in per_stream}) != 1:
             return []
-        return [max((t for t in step if t is not None), default=None)
-                for step in zip(*per_stream)]
+        return [max((t for t in step if t is not None), default=None) for step in zip(*per_stream)]
 
     def timing(self) -> OutsideTiming | None:
         """The longest span of any stream, or None when no step was seen."""

@@ -27,8 +27,8 @@ from infrarsi.workloads import Manifest, change_kinds, precision_of
 # loss.item()). A span's error is at its two ends only, so the total is held tighter than a
 # single step, relative first: a clock slowed to 0.8x fails the total at tiny scale.
 TIMING_SLACK_FRACTION = 0.10
-TIMING_SLACK_S = 2 * POLL_S + 0.03   # per step
-SPAN_SLACK_S = 0.03                  # over the whole span
+TIMING_SLACK_S = 2 * POLL_S + 0.03  # per step
+SPAN_SLACK_S = 0.03  # over the whole span
 TAIL_S = 10.0  # saving the final parameters and tearing down take a few seconds at most
 # Start-up and tail (launch to the first step line, last step line to exit) of one config vary
 # by up to about a second and a quarter at tiny scale (torchrun with another rank count).
@@ -43,6 +43,7 @@ class Verdict:
     """``valid`` or not, with every reason (empty when valid); ``flags`` are what the static
     screen noticed in the patches (shown, never decisive); ``not_checked`` names the checks
     that could not run, and why."""
+
     valid: bool
     reasons: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
@@ -62,20 +63,37 @@ def verify(contract: Contract, baseline: TrialRecord, candidate: TrialRecord) ->
     """Judge ``candidate`` against ``baseline`` under ``contract``."""
     flags = [f"{p.id}: {flag}" for p in candidate.patches for flag in p.flags]
     if candidate.status is not TrialStatus.OK:
-        return Verdict(False, [f"the trial ended {candidate.status.value}: {candidate.error}"],
-                       flags)
+        return Verdict(
+            False, [f"the trial ended {candidate.status.value}: {candidate.error}"], flags
+        )
     if baseline.status is not TrialStatus.OK:
         return Verdict(False, [f"the baseline ended {baseline.status.value}"], flags)
     manifest = _manifest(contract)
-    case = _Case(contract, baseline, candidate, _involves_bf16(manifest, baseline, candidate),
-                 _kinds(manifest, baseline, candidate))
+    case = _Case(
+        contract,
+        baseline,
+        candidate,
+        _involves_bf16(manifest, baseline, candidate),
+        _kinds(manifest, baseline, candidate),
+    )
     reasons = []
-    for check in (_contract_hash, _same_host, _workload, _locked, _patch_paths, _loss, _memory,
-                  _memory_outside_ranks, _timing, _outside_steps):
+    for check in (
+        _contract_hash,
+        _same_host,
+        _workload,
+        _locked,
+        _patch_paths,
+        _loss,
+        _memory,
+        _memory_outside_ranks,
+        _timing,
+        _outside_steps,
+    ):
         reasons += check(case)
     found = evidence.check(contract, baseline, candidate, case.bf16, case.kinds)
-    return Verdict(not reasons and not found.reasons, reasons + found.reasons, flags,
-                   found.not_checked)
+    return Verdict(
+        not reasons and not found.reasons, reasons + found.reasons, flags, found.not_checked
+    )
 
 
 # Where the contract's workload cannot be loaded: the reference workloads' knob names.
@@ -99,8 +117,11 @@ def _kinds(manifest: Manifest | None, baseline: TrialRecord, cand: TrialRecord) 
     """The kinds of change the candidate makes (split, ranks, precision): it is judged by the
     noise floors of these, and of no other."""
     if manifest is None:
-        return frozenset(kind for knob, kind in FALLBACK_KINDS.items()
-                         if baseline.knobs.get(knob) != cand.knobs.get(knob))
+        return frozenset(
+            kind
+            for knob, kind in FALLBACK_KINDS.items()
+            if baseline.knobs.get(knob) != cand.knobs.get(knob)
+        )
     return change_kinds(manifest, baseline.knobs, cand.knobs)
 
 
@@ -133,16 +154,20 @@ def _loss(case: _Case) -> list[str]:
     if len(ref) != len(got):
         return [f"loss trajectory has {len(got)} steps, the baseline's {len(ref)}"]
     k = case.contract.correctness.last_k
-    tol = max(case.contract.correctness.loss_rtol(case.bf16),
-              case.contract.equivalence.loss_rtol(case.kinds))
+    tol = max(
+        case.contract.correctness.loss_rtol(case.bf16),
+        case.contract.equivalence.loss_rtol(case.kinds),
+    )
     learned, pointwise = loss_drift(ref, got, k)
     out = []
     if learned > tol:
         fell = statistics.fmean(got[:k]) - statistics.fmean(got[-k:])
         fell_ref = statistics.fmean(ref[:k]) - statistics.fmean(ref[-k:])
-        out.append(f"loss drift: the loss fell by {fell:.5f} over the run, the baseline's by "
-                   f"{fell_ref:.5f} "
-                   f"({learned:.2%}; tolerance {tol:.2%})")
+        out.append(
+            f"loss drift: the loss fell by {fell:.5f} over the run, the baseline's by "
+            f"{fell_ref:.5f} "
+            f"({learned:.2%}; tolerance {tol:.2%})"
+        )
     if case.contract.correctness.pointwise and pointwise > tol:
         step = max(range(len(ref)), key=lambda i: abs(got[i] / ref[i] - 1) if ref[i] else 0.0)
         out.append(f"loss drift: step {step} differs by {pointwise:.2%} (tolerance {tol:.2%})")
@@ -158,8 +183,10 @@ def _memory(case: _Case) -> list[str]:
     unknown = [r for r, b in enumerate(peaks) if b is None]
     out = [f"peak memory over the capacity of {cap} bytes on {', '.join(over)}"] if over else []
     if unknown:
-        out.append(f"peak memory of rank(s) {unknown} was not measured: the capacity of {cap} "
-                   "bytes cannot be checked")
+        out.append(
+            f"peak memory of rank(s) {unknown} was not measured: the capacity of {cap} "
+            "bytes cannot be checked"
+        )
     return out
 
 
@@ -172,23 +199,31 @@ def _memory_outside_ranks(case: _Case) -> list[str]:
         return []
     allowed = max(LAUNCHER_SLACK_BYTES, int(LAUNCHER_SLACK_FRACTION * base))
     if cand - base > allowed:
-        return [f"the processes outside the ranks (the launchers) peaked at {cand} bytes, the "
-                f"baseline's at {base} (allowed {allowed} more): memory held where the ranks' "
-                "capacity does not look"]
+        return [
+            f"the processes outside the ranks (the launchers) peaked at {cand} bytes, the "
+            f"baseline's at {base} (allowed {allowed} more): memory held where the ranks' "
+            "capacity does not look"
+        ]
     return []
 
 
 def _locked(case: _Case) -> list[str]:
-    changed = sorted(p for p, digest in case.contract.locked.items()
-                     if p in case.cand.locked_files and case.cand.locked_files[p] != digest)
+    changed = sorted(
+        p
+        for p, digest in case.contract.locked.items()
+        if p in case.cand.locked_files and case.cand.locked_files[p] != digest
+    )
     return [f"locked files changed: {', '.join(changed)}"] if changed else []
 
 
 def _patch_paths(case: _Case) -> list[str]:
     out = []
     for patch in case.cand.patches:
-        bad = [p for p in patch.paths
-               if p in case.contract.locked or not matches(p, case.contract.editable)]
+        bad = [
+            p
+            for p in patch.paths
+            if p in case.contract.locked or not matches(p, case.contract.editable)
+        ]
         if bad:
             out.append(f"patch {patch.id} touches files outside the editable set: {bad}")
     return out
@@ -199,12 +234,14 @@ def _timing(case: _Case) -> list[str]:
     m = case.cand.metrics
     if m.outside_train_span_s is None:
         return ["no outside timing of the training was recorded"]
-    covered = m.step_times_s[len(m.step_times_s) - (m.outside_span_steps or m.steps):]
+    covered = m.step_times_s[len(m.step_times_s) - (m.outside_span_steps or m.steps) :]
     reported = sum(covered)
     floor = m.outside_train_span_s * (1 - TIMING_SLACK_FRACTION) - SPAN_SLACK_S
     if reported < floor:
-        return [f"reported step times add up to {reported:.3f} s but the harness saw the "
-                f"training take {m.outside_train_span_s:.3f} s: a faked timer or forged metrics"]
+        return [
+            f"reported step times add up to {reported:.3f} s but the harness saw the "
+            f"training take {m.outside_train_span_s:.3f} s: a faked timer or forged metrics"
+        ]
     return _per_step(m) + _tail(m)
 
 
@@ -225,8 +262,10 @@ def _outside_steps(case: _Case) -> list[str]:
         return []
     allowed = max(OUTSIDE_SLACK_S, OUTSIDE_SLACK_FRACTION * base)
     if cand - base > allowed:
-        return [f"the run spent {cand:.2f} s outside its timed steps, the baseline {base:.2f} s "
-                f"(allowed {allowed:.2f} s more): work moved out of the compared steps"]
+        return [
+            f"the run spent {cand:.2f} s outside its timed steps, the baseline {base:.2f} s "
+            f"(allowed {allowed:.2f} s more): work moved out of the compared steps"
+        ]
     return []
 
 
@@ -234,9 +273,11 @@ def _tail(m) -> list[str]:
     """Training that goes on after the last step was reported: step lines written ahead."""
     limit = max(TAIL_S, m.outside_train_span_s)
     if m.harness_tail_s is not None and m.harness_tail_s > limit:
-        return [f"the job ran {m.harness_tail_s:.1f} s after its last step was reported (the "
-                f"reported training took {m.outside_train_span_s:.1f} s): steps reported ahead "
-                "of the work"]
+        return [
+            f"the job ran {m.harness_tail_s:.1f} s after its last step was reported (the "
+            f"reported training took {m.outside_train_span_s:.1f} s): steps reported ahead "
+            "of the work"
+        ]
     return []
 
 
@@ -244,13 +285,18 @@ def _per_step(m) -> list[str]:
     seen = m.harness_step_times_s
     if not seen or len(seen) != len(m.step_times_s):
         return []
-    short = [i for i, (got, saw) in enumerate(zip(m.step_times_s, seen))
-             if saw is not None and got < saw * (1 - TIMING_SLACK_FRACTION) - TIMING_SLACK_S]
+    short = [
+        i
+        for i, (got, saw) in enumerate(zip(m.step_times_s, seen))
+        if saw is not None and got < saw * (1 - TIMING_SLACK_FRACTION) - TIMING_SLACK_S
+    ]
     if short:
         i = short[0]
-        return [f"step {i} reported {m.step_times_s[i]:.3f} s but the harness saw it take "
-                f"{seen[i]:.3f} s ({len(short)} such step(s)): time moved between steps or a "
-                "slowed clock"]
+        return [
+            f"step {i} reported {m.step_times_s[i]:.3f} s but the harness saw it take "
+            f"{seen[i]:.3f} s ({len(short)} such step(s)): time moved between steps or a "
+            "slowed clock"
+        ]
     return []
 
 
@@ -260,9 +306,11 @@ def _same_host(case: _Case) -> list[str]:
     machine) is refused. Records from before fingerprints were kept pass."""
     mine, theirs = case.cand.fingerprint, case.baseline.fingerprint
     if mine and theirs and mine != theirs:
-        return [f"ran on another host (fingerprint {mine}, node {case.cand.node}) than the "
-                f"baseline (fingerprint {theirs}, node {case.baseline.node}): times are "
-                "compared on one host only"]
+        return [
+            f"ran on another host (fingerprint {mine}, node {case.cand.node}) than the "
+            f"baseline (fingerprint {theirs}, node {case.baseline.node}): times are "
+            "compared on one host only"
+        ]
     return []
 
 
@@ -270,8 +318,10 @@ def _contract_hash(case: _Case) -> list[str]:
     out = []
     for name, record in (("the candidate", case.cand), ("the baseline", case.baseline)):
         if record.contract_hash is None:
-            out.append(f"{name} did not run under the contract (no contract hash): its capacity "
-                       "and invariants were not applied; run it with --contract")
+            out.append(
+                f"{name} did not run under the contract (no contract hash): its capacity "
+                "and invariants were not applied; run it with --contract"
+            )
         elif record.contract_hash != case.contract.contract_hash:
             out.append(f"{name} ran under another contract ({record.contract_hash[:12]})")
     return out
@@ -280,13 +330,19 @@ def _contract_hash(case: _Case) -> list[str]:
 def evidence_strength(contract: Contract, not_checked: list[str]) -> str:
     """One sentence a report can show: how strong the evidence behind a verdict was."""
     if not not_checked:
-        return ("strong: final parameters and held-out loss judged by the reference code, the "
-                "loss curve, the harness's clock and memory")
+        return (
+            "strong: final parameters and held-out loss judged by the reference code, the "
+            "loss curve, the harness's clock and memory"
+        )
     eq = contract.equivalence
     if any("final parameters" in n for n in not_checked):
-        loss = ("calibrated per kind of change on the workload's own printed losses"
-                if any("loss" in t for t in eq.by_kind.values()) else
-                "judged at the contract's tolerance (not calibrated: run doctor)")
-        return (f"weaker: no final parameters or held-out evaluation (the manifest names none); "
-                f"the reported loss curve, {loss}, the harness's clock and memory")
+        loss = (
+            "calibrated per kind of change on the workload's own printed losses"
+            if any("loss" in t for t in eq.by_kind.values())
+            else "judged at the contract's tolerance (not calibrated: run doctor)"
+        )
+        return (
+            f"weaker: no final parameters or held-out evaluation (the manifest names none); "
+            f"the reported loss curve, {loss}, the harness's clock and memory"
+        )
     return "partial: " + "; ".join(not_checked)

@@ -14,37 +14,49 @@ import torch
 from infrarsi.contract import Contract
 from infrarsi.trial.record import TrialRecord
 
-FROZEN_SHARE = 1e-3   # a parameter that moved less than this share of the baseline's move
-INIT_RTOL = 1e-6      # the same seed gives the same initial parameters, to rounding
+FROZEN_SHARE = 1e-3  # a parameter that moved less than this share of the baseline's move
+INIT_RTOL = 1e-6  # the same seed gives the same initial parameters, to rounding
 
 
 @dataclass
 class Findings:
     """Reasons a candidate fails, and what could not be checked."""
+
     reasons: list[str] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
 
 
-def check(contract: Contract, baseline: TrialRecord, cand: TrialRecord, bf16: bool,
-          kinds: frozenset[str] = frozenset()) -> Findings:
+def check(
+    contract: Contract,
+    baseline: TrialRecord,
+    cand: TrialRecord,
+    bf16: bool,
+    kinds: frozenset[str] = frozenset(),
+) -> Findings:
     """Every check on parameters and held-out loss, with the tolerances for this precision and
     these kinds of change. Evidence the baseline has and the candidate lacks is a failure: a
     candidate cannot pass by leaving the harness nothing to check."""
     found = Findings()
     b, c = baseline.evaluation, cand.evaluation
     if b is None:
-        found.not_checked.append("final parameters and held-out loss: the workload declares "
-                                 "no evaluation (manifest 'evaluation')" if c is None else
-                                 "final parameters and held-out loss: the baseline has none")
+        found.not_checked.append(
+            "final parameters and held-out loss: the workload declares "
+            "no evaluation (manifest 'evaluation')"
+            if c is None
+            else "final parameters and held-out loss: the baseline has none"
+        )
         return found
     if c is None:
-        found.reasons.append("the candidate left no evaluation where the baseline has one: "
-                             "nothing the harness can check is not a pass")
+        found.reasons.append(
+            "the candidate left no evaluation where the baseline has one: "
+            "nothing the harness can check is not a pass"
+        )
         return found
     for who, ev in (("baseline", b), ("candidate", c)):
         if ev.error:
             (found.reasons if who == "candidate" else found.not_checked).append(
-                f"the {who}'s parameters could not be checked: {ev.error}")
+                f"the {who}'s parameters could not be checked: {ev.error}"
+            )
     if found.reasons or b.final_weights is None:
         return found
     if c.final_weights is None:
@@ -52,8 +64,10 @@ def check(contract: Contract, baseline: TrialRecord, cand: TrialRecord, bf16: bo
         return found
     weight_tol, eval_tol = contract.equivalence.tolerances(bf16, kinds)
     hint = _hint(contract, kinds)
-    found.reasons += [f"the reference model cannot hold the candidate's parameters: {p}"
-                      for p in c.layout_problems]
+    found.reasons += [
+        f"the reference model cannot hold the candidate's parameters: {p}"
+        for p in c.layout_problems
+    ]
     if not c.layout_problems:
         _weights(found, baseline, cand, weight_tol, hint)
         _held_out(found, baseline, cand, eval_tol, contract.correctness.loss_rtol(bf16), hint)
@@ -65,8 +79,10 @@ def _hint(contract: Contract, kinds: frozenset[str]) -> str:
     missing = contract.equivalence.uncalibrated(kinds - {"precision"})
     if not missing:
         return ""
-    return (f" [judged by the strict base tolerance: no tolerance was calibrated for a change "
-            f"of {', '.join(missing)}; run doctor to calibrate it]")
+    return (
+        f" [judged by the strict base tolerance: no tolerance was calibrated for a change "
+        f"of {', '.join(missing)}; run doctor to calibrate it]"
+    )
 
 
 def load_params(path: str | None) -> dict[str, torch.Tensor] | None:
@@ -91,36 +107,43 @@ def _norm(tensors) -> float:
     return float(torch.sqrt(sum((t.double() ** 2).sum() for t in tensors)))
 
 
-def _weights(found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: float,
-             hint: str = "") -> None:
+def _weights(
+    found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: float, hint: str = ""
+) -> None:
     b, c = baseline.evaluation, cand.evaluation
     wb, wc = load_params(b.final_weights), load_params(c.final_weights)
     w0, c0 = load_params(b.initial_weights), load_params(c.initial_weights)
     if set(wb) != set(wc):
-        found.reasons.append(f"the parameters differ from the baseline's: "
-                             f"{sorted(set(wb) ^ set(wc))[:6]}")
+        found.reasons.append(
+            f"the parameters differ from the baseline's: {sorted(set(wb) ^ set(wc))[:6]}"
+        )
         return
     shapes = [n for n in wb if wb[n].shape != wc[n].shape]
     if shapes:
         found.reasons.append(f"parameter shapes differ from the baseline's: {shapes[:6]}")
         return
     if w0 is None:
-        found.not_checked.append("weights relative to what was learned: the baseline saved no "
-                                 "initial parameters")
+        found.not_checked.append(
+            "weights relative to what was learned: the baseline saved no initial parameters"
+        )
         return
     if c0 is None:
         found.reasons.append("the candidate saved no initial parameters; the baseline did")
     elif set(c0) == set(w0):
         start = _norm(c0[n] - w0[n] for n in w0) / max(_norm(w0.values()), 1e-12)
         if start > INIT_RTOL:
-            found.reasons.append(f"the initial parameters differ from the baseline's by {start:.1e}"
-                                 " (relative): another seed or initialisation")
+            found.reasons.append(
+                f"the initial parameters differ from the baseline's by {start:.1e}"
+                " (relative): another seed or initialisation"
+            )
     inert = set(baseline.evaluation.inert_params)
     distance = weight_distance(wb, wc, w0, inert)
     if distance > tol:
-        found.reasons.append(f"final parameters differ from the baseline's by {distance:.2e} of "
-                             f"what the baseline learned (tolerance {tol:.1e}): the candidate "
-                             f"trained a different model{hint}")
+        found.reasons.append(
+            f"final parameters differ from the baseline's by {distance:.2e} of "
+            f"what the baseline learned (tolerance {tol:.1e}): the candidate "
+            f"trained a different model{hint}"
+        )
     frozen = frozen_params(wb, wc, w0, inert)
     if frozen:
         found.reasons.append(f"parameters that did not train: {frozen[:6]}")
@@ -130,12 +153,23 @@ def frozen_params(wb: dict, wc: dict, w0: dict, inert: set[str]) -> list[str]:
     """Parameters the baseline moved and the candidate (almost) did not. A parameter whose
     gradient is zero in the reference model (``inert``: the baseline moved it by rounding
     alone, e.g. an attention key bias that softmax cancels) is no evidence either way."""
-    return [n for n in wb if n not in inert and _norm([wb[n] - w0[n]]) > 0 and
-            _norm([wc[n] - w0[n]]) < FROZEN_SHARE * _norm([wb[n] - w0[n]])]
+    return [
+        n
+        for n in wb
+        if n not in inert
+        and _norm([wb[n] - w0[n]]) > 0
+        and _norm([wc[n] - w0[n]]) < FROZEN_SHARE * _norm([wb[n] - w0[n]])
+    ]
 
 
-def _held_out(found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: float,
-              loss_rtol: float, hint: str = "") -> None:
+def _held_out(
+    found: Findings,
+    baseline: TrialRecord,
+    cand: TrialRecord,
+    tol: float,
+    loss_rtol: float,
+    hint: str = "",
+) -> None:
     eb, ec = baseline.evaluation.eval_loss, cand.evaluation.eval_loss
     e0 = baseline.evaluation.initial_eval_loss
     if eb is None:
@@ -145,14 +179,20 @@ def _held_out(found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: fl
         found.reasons.append("the candidate has no held-out loss; the baseline has one")
         return
     if abs(ec / eb - 1) > loss_rtol:
-        found.reasons.append(f"held-out loss (reference code) {ec:.5f} vs the baseline's "
-                             f"{eb:.5f}: {abs(ec / eb - 1):.2%} (tolerance {loss_rtol:.2%})")
+        found.reasons.append(
+            f"held-out loss (reference code) {ec:.5f} vs the baseline's "
+            f"{eb:.5f}: {abs(ec / eb - 1):.2%} (tolerance {loss_rtol:.2%})"
+        )
     if e0 is None or e0 <= eb:
-        found.not_checked.append("held-out loss relative to what was learned: no initial "
-                                 "evaluation, or the baseline did not improve it")
+        found.not_checked.append(
+            "held-out loss relative to what was learned: no initial "
+            "evaluation, or the baseline did not improve it"
+        )
         return
     share = held_out_share(eb, ec, e0)
     if share > tol:
-        found.reasons.append(f"held-out loss differs by {share:.2e} of the baseline's held-out "
-                             f"improvement (tolerance {tol:.1e}): it learned something else"
-                             f"{hint}")
+        found.reasons.append(
+            f"held-out loss differs by {share:.2e} of the baseline's held-out "
+            f"improvement (tolerance {tol:.1e}): it learned something else"
+            f"{hint}"
+        )

@@ -9,14 +9,28 @@ from __future__ import annotations
 
 import ast
 import operator
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-           ast.Pow: operator.pow}
-_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
-            ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
 
 
@@ -30,9 +44,23 @@ def parse(text: str) -> ast.Expression:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise ExprError(f"cannot parse {text!r}: {exc.msg}") from None
-    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Name,
-               ast.Constant, ast.Load, ast.Tuple, ast.List, ast.And, ast.Or,
-               *_BINARY, *_COMPARE, *_UNARY)
+    allowed = (
+        ast.Expression,
+        ast.BinOp,
+        ast.UnaryOp,
+        ast.BoolOp,
+        ast.Compare,
+        ast.Name,
+        ast.Constant,
+        ast.Load,
+        ast.Tuple,
+        ast.List,
+        ast.And,
+        ast.Or,
+        *_BINARY,
+        *_COMPARE,
+        *_UNARY,
+    )
     for node in ast.walk(tree):
         if not isinstance(node, allowed):
             raise ExprError(f"{type(node).__name__} is not allowed in {text!r}")

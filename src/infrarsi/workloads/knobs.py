@@ -6,7 +6,8 @@ that names the constraint, the reason the manifest gives, and the values that br
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from infrarsi.workloads import expr
 from infrarsi.workloads.manifest import KnobValue, Manifest
@@ -70,8 +71,10 @@ def _coerce_override(manifest: Manifest, name: str, value: Any) -> KnobValue:
 def _check_domains(manifest: Manifest, values: dict[str, KnobValue]) -> None:
     for knob in manifest.knobs:
         if values[knob.name] not in knob.values:
-            raise AssignmentError(f"knob {knob.name}={values[knob.name]!r} (derived by "
-                                  f"{knob.derive!r}) is outside its domain {knob.values}")
+            raise AssignmentError(
+                f"knob {knob.name}={values[knob.name]!r} (derived by "
+                f"{knob.derive!r}) is outside its domain {knob.values}"
+            )
 
 
 def _check_constraints(manifest: Manifest, env: dict[str, Any]) -> None:
@@ -79,8 +82,9 @@ def _check_constraints(manifest: Manifest, env: dict[str, Any]) -> None:
         if not expr.evaluate(constraint.expr, env):
             involved = {n: env[n] for n in sorted(expr.names(constraint.expr))}
             shown = ", ".join(f"{k}={v}" for k, v in involved.items())
-            raise AssignmentError(f"constraint '{constraint.expr}' fails with {shown}: "
-                                  f"{constraint.why}")
+            raise AssignmentError(
+                f"constraint '{constraint.expr}' fails with {shown}: {constraint.why}"
+            )
 
 
 def precision_of(manifest: Manifest, values: Mapping[str, Any]) -> str:
@@ -100,15 +104,25 @@ def precision_of(manifest: Manifest, values: Mapping[str, Any]) -> str:
     return "fp32"
 
 
-KIND_ROLES = {"split": ("micro_batch", "grad_accum"), "ranks": ("ranks",),
-              "precision": ("precision",)}
+KIND_ROLES = {
+    "split": ("micro_batch", "grad_accum"),
+    "ranks": ("ranks",),
+    "precision": ("precision",),
+}
 
 
-def change_kinds(manifest: Manifest, base: Mapping[str, Any],
-                 other: Mapping[str, Any]) -> frozenset[str]:
+def change_kinds(
+    manifest: Manifest, base: Mapping[str, Any], other: Mapping[str, Any]
+) -> frozenset[str]:
     """Which kinds of change (``split``, ``ranks``, ``precision``) ``other`` makes to ``base``:
     a knob with one of the kind's roles has another value. Verification judges a candidate by
     the noise floors of exactly these kinds."""
-    return frozenset(kind for kind, roles in KIND_ROLES.items()
-                     if any(base.get(name) != other.get(name)
-                            for role in roles for name in manifest.knobs_with_role(role)))
+    return frozenset(
+        kind
+        for kind, roles in KIND_ROLES.items()
+        if any(
+            base.get(name) != other.get(name)
+            for role in roles
+            for name in manifest.knobs_with_role(role)
+        )
+    )

@@ -19,14 +19,29 @@ from infrarsi.workloads import expr
 KnobValue = int | float | bool | str
 # What a knob or patch is for, in words the diagnosis speaks: a finding names roles, and the
 # knobs and patches of any workload that carry them are what it suggests.
-Role = Literal["ranks", "threads", "micro_batch", "grad_accum", "precision", "compile",
-               "activation_checkpointing", "attention", "communication", "memory_saver",
-               "optimizer", "dispatch", "data", "matmul", "other"]
+Role = Literal[
+    "ranks",
+    "threads",
+    "micro_batch",
+    "grad_accum",
+    "precision",
+    "compile",
+    "activation_checkpointing",
+    "attention",
+    "communication",
+    "memory_saver",
+    "optimizer",
+    "dispatch",
+    "data",
+    "matmul",
+    "other",
+]
 # Filled in by the harness for each launcher: its folder, node index, node count, the
 # rendezvous host (loopback when every launcher runs here; the first launcher's node address
 # when a cluster spreads them) and a free port there, and the trial's id.
-HARNESS_FIELDS = frozenset({"workspace", "node_rank", "nodes", "rdzv_host", "rdzv_port",
-                            "trial_id"})
+HARNESS_FIELDS = frozenset(
+    {"workspace", "node_rank", "nodes", "rdzv_host", "rdzv_port", "trial_id"}
+)
 
 
 class ManifestError(ValueError):
@@ -39,22 +54,28 @@ class _Strict(BaseModel):
 
 class Knob(_Strict):
     """One launch parameter: its type, its domain, and its baseline value (``default``)."""
+
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     type: Literal["int", "float", "bool", "choice"]
     values: list[KnobValue] | None = None
     default: KnobValue | None = None
     derive: str | None = Field(None, description="expression giving the value when unset")
-    flag: str | None = Field(None, pattern=r"^-", description="bool knobs only: the switch "
-                             "(e.g. --bf16) the command holds when true and lacks when false; "
-                             "write the knob as its own command item, '{name}'")
+    flag: str | None = Field(
+        None,
+        pattern=r"^-",
+        description="bool knobs only: the switch "
+        "(e.g. --bf16) the command holds when true and lacks when false; "
+        "write the knob as its own command item, '{name}'",
+    )
     role: Role | None = Field(None, description="what the knob is for, for the diagnosis")
     help: str = ""
 
     @model_validator(mode="after")
-    def _check_domain(self) -> "Knob":
+    def _check_domain(self) -> Knob:
         if self.flag is not None and self.type != "bool":
-            raise ValueError(f"knob {self.name!r}: 'flag' is for bool knobs; this one is "
-                             f"{self.type}")
+            raise ValueError(
+                f"knob {self.name!r}: 'flag' is for bool knobs; this one is {self.type}"
+            )
         if self.type == "bool":
             object.__setattr__(self, "values", [False, True])
         if not self.values:
@@ -62,8 +83,9 @@ class Knob(_Strict):
         if self.default is None and self.derive is None:
             raise ValueError(f"knob {self.name!r}: give a 'default' (the baseline) or 'derive'")
         if self.default is not None and self.coerce(self.default) not in self.values:
-            raise ValueError(f"knob {self.name!r}: default {self.default!r} is not in "
-                             f"values {self.values}")
+            raise ValueError(
+                f"knob {self.name!r}: default {self.default!r} is not in values {self.values}"
+            )
         if self.derive is not None:
             expr.parse(self.derive)
         return self
@@ -87,6 +109,7 @@ class Knob(_Strict):
 
 class Constraint(_Strict):
     """A condition every knob assignment must meet, with the reason a person reads on failure."""
+
     expr: str
     why: str
 
@@ -99,6 +122,7 @@ class Constraint(_Strict):
 
 class Scale(_Strict):
     """A size preset: the workload's fixed parameters and how long a trial may take."""
+
     params: dict[str, KnobValue]
     knob_defaults: dict[str, KnobValue] = {}
     warmup_steps: int = Field(ge=0)
@@ -114,6 +138,7 @@ class Scale(_Strict):
 
 class StdoutPattern(_Strict):
     """A regex with exactly one capture group, and the unit of the number it captures."""
+
     pattern: str
     unit: Literal["s", "ms", "us"] = "s"
 
@@ -125,8 +150,10 @@ class StdoutPattern(_Strict):
         except re.error as exc:
             raise ValueError(f"{pattern!r} is not a valid regex: {exc}") from None
         if groups != 1:
-            raise ValueError(f"{pattern!r} has {groups} capture groups; give exactly one, "
-                             "around the number, e.g. 'loss ([0-9.]+)'")
+            raise ValueError(
+                f"{pattern!r} has {groups} capture groups; give exactly one, "
+                "around the number, e.g. 'loss ([0-9.]+)'"
+            )
         return pattern
 
     def scale_to_base(self) -> float:
@@ -141,6 +168,7 @@ class StdoutMetrics(_Strict):
     ``step_time: {pattern: "time ([0-9.]+)ms", unit: ms}`` states another unit.
     ``tokens_per_step`` (optional) lets the harness check the workload invariant.
     """
+
     step_time: StdoutPattern
     loss: StdoutPattern
     tokens_per_step: StdoutPattern | None = None
@@ -166,6 +194,7 @@ class Launch(_Strict):
 
     ``nodes`` launchers are started, one per simulated node, each with its ``{node_rank}``.
     """
+
     command: list[str] = Field(min_length=1)
     nodes: int = Field(1, ge=1)
     env: dict[str, str] = {}
@@ -174,11 +203,16 @@ class Launch(_Strict):
 
 class Invariants(_Strict):
     """What must not change: tokens per optimizer step, and how far the loss may drift."""
+
     tokens_per_step: str
-    loss_rtol: float = Field(gt=0, description="relative loss tolerance, point-wise per step, "
-                             "between two fp32 runs")
-    loss_rtol_bf16: float | None = Field(None, gt=0, description="the same when either run "
-                                         "computes in bf16 (looser); None = loss_rtol")
+    loss_rtol: float = Field(
+        gt=0, description="relative loss tolerance, point-wise per step, between two fp32 runs"
+    )
+    loss_rtol_bf16: float | None = Field(
+        None,
+        gt=0,
+        description="the same when either run computes in bf16 (looser); None = loss_rtol",
+    )
 
     def rtol(self, *precisions: str) -> float:
         """The loss tolerance between runs at these precisions."""
@@ -190,6 +224,7 @@ class Invariants(_Strict):
 class Flops(_Strict):
     """Model FLOPs per trained token (forward + backward), as an expression over the scale's
     parameters and knobs, with the formula written out for people."""
+
     per_token: str
     formula: str
 
@@ -198,6 +233,7 @@ class MemoryEstimate(_Strict):
     """An analytic peak memory per rank in bytes (runtime, parameters, gradients, optimizer
     state, activations per micro-batch) as an expression over the scale's parameters and knobs,
     with the formula written out; the memory model's prior mean, which trials then correct."""
+
     per_rank_bytes: str
     formula: str
 
@@ -212,6 +248,7 @@ class Evaluation(_Strict):
     ``{initial_weights}`` filled in, and prints a JSON line with ``eval_loss`` (and
     ``initial_eval_loss``, ``layout_problems``): the reference code's judgement.
     """
+
     final_weights: str = "{weights_dir}/final.pt"
     initial_weights: str | None = "{weights_dir}/initial.pt"
     key: str | None = None
@@ -223,18 +260,21 @@ EVALUATION_FIELDS = frozenset({"weights", "initial_weights", "weights_dir"})
 
 class Files(_Strict):
     """Globs, relative to the workload folder, of files a patch may and may never touch."""
+
     editable: list[str]
     locked: list[str]
 
 
 class Prior(_Strict):
     """Expected effect of a patch, as ratios to the baseline (0.8 = 20% lower)."""
+
     step_time_ratio: float = Field(gt=0)
     peak_mem_ratio: float = Field(gt=0)
 
 
 class PatchSpec(_Strict):
     """A catalog entry: a unified diff shipped with the workload, with its metadata."""
+
     id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     file: str
     title: str
@@ -246,6 +286,7 @@ class PatchSpec(_Strict):
 
 class Manifest(_Strict):
     """A workload: what to run, its knob space, its invariants, its files and its patch catalog."""
+
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     description: str
     launch: Launch
@@ -262,7 +303,7 @@ class Manifest(_Strict):
     source: Path | None = Field(None, exclude=True, description="the manifest file read")
 
     @model_validator(mode="after")
-    def _check_cross_fields(self) -> "Manifest":
+    def _check_cross_fields(self) -> Manifest:
         _check_unique("knobs", [k.name for k in self.knobs])
         _check_unique("patches", [p.id for p in self.patches])
         patch_ids = {p.id for p in self.patches}
@@ -281,9 +322,11 @@ class Manifest(_Strict):
                 continue
             for where, template in self._templates():
                 if f"{{{knob.name}}}" in template and template != f"{{{knob.name}}}":
-                    raise ValueError(f"{where}: flag knob {knob.name!r} must be a command item "
-                                     f"of its own, '{{{knob.name}}}' (it renders as "
-                                     f"{knob.flag} or nothing), not {template!r}")
+                    raise ValueError(
+                        f"{where}: flag knob {knob.name!r} must be a command item "
+                        f"of its own, '{{{knob.name}}}' (it renders as "
+                        f"{knob.flag} or nothing), not {template!r}"
+                    )
 
     def knobs_with_role(self, role: str) -> list[str]:
         """Names of the knobs that carry ``role``."""
@@ -302,20 +345,26 @@ class Manifest(_Strict):
             if name not in knob_names:
                 raise ValueError(f"scales.{scale_name}.knob_defaults: unknown knob {name!r}")
             if self.knob(name).coerce(value) not in self.knob(name).values:
-                raise ValueError(f"scales.{scale_name}.knob_defaults.{name}: {value!r} not in "
-                                 f"values {self.knob(name).values}")
+                raise ValueError(
+                    f"scales.{scale_name}.knob_defaults.{name}: {value!r} not in "
+                    f"values {self.knob(name).values}"
+                )
         known = knob_names | set(scale.params) | HARNESS_FIELDS
         for where, text in self._expressions():
             unknown = expr.names(text) - known
             if unknown:
-                raise ValueError(f"{where}: unknown name(s) {sorted(unknown)} at scale "
-                                 f"{scale_name!r}; known: {sorted(known)}")
+                raise ValueError(
+                    f"{where}: unknown name(s) {sorted(unknown)} at scale "
+                    f"{scale_name!r}; known: {sorted(known)}"
+                )
         for where, template in self._templates():
             allowed = known | EVALUATION_FIELDS if where.startswith("evaluation.") else known
             for field in _template_fields(template):
                 if field not in allowed:
-                    raise ValueError(f"{where}: unknown placeholder {{{field}}} at scale "
-                                     f"{scale_name!r}; known: {sorted(known)}")
+                    raise ValueError(
+                        f"{where}: unknown placeholder {{{field}}} at scale "
+                        f"{scale_name!r}; known: {sorted(known)}"
+                    )
 
     def _expressions(self) -> list[tuple[str, str]]:
         out = [(f"constraints[{i}].expr", c.expr) for i, c in enumerate(self.constraints)]
@@ -330,8 +379,9 @@ class Manifest(_Strict):
         out = [(f"launch.command[{i}]", t) for i, t in enumerate(self.launch.command)]
         out += [(f"launch.env.{k}", v) for k, v in self.launch.env.items()]
         if self.evaluation is not None:
-            out += [(f"evaluation.command[{i}]", t)
-                    for i, t in enumerate(self.evaluation.command or [])]
+            out += [
+                (f"evaluation.command[{i}]", t) for i, t in enumerate(self.evaluation.command or [])
+            ]
         return out
 
     @property
@@ -357,8 +407,9 @@ class Manifest(_Strict):
         for patch in self.patches:
             if patch.id == patch_id:
                 return patch
-        raise KeyError(f"unknown patch {patch_id!r}; {self.name} has "
-                       f"{[p.id for p in self.patches]}")
+        raise KeyError(
+            f"unknown patch {patch_id!r}; {self.name} has {[p.id for p in self.patches]}"
+        )
 
     def patch_path(self, patch_id: str) -> Path:
         """Where the diff of catalog patch ``patch_id`` lies on disk."""
@@ -401,7 +452,7 @@ def _other_branch(err: dict, errors: list[dict]) -> bool:
     if err["type"] != "literal_error" or not err["loc"] or not _branch_name(err["loc"][-1]):
         return False
     prefix = err["loc"][:-1]
-    return any(e is not err and e["loc"][:len(prefix)] == prefix for e in errors)
+    return any(e is not err and e["loc"][: len(prefix)] == prefix for e in errors)
 
 
 def load_manifest(path: str | Path) -> Manifest:
@@ -418,8 +469,9 @@ def load_manifest(path: str | Path) -> Manifest:
     if not isinstance(data, dict):
         raise ManifestError(f"{path}: a manifest is a YAML mapping with name, launch, knobs, ...")
     try:
-        manifest = Manifest.model_validate({**data, "root": path.parent.resolve(),
-                                            "source": path.resolve()})
+        manifest = Manifest.model_validate(
+            {**data, "root": path.parent.resolve(), "source": path.resolve()}
+        )
     except ValidationError as exc:
         raise ManifestError(_format_errors(path, exc)) from None
     for i, patch in enumerate(manifest.patches):

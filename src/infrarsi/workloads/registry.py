@@ -21,8 +21,10 @@ def find(name_or_path: str) -> Manifest:
     path = Path(name_or_path)
     if path.exists():
         return load_manifest(path)
-    raise ManifestError(f"no workload {name_or_path!r}: give a bundled name "
-                        f"({', '.join(reference_names())}) or a path to a workload.yaml")
+    raise ManifestError(
+        f"no workload {name_or_path!r}: give a bundled name "
+        f"({', '.join(reference_names())}) or a path to a workload.yaml"
+    )
 
 
 def all_reference() -> list[Manifest]:

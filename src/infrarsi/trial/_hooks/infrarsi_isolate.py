@@ -46,9 +46,16 @@ def _check(result, what):
 
 
 def _mount(source, target, fstype, flags, data=None):
-    _check(_libc.mount(source.encode() if source else None, target.encode(),
-                       fstype.encode() if fstype else None, ctypes.c_ulong(flags),
-                       data.encode() if data else None), f"mount {target}")
+    _check(
+        _libc.mount(
+            source.encode() if source else None,
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        f"mount {target}",
+    )
 
 
 def _mount_points():
@@ -81,8 +88,12 @@ def isolate(own_dir, hidden):
         _mount("/proc/sys", "/proc/sys", None, MS_BIND | MS_REC)
     writable = set(covered) | {own_dir, "/proc"}
     for point in _mount_points():
-        if point == "/" or point.startswith("/sys") or point == "/proc/sys" or (
-                point not in writable and not any(_inside(point, w) for w in writable)):
+        if (
+            point == "/"
+            or point.startswith("/sys")
+            or point == "/proc/sys"
+            or (point not in writable and not any(_inside(point, w) for w in writable))
+        ):
             try:
                 _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
             except IsolationError:

@@ -20,14 +20,22 @@ import sys
 import threading
 import traceback
 
-_OOM_MARKERS = ("can't allocate memory", "cannot allocate memory", "out of memory",
-                "failed to map segment", "bad_alloc", "unable to allocate")
+_OOM_MARKERS = (
+    "can't allocate memory",
+    "cannot allocate memory",
+    "out of memory",
+    "failed to map segment",
+    "bad_alloc",
+    "unable to allocate",
+)
 
 
 _JOINED_ENV = "INFRARSI_MEMCG_JOINED"
 _PR_SET_PDEATHSIG = 1
-_LIMIT_FILES = {"1": ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
-                "2": ("memory.max", "memory.swap.max")}
+_LIMIT_FILES = {
+    "1": ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
+    "2": ("memory.max", "memory.swap.max"),
+}
 
 
 def _is_rank():
@@ -64,17 +72,26 @@ def _join_memcg():
 
 def _isolate():
     """A rank sees its own trial only, the rest read-only, no capabilities (when asked)."""
-    if os.environ.get("INFRARSI_ISOLATE") != "1" or not _is_rank() or \
-            os.environ.get("INFRARSI_ISOLATED"):
+    if (
+        os.environ.get("INFRARSI_ISOLATE") != "1"
+        or not _is_rank()
+        or os.environ.get("INFRARSI_ISOLATED")
+    ):
         return
     import infrarsi_isolate
+
     try:
-        infrarsi_isolate.isolate(os.environ["INFRARSI_TRIAL_DIR"],
-                                 [p for p in os.environ.get("INFRARSI_HIDE", "").split(os.pathsep)
-                                  if p])
+        infrarsi_isolate.isolate(
+            os.environ["INFRARSI_TRIAL_DIR"],
+            [p for p in os.environ.get("INFRARSI_HIDE", "").split(os.pathsep) if p],
+        )
     except infrarsi_isolate.NamespacesRefused as exc:  # nothing changed: run, and say so
-        _write(os.path.join(os.environ["INFRARSI_TRIAL_DIR"],
-                            f"isolation.rank{os.environ.get('RANK', '0')}.txt"), str(exc))
+        _write(
+            os.path.join(
+                os.environ["INFRARSI_TRIAL_DIR"], f"isolation.rank{os.environ.get('RANK', '0')}.txt"
+            ),
+            str(exc),
+        )
         return
     except (OSError, KeyError) as exc:
         sys.stderr.write(f"infrarsi: cannot isolate the rank: {exc}\n")
@@ -108,9 +125,14 @@ def _record(exc_type, exc, tb):
         return
     try:
         lines = traceback.format_exception(exc_type, exc, tb)
-        entry = {"rank": int(os.environ.get("RANK", "0")), "pid": os.getpid(),
-                 "type": exc_type.__name__, "message": str(exc)[-2000:],
-                 "oom": _is_oom(exc), "traceback": "".join(lines)[-4000:]}
+        entry = {
+            "rank": int(os.environ.get("RANK", "0")),
+            "pid": os.getpid(),
+            "type": exc_type.__name__,
+            "message": str(exc)[-2000:],
+            "oom": _is_oom(exc),
+            "traceback": "".join(lines)[-4000:],
+        }
         with open(path.replace("{rank}", str(entry["rank"])), "a") as f:
             f.write(json.dumps(entry) + "\n")
     except Exception:  # recording must never hide the original error

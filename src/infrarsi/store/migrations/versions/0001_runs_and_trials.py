@@ -33,8 +33,9 @@ def upgrade() -> None:
     op.create_table(
         "trials",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False,
-                  index=True),
+        sa.Column(
+            "run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False, index=True
+        ),
         sa.Column("seq", sa.Integer, nullable=False),
         sa.Column("config_json", sa.JSON, nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
