@@ -82,7 +82,7 @@ def oracle_remeasured(workload: str, table: tables.Table, scale: str, rounds: in
     for _ in range(rounds):
         for name, spec in specs.items():
             record = run_trial(dataclasses.replace(spec, evaluate=False), workdir)
-            if record.status.value == "ok":
+            if record.status.is_ok():
                 times[name].append(record.metrics.harness_step_time_s or record.metrics.step_time_s)
     base = statistics.median(times["baseline"])
     ratios = {k: base / statistics.median(v) for k, v in times.items() if v and k != "baseline"}

@@ -37,6 +37,7 @@ from models import config_of, offsets, space_of
 from infrarsi.run import searchers as registry
 from infrarsi.run.problem import MemorySavers, Outcome, Problem
 from infrarsi.run.problem_build import patch_speeds, run_to_run_var, savers
+from infrarsi.trial.record import TrialStatus
 
 OOM_FRACTION = 0.3
 DOCTOR_RUNS = 3
@@ -122,7 +123,9 @@ def oom_cost_ratio(table: tables.Table) -> float:
     ratios = [
         float(r["cost_s"]) / table.cells[r["cell"]].mean_cost_s
         for r in table.validation
-        if r["status"] == "oom" and r["cell"] in table.cells and table.cells[r["cell"]].mean_cost_s
+        if r["status"] == TrialStatus.OOM
+        and r["cell"] in table.cells
+        and table.cells[r["cell"]].mean_cost_s
     ]
     return statistics.median(ratios) if ratios else 0.6
 
@@ -206,7 +209,7 @@ class Oracle:
         cell = self.s.by_config[config]
         if not cell.ok:
             return Outcome(
-                status=next(x for x in cell.status if x != "ok"), cost_s=cell.mean_cost_s
+                status=next(x for x in cell.status if x != TrialStatus.OK), cost_s=cell.mean_cost_s
             )
         if cell.peak_bytes and cell.peak_bytes > self.s.capacity:
             return Outcome(
@@ -232,7 +235,11 @@ class Oracle:
         means = {}
         for config in top:
             cell = self.s.by_config[config]
-            seen = [o.step_time_s for c, o in searcher.history if c == config and o.status == "ok"]
+            seen = [
+                o.step_time_s
+                for c, o in searcher.history
+                if c == config and o.status == TrialStatus.OK
+            ]
             more = [cell.step_time_s[self.draw(config, stream=1)] for _ in range(REMEASURE)]
             means[config] = statistics.fmean(math.log(t) for t in seen + more)
         return min(means, key=means.get)
@@ -254,7 +261,7 @@ def replay(name: str, s: Setting, seed: int, budget: int, problem: Problem | Non
             break
         outcome = oracle.run(config, searcher.slow_bound())
         searcher.tell(config, outcome)
-        ooms += outcome.status == "oom"
+        ooms += outcome.status == TrialStatus.OOM
         cost += outcome.cost_s
         chosen = oracle.remeasured_best(searcher)
         trace["regret"].append(s.regret(chosen))

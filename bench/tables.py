@@ -15,6 +15,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infrarsi.trial.record import TrialStatus
+
 DATA = Path(__file__).parent / "data"
 
 COLUMNS = [
@@ -69,7 +71,7 @@ class Cell:
     @property
     def ok(self) -> bool:
         """Every repeat ended ``ok`` (a cell that crashed or timed out is infeasible)."""
-        return bool(self.status) and all(s == "ok" for s in self.status)
+        return bool(self.status) and all(s == TrialStatus.OK for s in self.status)
 
     @property
     def mean_step_time_s(self) -> float:
@@ -162,7 +164,7 @@ def load(path: Path) -> Table:
         cell.status.append(row["status"])
         if row["cost_s"]:
             cell.cost_s.append(float(row["cost_s"]))
-        if row["status"] == "ok":
+        if row["status"] == TrialStatus.OK:
             cell.step_time_s.append(float(row["step_time_s"]))
             if row["peak_mem_bytes_max"]:
                 cell.peak_mem_bytes.append(float(row["peak_mem_bytes_max"]))
@@ -200,7 +202,13 @@ def replay_margin(cells: dict[str, Cell], validation: list[dict]) -> float:
         if cell is None or cell.peak_bytes is None:
             continue
         ratio = cell.peak_bytes / float(row["mem_cap_bytes"])
-        (ok if row["status"] == "ok" else oom if row["status"] == "oom" else []).append(ratio)
+        (
+            ok
+            if row["status"] == TrialStatus.OK
+            else oom
+            if row["status"] == TrialStatus.OOM
+            else []
+        ).append(ratio)
     if not ok or not oom or max(ok) >= min(oom) or max(ok) <= 1.0:
         return 1.0
     return (max(ok) + min(oom)) / 2

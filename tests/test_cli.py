@@ -206,3 +206,37 @@ def test_validate_and_show_a_users_manifest():
     assert {"name": "bf16", "role": "precision", "type": "bool", "flag": "--bf16"}.items() <= next(
         k for k in listing[0]["knobs"] if k["name"] == "bf16"
     ).items()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["trial", "dense-1node", "--scale", "huge"], "unknown scale 'huge'; dense-1node has"),
+        (["trial", "dense-1node", "--set", "micro_batch=banana"], "'banana' is not an integer"),
+    ],
+)
+def test_a_bad_name_or_value_is_said_plainly_in_process(monkeypatch, capsys, args, message):
+    from infrarsi.cli import main
+
+    monkeypatch.setattr("sys.argv", ["infrarsi", *args])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code == 2
+    stderr = capsys.readouterr().err
+    assert message in stderr and "Traceback" not in stderr and '"unknown' not in stderr
+
+
+def test_an_unexpected_exception_is_reported_as_a_bug_not_as_bad_input(monkeypatch, capsys):
+    """A KeyError from InfraRSI's own code is a bug: it must not read as the user's error."""
+    import infrarsi.cli as cli
+
+    def broken(name):
+        return {}["a key the code forgot"]
+
+    monkeypatch.setattr(cli, "find", broken)
+    monkeypatch.setattr("sys.argv", ["infrarsi", "workloads", "dense-1node"])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    assert exit_.value.code == 3
+    stderr = capsys.readouterr().err
+    assert "Traceback" in stderr and "KeyError" in stderr and "bug in InfraRSI" in stderr

@@ -15,6 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from infrarsi.errors import InfraRSIError
 from infrarsi.trial.patching import sha256_file
 from infrarsi.workloads import Manifest, find
 from infrarsi.workloads.registry import is_reference
@@ -22,7 +23,7 @@ from infrarsi.workloads.registry import is_reference
 CONTRACT_SCHEMA_VERSION = 1
 
 
-class ContractError(ValueError):
+class ContractError(InfraRSIError):
     """A contract that cannot be read, does not validate, or no longer matches the workload."""
 
 

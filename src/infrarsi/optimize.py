@@ -20,6 +20,7 @@ from infrarsi.bank import BankStore, advice_for, ingest_run
 from infrarsi.contract import Contract
 from infrarsi.derive import derive_workload
 from infrarsi.doctor import run_doctor, sealed_contract
+from infrarsi.errors import InfraRSIError
 from infrarsi.executors.choice import make_executor
 from infrarsi.init import InitError, init
 from infrarsi.proposal import resolve
@@ -29,7 +30,7 @@ from infrarsi.run.loop import RunLoop
 from infrarsi.workloads import Manifest, find
 
 
-class OptimizeError(ValueError):
+class OptimizeError(InfraRSIError):
     """Bad input to ``optimize`` (an instruction that cannot be read, an unknown workload)."""
 
 

@@ -12,11 +12,16 @@ stage, why, what it cost); the accepted ones also carry their patch id and prove
 
 from __future__ import annotations
 
+import enum
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from infrarsi.identity import config_key
+from infrarsi.trial.record import TrialStatus
 
 PROPOSALS_DIR = "proposals"
 PROPOSALS_LOG = "proposals.jsonl"
@@ -37,11 +42,21 @@ class Expectation(_Frozen):
     addresses: str = ""
 
 
+class ProposalStatus(str, enum.Enum):
+    """What became of an LLM reply: a patch that passed every check, or not."""
+
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class ProposalLine(_Frozen):
     """One LLM reply and what became of it (a line of ``proposals.jsonl``)."""
 
     n: int
-    status: Literal["accepted", "rejected"]
+    status: ProposalStatus
     stage: Literal["parse", "files", "apply", "compile", "screen", "smoke"]
     reason: str
     diff_sha256: str | None = None
@@ -143,7 +158,7 @@ class Recorded:
         return [
             ProposedPatch.of_line(x)
             for x in read_lines(self.run_dir)
-            if x.status == "accepted" and x.patch_id
+            if x.status is ProposalStatus.ACCEPTED and x.patch_id
         ]
 
 
@@ -176,7 +191,7 @@ def proposed_by(run_dir: Path) -> dict[str, str]:
     return {
         line.patch_id: ProposedPatch.of_line(line).proposed_by
         for line in read_lines(run_dir)
-        if line.status == "accepted" and line.patch_id
+        if line.status is ProposalStatus.ACCEPTED and line.patch_id
     }
 
 
@@ -186,29 +201,36 @@ def resolve(patches: list[str], run_dir: Path) -> list[str]:
     return [str(Path(run_dir).resolve() / p) if is_proposed(p) else p for p in patches]
 
 
-def patch_outcomes(
-    rows: list[tuple[dict, list[str], str, float | None, int | None, str | None]],
-    baseline_knobs: dict,
-) -> list[PatchOutcome]:
+@dataclass(frozen=True)
+class FinishedTrial:
+    """What a proposer and the report read of one finished search trial."""
+
+    knobs: dict
+    patches: list[str]
+    status: TrialStatus
+    step_time_s: float | None
+    peak_mem_bytes: float | None
+    error: str | None
+
+
+def patch_outcomes(rows: list[FinishedTrial], baseline_knobs: dict) -> list[PatchOutcome]:
     """Per patch, what the finished trials that carried it measured, over the baseline's
-    trials (the baseline's knobs, no patch). ``rows``: (knobs, patches, status, step time,
-    peak, error) of each finished trial."""
-    want = {k: str(v) for k, v in baseline_knobs.items()}
-    base = [
-        r
-        for r in rows
-        if not r[1] and r[2] == "ok" and {k: str(v) for k, v in r[0].items()} == want
-    ]
-    base_time = _median([r[3] for r in base])
-    base_peak = _median([r[4] for r in base])
+    trials (the baseline's knobs, no patch)."""
+    want = config_key(baseline_knobs)
+    base = [r for r in rows if r.status.is_ok() and config_key(r.knobs, r.patches) == want]
+    base_time = _median([r.step_time_s for r in base])
+    base_peak = _median([r.peak_mem_bytes for r in base])
     out = []
-    for pid in sorted({p for _, patches, *_ in rows for p in patches}):
-        mine = [r for r in rows if pid in r[1]]
-        time_s, peak = (
-            _median([r[3] for r in mine if r[2] == "ok"]),
-            _median([r[4] for r in mine if r[2] == "ok"]),
-        )
-        fails = [f"{s}: {(e or '')[:160]}".rstrip(": ") for _, _, s, _, _, e in mine if s != "ok"]
+    for pid in sorted({p for r in rows for p in r.patches}):
+        mine = [r for r in rows if pid in r.patches]
+        ok = [r for r in mine if r.status.is_ok()]
+        time_s = _median([r.step_time_s for r in ok])
+        peak = _median([r.peak_mem_bytes for r in ok])
+        fails = [
+            f"{r.status}: {(r.error or '')[:160]}".rstrip(": ")
+            for r in mine
+            if not r.status.is_ok()
+        ]
         out.append(
             PatchOutcome(
                 patch_id=pid,

@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from infrarsi.contract import Equivalence
+from infrarsi.identity import canonical_value
 from infrarsi.trial.record import TrialStatus
 
 APPLY_FILE = "apply.json"
@@ -330,26 +331,9 @@ def seed_held(measured_speedup: float | None) -> bool | None:
 def bank_features(knobs: dict, patches) -> list[str]:
     """The features the bank's additive models read off a config: one per knob value
     (``name=value``) and one per patch (``patch:id``)."""
-    return [f"{k}={_canon(v)}" for k, v in sorted(knobs.items())] + [
+    return [f"{k}={canonical_value(v)}" for k, v in sorted(knobs.items())] + [
         f"patch:{p}" for p in sorted(patches)
     ]
-
-
-def config_key(knobs: dict, patches) -> tuple:
-    """One config however its values are spelled: what a bank seed, an experience and a trial
-    of the same knobs and patches share."""
-    return tuple(bank_features(knobs, [])), tuple(sorted(patches))
-
-
-def _canon(value) -> str:
-    """One spelling per value: ``True``/``true``/``1`` of a flag alike, ``2``/``2.0`` alike."""
-    if isinstance(value, bool) or str(value).lower() in ("true", "false"):
-        return str(str(value).lower() == "true" or value is True).lower()
-    try:
-        number = float(value)
-        return str(int(number)) if number.is_integer() else str(number)
-    except (TypeError, ValueError):
-        return str(value)
 
 
 class BankSeed(_Frozen):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from infrarsi.errors import InfraRSIError
+
 _BYTE_UNITS = {
     "": 1,
     "b": 1,
@@ -30,7 +32,7 @@ def parse_bytes(text: str | int) -> int:
     match = _SIZE.match(str(text))
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _BYTE_UNITS:
-        raise ValueError(
+        raise InfraRSIError(
             f"{text!r} is not a size: write a number with B, kB, MB, GB, KiB, MiB "
             "or GiB (e.g. 300MiB, 2GiB, 16GB)"
         )

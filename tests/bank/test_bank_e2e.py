@@ -19,7 +19,7 @@ from conftest import OPTIMIZE_INSTRUCTION as INSTRUCTION
 from conftest import cli_json, optimize_json
 
 from infrarsi.bank.transfer import SEED_MIN_SPEEDUP
-from infrarsi.records import config_key
+from infrarsi.identity import config_key
 from infrarsi.store.bank import BankStore
 
 EARLIER = "earlier-run-on-this-host"

@@ -16,6 +16,7 @@ from pathlib import Path
 from infrarsi.apply import decide, outputs
 from infrarsi.apply.rounds import BASELINE, Rounds
 from infrarsi.contract import Contract
+from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor, LocalExecutor
 from infrarsi.objective import compared_name
 from infrarsi.proposal import proposed_by, resolve
@@ -34,7 +35,7 @@ from infrarsi.verify import evidence_strength
 from infrarsi.workloads import knobs as knob_rules
 
 
-class ApplyError(ValueError):
+class ApplyError(InfraRSIError):
     """A run directory Apply cannot work on, with the reason and the fix."""
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from infrarsi.errors import InfraRSIError
 from infrarsi.records import ApplyResult
 
 
-class BranchError(ValueError):
+class BranchError(InfraRSIError):
     """The winner cannot be committed: no git repository, a taken branch name, local edits."""
 
 

@@ -19,12 +19,12 @@ from infrarsi.bank.signatures import (
 from infrarsi.bank.transfer import advise
 from infrarsi.bank.translate import translator
 from infrarsi.contract import Contract
+from infrarsi.identity import config_key
 from infrarsi.records import (
     BANK_ADVICE_FILE,
     BankAdvice,
     BankIngest,
     DoctorReport,
-    config_key,
     seed_held,
 )
 from infrarsi.store.bank import BankStore, StoredSeed
@@ -119,7 +119,7 @@ def _judge_seeds(run_dir: Path, run_id: str, experiences, bank: BankStore) -> li
             e.speedup
             for e in experiences
             if e.stage == "run"
-            and e.status == "ok"
+            and e.status.is_ok()
             and e.speedup
             and config_key(e.knobs_json, [p["id"] for p in e.patches_json]) == key
         ]

@@ -34,9 +34,10 @@ from infrarsi.host import fingerprint, machine_facts
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import is_proposed
 from infrarsi.records import DOCTOR_BASELINE_LABEL, DOCTOR_FILE, ApplyResult, DoctorReport
-from infrarsi.store import IN_FLIGHT, open_run_dir
+from infrarsi.store import open_run_dir
 from infrarsi.store.bank import Experience
 from infrarsi.trial import TrialRecord
+from infrarsi.trial.record import TrialStatus
 
 
 class RunContext:
@@ -49,7 +50,7 @@ class RunContext:
         self.manifest = self.contract.manifest()
         doctor_path = Path(run_dir) / DOCTOR_FILE
         self.doctor = DoctorReport.load(doctor_path) if doctor_path.exists() else None
-        self.trials = [t for t in self.store.trials(self.run.run_id) if t.status not in IN_FLIGHT]
+        self.trials = [t for t in self.store.trials(self.run.run_id) if t.status.is_finished()]
         base_knobs = self.doctor.knobs if self.doctor else self._first_knobs()
         self.baseline_time_s, self.baseline_peak_bytes = self._baseline()
         hardware = self.doctor.hardware if self.doctor else _facts_only()
@@ -98,7 +99,7 @@ class RunContext:
         if not times and self.trials:
             first = self.trials[0].config_json
             for t in self.trials:
-                if t.config_json == first and t.status == "ok" and t.record_json:
+                if t.config_json == first and t.status.is_ok() and t.record_json:
                     record = TrialRecord.model_validate(t.record_json)
                     times.append(ranked_step_time_s(record, self.contract.objective))
                     if record.metrics and record.metrics.max_peak_mem_bytes:
@@ -107,7 +108,7 @@ class RunContext:
         return (statistics.median(times) if times else None, max(peaks) if peaks else None)
 
     def experience(
-        self, key: str, stage: str, knobs: dict, patches: list[str], status: str, **figures
+        self, key: str, stage: str, knobs: dict, patches: list[str], status: TrialStatus, **figures
     ) -> Experience:
         """One experience of this run."""
         return Experience(
@@ -194,7 +195,7 @@ def _doctor(ctx: RunContext) -> list[Experience]:
                 "doctor",
                 t.knobs,
                 [],
-                t.status.value,
+                t.status,
                 speedup=_speedup(ctx, t.ranked_time_per_step_s),
                 step_time_s=t.ranked_time_per_step_s,
                 peak_mem_bytes=peak,
@@ -209,14 +210,14 @@ def _search(ctx: RunContext) -> list[Experience]:
     out = []
     for t in ctx.trials:
         record = TrialRecord.model_validate(t.record_json) if t.record_json else None
-        status = str(t.status)
+        status = t.status
         peak = t.peak_mem_bytes
         time_s, censored = None, False
-        if status == "ok" and record is not None:
+        if status.is_ok() and record is not None:
             time_s = ranked_step_time_s(record, ctx.contract.objective)
-        elif status == "slow" and record is not None and record.censored_time_per_step_s:
+        elif status is TrialStatus.SLOW and record is not None and record.censored_time_per_step_s:
             time_s, censored = record.censored_time_per_step_s, True
-        elif status == "oom":
+        elif status is TrialStatus.OOM:
             censored = True
             peak = peak or (record.mem_cap_bytes if record else None)
         out.append(

@@ -41,8 +41,10 @@ import numpy as np
 
 from infrarsi.bank.signatures import similarity
 from infrarsi.bank.translate import Translate
-from infrarsi.records import BankAdvice, BankSeed, bank_features, config_key
+from infrarsi.identity import config_key
+from infrarsi.records import BankAdvice, BankSeed, bank_features
 from infrarsi.store.bank import Experience
+from infrarsi.trial.record import TrialStatus
 
 MIN_SIMILARITY = 0.02
 RIDGE = 1.0
@@ -92,7 +94,7 @@ def advise(
     timed = [
         (bank_features(here[id(e)], _ids(e)), -math.log(e.speedup), w)
         for e, w in weighted
-        if e.status == "ok" and not e.censored and e.speedup
+        if e.status.is_ok() and not e.censored and e.speedup
     ]
     sized = [
         (
@@ -101,7 +103,7 @@ def advise(
             w,
         )
         for e, w in weighted
-        if e.status == "ok" and e.peak_mem_bytes and e.baseline_peak_mem_bytes
+        if e.status.is_ok() and e.peak_mem_bytes and e.baseline_peak_mem_bytes
     ]
     notes = []
     if experiences and not weighted:
@@ -189,8 +191,8 @@ def seeds(
             groups[key].append((e, w))
     out = []
     for members in groups.values():
-        ok = [(e, w) for e, w in members if e.status == "ok" and e.speedup and not e.censored]
-        ooms = sum(w for e, w in members if e.status == "oom")
+        ok = [(e, w) for e, w in members if e.status.is_ok() and e.speedup and not e.censored]
+        ooms = sum(w for e, w in members if e.status is TrialStatus.OOM)
         total = sum(w for _, w in members)
         if not ok or ooms > SEED_MAX_OOM_SHARE * total:
             continue

@@ -1,8 +1,8 @@
 """The ``infrarsi`` command line: one command per stage, plus workloads, trial and demo.
 
 Exit codes: 0 success (a trial that ended ``ok``); 1 a trial ran but did not end ``ok``;
-2 bad input (unknown workload, bad manifest, knob or patch refused, a bank that cannot be
-opened).
+2 bad input (an ``InfraRSIError``: unknown workload, bad manifest, knob or patch refused, a bank
+that cannot be opened); 3 a bug in InfraRSI (any other exception, shown with its traceback).
 """
 
 from __future__ import annotations
@@ -10,23 +10,19 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from infrarsi import units
+from infrarsi.cli.errors import report_bug, user_error
+from infrarsi.errors import InfraRSIError
 from infrarsi.executors import LocalExecutor, TrialRequest
 from infrarsi.executors.choice import make_executor
-from infrarsi.trial import PatchRefused, TrialRecord, TrialStatus
-from infrarsi.workloads import (
-    AssignmentError,
-    ManifestError,
-    all_reference,
-    find,
-    parse_assignments,
-)
+from infrarsi.trial import TrialRecord, TrialStatus
+from infrarsi.workloads import all_reference, find, parse_assignments
 
 app = typer.Typer(
     add_completion=False,
@@ -40,11 +36,9 @@ if not out.is_terminal:  # logs and pipes: do not squeeze tables into 80 columns
 DEFAULT_WORKDIR = Path(".infrarsi") / "trials"
 
 
-def fail(message: str, code: int = 2) -> None:
-    """Print one error line (or a few) to stderr and exit with ``code``."""
-    err.print("[bold red]error:[/] ", end="")
-    err.print(message, markup=False, highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+def fail(message: str | InfraRSIError) -> NoReturn:
+    """Print one error line (or a few) to stderr and exit 2: bad input."""
+    user_error(err, message)
 
 
 @app.command()
@@ -57,8 +51,8 @@ def workloads(
     """Show workloads with their knobs, scales and patch catalogs: the bundled ones, or one."""
     try:
         manifests = [find(workload)] if workload else all_reference()
-    except ManifestError as exc:
-        fail(str(exc))
+    except InfraRSIError as exc:
+        fail(exc)
     if as_json:
         print(json.dumps([_workload_summary(m) for m in manifests], indent=2))
         return
@@ -73,8 +67,8 @@ def validate(
     """Check a workload manifest: exit 0 and a summary, or exit 2 naming every bad field."""
     try:
         manifest = find(path)
-    except ManifestError as exc:
-        fail(str(exc))
+    except InfraRSIError as exc:
+        fail(exc)
     how = "probe" if manifest.launch.metrics == "probe" else "stdout patterns"
     out.print(
         f"ok: {manifest.name} ({manifest.path}): {len(manifest.knobs)} knobs, "
@@ -202,10 +196,8 @@ def trial(
         )
         LocalExecutor(Path.cwd()).resolve(request)  # a bad request is refused before anything
         runner = make_executor(executor, Path.cwd(), ray_address)
-    except (ManifestError, AssignmentError, PatchRefused, ValueError, KeyError) as exc:
-        fail(_message(exc))
-    except Exception as exc:  # a contract or manifest problem we did not foresee: no traceback
-        fail(f"{type(exc).__name__}: {exc}")
+    except InfraRSIError as exc:
+        fail(exc)
     with err.status(f"trial of {manifest.name} at scale {scale} ..."):
         record = runner.run(request)
     if as_json:
@@ -227,13 +219,9 @@ def _checked_contract(path: Path, manifest):
 
     frozen = load_contract(path)
     if frozen.workload != manifest.name:
-        raise ValueError(f"{path} is a contract for {frozen.workload}, not {manifest.name}")
+        raise InfraRSIError(f"{path} is a contract for {frozen.workload}, not {manifest.name}")
     frozen.check_locked(manifest.root)
     return frozen
-
-
-def _message(exc: BaseException) -> str:
-    return exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
 
 
 def trial_json(record: TrialRecord) -> dict:
@@ -424,13 +412,12 @@ def report(
     run_dir: Path = typer.Argument(..., help="a run directory (after `infrarsi apply`)"),
 ) -> None:
     """Stage 4: write report.md and a self-contained report.html of a run."""
-    from infrarsi.contract import ContractError
-    from infrarsi.report import ReportError, write_report
+    from infrarsi.report import write_report
 
     try:
         written = write_report(run_dir)
-    except (ReportError, ContractError, KeyError) as exc:
-        fail(_message(exc))
+    except InfraRSIError as exc:
+        fail(exc)
     out.print(f"report: {written.markdown} and {written.html}", markup=False, highlight=False)
 
 
@@ -522,4 +509,9 @@ def _terminate(signum, frame) -> None:
 def main() -> None:
     """Console-script entry point."""
     signal.signal(signal.SIGTERM, _terminate)
-    app()
+    try:
+        app()
+    except InfraRSIError as exc:  # bad input found outside a command's own handler
+        fail(exc)
+    except Exception as exc:  # anything else is a bug, and says so
+        report_bug(err, exc)

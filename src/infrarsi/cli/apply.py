@@ -6,18 +6,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import typer
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from infrarsi.apply import ApplyError, apply_run
-from infrarsi.apply.branch import BranchError, to_branch
+from infrarsi.apply import apply_run
+from infrarsi.apply.branch import to_branch
 from infrarsi.bank import ingest_run
-from infrarsi.contract import ContractError, load_contract
+from infrarsi.cli.errors import user_error
+from infrarsi.contract import load_contract
+from infrarsi.errors import InfraRSIError
 from infrarsi.executors.choice import make_executor
 from infrarsi.records import ApplyResult
-from infrarsi.store.bank import BankError, BankStore
+from infrarsi.store.bank import BankStore
 
 
 class ApplyScreen:
@@ -157,9 +158,8 @@ def apply_command(
         if branch is not None:
             root = load_contract(Path(result.run_dir) / "contract.yaml").manifest().root
             commit = to_branch(result, root, branch)
-    except (ApplyError, ContractError, BranchError, KeyError, BankError, ValueError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+    except InfraRSIError as exc:
+        user_error(err, exc)
     if as_json:
         print(json.dumps(result.model_dump(mode="json")))
         return

@@ -11,7 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from infrarsi.store.bank import BankError, BankStore, Experience
+from infrarsi.cli.errors import user_error
+from infrarsi.errors import InfraRSIError
+from infrarsi.store.bank import BankStore, Experience
 
 bank_app = typer.Typer(
     help="Stage 5: the experience bank — what past runs measured, reused "
@@ -30,9 +32,8 @@ JSON_OPTION = typer.Option(False, "--json", help="print one JSON object")
 def _open(url: str | None) -> BankStore:
     try:
         return BankStore(url)
-    except BankError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+    except InfraRSIError as exc:
+        user_error(err, exc)
 
 
 def _row(e: Experience) -> dict:
@@ -105,9 +106,8 @@ def show(
     store = _open(bank)
     try:
         e = store.experience(experience_id)
-    except KeyError as exc:
-        err.print(f"error: {exc.args[0]}", markup=False, highlight=False)
-        raise typer.Exit(2)
+    except InfraRSIError as exc:
+        user_error(err, exc)
     data = e.model_dump(mode="json")
     if as_json:
         print(json.dumps(data))
@@ -172,9 +172,8 @@ def import_(
     store = _open(bank)
     try:
         counts = store.import_file(path)
-    except BankError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+    except InfraRSIError as exc:
+        user_error(err, exc)
     if as_json:
         print(json.dumps({"bank": store.url, "file": str(path), **counts}))
     else:
@@ -192,13 +191,7 @@ def forget(
     removed = store.forget_run(run)
     if removed == 0:
         known = sorted({e.run_id for e in store.experiences()})
-        err.print(
-            f"error: the bank holds no run {run!r}; it holds {known[:10]}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(2)
+        user_error(err, f"the bank holds no run {run!r}; it holds {known[:10]}")
     if as_json:
         print(json.dumps({"bank": store.url, "run_id": run, "removed": removed}))
     else:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
-from infrarsi.contract import ContractError, load_contract
-from infrarsi.doctor import DoctorError, run_doctor, sealed_contract
+from infrarsi.cli.errors import user_error
+from infrarsi.contract import load_contract
+from infrarsi.doctor import run_doctor, sealed_contract
+from infrarsi.errors import InfraRSIError
 from infrarsi.executors.choice import make_executor
 from infrarsi.records import DoctorReport
 from infrarsi.units import format_bytes
@@ -41,9 +42,8 @@ def run_doctor_command(
                 calibrate_tolerances=calibrate,
                 executor=runner,
             )
-    except (ContractError, DoctorError, KeyError, ValueError) as exc:
-        err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2)
+    except InfraRSIError as exc:
+        user_error(err, exc)
     sealed, report = sealed_contract(contract, report)
     sealed.save(contract_path)
     Path(workdir).mkdir(parents=True, exist_ok=True)

@@ -10,10 +10,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from infrarsi.cli.errors import user_error
 from infrarsi.contract import Contract
+from infrarsi.errors import InfraRSIError
 from infrarsi.init import InitError, init
 from infrarsi.units import format_bytes
-from infrarsi.workloads import ManifestError, find
+from infrarsi.workloads import find
 
 
 def contract_json(contract: Contract) -> dict:
@@ -48,17 +50,14 @@ def run_init(
     try:
         manifest = find(workload)
         manifest.scale(scale)
-    except (ManifestError, KeyError) as exc:
-        err.print(f"error: {exc.args[0] if exc.args else exc}", markup=False)
-        raise typer.Exit(2)
+    except InfraRSIError as exc:
+        user_error(err, exc)
     try:
         contract, reading = init(
             manifest, scale, instruction, lambda text: err.print(f"note: {text}", markup=False)
         )
     except InitError as exc:
-        for problem in exc.problems:
-            err.print(f"error: {problem}", markup=False)
-        raise typer.Exit(2)
+        user_error(err, "\nerror: ".join(exc.problems))
     if as_json:
         print(json.dumps(contract_json(contract), indent=2, ensure_ascii=False))
     else:
@@ -71,11 +70,7 @@ def run_init(
 
 def _confirmed(err: Console) -> bool:
     if not sys.stdin.isatty():
-        err.print(
-            "error: not confirmed: run interactively, or add --yes to freeze this contract",
-            markup=False,
-        )
-        raise typer.Exit(2)
+        user_error(err, "not confirmed: run interactively, or add --yes to freeze this contract")
     return typer.confirm("Freeze this contract?", default=False, err=True)
 
 

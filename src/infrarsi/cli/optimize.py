@@ -11,9 +11,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from infrarsi.contract import ContractError
-from infrarsi.optimize import OptimizeError, OptimizeResult, optimize
-from infrarsi.store.bank import BankError
+from infrarsi.cli.errors import user_error
+from infrarsi.errors import InfraRSIError
+from infrarsi.optimize import OptimizeResult, optimize
 
 STAGES = {
     "init": "Init: the contract",
@@ -170,14 +170,8 @@ def optimize_command(
             parallel=parallel,
             **({"llm_budget": proposing[1]} if proposing[1] else {}),
         )
-    except (OptimizeError, ContractError, KeyError, BankError) as exc:
-        err.print(
-            f"error: {exc.args[0] if exc.args else exc}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(2)
+    except InfraRSIError as exc:
+        user_error(err, exc)
     if as_json:
         print(json.dumps(_json(result)))
         return
@@ -206,8 +200,7 @@ def _confirm(err: Console):
 
         show(contract, [], err)
         if not sys.stdin.isatty():
-            err.print("error: not confirmed: run interactively, or add --yes", markup=False)
-            raise typer.Exit(2)
+            user_error(err, "not confirmed: run interactively, or add --yes")
         return typer.confirm("Freeze this contract and optimize?", default=False, err=True)
 
     return ask

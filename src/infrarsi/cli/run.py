@@ -6,19 +6,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import typer
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from infrarsi.bank import advice_for, ingest_run
-from infrarsi.contract import ContractError, load_contract
+from infrarsi.cli.errors import user_error
+from infrarsi.contract import load_contract
+from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor, LocalExecutor
 from infrarsi.executors.choice import make_executor
 from infrarsi.proposers import LLMBudget, check_kind, make_proposer
 from infrarsi.records import DoctorReport, RunResult
 from infrarsi.run.loop import RunError, RunLoop
-from infrarsi.store.bank import BankError, BankStore
+from infrarsi.store.bank import BankStore
 from infrarsi.units import format_bytes
 
 
@@ -99,9 +100,8 @@ def run_command(
                 markup=False,
                 highlight=False,
             )
-    except (RunError, ContractError, KeyError, BankError, ValueError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+    except InfraRSIError as exc:
+        user_error(err, exc)
     if as_json:
         print(json.dumps(result.model_dump(mode="json")))
     else:

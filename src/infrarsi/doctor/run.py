@@ -17,6 +17,7 @@ from infrarsi.doctor import noise
 from infrarsi.doctor.calibrate import calibrate
 from infrarsi.doctor.diagnose import Facts, diagnose
 from infrarsi.doctor.hardware import probe_hardware
+from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
 from infrarsi.mfu import mfu as compute_mfu
 from infrarsi.objective import ranked_step_time_s
@@ -33,7 +34,7 @@ def _is_operator(name: str) -> bool:
     return "::" in name and not name.startswith(("ProfilerStep", "Optimizer."))
 
 
-class DoctorError(RuntimeError):
+class DoctorError(InfraRSIError):
     """The baseline cannot be measured (it does not run, or runs too few steps)."""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor, LocalExecutor
 
 EXECUTORS = ("local", "ray")
@@ -19,4 +20,4 @@ def make_executor(kind: str, root: Path, ray_address: str | None = None) -> Exec
         from infrarsi.executors.ray_executor import RayExecutor
 
         return RayExecutor(root, ray_address or "auto")
-    raise ValueError(f"executor {kind!r}: choose one of {', '.join(EXECUTORS)}")
+    raise InfraRSIError(f"executor {kind!r}: choose one of {', '.join(EXECUTORS)}")

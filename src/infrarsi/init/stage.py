@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from infrarsi.contract import Contract
+from infrarsi.errors import InfraRSIError
 from infrarsi.init.build import make_contract, workload_files
 from infrarsi.init.llm import draft_reading, llm_configured
 from infrarsi.init.parse import Reading, read_instruction
 from infrarsi.workloads import Manifest
 
 
-class InitError(ValueError):
+class InitError(InfraRSIError):
     """An instruction that cannot become a contract: every problem, each naming its clause."""
 
     def __init__(self, problems: list[str]) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from infrarsi.contract import Contract
+from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor
 from infrarsi.proposal import ProposalState, ProposedPatch
 from infrarsi.proposers.llm import Endpoint, EndpointError, LLMBudget, LLMProposer, configured
@@ -59,7 +60,7 @@ def check_kind(kind: str | None) -> str:
     ValueError naming the choices, EndpointError naming the variables an LLM kind needs."""
     kind = kind or default_kind()
     if kind not in KINDS:
-        raise ValueError(f"proposer {kind!r}: choose one of {', '.join(KINDS)}")
+        raise InfraRSIError(f"proposer {kind!r}: choose one of {', '.join(KINDS)}")
     if kind != "catalog":
         Endpoint.from_env()
     return kind

@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infrarsi.contract import Contract
+from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor
 from infrarsi.proposal import (
     LLM_PREFIX,
     PROPOSALS_DIR,
     ProposalLine,
     ProposalState,
+    ProposalStatus,
     ProposedPatch,
     append_line,
     read_lines,
@@ -44,7 +46,7 @@ from infrarsi.records import DoctorReport
 ENV_URL, ENV_MODEL, ENV_KEY = "INFRARSI_LLM_BASE_URL", "INFRARSI_LLM_MODEL", "INFRARSI_LLM_API_KEY"
 
 
-class EndpointError(ValueError):
+class EndpointError(InfraRSIError):
     """The LLM endpoint is not configured; the message names the variables to set."""
 
 
@@ -119,7 +121,7 @@ class LLMProposer:
         return [
             ProposedPatch.of_line(line)
             for line in read_lines(self.run_dir)
-            if line.status == "accepted" and line.patch_id
+            if line.status is ProposalStatus.ACCEPTED and line.patch_id
         ]
 
     def wants_more(self) -> bool:
@@ -158,7 +160,7 @@ class LLMProposer:
         line = self._judge(len(history) + 1, text, tokens, prompt_sha, t0)
         append_line(self.run_dir, line)
         self.on_note(f"LLM proposal {line.n}: {line.status} at {line.stage}: {line.reason}"[:300])
-        return [ProposedPatch.of_line(line)] if line.status == "accepted" else []
+        return [ProposedPatch.of_line(line)] if line.status is ProposalStatus.ACCEPTED else []
 
     # -- the parts -------------------------------------------------------------------------
     def _ask(self, asked: list[dict]) -> tuple[str, int]:
@@ -188,7 +190,7 @@ class LLMProposer:
             reply = parse_reply(text)
         except ReplyRejected as exc:
             return ProposalLine(
-                status="rejected",
+                status=ProposalStatus.REJECTED,
                 stage="parse",
                 reason=str(exc),
                 seconds=time.monotonic() - t0,
@@ -197,7 +199,7 @@ class LLMProposer:
         checked = self.validator.check(reply.diff)
         sha = checked.sha256
         if checked.ok and sha in {
-            x.diff_sha256 for x in read_lines(self.run_dir) if x.status == "accepted"
+            x.diff_sha256 for x in read_lines(self.run_dir) if x.status is ProposalStatus.ACCEPTED
         }:
             checked = type(checked)(
                 False, "parse", "the same diff as an accepted proposal", checked.diff
@@ -205,7 +207,7 @@ class LLMProposer:
         seconds = time.monotonic() - t0
         if not checked.ok:
             return ProposalLine(
-                status="rejected",
+                status=ProposalStatus.REJECTED,
                 stage=checked.stage,
                 reason=checked.reason,
                 diff_sha256=sha,
@@ -216,7 +218,7 @@ class LLMProposer:
         (self.run_dir / patch_id).write_text(checked.diff)
         reason = "passed every check" + (f"; {reply.note}" if reply.note else "")
         return ProposalLine(
-            status="accepted",
+            status=ProposalStatus.ACCEPTED,
             stage="smoke",
             reason=reason,
             diff_sha256=sha,

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from infrarsi.contract import Contract
-from infrarsi.proposal import PatchOutcome, ProposalLine
+from infrarsi.proposal import PatchOutcome, ProposalLine, ProposalStatus
 from infrarsi.records import DoctorReport
 
 FILE_CHARS = 24_000  # of one editable file's text
@@ -115,7 +115,7 @@ def _history(history: list[ProposalLine], outcomes: list[PatchOutcome]) -> str:
     measured = {o.patch_id: o for o in outcomes}
     lines = ["# Your earlier proposals in this run"]
     for h in history:
-        if h.status == "rejected":
+        if h.status is ProposalStatus.REJECTED:
             lines.append(f"- proposal {h.n}: REJECTED at {h.stage}: {h.reason}")
         else:
             smoke = f"; smoke trial {h.smoke_speedup:.3f}x" if h.smoke_speedup else ""

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infrarsi.contract import Contract
+from infrarsi.errors import InfraRSIError
+from infrarsi.identity import config_key
 from infrarsi.mfu import mfu
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import ProposalLine, read_lines
@@ -25,7 +27,6 @@ from infrarsi.records import (
     Finding,
     Report,
     ReportSummary,
-    config_key,
     seed_held,
 )
 from infrarsi.report import figures
@@ -38,7 +39,7 @@ from infrarsi.workloads import knobs as knob_rules
 FIGURE_DIR = "report-figures"
 
 
-class ReportError(ValueError):
+class ReportError(InfraRSIError):
     """A run directory the report cannot be written for, with the fix."""
 
 
@@ -98,7 +99,7 @@ def bank_seed_rows(data: ReportData) -> list[dict]:
         base = [
             t["ranked_time_per_step_s"]
             for t in data.trials
-            if t["status"] == "ok"
+            if t["status"].is_ok()
             and t["knobs"] == first["knobs"]
             and t["patches"] == first["patches"]
         ]
@@ -109,7 +110,7 @@ def bank_seed_rows(data: ReportData) -> list[dict]:
         times = [
             t["ranked_time_per_step_s"]
             for t in data.trials
-            if t["status"] == "ok" and config_key(t["knobs"], t["patches"]) == key
+            if t["status"].is_ok() and config_key(t["knobs"], t["patches"]) == key
         ]
         measured = base_s / _median(times) if times and base_s else None
         rows.append(

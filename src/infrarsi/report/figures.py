@@ -75,7 +75,7 @@ def best_so_far(trials: list[dict]) -> bytes:
         ax.scatter(
             *zip(*slow), marker=marker, color=colour, label="slow: cut short (time at least this)"
         )
-    for status in ("oom", "timeout", "crash", "invalid"):
+    for status in (s for s in TrialStatus if s.is_failure()):
         pts = [i + 1 for i, t in enumerate(trials) if t["status"] == status]
         if pts:
             marker, colour = STATUS_STYLE[status]
@@ -198,7 +198,9 @@ def memory_calibration(trials: list[dict], capacity_bytes: int | None) -> bytes:
         left.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, label="measured = predicted")
     _finish(left, "predicted peak (MiB)", "measured peak (MiB)", "Memory: predicted vs measured")
     told = [
-        t for t in trials if t["status"] in ("ok", "oom") and t.get("predicted_p_oom") is not None
+        t
+        for t in trials
+        if t["status"] in (TrialStatus.OK, TrialStatus.OOM) and t.get("predicted_p_oom") is not None
     ]
     edges = np.linspace(0, 1, 6)
     for a, b in zip(edges[:-1], edges[1:]):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import base64
 import html
 
-from infrarsi.proposal import patch_outcomes
+from infrarsi.proposal import FinishedTrial, ProposalStatus, patch_outcomes
+from infrarsi.trial.record import TrialStatus
 from infrarsi.units import format_bytes
 
 CAPTIONS = {
@@ -17,6 +18,8 @@ CAPTIONS = {
     "loss.png": "Loss curves, baseline vs winner",
     "memory_calibration.png": "Predicted vs measured peak memory, and P(OOM) calibration",
 }
+
+FAILED = {s.value for s in TrialStatus if s.is_failure()}  # cells shown as failures
 
 
 def _x(v, fmt="{:.3f}"):
@@ -71,7 +74,7 @@ def trial_rows(data) -> list[list[str]]:
                 ", ".join(t["patches"]) or "-",
                 _x(t["step_time_s"], "{:.4f}"),
                 _x(t.get("ranked_time_per_step_s"), "{:.4f}")
-                if t["status"] != "slow"
+                if t["status"] is not TrialStatus.SLOW
                 else ">= " + _x(t.get("censored_time_per_step_s"), "{:.4f}"),
                 _x(t["predicted_ranked_time_per_step_s"], "{:.4f}"),
                 _bytes(t["peak_mem_bytes"]),
@@ -189,7 +192,7 @@ def proposal_lines(data) -> tuple[str, list[list[str]]]:
     """The LLM's replies in order: what became of each, what it cost, and for an accepted
     patch its provenance and what the search measured of it."""
     lines = data.proposals
-    accepted = [x for x in lines if x.status == "accepted"]
+    accepted = [x for x in lines if x.status is ProposalStatus.ACCEPTED]
     intro = (
         f"{len(lines)} replies, {len(accepted)} accepted; "
         f"{sum(x.tokens for x in lines)} tokens and {sum(x.seconds for x in lines):.0f} s "
@@ -199,7 +202,7 @@ def proposal_lines(data) -> tuple[str, list[list[str]]]:
         o.patch_id: o.speedup
         for o in patch_outcomes(  # over the search's baseline
             [
-                (
+                FinishedTrial(
                     t["knobs"],
                     t["patches"],
                     t["status"],
@@ -208,6 +211,7 @@ def proposal_lines(data) -> tuple[str, list[list[str]]]:
                     t["error"],
                 )
                 for t in data.trials
+                if t["status"].is_finished()
             ],
             data.summary["baseline"]["knobs"],
         )
@@ -367,10 +371,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{e(h)}</th>" for h in header)
     body = "".join(
         "<tr>"
-        + "".join(
-            f"<td{' class=fail' if c in ('oom', 'crash', 'timeout', 'invalid') else ''}>{e(c)}</td>"
-            for c in row
-        )
+        + "".join(f"<td{' class=fail' if c in FAILED else ''}>{e(c)}</td>" for c in row)
         + "</tr>"
         for row in rows
     )

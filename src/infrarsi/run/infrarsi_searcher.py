@@ -256,7 +256,7 @@ class InfraRSISearcher(Searcher):
             else np.zeros(len(mu))
         )
         for c, o in self.history:  # what ran is known: an OOM stays an OOM at this capacity
-            if o.status in ("oom", "crash", "timeout", "invalid", "slow"):
+            if not o.status.is_ok():
                 p_oom[p.index[c]] = 1.0
         ran_ok = [i for i, _ in ok]
         incumbent = min(ran_ok, key=lambda i: mu[i]) if ran_ok else None

@@ -16,9 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from infrarsi.contract import Contract
+from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
 from infrarsi.objective import ranked_step_time_s, steady_step_time_s
-from infrarsi.proposal import ProposalState, Proposer, Recorded, patch_outcomes
+from infrarsi.proposal import FinishedTrial, ProposalState, Proposer, Recorded, patch_outcomes
 from infrarsi.records import (
     BANK_ADVICE_FILE,
     DOCTOR_FILE,
@@ -33,12 +34,11 @@ from infrarsi.run.problem import Outcome, Problem, SlowBound
 from infrarsi.run.problem_build import build_problem, with_proposed
 from infrarsi.run.space import Config
 from infrarsi.store import (
-    IN_FLIGHT,
     RunDirError,
+    RunStatus,
     Store,
     StoredRun,
     StoredTrial,
-    TrialState,
     open_run_dir,
     sqlite_url,
 )
@@ -46,7 +46,7 @@ from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
 
 
-class RunError(ValueError):
+class RunError(InfraRSIError):
     """A run that cannot start or resume, with the reason and the fix."""
 
 
@@ -156,7 +156,7 @@ class RunLoop:
         searcher = registry.make(self.searcher_name, problem, self.seed)
         for trial in store.trials(run_id):
             config = _config_from(trial.config_json)
-            if trial.status not in IN_FLIGHT and config in problem.index:
+            if trial.status.is_finished() and config in problem.index:
                 searcher.tell(
                     config,
                     _outcome_of_stored(trial, problem.capacity_bytes, self.contract.objective),
@@ -201,7 +201,7 @@ class RunLoop:
                 budget_trials=self.budget_trials,
                 budget_s=self.budget_s,
                 capacity_bytes=self.contract.mem_cap_bytes,
-                status="running",
+                status=RunStatus.RUNNING,
             )
         )  # the run's
         (self.run_dir / "run.json").write_text(
@@ -243,13 +243,13 @@ class RunLoop:
             **options,
         )
         requeue = store.interrupt_running(run.run_id)
-        store.set_run_status(run.run_id, "running")
+        store.set_run_status(run.run_id, RunStatus.RUNNING)
         return loop._loop(store, run.run_id, requeue)
 
     # -- the loop --------------------------------------------------------------------------
     def _loop(self, store: Store, run_id: str, requeue: list[StoredTrial]) -> RunResult:
         problem, searcher = self._searcher(store, run_id)  # resumed: told what was measured
-        finished = [t for t in store.trials(run_id) if t.status not in IN_FLIGHT]
+        finished = [t for t in store.trials(run_id) if t.status.is_finished()]
         queue = [
             (_config_from(t.config_json), t)
             for t in requeue
@@ -319,7 +319,7 @@ class RunLoop:
                 row,
                 outcome.status,
                 trial_id=record.trial_id,
-                step_time_s=steady_step_time_s(record) if outcome.status == TrialState.OK else None,
+                step_time_s=steady_step_time_s(record) if outcome.status.is_ok() else None,
                 peak_mem_bytes=outcome.peak_bytes,
                 cost_s=record.cost_s,
                 error=record.error,
@@ -339,7 +339,7 @@ class RunLoop:
             )
         ranked = ranking(searcher, store.trials(run_id))
         store.set_ranking(run_id, [r.model_dump(mode="json") for r in ranked])
-        store.set_run_status(run_id, "finished", reason)
+        store.set_run_status(run_id, RunStatus.FINISHED, reason)
         return self._result(store, run_id, searcher, reason, len(requeue), ranked)
 
     def _trials_left(self, count: int, spent_s: float) -> int | None:
@@ -386,15 +386,11 @@ class RunLoop:
     def _result(
         self, store, run_id, searcher, reason, requeued, ranked: list[RankedConfig] = ()
     ) -> RunResult:
-        trials = [t for t in store.trials(run_id) if t.status not in IN_FLIGHT]
+        trials = [t for t in store.trials(run_id) if t.status.is_finished()]
         best = searcher.recommend()
         best_row = None
         if best is not None:
-            rows = [
-                t
-                for t in trials
-                if _config_from(t.config_json) == best and t.status == TrialState.OK
-            ]
+            rows = [t for t in trials if _config_from(t.config_json) == best and t.status.is_ok()]
             best_row = Best(
                 knobs=best.knob_dict,
                 patches=sorted(best.patches),
@@ -403,16 +399,15 @@ class RunLoop:
         base = [
             t.step_time_s
             for t in trials
-            if t.status == TrialState.OK
-            and _config_from(t.config_json) == searcher.problem.baseline
+            if t.status.is_ok() and _config_from(t.config_json) == searcher.problem.baseline
         ]
         return RunResult(
             run_dir=str(self.run_dir),
             run_id=run_id,
             searcher=self.searcher_name,
             trials=len(trials),
-            oom_trials=sum(t.status == TrialState.OOM for t in trials),
-            slow_trials=sum(t.status == TrialState.SLOW for t in trials),
+            oom_trials=sum(t.status == TrialStatus.OOM for t in trials),
+            slow_trials=sum(t.status == TrialStatus.SLOW for t in trials),
             interrupted_requeued=requeued,
             stop_reason=reason,
             best=best_row,
@@ -428,12 +423,12 @@ PROPOSE_EVERY = 2  # trials between two requests to a proposer (a patch is tried
 
 def _proposal_state(trials: list[StoredTrial], baseline: Config) -> ProposalState:
     """What a proposer is told: per patch, what the finished trials carrying it measured."""
-    done = [t for t in trials if t.status not in IN_FLIGHT]
+    done = [t for t in trials if t.status.is_finished()]
     rows = [
-        (
+        FinishedTrial(
             t.config_json["knobs"],
             t.config_json["patches"],
-            t.status.value,
+            t.status,
             t.step_time_s,
             t.peak_mem_bytes,
             t.error,
@@ -450,7 +445,7 @@ def ranking(searcher, trials: list[StoredTrial]) -> list[RankedConfig]:
         times = sorted(
             t.step_time_s
             for t in trials
-            if t.status == TrialState.OK and _config_from(t.config_json) == config
+            if t.status.is_ok() and _config_from(t.config_json) == config
         )
         out.append(
             RankedConfig(
@@ -470,7 +465,7 @@ def _outcome_of_stored(trial: StoredTrial, capacity: int | None, objective: str)
         step_time_s=trial.step_time_s,
         peak_bytes=trial.peak_mem_bytes,
         cost_s=trial.cost_s or 0.0,
-        cap_bytes=capacity if trial.status == TrialState.OOM else None,
+        cap_bytes=capacity if trial.status == TrialStatus.OOM else None,
     )
 
 

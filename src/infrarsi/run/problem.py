@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from infrarsi.identity import ConfigKey, canonical_value, config_key
 from infrarsi.run.space import Config, Space
 from infrarsi.trial.record import TrialStatus
-
-STATUSES = tuple(TrialStatus)  # str enum: "ok" and TrialStatus.OK are one
 
 
 @dataclass(frozen=True)
@@ -20,7 +19,7 @@ class Outcome:
     """What one trial of a config showed. ``peak_bytes`` is the largest per-rank peak when
     known; an ``oom`` trial carries the capacity it exceeded in ``cap_bytes`` (right-censored)."""
 
-    status: str
+    status: TrialStatus  # a finished one; given as its value ("ok"), it becomes the enum
     step_time_s: float | None = None
     peak_bytes: float | None = None
     cost_s: float = 0.0
@@ -28,8 +27,13 @@ class Outcome:
     noise_var_log: float | None = None
 
     def __post_init__(self):
-        if self.status not in STATUSES:
-            raise ValueError(f"outcome status {self.status!r}: one of {STATUSES}")
+        try:
+            status = TrialStatus(self.status)
+        except ValueError:
+            status = TrialStatus.RUNNING  # refused below, with the statuses it may be
+        if not status.is_finished():
+            raise ValueError(f"outcome status {self.status!r}: one of {TrialStatus.finished()}")
+        object.__setattr__(self, "status", status)
         if self.status in (TrialStatus.OK, TrialStatus.SLOW) and self.step_time_s is None:
             raise ValueError(
                 f"an {self.status} outcome needs its step_time_s (for slow: the "
@@ -130,13 +134,12 @@ class Problem:
         )
         self.offsets = self.analytic_log_peak(self.candidates) if self.analytic_log_peak else None
 
-    def free_key(self, config: Config) -> tuple:
-        """A config without its derived knobs: what a searcher that sets each free knob (and
-        each patch) independently proposes."""
-        return (
-            tuple((k, str(v)) for k, v in config.knobs if k not in self.derived),
-            tuple(sorted(config.patches)),
-        )
+    def free_key(self, config: Config) -> ConfigKey:
+        """A config's identity over the space's free dimensions (the knobs it varies, less the
+        derived ones) and its patches: what a searcher that sets each free knob (and each
+        patch) independently proposes. A knob the space does not vary is no part of it."""
+        free = [d.name for d in self.space.dims if d.name not in self.derived]
+        return config_key(config.knob_dict, config.patches, dims=free)
 
     def by_free_key(self) -> dict[tuple, Config]:
         """Each candidate by its free knobs and patches."""
@@ -292,4 +295,6 @@ PRIOR_TIE = 1e-9  # log ratios this close are one prior (sums of the same catalo
 def distance(a: Config, b: Config) -> int:
     """How many knobs and patches two configs differ in."""
     ak = a.knob_dict
-    return sum(str(ak.get(k)) != str(v) for k, v in b.knobs) + len(a.patches ^ b.patches)
+    return sum(
+        k not in ak or canonical_value(ak[k]) != canonical_value(v) for k, v in b.knobs
+    ) + len(a.patches ^ b.patches)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from infrarsi.errors import InfraRSIError
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
@@ -109,7 +110,7 @@ def make(name: str, problem: Problem, seed: int = 0) -> Searcher:
         return OptunaSearcher(problem, seed, sampler=name)
     classes = {"random": RandomSearcher, "greedy": GreedySearcher, "grid": GridSearcher}
     if name not in classes:
-        raise ValueError(f"searcher {name!r}: choose one of {', '.join(SEARCHERS)}")
+        raise InfraRSIError(f"searcher {name!r}: choose one of {', '.join(SEARCHERS)}")
     return classes[name](problem, seed)
 
 

@@ -13,15 +13,28 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from infrarsi.identity import ConfigKey, config_key
+
 KnobLevel = int | float | str | bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Config:
-    """One point of the space: every knob's value and the set of patches applied."""
+    """One point of the space: every knob's value and the set of patches applied. Two configs
+    are equal when ``identity.config_key`` says so (``2`` and ``2.0`` alike)."""
 
     knobs: tuple[tuple[str, KnobLevel], ...]
     patches: frozenset[str] = frozenset()
+    key: ConfigKey = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", config_key(dict(self.knobs), self.patches))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Config) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
 
     @classmethod
     def of(cls, knobs: dict[str, KnobLevel], patches=()) -> Config:

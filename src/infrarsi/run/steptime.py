@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 
+from infrarsi.errors import InfraRSIError
 from infrarsi.run.space import single_threaded
 
 FAMILIES = ("gp", "forest")
@@ -39,7 +40,7 @@ class StepTimeModel:
 
     def __init__(self, family: str = "gp", seed: int = 0):
         if family not in FAMILIES:
-            raise ValueError(f"step-time family {family!r}: choose one of {FAMILIES}")
+            raise InfraRSIError(f"step-time family {family!r}: choose one of {FAMILIES}")
         self.family = family
         self.seed = seed
 

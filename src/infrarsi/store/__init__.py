@@ -17,32 +17,22 @@ from pydantic import BaseModel, Field
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
+from infrarsi.errors import InfraRSIError, UnknownNameError
 from infrarsi.store.schema import RunRow, TrialRow
 from infrarsi.trial.record import TrialStatus
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-class TrialState(str, enum.Enum):
-    """A stored trial's state: in flight (``running``), cut off when the tool died
-    (``interrupted``, re-run in a row of its own on resume), or one of the record's final
-    statuses (``TrialStatus``)."""
+class RunStatus(str, enum.Enum):
+    """A stored run's state: searching (or killed while it searched: ``running`` until it is
+    resumed), ``finished`` at its budget or when nothing was left to try."""
 
     RUNNING = "running"
-    INTERRUPTED = "interrupted"
-    OK = TrialStatus.OK.value
-    OOM = TrialStatus.OOM.value
-    TIMEOUT = TrialStatus.TIMEOUT.value
-    CRASH = TrialStatus.CRASH.value
-    INVALID = TrialStatus.INVALID.value
-    SLOW = TrialStatus.SLOW.value
+    FINISHED = "finished"
 
-    def __str__(self) -> str:  # f-strings and tables show the value ("ok"), not the name
+    def __str__(self) -> str:
         return self.value
-
-
-FINAL = tuple(TrialState(s.value) for s in TrialStatus)
-IN_FLIGHT = (TrialState.RUNNING, TrialState.INTERRUPTED)
 
 
 class StoredRun(BaseModel):
@@ -59,7 +49,7 @@ class StoredRun(BaseModel):
     budget_trials: int | None
     budget_s: float | None
     capacity_bytes: int | None
-    status: str
+    status: RunStatus
     stop_reason: str | None = None
     ranking_json: list | None = Field(
         None,
@@ -76,7 +66,7 @@ class StoredTrial(BaseModel):
     run_id: str
     seq: int
     config_json: dict
-    status: TrialState
+    status: TrialStatus
     trial_id: str | None = None
     predicted_step_time_s: float | None = None
     predicted_p_oom: float | None = None
@@ -90,7 +80,7 @@ class StoredTrial(BaseModel):
     record_json: dict | None = None
 
 
-class RunDirError(ValueError):
+class RunDirError(InfraRSIError):
     """A folder that holds no run, with the fix."""
 
 
@@ -134,7 +124,7 @@ class Store:
             row = s.get(RunRow, run_id)
             if row is None:
                 known = [r for (r,) in s.execute(select(RunRow.run_id))]
-                raise KeyError(f"no run {run_id!r} in {self.url}; it holds {known}")
+                raise UnknownNameError(f"no run {run_id!r} in {self.url}; it holds {known}")
             return StoredRun.model_validate(row, from_attributes=True)
 
     def runs(self) -> list[StoredRun]:
@@ -143,7 +133,7 @@ class Store:
             rows = s.scalars(select(RunRow).order_by(RunRow.created_unix_s))
             return [StoredRun.model_validate(r, from_attributes=True) for r in rows]
 
-    def set_run_status(self, run_id: str, status: str, reason: str | None = None) -> None:
+    def set_run_status(self, run_id: str, status: RunStatus, reason: str | None = None) -> None:
         """Mark a run ``running``, ``finished`` or ``stopped`` (with why)."""
         with Session(self.engine) as s, s.begin():
             row = s.get(RunRow, run_id)
@@ -164,7 +154,7 @@ class Store:
                 run_id=run_id,
                 seq=seq,
                 config_json=config,
-                status=TrialState.RUNNING,
+                status=TrialStatus.RUNNING,
                 predicted_step_time_s=p.get("step_time_s"),
                 predicted_p_oom=p.get("p_oom"),
                 predicted_peak_bytes=p.get("peak_bytes"),
@@ -177,7 +167,7 @@ class Store:
     def finish_trial(
         self,
         row_id: int,
-        status: str,
+        status: TrialStatus,
         *,
         trial_id: str | None = None,
         step_time_s: float | None = None,
@@ -187,8 +177,8 @@ class Store:
         record: dict | None = None,
     ) -> None:
         """Write what a trial measured; its status becomes final."""
-        if status not in FINAL:
-            raise ValueError(f"trial status {status!r}: one of {FINAL}")
+        if not TrialStatus(status).is_finished():
+            raise ValueError(f"trial status {status!r}: one of {TrialStatus.finished()}")
         with Session(self.engine) as s, s.begin():
             row = s.get(TrialRow, row_id)
             row.status, row.trial_id, row.step_time_s = status, trial_id, step_time_s
@@ -201,9 +191,9 @@ class Store:
         p = predictions or {}
         with Session(self.engine) as s, s.begin():
             row = s.get(TrialRow, row_id)
-            if row.status != TrialState.INTERRUPTED:
+            if row.status != TrialStatus.INTERRUPTED:
                 raise ValueError(f"trial row {row_id} is {row.status}, not interrupted")
-            row.status, row.error, row.ended_unix_s = "running", None, None
+            row.status, row.error, row.ended_unix_s = TrialStatus.RUNNING, None, None
             row.started_unix_s = time.time()
             row.predicted_step_time_s = p.get("step_time_s", row.predicted_step_time_s)
             row.predicted_p_oom = p.get("p_oom", row.predicted_p_oom)
@@ -225,12 +215,12 @@ class Store:
             rows = list(
                 s.scalars(
                     select(TrialRow).where(
-                        TrialRow.run_id == run_id, TrialRow.status == TrialState.RUNNING
+                        TrialRow.run_id == run_id, TrialRow.status == TrialStatus.RUNNING
                     )
                 )
             )
             for row in rows:
-                row.status, row.ended_unix_s = "interrupted", time.time()
+                row.status, row.ended_unix_s = TrialStatus.INTERRUPTED, time.time()
                 row.error = "the run was stopped while this trial ran; it is proposed again"
             return [StoredTrial.model_validate(r, from_attributes=True) for r in rows]
 

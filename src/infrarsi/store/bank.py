@@ -24,7 +24,9 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from infrarsi import store
+from infrarsi.errors import InfraRSIError, UnknownNameError
 from infrarsi.store.bank_schema import ExperienceRow, PatchTextRow, SeedRow
+from infrarsi.trial.record import TrialStatus
 
 MIGRATIONS = Path(__file__).parent / "bank_migrations"
 VERSION_TABLE = "bank_alembic_version"  # named in bank_migrations/env.py too
@@ -53,7 +55,7 @@ class Experience(BaseModel):
     workload_json: dict
     knobs_json: dict
     patches_json: list[dict] = Field(description="[{id, sha256}] of the patches applied")
-    status: str
+    status: TrialStatus
     speedup: float | None = None
     censored: bool = False
     step_time_s: float | None = None
@@ -80,7 +82,7 @@ class StoredSeed(BaseModel):
     held: bool | None = None
 
 
-class BankError(ValueError):
+class BankError(InfraRSIError):
     """A bank that cannot be opened or read, with the fix."""
 
 
@@ -216,7 +218,7 @@ class BankStore:
                 lo, hi = s.execute(
                     select(func.min(ExperienceRow.id), func.max(ExperienceRow.id))
                 ).one()
-                raise KeyError(
+                raise UnknownNameError(
                     f"no experience {experience_id} in {self.url}; ids run {lo}..{hi}"
                     if lo is not None
                     else f"the bank {self.url} is empty"

@@ -26,7 +26,7 @@ class RunRow(Base):
     budget_trials: Mapped[int | None] = mapped_column(Integer, nullable=True)
     budget_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     capacity_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    status: Mapped[str] = mapped_column(String(16))  # running, finished, stopped
+    status: Mapped[str] = mapped_column(String(16))  # RunStatus: running, finished
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     ranking_json: Mapped[list | None] = mapped_column(JSON, nullable=True)  # revision 0002
 

@@ -17,8 +17,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from infrarsi.errors import InfraRSIError
 
-class PatchRefused(ValueError):
+
+class PatchRefused(InfraRSIError):
     """A patch that may not be applied: it touches a locked file or leaves the editable set."""
 
 

@@ -10,14 +10,17 @@ from __future__ import annotations
 import enum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 RECORD_SCHEMA_VERSION = 2
 
 
 class TrialStatus(str, enum.Enum):
-    """How a trial ended."""
+    """Where a trial is: in flight (``running``, or ``interrupted`` when the tool died while it
+    ran: a stored trial only) or how it ended. A ``TrialRecord`` always holds a finished one."""
 
+    RUNNING = "running"  # launched, not ended yet
+    INTERRUPTED = "interrupted"  # the run was stopped while it ran; it is proposed again
     OK = "ok"  # ran to the end; metrics are valid
     OOM = "oom"  # an allocation failed under the memory capacity (right-censored)
     TIMEOUT = "timeout"  # did not finish within the time limit; killed
@@ -28,6 +31,24 @@ class TrialStatus(str, enum.Enum):
 
     def __str__(self) -> str:  # f-strings and tables show the value ("ok"), not the name
         return self.value
+
+    def is_finished(self) -> bool:
+        """Whether the trial has ended (every status but ``running`` and ``interrupted``)."""
+        return self not in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED)
+
+    def is_ok(self) -> bool:
+        """Whether it ran to the end with valid metrics."""
+        return self is TrialStatus.OK
+
+    def is_failure(self) -> bool:
+        """Whether it ended without a measured time: oom, timeout, crash or invalid (a ``slow``
+        trial carries a censored time, so it is not one)."""
+        return self.is_finished() and self not in (TrialStatus.OK, TrialStatus.SLOW)
+
+    @classmethod
+    def finished(cls) -> tuple[TrialStatus, ...]:
+        """Every status a trial can end in."""
+        return tuple(s for s in cls if s.is_finished())
 
 
 class PatchRef(BaseModel):
@@ -192,6 +213,13 @@ class TrialRecord(BaseModel):
         description="the fingerprint of the host that ran it: times "
         "compare only between equal fingerprints",
     )
+
+    @field_validator("status")
+    @classmethod
+    def _finished(cls, status: TrialStatus) -> TrialStatus:
+        if not status.is_finished():
+            raise ValueError(f"a trial record holds a finished status, not {status}")
+        return status
 
     def save(self, path: Path) -> None:
         """Write the record as JSON, atomically (a reader never sees half a record)."""

@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+from infrarsi.errors import InfraRSIError
 from infrarsi.host import host_fingerprint
 from infrarsi.trial import classify, evaluation, memcg, patching
 from infrarsi.trial.evalserver import isolation_for
@@ -62,11 +63,11 @@ class CapacityUnavailable(ValueError):
 def _check_options(mem_cap_bytes: int | None = None, timeout_s: float | None = None, **_) -> None:
     """ValueError naming the option when a capacity or timeout cannot be honoured."""
     if timeout_s is not None and not timeout_s > 0:
-        raise ValueError(f"timeout {timeout_s:g} s: give a positive number of seconds")
+        raise InfraRSIError(f"timeout {timeout_s:g} s: give a positive number of seconds")
     if mem_cap_bytes is None:
         return
     if mem_cap_bytes <= 0:
-        raise ValueError(f"memory capacity {mem_cap_bytes} bytes: give a positive size")
+        raise InfraRSIError(f"memory capacity {mem_cap_bytes} bytes: give a positive size")
     try:
         memcg.detect()
     except memcg.MemcgUnavailable as exc:

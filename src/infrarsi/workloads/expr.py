@@ -12,6 +12,8 @@ import operator
 from collections.abc import Mapping
 from typing import Any
 
+from infrarsi.errors import InfraRSIError
+
 _BINARY = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -34,7 +36,7 @@ _COMPARE = {
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
 
 
-class ExprError(ValueError):
+class ExprError(InfraRSIError):
     """An expression that cannot be parsed, uses a forbidden construct or an unknown name."""
 
 

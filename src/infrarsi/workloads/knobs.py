@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from infrarsi.errors import InfraRSIError
 from infrarsi.workloads import expr
 from infrarsi.workloads.manifest import KnobValue, Manifest
 
 
-class AssignmentError(ValueError):
+class AssignmentError(InfraRSIError):
     """A knob assignment that is not allowed: unknown knob, value out of domain, or a constraint."""
 
 
@@ -62,7 +63,7 @@ def _coerce_override(manifest: Manifest, name: str, value: Any) -> KnobValue:
     try:
         coerced = knob.coerce(value)
     except ValueError as exc:
-        raise AssignmentError(f"knob {exc}") from None
+        raise AssignmentError(f"knob {exc}") from None  # names the knob, the value, the domain
     if coerced not in knob.values:
         raise AssignmentError(f"knob {name}={value!r} is outside its domain {knob.values}")
     return coerced

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from infrarsi.errors import InfraRSIError, UnknownNameError
 from infrarsi.workloads import expr
 
 KnobValue = int | float | bool | str
@@ -44,7 +45,7 @@ HARNESS_FIELDS = frozenset(
 )
 
 
-class ManifestError(ValueError):
+class ManifestError(InfraRSIError):
     """A manifest that cannot be read or does not validate; the message names the field."""
 
 
@@ -98,13 +99,20 @@ class Knob(_Strict):
                     raise ValueError(f"{self.name}: {value!r} is not a boolean (true/false)")
                 return value.lower() in ("1", "true", "yes", "on")
             return bool(value)
-        if self.type == "int":
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(f"{self.name}: {value!r} is not an integer")
-            return int(value)
-        if self.type == "float":
-            return float(value)
+        if self.type in ("int", "float"):
+            return self._number(value)
         return str(value)
+
+    def _number(self, value: Any) -> int | float:
+        """``value`` as this knob's int or float; ValueError naming the knob and its values."""
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = None
+        if number is None or (self.type == "int" and not number.is_integer()):
+            kind = "an integer" if self.type == "int" else "a number"
+            raise ValueError(f"{self.name}: {value!r} is not {kind}; one of {self.values}")
+        return int(number) if self.type == "int" else number
 
 
 class Constraint(_Strict):
@@ -394,12 +402,14 @@ class Manifest(_Strict):
         for knob in self.knobs:
             if knob.name == name:
                 return knob
-        raise KeyError(f"unknown knob {name!r}; {self.name} has {[k.name for k in self.knobs]}")
+        raise UnknownNameError(
+            f"unknown knob {name!r}; {self.name} has {[k.name for k in self.knobs]}"
+        )
 
     def scale(self, name: str) -> Scale:
         """The scale preset called ``name``; KeyError naming the known scales otherwise."""
         if name not in self.scales:
-            raise KeyError(f"unknown scale {name!r}; {self.name} has {sorted(self.scales)}")
+            raise UnknownNameError(f"unknown scale {name!r}; {self.name} has {sorted(self.scales)}")
         return self.scales[name]
 
     def patch(self, patch_id: str) -> PatchSpec:
@@ -407,7 +417,7 @@ class Manifest(_Strict):
         for patch in self.patches:
             if patch.id == patch_id:
                 return patch
-        raise KeyError(
+        raise UnknownNameError(
             f"unknown patch {patch_id!r}; {self.name} has {[p.id for p in self.patches]}"
         )
 

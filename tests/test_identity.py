@@ -1,0 +1,66 @@
+"""One rule for "is this the same configuration?", used by every stage, searcher and bench."""
+
+from infrarsi.identity import canonical_value, config_key, same_config
+from infrarsi.run.problem import Problem, distance
+from infrarsi.run.space import Config, Space
+
+
+def test_values_spelled_differently_are_one_value():
+    assert {canonical_value(v) for v in (2, 2.0, "2", "2.0")} == {"2"}
+    assert {canonical_value(v) for v in (True, "true", "True")} == {"true"}
+    assert {canonical_value(v) for v in (False, "false", "FALSE")} == {"false"}
+    assert canonical_value(0.5) == canonical_value("0.5") != canonical_value(0.25)
+    assert canonical_value("bf16") == "bf16"
+    assert canonical_value(1) != canonical_value(True)  # an int knob is not a flag
+
+
+def test_a_config_is_its_knob_values_and_its_patch_set():
+    a = config_key({"micro_batch": 2, "compile": "off"}, ["b", "a"])
+    b = config_key({"compile": "off", "micro_batch": 2.0}, ["a", "b", "a"])
+    assert a == b
+    assert a != config_key({"micro_batch": 4, "compile": "off"}, ["a", "b"])
+    assert a != config_key({"micro_batch": 2, "compile": "off"}, ["a"])
+    assert same_config(({"x": "1"}, []), ({"x": 1.0}, ()))
+
+
+def test_over_a_spaces_dimensions_a_knob_it_does_not_vary_is_not_part_of_the_identity():
+    spelled = {"micro_batch": 2, "k_compile": "off"}
+    left_out = {"micro_batch": 2}
+    assert config_key(spelled) != config_key(left_out)
+    assert config_key(spelled, dims=["micro_batch"]) == config_key(left_out, dims=["micro_batch"])
+
+
+def test_configs_compare_and_hash_by_their_identity():
+    a, b = Config.of({"mb": 2, "ckpt": True}), Config.of({"mb": 2.0, "ckpt": "true"})
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != Config.of({"mb": 2, "ckpt": False})
+    assert distance(a, b) == 0 and distance(a, Config.of({"mb": 4, "ckpt": True})) == 1
+
+
+def test_a_proposal_over_the_varying_knobs_finds_the_candidate_that_spells_a_constant_one():
+    """The peers' bug: a table's constant column kept in the candidates, dropped from the
+    space their samplers propose over, so no proposal matched a candidate."""
+    candidates = [Config.of({"mb": m, "k_compile": "off"}) for m in (1, 2, 4)]
+    space = Space.from_levels({"mb": [1, 2, 4]}, [])
+    problem = Problem(candidates, space, candidates[0])
+    proposal = Config.of({"mb": 2.0})  # the sampler's value, as a float
+    assert problem.by_free_key()[problem.free_key(proposal)] == candidates[1]
+
+
+def test_one_trial_status_enum_says_whether_a_trial_is_finished_and_ok():
+    import pytest
+
+    from infrarsi.run.problem import Outcome
+    from infrarsi.trial.record import TrialStatus
+
+    assert not TrialStatus.RUNNING.is_finished() and not TrialStatus.INTERRUPTED.is_finished()
+    assert TrialStatus.OK.is_ok() and not TrialStatus.SLOW.is_ok()
+    assert {s for s in TrialStatus if s.is_failure()} == {
+        TrialStatus.OOM,
+        TrialStatus.TIMEOUT,
+        TrialStatus.CRASH,
+        TrialStatus.INVALID,
+    }
+    assert Outcome("oom").status is TrialStatus.OOM  # told by value, held as the enum
+    with pytest.raises(ValueError, match="one of"):
+        Outcome("running")
