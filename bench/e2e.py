@@ -32,6 +32,7 @@ import tables  # noqa: E402
 
 from infrarsi.host import fingerprint, machine_facts  # noqa: E402
 from infrarsi.optimize import optimize  # noqa: E402
+from infrarsi.options import Budget, OptimizeOptions, SearchOptions  # noqa: E402
 from infrarsi.trial import prepare, run_trial  # noqa: E402
 from infrarsi.workloads import find  # noqa: E402
 
@@ -115,16 +116,13 @@ def run_one(workload: str, scale: str, budget: int, top: int, out: Path, host: s
     if capacity:
         instruction += f"; memory under {capacity // MIB} MiB per rank"
     t0 = time.monotonic()
-    result = optimize(
-        workload,
-        instruction,
-        scale,
-        budget,
-        1,
-        out / workload,
+    options = OptimizeOptions(
+        scale=scale,
+        out_dir=out / workload,
         top_k=top,
-        on_stage=_progress(workload),
+        search=SearchOptions(budget=Budget(trials=budget)),
     )
+    result = optimize(workload, instruction, options, on_stage=_progress(workload))
     wall = time.monotonic() - t0
     summary = json.loads((Path(result.run_dir) / "apply.json").read_text())
     report = _report_summary(Path(result.run_dir))
@@ -135,17 +133,17 @@ def run_one(workload: str, scale: str, budget: int, top: int, out: Path, host: s
             if mine
             else oracle_remeasured(workload, table, scale)
         )
-    w = result.winner or {}
+    w = result.winner
     return {
         "instruction": instruction,
         "scale": scale,
         "budget": budget,
         "capacity_bytes": capacity,
         "promoted": result.promoted,
-        "speedup": w.get("speedup"),
-        "ci_low": w.get("ci_low"),
-        "ci_high": w.get("ci_high"),
-        "winner": {"knobs": w.get("knobs"), "patches": w.get("patches")} if w else None,
+        "speedup": w.speedup if w else None,
+        "ci_low": w.ci_low if w else None,
+        "ci_high": w.ci_high if w else None,
+        "winner": {"knobs": w.knobs, "patches": w.patches} if w else None,
         "decision": summary["decision"],
         "compared": summary["compared"],
         "mfu_before_pct": report["baseline"]["mfu_pct"],

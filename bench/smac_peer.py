@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import tempfile
 
+from infrarsi.identity import canonical_value
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
@@ -75,12 +76,9 @@ class SMACSearcher(Searcher):
     def _values(self, config: Config) -> dict:
         knobs, out = config.knob_dict, {}
         for dim in self.dims:
-            value = knobs.get(dim.name, dim.levels[0])
-            out[dim.name] = (
-                next(i for i, v in enumerate(dim.levels) if str(v) == str(value))
-                if dim.kind == "num"
-                else str(value)
-            )
+            value = canonical_value(knobs.get(dim.name, dim.levels[0]))
+            level = next(i for i, v in enumerate(dim.levels) if canonical_value(v) == value)
+            out[dim.name] = level if dim.kind == "num" else str(dim.levels[level])
         out.update({"+" + p: p in config.patches for p in self.problem.space.patches})
         return out
 
@@ -91,7 +89,7 @@ class SMACSearcher(Searcher):
             knobs[dim.name] = (
                 dim.levels[int(value)]
                 if dim.kind == "num"
-                else next(v for v in dim.levels if str(v) == str(value))
+                else next(v for v in dim.levels if canonical_value(v) == canonical_value(value))
             )
         patches = [p for p in self.problem.space.patches if bool(values["+" + p])]
         target = Config.of(knobs, patches)

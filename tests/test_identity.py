@@ -64,3 +64,31 @@ def test_one_trial_status_enum_says_whether_a_trial_is_finished_and_ok():
     assert Outcome("oom").status is TrialStatus.OOM  # told by value, held as the enum
     with pytest.raises(ValueError, match="one of"):
         Outcome("running")
+
+
+def test_a_record_that_travelled_from_a_node_has_its_file_paths_moved_not_its_text():
+    from infrarsi.trial.record import Evaluation, TrialRecord
+
+    node = "/tmp/node-7/trials"
+    record = TrialRecord(
+        trial_id="t1",
+        workload="toy",
+        scale="tiny",
+        status="crash",
+        knobs={},
+        patches=[],
+        locked_files={},
+        mem_cap_bytes=None,
+        timeout_s=60.0,
+        started_unix_s=0.0,
+        cost_s=1.0,
+        error=f"Traceback: {node}/t1/train.py line 3",
+        commands=[["python", f"{node}/t1/workspace/train.py"]],
+        trial_dir=f"{node}/t1",
+        evaluation=Evaluation(final_weights=f"{node}/t1/final.pt", initial_weights="/elsewhere"),
+    )
+    landed = record.moved(node, "/home/me/run/trials")
+    assert landed.trial_dir == "/home/me/run/trials/t1"
+    assert landed.evaluation.final_weights == "/home/me/run/trials/t1/final.pt"
+    assert landed.evaluation.initial_weights == "/elsewhere"
+    assert landed.commands == record.commands and landed.error == record.error

@@ -49,3 +49,13 @@ def same_config(
     """Whether two (knobs, patches) pairs are one configuration (``config_key`` of each)."""
     names = None if dims is None else list(dims)
     return config_key(*a, dims=names) == config_key(*b, dims=names)
+
+
+def changed_knobs(knobs: Mapping[str, object], baseline: Mapping[str, object]) -> dict[str, object]:
+    """The knobs of ``knobs`` whose value differs from the baseline's (however spelled): what a
+    configuration changes."""
+    return {
+        name: value
+        for name, value in knobs.items()
+        if name not in baseline or canonical_value(baseline[name]) != canonical_value(value)
+    }

@@ -46,6 +46,6 @@ def ranked_step_time_s(record: TrialRecord, objective: str) -> float | None:
     whole run spread over its steps (so start-up, compile and warm-up count), else the steady
     step."""
     compared = compared_time(record, objective)  # None unless the trial ran ok with metrics
-    if compared is not None and objective == "e2e_time" and record.metrics.steps:
-        return compared / record.metrics.steps
+    if compared is not None and objective == "e2e_time" and record.measured.steps:
+        return compared / record.measured.steps
     return compared

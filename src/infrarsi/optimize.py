@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from infrarsi.apply import apply_run
 from infrarsi.bank import BankStore, advice_for, ingest_run
@@ -23,10 +24,12 @@ from infrarsi.doctor import run_doctor, sealed_contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors.choice import make_executor
 from infrarsi.init import InitError, init
+from infrarsi.options import OptimizeOptions
 from infrarsi.proposal import resolve
-from infrarsi.proposers import LLMBudget, check_kind, make_proposer
+from infrarsi.proposers import check_kind, make_proposer
+from infrarsi.records import BankAdvice, CandidateResult, DoctorReport
 from infrarsi.report import write_report
-from infrarsi.run.loop import RunLoop
+from infrarsi.run.loop import RunLoop, RunStart
 from infrarsi.workloads import Manifest, find
 
 
@@ -47,7 +50,7 @@ class RoundResult(BaseModel):
     bank_added: int = 0
     search_cost_s: float
     promoted: bool
-    winner: dict | None
+    winner: CandidateResult | None = Field(description="what Apply promoted, if anything")
     decision: str
     report_html: str
     report_md: str
@@ -58,7 +61,7 @@ class OptimizeResult(BaseModel):
 
     run_dir: str
     promoted: bool
-    winner: dict | None
+    winner: CandidateResult | None
     baseline: dict
     trials: int
     oom_trials: int
@@ -83,170 +86,109 @@ def make_contract_for(
 def optimize(
     workload: str,
     instruction: str,
-    scale: str,
-    budget: int | None,
-    rounds: int,
-    out_dir: Path,
-    top_k: int = 3,
-    doctor_repeats: int = 3,
-    verify_rounds: int | None = None,
-    seed: int = 0,
+    options: OptimizeOptions | None = None,
+    *,
     on_stage: Callable[[str, dict], None] | None = None,
     confirm: Callable[[Contract], bool] | None = None,
-    bank: str | None = None,
-    use_bank: bool = True,
-    proposer: str | None = None,
-    llm_budget: LLMBudget = LLMBudget(),
-    executor: str = "local",
-    ray_address: str | None = None,
-    parallel: int = 1,
 ) -> OptimizeResult:
-    """Every stage, ``rounds`` times; returns the summary and writes each round's report.
-    ``confirm`` is asked about the first contract, before anything is written; later rounds'
-    contracts differ from it only in the workload they point at. ``bank``: the experience
-    bank's URL (default ``INFRARSI_BANK`` or ``~/.infrarsi/bank.sqlite``); each round starts
-    from its advice and adds what it measured; ``use_bank=False`` is a cold start that
-    leaves the bank as it was. ``proposer``: where code patches come from (``catalog``,
-    ``llm``, ``both``; None: ``both`` when an LLM endpoint is configured), with
-    ``llm_budget`` capping the LLM's calls, tokens and seconds per round. ``executor``: where
-    every trial of every stage runs (``local``, or ``ray`` on the cluster at ``ray_address``),
-    with up to ``parallel`` search trials in flight."""
+    """Every stage, ``options.rounds`` times; returns the summary and writes each round's
+    report. ``confirm`` is asked about the first contract, before anything is written; later
+    rounds' contracts differ from it only in the workload they point at. Each round starts
+    from the experience bank's advice and adds what it measured (``options.bank``); code
+    patches come from ``options.proposer``; every trial of every stage runs where
+    ``options.executor`` says, with up to ``options.search.parallel`` search trials in
+    flight."""
+    options = options or OptimizeOptions()
     t0, emit = time.monotonic(), on_stage or (lambda stage, data: None)
-    try:
-        manifest = find(workload)
-        manifest.scale(scale)
-        proposing = (check_kind(proposer), llm_budget)
-        make_executor(executor, Path(out_dir), ray_address)  # Ray reachable, before any trial
-    except (ValueError, KeyError) as exc:
-        raise OptimizeError(exc.args[0] if exc.args else str(exc)) from None
+    manifest = find(workload)
+    manifest.scale(options.scale)
+    options = replace(
+        options, proposer=replace(options.proposer, kind=check_kind(options.proposer.kind))
+    )
+    out_dir = Path(options.out_dir)
+    make_executor(options.executor.kind, out_dir, options.executor.ray_address)  # reachable?
 
     def note(r: int) -> Callable[[str], None]:
         return lambda text: emit("note", {"round": r, "text": text})
 
     emit("init", {"round": 1})
-    contract = make_contract_for(manifest, scale, instruction, note(1))  # before any folder
+    contract = make_contract_for(manifest, options.scale, instruction, note(1))  # no folder yet
     if confirm is not None and not confirm(contract):
         raise OptimizeError("the contract was not confirmed: nothing was run")
-    store = BankStore(bank) if use_bank else None
-    out_dir = Path(out_dir).resolve()
+    store = BankStore(options.bank.url) if options.bank.use else None
+    out_dir = out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     done: list[RoundResult] = []
     first_baseline: dict | None = None
-    for r in range(1, rounds + 1):
-        result, baseline = _one_round(
-            contract,
-            budget,
-            out_dir / f"round-{r}",
-            top_k,
-            (doctor_repeats, verify_rounds),
-            seed,
-            r,
-            emit,
-            store,
-            proposing,
-            (executor, ray_address, parallel),
-        )
+    for r in range(1, options.rounds + 1):
+        result, baseline = _one_round(contract, out_dir / f"round-{r}", r, options, emit, store)
         done.append(result)
         first_baseline = first_baseline or baseline
-        if not result.promoted or r == rounds:
+        if result.winner is None or r == options.rounds:
             break
-        winner = {**result.winner, "patches": resolve(result.winner["patches"], result.run_dir)}
-        manifest = derive_workload(manifest, scale, winner, out_dir / f"round-{r + 1}" / "workload")
+        winner = {
+            "knobs": result.winner.knobs,
+            "patches": resolve(result.winner.patches, Path(result.run_dir)),
+        }
+        manifest = derive_workload(
+            manifest, options.scale, winner, out_dir / f"round-{r + 1}" / "workload"
+        )
         emit("derive", {"round": r + 1, "workload": str(manifest.root)})
         emit("init", {"round": r + 1})
-        contract = make_contract_for(manifest, scale, instruction, note(r + 1))
+        contract = make_contract_for(manifest, options.scale, instruction, note(r + 1))
     return _summary(out_dir, done, first_baseline, time.monotonic() - t0)
 
 
 def _one_round(
     contract: Contract,
-    budget,
     round_dir: Path,
-    top_k,
-    repeats,
-    seed,
-    r,
-    emit,
-    bank: BankStore | None = None,
-    proposing: tuple[str, LLMBudget] = ("catalog", LLMBudget()),
-    running: tuple = ("local", None, 1),
+    r: int,
+    options: OptimizeOptions,
+    emit: Callable[[str, dict], None],
+    bank: BankStore | None,
 ) -> tuple[RoundResult, dict]:
-    """Doctor, Run, Apply and Report once, then the bank ingests the round; ``repeats`` is
-    (Doctor's baseline runs, Apply's rounds or None); ``proposing`` (the proposer's kind, the
-    LLM's budget); ``running`` (the executor's kind, the Ray address, trials in flight)."""
-    repeats, verify_rounds = repeats
+    """Doctor, Run, Apply and Report once, then the bank ingests the round."""
     round_dir.mkdir(parents=True, exist_ok=True)
-    emit("doctor", {"round": r})
-    doctor_dir = (round_dir / "doctor-trials").resolve()
-    kind, address, parallel = running
-    report = run_doctor(
-        contract,
-        repeats,
-        doctor_dir,
-        executor=make_executor(kind, doctor_dir, address),
-        on_trial=lambda label, rec: emit(
-            "trial", {"stage": "doctor", "label": label, "status": rec.status.value}
-        ),
-    )
-    contract, report = sealed_contract(contract, report)
-    contract.save(round_dir / "contract.yaml")
-    advice = advice_for(contract, report, bank) if bank is not None else None
-    if advice is not None:
-        emit(
-            "bank",
-            {
-                "round": r,
-                "url": bank.url,
-                "experiences": advice.experiences,
-                "used": advice.used,
-                "seeds": [s.model_dump() for s in advice.seeds],
-            },
-        )
-    emit("run", {"round": r, "budget": budget})
+    contract, report = _doctor(contract, round_dir, r, options, emit)
+    advice = _advice(contract, report, r, emit, bank)
+    emit("run", {"round": r, "budget": options.search.budget.trials})
     run_dir = (round_dir / "run").resolve()
-    executor = make_executor(kind, run_dir, address)
+    executor = make_executor(options.executor.kind, run_dir, options.executor.ray_address)
     proposer = make_proposer(
-        proposing[0],
+        options.proposer.kind,
         contract,
         run_dir,
         executor,
         report,
-        proposing[1],
+        options.proposer.llm_budget,
         on_note=lambda text: emit("note", {"round": r, "text": text}),
     )
-    loop = RunLoop(
+    found = RunLoop(
         contract,
         run_dir,
-        "infrarsi",
-        budget,
-        None,
-        seed=seed,
+        options.search,
+        start=RunStart(doctor_report=report, bank_advice=advice),
         executor=executor,
-        parallel=parallel,
-        doctor_report=report,
-        bank_advice=advice,
         proposer=proposer,
         on_event=lambda kind, data: emit("search", {"kind": kind, **data}),
-    )
-    found = loop.start()
+    ).start()
     emit("apply", {"round": r})
     applied = apply_run(
-        round_dir / "run",
-        top_k=top_k,
-        rounds=verify_rounds,
-        seed=seed,
+        run_dir,
+        top_k=options.top_k,
+        rounds=options.verify_rounds,
+        seed=options.search.seed,
         executor=executor,
         on_event=lambda kind, data: emit("verify", {"kind": kind, **data}),
     )
     emit("report", {"round": r})
-    written = write_report(round_dir / "run")
-    ingested = ingest_run(round_dir / "run", bank) if bank is not None else None
-    if ingested is not None:
+    written = write_report(run_dir)
+    ingested = ingest_run(run_dir, bank) if bank is not None else None
+    if bank is not None and ingested is not None:
         emit("bank-ingest", {"round": r, "added": ingested.added, "url": bank.url})
-    winner = applied.winner
     result = RoundResult(
         round=r,
-        run_dir=str(round_dir / "run"),
+        run_dir=str(run_dir),
         contract_hash=contract.contract_hash,
         trials=found.trials,
         oom_trials=found.oom_trials,
@@ -254,22 +196,62 @@ def _one_round(
         bank_seeds=ingested.seeds if ingested else [],
         bank_added=ingested.added if ingested else 0,
         search_cost_s=written.summary.search_cost_s,
-        promoted=winner is not None,
-        winner={
-            "knobs": winner.knobs,
-            "patches": winner.patches,
-            "speedup": winner.speedup,
-            "ci_low": winner.ci_low,
-            "ci_high": winner.ci_high,
-        }
-        if winner
-        else None,
+        promoted=applied.winner is not None,
+        winner=applied.winner,
         decision=applied.decision,
         report_html=written.html,
         report_md=written.markdown,
     )
     base = written.summary.baseline
     return result, base.model_dump(include={"step_time_s", "mfu_pct", "knobs", "tokens_per_s"})
+
+
+def _doctor(
+    contract: Contract,
+    round_dir: Path,
+    r: int,
+    options: OptimizeOptions,
+    emit: Callable[[str, dict], None],
+) -> tuple[Contract, DoctorReport]:
+    """The Doctor's report of this round's baseline, and the contract sealed with it."""
+    emit("doctor", {"round": r})
+    doctor_dir = (round_dir / "doctor-trials").resolve()
+    report = run_doctor(
+        contract,
+        options.doctor_repeats,
+        doctor_dir,
+        executor=make_executor(options.executor.kind, doctor_dir, options.executor.ray_address),
+        on_trial=lambda label, rec: emit(
+            "trial", {"stage": "doctor", "label": label, "status": rec.status.value}
+        ),
+    )
+    contract, report = sealed_contract(contract, report)
+    contract.save(round_dir / "contract.yaml")
+    return contract, report
+
+
+def _advice(
+    contract: Contract,
+    report: DoctorReport,
+    r: int,
+    emit: Callable[[str, dict], None],
+    bank: BankStore | None,
+) -> BankAdvice | None:
+    """The experience bank's advice for this round (None without a bank)."""
+    if bank is None:
+        return None
+    advice = advice_for(contract, report, bank)
+    emit(
+        "bank",
+        {
+            "round": r,
+            "url": bank.url,
+            "experiences": advice.experiences,
+            "used": advice.used,
+            "seeds": [s.model_dump() for s in advice.seeds],
+        },
+    )
+    return advice
 
 
 def _summary(
@@ -280,7 +262,7 @@ def _summary(
     if promoted:
         cumulative = 1.0
         for r in promoted:
-            cumulative *= r.winner["speedup"]
+            cumulative *= r.winner.speedup if r.winner and r.winner.speedup else 1.0
     last = promoted[-1] if promoted else done[-1]
     result = OptimizeResult(
         run_dir=last.run_dir,

@@ -36,6 +36,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -144,13 +145,13 @@ class Probe:
         path = path if path is not None else os.environ.get(METRICS_ENV)
         self.rank = _rank()
         self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self._file = None
+        self._file: Any = None  # the metrics channel: a socket's lines or a file
         self._step_index = 0
         self._peak_vm_data = vm_data_bytes()
         self._last_grad_t: float | None = None
         self._profile_path = os.environ.get(PROFILE_ENV) if self.rank == 0 else None
         self._profile_start = int(os.environ.get(PROFILE_STEP_ENV, "2"))
-        self._profiler = None
+        self._profiler: Any = None
         self._profiled_s = 0.0
         if address:
             self._file = _connect(address)
@@ -241,7 +242,7 @@ class Probe:
             self._profiler.__enter__()
 
     def _maybe_stop_profiler(self, wall_s: float) -> None:
-        if self._profiler is None:
+        if self._profiler is None or self._profile_path is None:
             return
         self._profiled_s += wall_s
         if self._step_index + 1 < self._profile_start + PROFILE_STEPS:

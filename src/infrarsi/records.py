@@ -6,7 +6,9 @@ and read through one ``to_json`` / ``from_json`` pair."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,6 +23,16 @@ DOCTOR_SCHEMA_VERSION = 1
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Prediction(_Frozen):
+    """What the search's models said of a config when they proposed it."""
+
+    ranked_time_per_step_s: float | None = Field(
+        None, description="the objective's time per step (what the search ranks by)"
+    )
+    p_oom: float | None = Field(None, description="the probability it runs out of memory")
+    peak_bytes: float | None = Field(None, description="the per-rank peak, median")
 
 
 class Noise(_Frozen):
@@ -64,7 +76,7 @@ class DoctorTrial(_Frozen):
     status: TrialStatus
     trial_dir: str
     cost_s: float = 0.0
-    knobs: dict = Field({}, description="the knob assignment it ran")
+    knobs: dict[str, Any] = Field({}, description="the knob assignment it ran")
     ranked_time_per_step_s: float | None = Field(
         None, description="the objective's time per step (objective.ranked_step_time_s)"
     )
@@ -83,7 +95,7 @@ class DoctorReport(_Frozen):
     )
     workload: str
     scale: str
-    knobs: dict
+    knobs: dict[str, Any]
     step_time_s: float
     tokens_per_s: float
     e2e_time_s: float
@@ -102,10 +114,10 @@ class DoctorReport(_Frozen):
     peak_flops: dict[str, float]
     peak_mem_bytes: list[int | None]
     peak_mem_source: str
-    hardware: dict
+    hardware: dict[str, Any]
     noise: Noise
     runs: list[DoctorRun]
-    top_ops: list[dict] = []
+    top_ops: list[dict[str, Any]] = []
     diagnosis: list[Finding] = []
     equivalence: Equivalence = Equivalence()
     equivalence_notes: list[str] = []
@@ -137,7 +149,7 @@ class DoctorReport(_Frozen):
 class RankedConfig(_Frozen):
     """One config a run recommends to Apply, with what the store measured of it."""
 
-    knobs: dict
+    knobs: dict[str, Any]
     patches: list[str]
     trials: int = Field(0, description="ok trials of it in the run")
     step_time_s: float | None = Field(
@@ -148,7 +160,7 @@ class RankedConfig(_Frozen):
 class Best(_Frozen):
     """The recommended config of a run."""
 
-    knobs: dict
+    knobs: dict[str, Any]
     patches: list[str]
     step_time_s: float | None
 
@@ -197,7 +209,7 @@ class CandidateResult(BaseModel):
     the interval over rounds, and whether every repeat passed every check."""
 
     label: str
-    knobs: dict
+    knobs: dict[str, Any]
     patches: list[str]
     search_step_time_s: float | None = Field(None, description="what the search measured")
     ratios: list[float] = Field([], description="baseline time / candidate time, per round")
@@ -229,7 +241,7 @@ class ApplyResult(BaseModel):
     )
     confidence: float
     method: str
-    baseline: dict = Field(
+    baseline: dict[str, Any] = Field(
         description="knobs, and medians over rounds: step_time_s, "
         "e2e_time_s, tokens_per_s, peak_mem_bytes"
     )
@@ -262,7 +274,7 @@ class ReportSide(_Frozen):
     """The baseline or the winner as the report's headline shows it (medians of Apply's
     rounds)."""
 
-    knobs: dict
+    knobs: dict[str, Any]
     step_time_s: float | None = None
     tokens_per_s: float | None = None
     peak_mem_bytes: float | None = None
@@ -328,7 +340,7 @@ def seed_held(measured_speedup: float | None) -> bool | None:
     return None if measured_speedup is None else measured_speedup > 1.0
 
 
-def bank_features(knobs: dict, patches) -> list[str]:
+def bank_features(knobs: dict[str, Any], patches: Iterable[str]) -> list[str]:
     """The features the bank's additive models read off a config: one per knob value
     (``name=value``) and one per patch (``patch:id``)."""
     return [f"{k}={canonical_value(v)}" for k, v in sorted(knobs.items())] + [
@@ -340,7 +352,7 @@ class BankSeed(_Frozen):
     """A config the bank says worked on a similar workload or host: where it came from and
     what it expects here."""
 
-    knobs: dict
+    knobs: dict[str, Any]
     patches: list[str]
     expected_speedup: float = Field(
         description="exp of the similarity-weighted mean log speed-up of its experiences"
@@ -349,10 +361,10 @@ class BankSeed(_Frozen):
         description="the largest similarity of its experiences (1: the same host and workload)"
     )
     experiences: int
-    sources: list[dict] = Field(
+    sources: list[dict[str, Any]] = Field(
         description="{run_id, hardware_fp, workload, stage} of each source run"
     )
-    as_measured: dict = Field(
+    as_measured: dict[str, Any] = Field(
         {},
         description="the knobs whose values the source ran with "
         "differ from these (a rank count scaled to this host's cores or "
@@ -374,8 +386,8 @@ class BankAdvice(_Frozen):
     workload (so a distant past says little). Written as ``bank_advice.json`` in the run."""
 
     bank_url: str
-    hardware: dict
-    workload: dict
+    hardware: dict[str, Any]
+    workload: dict[str, Any]
     experiences: int = Field(description="experiences the bank holds")
     used: int = Field(description="experiences similar enough to weigh in")
     weight: float = Field(0.0, description="the sum of their similarities")
@@ -384,17 +396,23 @@ class BankAdvice(_Frozen):
     seeds: list[BankSeed] = []
     notes: list[str] = []
 
-    def log_speed(self, knobs: dict, patches, baseline: dict) -> float:
+    def log_speed(
+        self, knobs: dict[str, Any], patches: Iterable[str], baseline: dict[str, Any]
+    ) -> float:
         """The bank's prior log step-time ratio of a config to the baseline (negative:
         faster)."""
         return _additive(self.time_coefficients, knobs, patches, baseline)
 
-    def log_speed_parts(self, knobs: dict, patches, baseline: dict) -> dict[str, float]:
+    def log_speed_parts(
+        self, knobs: dict[str, Any], patches: Iterable[str], baseline: dict[str, Any]
+    ) -> dict[str, float]:
         """``log_speed`` by the knob or patch it comes from (``name`` or ``patch:id``): the
         search trusts each part only as far as its own trials agree."""
         return _additive_parts(self.time_coefficients, knobs, patches, baseline)
 
-    def log_peak(self, knobs: dict, patches, baseline: dict) -> float:
+    def log_peak(
+        self, knobs: dict[str, Any], patches: Iterable[str], baseline: dict[str, Any]
+    ) -> float:
         """The bank's prior log peak-memory ratio of a config to the baseline."""
         return _additive(self.memory_coefficients, knobs, patches, baseline)
 
@@ -408,12 +426,20 @@ class BankAdvice(_Frozen):
         return cls.model_validate_json(Path(path).read_text())
 
 
-def _additive(coefficients: dict[str, float], knobs: dict, patches, baseline: dict) -> float:
+def _additive(
+    coefficients: dict[str, float],
+    knobs: dict[str, Any],
+    patches: Iterable[str],
+    baseline: dict[str, Any],
+) -> float:
     return sum(_additive_parts(coefficients, knobs, patches, baseline).values())
 
 
 def _additive_parts(
-    coefficients: dict[str, float], knobs: dict, patches, baseline: dict
+    coefficients: dict[str, float],
+    knobs: dict[str, Any],
+    patches: Iterable[str],
+    baseline: dict[str, Any],
 ) -> dict[str, float]:
     """Per knob (and per patch), its coefficient here less the baseline's."""
     out: dict[str, float] = {}
@@ -436,7 +462,7 @@ class BankIngest(_Frozen):
     added: int = Field(description="experiences new to the bank")
     already: int = Field(description="experiences the bank held already (a run ingested again)")
     by_stage: dict[str, int] = {}
-    seeds: list[dict] = Field(
+    seeds: list[dict[str, Any]] = Field(
         [],
         description="the seeds the run was given: {knobs, patches, "
         "expected_speedup, measured_speedup, held}",

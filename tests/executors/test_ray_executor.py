@@ -148,6 +148,7 @@ def test_a_node_lost_mid_run_ends_that_trial_crash_and_the_run_goes_on(
 ):
     import threading
 
+    from infrarsi.options import Budget, SearchOptions
     from infrarsi.run.loop import RunLoop
     from infrarsi.store import open_run_dir
 
@@ -157,9 +158,7 @@ def test_a_node_lost_mid_run_ends_that_trial_crash_and_the_run_goes_on(
     loop = RunLoop(
         _contract(),
         run_dir,
-        "random",
-        3,
-        None,
+        SearchOptions(searcher="random", budget=Budget(trials=3)),
         executor=RayExecutor(run_dir, c.address, resources={"spare": 1}),
     )
     thread = threading.Thread(target=loop.start, daemon=True)
@@ -197,6 +196,7 @@ def test_a_node_lost_mid_run_ends_that_trial_crash_and_the_run_goes_on(
 
 def test_a_run_keeps_two_trials_in_flight_one_per_node(cluster, tmp_path):
     from infrarsi.executors import LocalExecutor
+    from infrarsi.options import Budget, SearchOptions
     from infrarsi.run.loop import RunLoop
     from infrarsi.store import open_run_dir
 
@@ -208,9 +208,8 @@ def test_a_run_keeps_two_trials_in_flight_one_per_node(cluster, tmp_path):
         executor = RayExecutor(run_dir, c.address) if kind == "ray" else LocalExecutor(run_dir)
         # the random searcher sets no slow bound: two trials at once on this machine's two
         # cores slow each other, and InfraRSI would cut one short
-        RunLoop(
-            contract, run_dir, "random", budget, None, executor=executor, parallel=parallel
-        ).start()
+        options = SearchOptions(searcher="random", budget=Budget(trials=budget), parallel=parallel)
+        RunLoop(contract, run_dir, options, executor=executor).start()
         store, run = open_run_dir(run_dir)
         runs[kind] = store.trials(run.run_id)
     ray_trials, local_trials = runs["ray"], runs["local"]

@@ -11,6 +11,7 @@ from conftest import run_cli
 from infrarsi.executors import LocalExecutor
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
+from infrarsi.options import Budget, SearchOptions
 from infrarsi.proposal import ProposalState, read_lines
 from infrarsi.proposers import LLMBudget, LLMProposer, make_proposer
 from infrarsi.proposers.llm import Endpoint
@@ -180,7 +181,11 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
         contract, run_dir, executor, endpoint, LLMBudget(calls=5), with_catalog=False
     )
     result = RunLoop(
-        contract, run_dir, "infrarsi", 4, None, executor=executor, proposer=proposer
+        contract,
+        run_dir,
+        SearchOptions(budget=Budget(trials=4)),
+        executor=executor,
+        proposer=proposer,
     ).start()
     lines = read_lines(run_dir)
     assert [(x.status, x.stage) for x in lines] == [
@@ -241,9 +246,7 @@ def test_a_run_whose_llm_cannot_be_reached_searches_the_catalog(contract, tmp_pa
     loop = RunLoop(
         contract,
         tmp_path,
-        "infrarsi",
-        3,
-        None,
+        SearchOptions(budget=Budget(trials=3)),
         proposer=_proposer(contract, tmp_path, env),
         on_event=lambda kind, data: events.append((kind, data)),
     )

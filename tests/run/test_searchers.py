@@ -97,7 +97,7 @@ def test_infrarsi_finds_the_fast_config_that_fits_and_avoids_what_does_not():
     assert truth(searcher.recommend())[0] <= 1.05 * best_s
     ooms = sum(truth(c)[1] > CAPACITY for c in asked)
     assert ooms <= 3, ooms
-    assert searcher.last is not None and 0 <= searcher.last["p_oom"] <= 1
+    assert searcher.last is not None and 0 <= searcher.last.p_oom <= 1
 
 
 def test_memory_savers_of_a_config_are_its_checkpointed_smaller_and_leaner_variants():

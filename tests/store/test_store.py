@@ -1,9 +1,16 @@
-"""The store: a versioned schema, trials written running then final, interrupted ones found."""
+"""The run store's conformance suite, run on a SQLite file, in memory and on PostgreSQL: a
+versioned schema, search trials written running then final, interrupted ones found, the
+Doctor's and Apply's trials beside them, and one typed record read back as it was written."""
 
 import pytest
+from postgres import postgres_server, postgres_url, store_url  # noqa: F401 - fixtures
 from sqlalchemy import inspect
 
-from infrarsi.store import Store, StoredRun, revision, sqlite_url
+from infrarsi.records import RankedConfig
+from infrarsi.store import Prediction, Stage, Store, StoredRun, revision, sqlite_url
+from infrarsi.trial.record import TrialRecord, TrialStatus
+
+NEWEST = "0003"
 
 
 def make_run(store, run_id="r1"):
@@ -25,14 +32,31 @@ def make_run(store, run_id="r1"):
     )
 
 
-def test_a_new_store_is_at_the_newest_revision(tmp_path):
-    store = Store(sqlite_url(tmp_path))
-    assert revision(store.engine) == "0002"
+def record(trial_id: str, status: str = "ok", knobs: dict | None = None) -> TrialRecord:
+    return TrialRecord(
+        trial_id=trial_id,
+        workload="toy",
+        scale="tiny",
+        status=status,
+        knobs=knobs or {"a": 1},
+        patches=[],
+        locked_files={},
+        mem_cap_bytes=10**9,
+        timeout_s=60.0,
+        started_unix_s=100.0,
+        cost_s=5.0,
+        error=None if status == "ok" else "killed",
+    )
+
+
+def test_a_new_store_is_at_the_newest_revision(store_url):
+    store = Store(store_url)
+    assert revision(store.engine) == NEWEST
     assert {"runs", "trials"} <= set(inspect(store.engine).get_table_names())
-    Store(sqlite_url(tmp_path))  # opening again upgrades nothing and loses nothing
+    Store(store_url)  # opening again upgrades nothing and loses nothing
 
 
-def test_a_store_of_the_first_revision_is_upgraded_and_keeps_its_runs(tmp_path):
+def test_a_store_of_the_first_revision_is_upgraded_and_keeps_its_runs_and_trials(tmp_path):
     from alembic import command
     from alembic.config import Config
     from sqlalchemy import create_engine, text
@@ -52,39 +76,78 @@ def test_a_store_of_the_first_revision_is_upgraded_and_keeps_its_runs(tmp_path):
                 "'{}', 'random', 0, 'finished')"
             )
         )
+        connection.execute(
+            text(
+                "INSERT INTO trials (run_id, seq, config_json, status, started_unix_s) "
+                "VALUES ('old', 0, '{\"knobs\": {}, \"patches\": []}', 'crash', 1)"
+            )
+        )
     assert revision(engine) == "0001"
     store = Store(sqlite_url(tmp_path))
-    assert revision(store.engine) == "0002"
+    assert revision(store.engine) == NEWEST
     assert store.run("old").ranking_json is None
-    store.set_ranking("old", [{"knobs": {"a": 1}, "patches": [], "step_time_s": 0.1}])
-    assert store.run("old").ranking_json[0]["knobs"] == {"a": 1}
+    store.set_ranking("old", [RankedConfig(knobs={"a": 1}, patches=[], step_time_s=0.1)])
+    assert store.run("old").ranking[0].knobs == {"a": 1}
+    (old,) = store.trials("old")  # a trial written before stages were stored: the search's
+    assert old.stage is Stage.RUN and old.status is TrialStatus.CRASH and old.record is None
 
 
-def test_trials_are_running_then_final_and_survive_reopening(tmp_path):
-    store = Store(sqlite_url(tmp_path))
+def test_trials_are_running_then_final_and_survive_reopening(store_url):
+    store = Store(store_url)
     make_run(store)
     done = store.start_trial(
         "r1",
         0,
         {"knobs": {"a": 1}, "patches": []},
-        {"step_time_s": 0.5, "p_oom": 0.1, "peak_bytes": 1e8},
+        Prediction(ranked_time_per_step_s=0.5, p_oom=0.1, peak_bytes=1e8),
     )
-    store.finish_trial(done, "ok", trial_id="t0", step_time_s=0.4, peak_mem_bytes=9e7, cost_s=5)
+    store.finish_trial(
+        done, TrialStatus.OK, trial_id="t0", step_time_s=0.4, cost_s=5, record=record("t0")
+    )
     store.start_trial("r1", 1, {"knobs": {"a": 2}, "patches": []})
-    again = Store(sqlite_url(tmp_path))
+    again = store if store_url == "sqlite://" else Store(store_url)
     trials = again.trials("r1")
-    assert [t.status for t in trials] == ["ok", "running"]
-    assert trials[0].predicted_p_oom == 0.1 and trials[0].step_time_s == 0.4
+    assert [t.status for t in trials] == [TrialStatus.OK, TrialStatus.RUNNING]
+    assert trials[0].predicted.p_oom == 0.1 and trials[0].step_time_s == 0.4
+    assert trials[0].record == record("t0") and trials[1].record is None
     interrupted = again.interrupt_running("r1")
     assert [t.seq for t in interrupted] == [1]
-    assert [t.status for t in again.trials("r1")] == ["ok", "interrupted"]
+    assert [t.status for t in again.trials("r1")] == [TrialStatus.OK, TrialStatus.INTERRUPTED]
+    again.restart_trial(interrupted[0].id)
+    assert again.trials("r1")[1].status is TrialStatus.RUNNING
 
 
-def test_errors_name_what_is_known(tmp_path):
-    store = Store(sqlite_url(tmp_path))
+def test_every_stages_trials_are_stored_once_with_their_stage_and_label(store_url):
+    store = Store(store_url)
+    make_run(store)
+    row = store.start_trial("r1", 0, {"knobs": {"a": 2}, "patches": []})
+    store.finish_trial(row, TrialStatus.OOM, trial_id="s0", record=record("s0", "oom"))
+    store.add_trial("r1", Stage.APPLY, record("a0"), label="baseline round 0")
+    store.add_trial("r1", Stage.DOCTOR, record("d0"), label="baseline run 1")
+    store.add_trial("r1", Stage.DOCTOR, record("d0"), label="baseline run 1")  # once only
+    store.add_trial("r1", Stage.DOCTOR, record("d1", "crash"), label="calibration bf16")
+    every = store.trials("r1", stage=None)
+    assert [(t.stage, t.trial_id) for t in every] == [
+        (Stage.DOCTOR, "d0"),
+        (Stage.DOCTOR, "d1"),
+        (Stage.RUN, "s0"),
+        (Stage.APPLY, "a0"),
+    ]
+    assert [t.trial_id for t in store.trials("r1")] == ["s0"]  # the search's by default
+    doctor = store.trials("r1", Stage.DOCTOR)
+    assert [t.label for t in doctor] == ["baseline run 1", "calibration bf16"]
+    assert doctor[1].status is TrialStatus.CRASH and doctor[1].error == "killed"
+    assert doctor[1].record == record("d1", "crash")
+    assert store.interrupt_running("r1") == []  # no stage's finished trial is touched
+
+
+def test_errors_name_what_is_known(store_url):
+    store = Store(store_url)
     make_run(store)
     with pytest.raises(KeyError, match="r1"):
         store.run("nope")
     row = store.start_trial("r1", 0, {})
     with pytest.raises(ValueError, match="running"):
-        store.finish_trial(row, "running")
+        store.finish_trial(row, TrialStatus.RUNNING)
+    with pytest.raises(ValueError, match="finished status"):
+        record("x", "interrupted")

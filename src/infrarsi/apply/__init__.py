@@ -8,7 +8,6 @@ measured configs otherwise), never through the Run stage's code.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ from infrarsi.apply.rounds import BASELINE, Rounds
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor, LocalExecutor
+from infrarsi.identity import ConfigKey, config_key
 from infrarsi.objective import compared_name
 from infrarsi.proposal import proposed_by, resolve
 from infrarsi.records import (
@@ -29,7 +29,7 @@ from infrarsi.records import (
     Measurement,
     RankedConfig,
 )
-from infrarsi.store import RunDirError, Store, StoredRun, StoredTrial, open_run_dir
+from infrarsi.store import RunDirError, Stage, Store, StoredRun, StoredTrial, open_run_dir
 from infrarsi.trial.record import TrialStatus
 from infrarsi.verify import evidence_strength
 from infrarsi.workloads import knobs as knob_rules
@@ -45,7 +45,7 @@ def open_run(run_dir: Path) -> tuple[Store, StoredRun, list[StoredTrial], Contra
         store, run = open_run_dir(run_dir)
     except RunDirError as exc:
         raise ApplyError(str(exc)) from None
-    return store, run, store.trials(run.run_id), Contract.model_validate(run.contract_json)
+    return store, run, store.trials(run.run_id), run.contract
 
 
 def candidates_of(
@@ -53,20 +53,22 @@ def candidates_of(
 ) -> list[CandidateResult]:
     """The top ``top_k`` configs of the run other than the baseline itself: the run's ranking,
     or (a run stopped before it wrote one) its fastest measured configs."""
-    ranking = [RankedConfig.model_validate(e) for e in run.ranking_json or []]
+    ranking = run.ranking
     if not ranking:
-        times: dict[str, list] = {}
+        times: dict[ConfigKey, list] = {}
+        configs: dict[ConfigKey, dict] = {}
         for t in trials:
-            if t.status == TrialStatus.OK:
-                key = json.dumps(t.config_json, sort_keys=True)
+            if t.status.is_ok():
+                key = config_key(t.config_json["knobs"], t.config_json["patches"])
+                configs.setdefault(key, t.config_json)
                 times.setdefault(key, []).append(t.step_time_s)
         ranking = [
-            RankedConfig(**json.loads(k), trials=len(v), step_time_s=statistics.median(v))
+            RankedConfig(**configs[k], trials=len(v), step_time_s=statistics.median(v))
             for k, v in sorted(times.items(), key=lambda kv: statistics.median(kv[1]))
         ]
-    out = []
+    out: list[CandidateResult] = []
     for entry in ranking:
-        if _same(entry.knobs, baseline) and not entry.patches:
+        if config_key(entry.knobs, entry.patches) == config_key(baseline):
             continue  # the baseline is measured every round anyway
         out.append(
             CandidateResult(
@@ -81,10 +83,6 @@ def candidates_of(
     return out
 
 
-def _same(a: dict, b: dict) -> bool:
-    return {k: str(v) for k, v in a.items()} == {k: str(v) for k, v in b.items()}
-
-
 def judge(
     candidates: list[CandidateResult],
     measurements: list[Measurement],
@@ -94,14 +92,14 @@ def judge(
 ) -> tuple[list[CandidateResult], str | None, str]:
     """Each candidate's ratios, interval and checks from the measurements; which one is
     promoted and why. Pure: what the search measured of a candidate plays no part."""
-    base = [None] * (rounds + 1)
+    base: list[float | None] = [None] * (rounds + 1)
     for m in measurements:
         if m.label == BASELINE and m.round <= rounds:
             base[m.round] = m.compared_s
     judged, choices = [], []
     for c in candidates:
         mine = [m for m in measurements if m.label == c.label]
-        times = [None] * rounds
+        times: list[float | None] = [None] * rounds
         for m in mine:
             if m.round < rounds:
                 times[m.round] = m.compared_s if m.valid else None
@@ -149,7 +147,15 @@ def apply_run(
     if candidates:  # one host for the whole comparison: times are compared on one clock
         with (executor or LocalExecutor(run_dir)).pinned(manifest) as one_host:
             measurements = Rounds(
-                contract, run_dir, one_host, candidates, baseline_knobs, on_event
+                contract,
+                run_dir,
+                one_host,
+                candidates,
+                baseline_knobs,
+                on_event,
+                stored=lambda record, label: store.add_trial(
+                    run.run_id, Stage.APPLY, record, label=label
+                ),
             ).run(n_rounds, contract.noise.confidence)
     judged, promoted, decision = judge(
         candidates, measurements, n_rounds, contract.noise.confidence, seed
@@ -171,7 +177,8 @@ def apply_run(
         promoted=promoted,
         decision=decision,
     )
-    result.files = _write(result, run, trials, contract, manifest, run_dir)
+    _store_every_stage(store, run.run_id, result, run_dir)
+    result.files = _write(result, run, store.trials(run.run_id, None), contract, manifest, run_dir)
     result.save(run_dir)
     return result
 
@@ -183,6 +190,17 @@ def _doctor_trials(run_dir: Path) -> list[DoctorTrial]:
         return list(DoctorReport.load(path).trials) if path.is_file() else []
     except ValueError:  # a report this version cannot read: the audit says what it can
         return []
+
+
+def _store_every_stage(store: Store, run_id: str, result: ApplyResult, run_dir: Path) -> None:
+    """The Doctor's and Apply's trials in the run's store, where a run made before they were
+    stored (or an Apply resumed from its journal) lacks them: each trial once."""
+    doctor: list[tuple[str, str | None]] = [(t.trial_dir, t.label) for t in _doctor_trials(run_dir)]
+    store.add_finished(run_id, Stage.DOCTOR, doctor)
+    measured: list[tuple[str, str | None]] = [
+        (m.trial_dir, f"{m.label} round {m.round}") for m in result.measurements
+    ]
+    store.add_finished(run_id, Stage.APPLY, measured)
 
 
 def _evidence(contract: Contract, measurements: list[Measurement]) -> str:
@@ -216,7 +234,7 @@ def _write(result: ApplyResult, run, trials, contract, manifest, run_dir: Path) 
     files["contract"] = "contract.yaml"
     outputs.write_audit(
         run_dir / "audit.jsonl",
-        outputs.audit_lines(run, trials, result, _doctor_trials(run_dir), proposed_by(run_dir)),
+        outputs.audit_lines(run, trials, result, proposed_by(run_dir)),
     )
     files["audit"] = "audit.jsonl"
     (run_dir / "verification.md").write_text(

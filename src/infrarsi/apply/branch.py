@@ -24,6 +24,8 @@ def _git(args: list[str], cwd: Path, check: bool = True) -> subprocess.Completed
 def commit_message(result: ApplyResult, launch: str) -> str:
     """The commit message: what changed, the measured evidence, how to launch it."""
     w = result.winner
+    if w is None or w.speedup is None or w.ci_low is None or w.ci_high is None:
+        raise BranchError("nothing was promoted: there is no winner to commit")
     command = [
         line for line in launch.splitlines() if line and not line.startswith(("#", "set ", "cd "))
     ]

@@ -148,7 +148,7 @@ def promote(choices: list[Choice]) -> tuple[str | None, str]:
         c for c in choices if c.verified and c.interval.low is not None and c.interval.low > 1
     ]
     if eligible:
-        best = max(eligible, key=lambda c: c.interval.speedup)
+        best = max(eligible, key=lambda c: c.interval.speedup or 0.0)
         i = best.interval
         return best.label, (
             f"{best.label} promoted: {i.speedup:.3f}x the baseline, interval "

@@ -11,9 +11,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from infrarsi.identity import changed_knobs
 from infrarsi.objective import ranked_step_time_s
-from infrarsi.records import ApplyResult, DoctorTrial
-from infrarsi.store import StoredRun, StoredTrial
+from infrarsi.records import ApplyResult
+from infrarsi.store import Stage, StoredRun, StoredTrial
 from infrarsi.trial import TrialRecord, patching, prepare
 from infrarsi.trial.runner import render
 
@@ -82,112 +83,68 @@ def launch_script(manifest, scale: str, knobs: dict, patches: list[str], headlin
     return "\n".join(lines) + "\n"
 
 
-def audit_row(record: TrialRecord | dict | None, objective: str, **context) -> dict:
-    """One audit row: the trial's record as it was stored, serialised, with the context its
-    stage adds (``stage``, who proposed it, the predictions, Apply's verdict) and the two
+def audit_row(record: TrialRecord | None, objective: str, **context) -> dict:
+    """One audit row: the trial's record as the store keeps it, serialised, with the context
+    its stage adds (``stage``, who proposed it, the predictions, Apply's verdict) and the two
     figures a reader looks for first: the patch ids with their sha256, and what the search
     ranks by (``ranked_time_per_step_s``, the objective's time per step)."""
-    if isinstance(record, TrialRecord):
-        record = record.model_dump(mode="json")
-    row = dict(record or {})
-    refs = row.get("patches", [])
-    row["patch_ids"] = [ref["id"] for ref in refs]
-    row["patch_sha256"] = {ref["id"]: ref["sha256"] for ref in refs}
-    row["ranked_time_per_step_s"] = _ranked(record, objective)
+    row = record.model_dump(mode="json") if record is not None else {}
+    refs = record.patches if record is not None else []
+    row["patch_ids"] = [ref.id for ref in refs]
+    row["patch_sha256"] = {ref.id: ref.sha256 for ref in refs}
+    row["ranked_time_per_step_s"] = ranked_step_time_s(record, objective) if record else None
     row.update({k: v for k, v in context.items() if v is not None or k not in row})
     return row
-
-
-def _load(trial_dir: str | None) -> TrialRecord | None:
-    path = Path(trial_dir or "") / "record.json"
-    return TrialRecord.load(path) if trial_dir and path.is_file() else None
-
-
-def doctor_lines(doctor_trials: list[DoctorTrial], objective: str = "e2e_time") -> list[dict]:
-    """The Doctor's trials (baseline runs, the profiled run, the calibration runs), each its
-    own record."""
-    return [
-        audit_row(
-            _load(t.trial_dir),
-            objective,
-            stage="doctor",
-            label=t.label,
-            trial_id=t.trial_id,
-            status=t.status.value,
-            cost_s=t.cost_s,
-        )
-        for t in doctor_trials
-    ]
 
 
 def audit_lines(
     run: StoredRun,
     trials: list[StoredTrial],
     result: ApplyResult,
-    doctor_trials: list[DoctorTrial] = (),
     writers: dict[str, str] | None = None,
 ) -> list[dict]:
-    """Every trial of every stage — the Doctor's, the search's and Apply's — each its record
-    with its stage's context: config, patch ids and hashes, status, metrics, cost, failure
-    reason, who proposed it and what the models predicted, Apply's verdict. ``writers``:
-    proposed patch id -> who wrote it ('llm:<model>'); a trial carrying such a patch is
-    ``proposed_by`` that writer (then the searcher that chose the config)."""
-    objective = run.contract_json.get("objective", "e2e_time")
+    """Every trial of every stage as the store keeps it — the Doctor's, the search's and
+    Apply's — each its record with its stage's context: config, patch ids and hashes, status,
+    metrics, cost, failure reason, who proposed it and what the models predicted, Apply's
+    verdict. ``writers``: proposed patch id -> who wrote it ('llm:<model>'); a trial carrying
+    such a patch is ``proposed_by`` that writer (then the searcher that chose the config)."""
+    objective = run.contract.objective
     writers = writers or {}
+    verdicts = {m.trial_id: m for m in result.measurements}
 
     def by(patches, default: str | None) -> str | None:
         wrote = sorted({writers[p] for p in patches if p in writers})
         return " + ".join(wrote) + (f" via {default}" if default else "") if wrote else default
 
-    out = doctor_lines(list(doctor_trials), objective)
+    out = []
     for t in trials:
-        out.append(
-            audit_row(
-                t.record_json,
-                objective,
-                stage="run",
-                proposed_by=by(t.config_json["patches"], run.searcher),
-                seq=t.seq,
-                trial_id=t.trial_id,
-                knobs=t.config_json["knobs"],
-                status=t.status.value,
-                cost_s=t.cost_s,
-                error=t.error,
-                predicted={
-                    "ranked_time_per_step_s": t.predicted_step_time_s,
-                    "p_oom": t.predicted_p_oom,
-                    "peak_bytes": t.predicted_peak_bytes,
-                },
-            )
-        )
-    configs = {"baseline": (result.baseline["knobs"], [])}
-    configs.update({c.label: (c.knobs, c.patches) for c in result.candidates})
-    for m in result.measurements:
-        knobs, patches = configs[m.label]
-        out.append(
-            audit_row(
-                _load(m.trial_dir),
-                objective,
-                stage="apply",
-                round=m.round,
-                label=m.label,
-                proposed_by=by(patches, None),
-                trial_id=m.trial_id,
-                knobs=knobs,
-                status=m.status,
-                compared_s=m.compared_s,
-                cost_s=m.cost_s,
-                valid=m.valid,
-                reasons=m.reasons,
-                flags=m.flags,
-            )
-        )
+        context = {
+            "stage": t.stage.value,
+            "label": t.label,
+            "seq": t.seq,
+            "trial_id": t.trial_id,
+            "knobs": t.config_json["knobs"],
+            "status": t.status.value,
+            "cost_s": t.cost_s,
+            "error": t.error,
+        }
+        if t.stage is Stage.RUN:
+            context["proposed_by"] = t.proposed_by or by(t.config_json["patches"], run.searcher)
+            context["predicted"] = t.predicted.model_dump()
+        elif t.stage is Stage.APPLY:
+            context["proposed_by"] = t.proposed_by or by(t.config_json["patches"], None)
+            m = verdicts.get(t.trial_id or "")
+            if m is not None:
+                context.update(
+                    round=m.round,
+                    label=m.label,
+                    compared_s=m.compared_s,
+                    valid=m.valid,
+                    reasons=m.reasons,
+                    flags=m.flags,
+                )
+        out.append(audit_row(t.record, objective, **context))
     return out
-
-
-def _ranked(record: dict, objective: str) -> float | None:
-    """What the search ranked this trial by (the objective's time per step), measured."""
-    return ranked_step_time_s(TrialRecord.model_validate(record), objective) if record else None
 
 
 def write_audit(path: Path, lines: list[dict]) -> None:
@@ -204,7 +161,7 @@ def verification_table(result: ApplyResult) -> str:
     ]
     base = result.baseline["knobs"]
     for c in result.candidates:
-        changed = ", ".join(f"{k}={v}" for k, v in c.knobs.items() if str(base.get(k)) != str(v))
+        changed = ", ".join(f"{k}={v}" for k, v in changed_knobs(c.knobs, base).items())
         checks = "all passed" if c.verified else "; ".join(c.reasons[:2]) or "failed"
         rows.append(
             f"| {c.label} | {changed or '-'} | {', '.join(c.patches) or '-'} | "

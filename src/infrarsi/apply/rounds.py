@@ -41,9 +41,13 @@ class Rounds:
         candidates: list[CandidateResult],
         baseline_knobs: dict,
         on_event: Callable[[str, dict], None] | None = None,
+        stored: Callable[[TrialRecord, str], object] | None = None,
     ):
+        """``stored``: called with each measurement's record and label as it ends, before it
+        is journalled (the run's store keeps every stage's trials)."""
         self.contract, self.run_dir, self.executor = contract, Path(run_dir), executor
-        self.configs = {BASELINE: (baseline_knobs, [])}
+        self.stored = stored or (lambda record, label: None)
+        self.configs: dict[str, tuple[dict, list[str]]] = {BASELINE: (baseline_knobs, [])}
         self.configs.update({c.label: (c.knobs, c.patches) for c in candidates})
         self.on_event = on_event or (lambda kind, data: None)
         self.progress = self.run_dir / PROGRESS_FILE
@@ -57,7 +61,8 @@ class Rounds:
         labels = [label for label in self.configs if label != BASELINE]
         done = self._done(plan(labels, rounds))
         self.dropped: dict[str, int] = {}
-        out, index = [], 0
+        out: list[Measurement] = []
+        index = 0
         for r in range(rounds + 1):
             if r and confidence is not None:
                 self._drop_futile(out, r, rounds, confidence)
@@ -77,7 +82,8 @@ class Rounds:
         if (r, label) in done:
             return done[(r, label)]
         self.on_event("launch", {"index": index, "total": total, "round": r, "label": label})
-        measurement, entry = self._measure(r, label)
+        measurement, entry, record = self._measure(r, label)
+        self.stored(record, f"{label} round {r}")
         with self.progress.open("a") as f:
             f.write(json.dumps(entry) + "\n")
         self.on_event("end", {"index": index, "total": total, "measurement": measurement})
@@ -87,7 +93,7 @@ class Rounds:
         """Before round ``r``: drop each candidate that failed a check, or whose log ratios
         over the rounds so far say it cannot reach 1 (``decide.futile``, one look per round,
         the rounds' spread pooled over the candidates still measured)."""
-        base = [None] * (rounds + 1)
+        base: list[float | None] = [None] * (rounds + 1)
         for m in out:
             if m.label == BASELINE:
                 base[m.round] = m.compared_s if m.status == TrialStatus.OK else None
@@ -100,13 +106,13 @@ class Rounds:
                 self.dropped[label] = r
                 self.on_event("drop", {"round": r, "label": label, "why": "a check failed"})
                 continue
-            times = [None] * rounds
+            times: list[float | None] = [None] * rounds
             for m in mine:
                 times[m.round] = m.compared_s
             ratios[label] = round_ratios(base[: r + 1], times[:r])
         pooled = pooled_sd(list(ratios.values()))
-        for label, mine in ratios.items():
-            if futile(mine, confidence, rounds, pooled):
+        for label, logs in ratios.items():
+            if futile(logs, confidence, rounds, pooled):
                 self.dropped[label] = r
                 self.on_event(
                     "drop",
@@ -138,7 +144,7 @@ class Rounds:
                     self.baselines[m.round] = TrialRecord.model_validate(entry["record"])
         return found
 
-    def _measure(self, r: int, label: str) -> tuple[Measurement, dict]:
+    def _measure(self, r: int, label: str) -> tuple[Measurement, dict, TrialRecord]:
         knobs, patches = self.configs[label]
         request = TrialRequest(
             workload=self.contract.workload_path or self.contract.workload,
@@ -156,7 +162,7 @@ class Rounds:
             "measurement": measurement.model_dump(),
             "record": record.model_dump(mode="json") if label == BASELINE else None,
         }
-        return measurement, entry
+        return measurement, entry, record
 
     def _judge(self, r: int, label: str, record: TrialRecord) -> Measurement:
         m = record.metrics
@@ -165,7 +171,7 @@ class Rounds:
             label=label,
             trial_id=record.trial_id,
             trial_dir=record.trial_dir,
-            status=record.status.value,
+            status=record.status,
             compared_s=compared_time(record, self.contract.objective),
             step_time_s=m.harness_step_time_s or m.step_time_s if m else None,
             e2e_time_s=m.e2e_time_s if m else None,
@@ -174,7 +180,7 @@ class Rounds:
             cost_s=record.cost_s,
         )
         if label == BASELINE:
-            if record.status.value == TrialStatus.OK:
+            if record.status.is_ok():
                 self.baselines[r] = record
             reasons = (
                 []

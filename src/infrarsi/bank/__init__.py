@@ -125,7 +125,8 @@ def _judge_seeds(run_dir: Path, run_id: str, experiences, bank: BankStore) -> li
         ]
         speedup = statistics.median(measured) if measured else None
         held = seed_held(speedup)
-        bank.set_seed_outcome(stored.id, speedup, held)
+        if stored.id is not None:
+            bank.set_seed_outcome(stored.id, speedup, held)
         out.append(
             {
                 "knobs": stored.knobs_json,

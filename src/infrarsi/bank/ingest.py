@@ -29,14 +29,12 @@ from infrarsi.bank.signatures import (
     signature_fp,
     workload_signature,
 )
-from infrarsi.contract import Contract
 from infrarsi.host import fingerprint, machine_facts
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import is_proposed
 from infrarsi.records import DOCTOR_BASELINE_LABEL, DOCTOR_FILE, ApplyResult, DoctorReport
 from infrarsi.store import open_run_dir
 from infrarsi.store.bank import Experience
-from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
 
 
@@ -46,7 +44,7 @@ class RunContext:
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
         self.store, self.run = open_run_dir(run_dir)
-        self.contract = Contract.model_validate(self.run.contract_json)
+        self.contract = self.run.contract
         self.manifest = self.contract.manifest()
         doctor_path = Path(run_dir) / DOCTOR_FILE
         self.doctor = DoctorReport.load(doctor_path) if doctor_path.exists() else None
@@ -76,9 +74,7 @@ class RunContext:
         records' launcher nodes; all of them where no record says)."""
         nodes = self.manifest.launch.nodes
         spread = [
-            t.record_json.get("launcher_nodes")
-            for t in self.trials
-            if t.record_json and t.record_json.get("launcher_nodes")
+            t.record.launcher_nodes for t in self.trials if t.record and t.record.launcher_nodes
         ]
         return launchers_per_host(nodes, spread[0]) if spread else nodes
 
@@ -99,9 +95,10 @@ class RunContext:
         if not times and self.trials:
             first = self.trials[0].config_json
             for t in self.trials:
-                if t.config_json == first and t.status.is_ok() and t.record_json:
-                    record = TrialRecord.model_validate(t.record_json)
-                    times.append(ranked_step_time_s(record, self.contract.objective))
+                if t.config_json == first and t.status.is_ok() and t.record:
+                    record = t.record
+                    ranked = ranked_step_time_s(record, self.contract.objective)
+                    times += [ranked] if ranked is not None else []
                     if record.metrics and record.metrics.max_peak_mem_bytes:
                         peaks.append(record.metrics.max_peak_mem_bytes)
         times = [t for t in times if t]
@@ -209,7 +206,7 @@ def _doctor(ctx: RunContext) -> list[Experience]:
 def _search(ctx: RunContext) -> list[Experience]:
     out = []
     for t in ctx.trials:
-        record = TrialRecord.model_validate(t.record_json) if t.record_json else None
+        record = t.record
         status = t.status
         peak = t.peak_mem_bytes
         time_s, censored = None, False
@@ -259,7 +256,7 @@ def _apply(ctx: RunContext, run_dir: Path) -> list[Experience]:
                 "apply",
                 c.knobs,
                 c.patches,
-                "ok" if c.verified else "invalid",
+                TrialStatus.OK if c.verified else TrialStatus.INVALID,
                 speedup=c.speedup,
                 peak_mem_bytes=peak,
                 peak_share=_share(ctx, peak),

@@ -71,7 +71,7 @@ def advise(
     without one), so that how fast bf16 is on either host weighs only such outcomes, or all of
     them when the baseline here runs one."""
     low = low_precision or (lambda knobs: True)
-    everything = bool(baseline) and low(baseline)
+    everything = baseline is not None and bool(baseline) and low(baseline)
     weighted = [
         (
             e,
@@ -198,7 +198,7 @@ def seeds(
             continue
         weight = sum(w for _, w in ok)
         share = sum(w * w for _, w in ok) / weight  # how far its effect carries here
-        expected = math.exp(share * sum(w * math.log(e.speedup) for e, w in ok) / weight)
+        expected = math.exp(share * sum(w * math.log(e.speedup or 1.0) for e, w in ok) / weight)
         if expected < SEED_MIN_SPEEDUP:
             continue
         best = max(w for _, w in ok)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -18,9 +19,25 @@ from rich.table import Table
 
 from infrarsi import units
 from infrarsi.cli.errors import report_bug, user_error
+from infrarsi.cli.options import (
+    BANK,
+    EXECUTOR,
+    JSON,
+    LLM_CALLS,
+    LLM_SECONDS,
+    LLM_TOKENS,
+    NO_BANK,
+    PARALLEL,
+    PROPOSER,
+    RAY_ADDRESS,
+    bank_options,
+    executor_options,
+    proposer_options,
+)
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors import LocalExecutor, TrialRequest
 from infrarsi.executors.choice import make_executor
+from infrarsi.options import DEFAULT_BUDGET_TRIALS, Budget, OptimizeOptions, SearchOptions
 from infrarsi.trial import TrialRecord, TrialStatus
 from infrarsi.workloads import all_reference, find, parse_assignments
 
@@ -116,45 +133,6 @@ def _workload_summary(manifest) -> dict:
 
 
 # options several commands share (each the same flag, default and help everywhere)
-BANK = typer.Option(
-    None,
-    "--bank",
-    help="the experience bank's URL or SQLite path (default: "
-    "INFRARSI_BANK, else ~/.infrarsi/bank.sqlite)",
-)
-NO_BANK = typer.Option(False, "--no-bank", help="a cold start: neither read nor write the bank")
-PROPOSER = typer.Option(
-    None,
-    "--proposer",
-    help="where code patches come from: catalog, llm "
-    "or both (default: both when INFRARSI_LLM_BASE_URL and "
-    "INFRARSI_LLM_MODEL are set, else catalog)",
-)
-LLM_CALLS = typer.Option(6, "--llm-max-calls", min=1, help="LLM requests per run")
-LLM_TOKENS = typer.Option(
-    400_000, "--llm-max-tokens", min=1, help="LLM tokens per run (prompts and replies)"
-)
-LLM_SECONDS = typer.Option(
-    1800.0,
-    "--llm-max-seconds",
-    min=1,
-    help="seconds per run spent asking the LLM and validating its patches",
-)
-EXECUTOR = typer.Option(
-    "local",
-    "--executor",
-    help="where trials run: local (this machine, one at a time) or ray (a Ray cluster)",
-)
-RAY_ADDRESS = typer.Option(
-    None, "--ray-address", help="the Ray cluster: HOST:PORT or auto (default auto)"
-)
-PARALLEL = typer.Option(
-    1,
-    "--parallel",
-    min=1,
-    help="search trials in flight at once (on a "
-    "Ray cluster: one per node; the local executor runs one at a time)",
-)
 
 
 @app.command()
@@ -340,26 +318,29 @@ def run(
     parallel: int = PARALLEL,
 ) -> None:
     """Stage 3: search knobs and patches together with the step-time and memory models."""
-    from infrarsi.cli.run import run_command
+    from infrarsi.cli.run import RunCommand, run_command
 
-    run_command(
-        contract,
-        budget,
-        budget_s,
-        searcher,
-        resume,
-        run_dir,
-        store,
-        seed,
-        as_json,
-        out,
-        err,
-        bank=bank,
-        use_bank=not no_bank,
-        proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)),
-        executor=(executor, ray_address),
-        parallel=parallel,
+    try:
+        search = SearchOptions(
+            searcher=searcher,
+            budget=Budget(trials=budget, seconds=budget_s),
+            seed=seed,
+            parallel=parallel,
+            store_url=store,
+        )
+    except InfraRSIError as exc:
+        fail(exc)
+    command = RunCommand(
+        contract=contract,
+        resume=resume,
+        run_dir=run_dir,
+        search=search,
+        bank=bank_options(bank, no_bank),
+        proposer=proposer_options(proposer, llm_calls, llm_tokens, llm_seconds),
+        executor=executor_options(executor, ray_address),
+        as_json=as_json,
     )
+    run_command(command, out, err)
 
 
 @app.command()
@@ -377,34 +358,26 @@ def apply(
         "--to-branch",
         help="commit the winner on a new branch of the workload's git repository",
     ),
-    as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
-    bank: str | None = typer.Option(
-        None,
-        "--bank",
-        help="the experience bank's URL or "
-        "SQLite path (default: INFRARSI_BANK, else "
-        "~/.infrarsi/bank.sqlite)",
-    ),
-    no_bank: bool = typer.Option(False, "--no-bank", help="leave the bank as it was"),
+    as_json: bool = JSON,
+    bank: str | None = BANK,
+    no_bank: bool = NO_BANK,
     executor: str = EXECUTOR,
     ray_address: str | None = RAY_ADDRESS,
 ) -> None:
     """Stage 4: re-verify the best candidates against the baseline, interleaved; promote only
     what holds; write winner.patch, launch.sh, audit.jsonl and the verification table."""
-    from infrarsi.cli.apply import apply_command
+    from infrarsi.cli.apply import ApplyCommand, apply_command
 
-    apply_command(
-        run_dir,
-        top,
-        rounds,
-        to_branch,
-        as_json,
-        out,
-        err,
-        bank,
-        not no_bank,
-        executor=(executor, ray_address),
+    command = ApplyCommand(
+        run_dir=run_dir,
+        top=top,
+        rounds=rounds,
+        branch=to_branch,
+        bank=bank_options(bank, no_bank),
+        executor=executor_options(executor, ray_address),
+        as_json=as_json,
     )
+    apply_command(command, out, err)
 
 
 @app.command()
@@ -435,7 +408,7 @@ def optimize(
         None,
         "--budget",
         min=1,
-        help="search trials per round (default: the instruction's, else 20)",
+        help=f"search trials per round (default: the instruction's, else {DEFAULT_BUDGET_TRIALS})",
     ),
     rounds: int = typer.Option(
         1, "--rounds", min=1, help="the winner becomes the next round's baseline"
@@ -471,34 +444,22 @@ def optimize(
     """All stages from one instruction: Init -> Doctor -> Run -> Apply -> Report."""
     from infrarsi.cli.optimize import optimize_command
 
-    optimize_command(
-        workload,
-        instruction,
-        scale,
-        budget,
-        rounds,
-        top,
-        out_dir,
-        yes,
-        seed,
-        as_json,
-        out,
-        err,
-        verify_rounds,
-        doctor_repeats,
-        bank,
-        not no_bank,
-        proposing=(proposer, _llm_budget(llm_calls, llm_tokens, llm_seconds)),
-        executor=(executor, ray_address),
-        parallel=parallel,
-    )
-
-
-def _llm_budget(calls: int, tokens: int, seconds: float):
-    """The LLM proposer's caps per run, from the command line."""
-    from infrarsi.proposers import LLMBudget
-
-    return LLMBudget(calls=calls, tokens=tokens, seconds=seconds)
+    try:
+        options = OptimizeOptions(
+            scale=scale,
+            rounds=rounds,
+            out_dir=out_dir or Path(".infrarsi") / "optimize" / time.strftime("%Y%m%d-%H%M%S"),
+            top_k=top,
+            doctor_repeats=doctor_repeats,
+            verify_rounds=verify_rounds,
+            search=SearchOptions(budget=Budget(trials=budget), seed=seed, parallel=parallel),
+            executor=executor_options(executor, ray_address),
+            proposer=proposer_options(proposer, llm_calls, llm_tokens, llm_seconds),
+            bank=bank_options(bank, no_bank),
+        )
+    except InfraRSIError as exc:
+        fail(exc)
+    optimize_command(workload, instruction, options, yes=yes, as_json=as_json, out=out, err=err)
 
 
 def _terminate(signum, frame) -> None:

@@ -4,10 +4,11 @@ verification table, the decision, and the files written (or one JSON object)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from infrarsi.apply import apply_run
@@ -17,6 +18,8 @@ from infrarsi.cli.errors import user_error
 from infrarsi.contract import load_contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors.choice import make_executor
+from infrarsi.identity import changed_knobs
+from infrarsi.options import BankOptions, ExecutorOptions
 from infrarsi.records import ApplyResult
 from infrarsi.store.bank import BankStore
 
@@ -27,7 +30,7 @@ class ApplyScreen:
     def __init__(self, console: Console):
         self.console = console
         self.progress: Progress | None = None
-        self.task = None
+        self.task: TaskID | None = None
 
     def event(self, kind: str, data: dict) -> None:
         if kind == "plan":
@@ -39,7 +42,7 @@ class ApplyScreen:
                 highlight=False,
             )
             return
-        if self.progress is None:
+        if self.progress is None or self.task is None:
             return
         if kind == "drop":
             self.progress.console.print(
@@ -105,7 +108,7 @@ def show(result: ApplyResult, out: Console) -> None:
         table.add_column(col, overflow="fold")
     base = result.baseline["knobs"]
     for c in result.candidates:
-        changed = ", ".join(f"{k}={v}" for k, v in c.knobs.items() if str(base.get(k)) != str(v))
+        changed = ", ".join(f"{k}={v}" for k, v in changed_knobs(c.knobs, base).items())
         table.add_row(
             c.label,
             ", ".join(c.patches) or "-",
@@ -124,28 +127,38 @@ def show(result: ApplyResult, out: Console) -> None:
     )
 
 
-def apply_command(
-    run_dir: Path,
-    top: int,
-    rounds: int | None,
-    branch: str | None,
-    as_json: bool,
-    out: Console,
-    err: Console,
-    bank: str | None = None,
-    use_bank: bool = True,
-    executor: tuple[str, str | None] = ("local", None),
-) -> None:
+@dataclass(frozen=True, kw_only=True)
+class ApplyCommand:
+    """``infrarsi apply`` as parsed: the run, how many candidates and rounds, the branch to
+    commit a winner on, the bank and where the trials run."""
+
+    run_dir: Path
+    top: int = 3
+    rounds: int | None = None
+    branch: str | None = None
+    bank: BankOptions = field(default_factory=BankOptions)
+    executor: ExecutorOptions = field(default_factory=ExecutorOptions)
+    as_json: bool = False
+
+
+def apply_command(command: ApplyCommand, out: Console, err: Console) -> None:
     """Run Apply on a run directory; exit 0 with or without a promoted winner, 2 on bad input.
-    What it measured goes into the experience bank (unless ``use_bank`` is off); its trials run
-    on the executor named by ``executor`` (kind, Ray address)."""
+    What it measured goes into the experience bank (unless it is left out); its trials run
+    where ``command.executor`` says."""
+    run_dir, branch, as_json = command.run_dir, command.branch, command.as_json
     screen = ApplyScreen(err if as_json else out)
     try:
-        store = BankStore(bank) if use_bank else None
-        runner = make_executor(executor[0], Path(run_dir).resolve(), executor[1])
+        store = BankStore(command.bank.url) if command.bank.use else None
+        runner = make_executor(
+            command.executor.kind, Path(run_dir).resolve(), command.executor.ray_address
+        )
         with screen:
             result = apply_run(
-                run_dir, top_k=top, rounds=rounds, on_event=screen.event, executor=runner
+                run_dir,
+                top_k=command.top,
+                rounds=command.rounds,
+                on_event=screen.event,
+                executor=runner,
             )
         if store is not None:
             added = ingest_run(Path(run_dir), store)

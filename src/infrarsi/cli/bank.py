@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infrarsi.cli.errors import user_error
+from infrarsi.cli.options import BANK
 from infrarsi.errors import InfraRSIError
 from infrarsi.store.bank import BankStore, Experience
 
@@ -21,11 +22,7 @@ bank_app = typer.Typer(
     no_args_is_help=True,
 )
 out, err = Console(), Console(stderr=True)
-BANK_OPTION = typer.Option(
-    None,
-    "--bank",
-    help="the bank's URL or SQLite path (default: INFRARSI_BANK, else ~/.infrarsi/bank.sqlite)",
-)
+BANK_OPTION = BANK  # the one --bank of every command
 JSON_OPTION = typer.Option(False, "--json", help="print one JSON object")
 
 

@@ -114,7 +114,8 @@ def _equivalence(r: DoctorReport, out: Console) -> None:
 
 
 def _phase_table(report: DoctorReport, out: Console) -> None:
-    step = report.phase_step_time_s
+    step = report.phase_step_time_s or report.step_time_s
+    unattributed = report.unattributed_s or 0.0
     table = Table(
         title=f"phases (s per steady step of the slowest rank; mean step {step:.4f} s)",
         title_justify="left",
@@ -123,7 +124,5 @@ def _phase_table(report: DoctorReport, out: Console) -> None:
         table.add_column(col)
     for name, seconds in sorted(report.phases.items(), key=lambda kv: -kv[1]):
         table.add_row(name, f"{seconds:.4f}", f"{seconds / step:.0%}")
-    table.add_row(
-        "unattributed", f"{report.unattributed_s:.4f}", f"{report.unattributed_s / step:.0%}"
-    )
+    table.add_row("unattributed", f"{unattributed:.4f}", f"{unattributed / step:.0%}")
     out.print(table)

@@ -14,6 +14,7 @@ from rich.console import Console
 from infrarsi.cli.errors import user_error
 from infrarsi.errors import InfraRSIError
 from infrarsi.optimize import OptimizeResult, optimize
+from infrarsi.options import Budget, OptimizeOptions, ProposerOptions, SearchOptions
 
 STAGES = {
     "init": "Init: the contract",
@@ -92,16 +93,19 @@ def _seed(seed: dict) -> str:
     return f"{knobs} {'+'.join(seed['patches']) or 'no patch'}"
 
 
+def _x(value: float | None) -> str:
+    return f"{value:.3f}" if value is not None else "-"
+
+
 def headline(result: OptimizeResult) -> list[str]:
     """The numbers a person wants at the end."""
     lines = []
     for r in result.rounds:
-        if r.promoted:
+        if r.winner is not None:
             w = r.winner
             lines.append(
-                f"round {r.round}: {w['speedup']:.3f}x [{w['ci_low']:.3f}, "
-                f"{w['ci_high']:.3f}] with patches {w['patches'] or 'none'}; "
-                f"{r.trials} trials, {r.oom_trials} OOM"
+                f"round {r.round}: {_x(w.speedup)}x [{_x(w.ci_low)}, {_x(w.ci_high)}] "
+                f"with patches {w.patches or 'none'}; {r.trials} trials, {r.oom_trials} OOM"
             )
         else:
             lines.append(f"round {r.round}: {r.decision}")
@@ -126,49 +130,22 @@ def headline(result: OptimizeResult) -> list[str]:
 def optimize_command(
     workload: str,
     instruction: str,
-    scale: str,
-    budget: int | None,
-    rounds: int,
-    top: int,
-    out_dir: Path | None,
+    options: OptimizeOptions,
+    *,
     yes: bool,
-    seed: int,
     as_json: bool,
     out: Console,
     err: Console,
-    verify_rounds: int | None = None,
-    doctor_repeats: int = 3,
-    bank: str | None = None,
-    use_bank: bool = True,
-    proposing: tuple = ("catalog", None),
-    executor: tuple = ("local", None),
-    parallel: int = 1,
 ) -> None:
-    """Run every stage; exit 0 with or without a promoted winner, 2 on bad input.
-    ``proposing``: (the proposer's kind or None for the default, the LLM's budget)."""
+    """Run every stage; exit 0 with or without a promoted winner, 2 on bad input."""
     screen = OptimizeScreen(err if as_json else out)
-    directory = out_dir or Path(".infrarsi") / "optimize" / time.strftime("%Y%m%d-%H%M%S")
     try:
         result = optimize(
             workload,
             instruction,
-            scale,
-            budget,
-            rounds,
-            directory,
-            top_k=top,
-            doctor_repeats=doctor_repeats,
-            verify_rounds=verify_rounds,
-            seed=seed,
+            options,
             on_stage=screen,
             confirm=None if yes else _confirm(err),
-            bank=bank,
-            use_bank=use_bank,
-            proposer=proposing[0],
-            executor=executor[0],
-            ray_address=executor[1],
-            parallel=parallel,
-            **({"llm_budget": proposing[1]} if proposing[1] else {}),
         )
     except InfraRSIError as exc:
         user_error(err, exc)
@@ -217,18 +194,13 @@ def demo_command(scale: str, budget: int, top: int, out: Console, err: Console) 
         markup=False,
         highlight=False,
     )
+    options = OptimizeOptions(
+        scale=scale,
+        out_dir=Path(".infrarsi") / "optimize" / time.strftime("%Y%m%d-%H%M%S"),
+        top_k=top,
+        search=SearchOptions(budget=Budget(trials=budget)),
+        proposer=ProposerOptions(kind="catalog"),  # offline, always
+    )
     optimize_command(
-        DEMO["workload"],
-        DEMO["instruction"],
-        scale,
-        budget,
-        1,
-        top,
-        None,
-        True,
-        0,
-        False,
-        out,
-        err,
-        proposing=("catalog", None),
-    )  # offline, always
+        DEMO["workload"], DEMO["instruction"], options, yes=True, as_json=False, out=out, err=err
+    )

@@ -4,6 +4,7 @@ measured step time and memory, the best so far) and the final answer, or one JSO
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -12,87 +13,50 @@ from rich.table import Table
 
 from infrarsi.bank import advice_for, ingest_run
 from infrarsi.cli.errors import user_error
-from infrarsi.contract import load_contract
+from infrarsi.contract import Contract, load_contract
 from infrarsi.errors import InfraRSIError
-from infrarsi.executors import Executor, LocalExecutor
+from infrarsi.executors import Executor
 from infrarsi.executors.choice import make_executor
-from infrarsi.proposers import LLMBudget, check_kind, make_proposer
-from infrarsi.records import DoctorReport, RunResult
-from infrarsi.run.loop import RunError, RunLoop
+from infrarsi.options import (
+    BankOptions,
+    ExecutorOptions,
+    ProposerOptions,
+    SearchOptions,
+)
+from infrarsi.proposal import Proposer
+from infrarsi.proposers import check_kind, make_proposer
+from infrarsi.records import DoctorReport, Prediction, RunResult
+from infrarsi.run.loop import RunError, RunLoop, RunStart
 from infrarsi.store.bank import BankStore
 from infrarsi.units import format_bytes
 
 
-def run_command(
-    contract_path: Path | None,
-    budget: int | None,
-    budget_s: float | None,
-    searcher: str,
-    resume: Path | None,
-    run_dir: Path | None,
-    store_url: str | None,
-    seed: int,
-    as_json: bool,
-    out: Console,
-    err: Console,
-    bank: str | None = None,
-    use_bank: bool = True,
-    proposing: tuple = (None, None),
-    executor: tuple = ("local", None),
-    parallel: int = 1,
-) -> None:
+@dataclass(frozen=True, kw_only=True)
+class RunCommand:
+    """``infrarsi run`` as parsed: a new run of ``contract`` (in ``run_dir``), or the run in
+    ``resume`` continued."""
+
+    contract: Path | None = None
+    resume: Path | None = None
+    run_dir: Path | None = None
+    search: SearchOptions = field(default_factory=SearchOptions)
+    bank: BankOptions = field(default_factory=BankOptions)
+    proposer: ProposerOptions = field(default_factory=ProposerOptions)
+    executor: ExecutorOptions = field(default_factory=ExecutorOptions)
+    as_json: bool = False
+
+
+def run_command(command: RunCommand, out: Console, err: Console) -> None:
     """Start or resume a run; print its table and its result. A new run starts from the
-    experience bank's advice; every run adds what it measured to the bank. ``proposing``:
-    (the proposer's kind or None for the default, the LLM's budget); a resumed run keeps the
-    patches proposed before and asks for more only when a kind is given again. ``executor``:
-    (``local`` or ``ray``, the Ray address); ``parallel``: search trials in flight at once."""
-    screen = _Screen(err if as_json else out)
+    experience bank's advice; every run adds what it measured to the bank. A resumed run
+    keeps the patches proposed before and asks for more only when a proposer is given."""
+    screen = _Screen(err if command.as_json else out)
     try:
-        bank_store = BankStore(bank) if use_bank else None
-        kind, llm_budget = proposing
-        if resume is not None:
-            contract = load_contract(contract_path) if contract_path else None
-            runner = make_executor(executor[0], Path(resume).resolve(), executor[1])
-            proposer = (
-                _proposer(kind, contract, Path(resume), None, llm_budget, err, runner)
-                if kind
-                else None
-            )
-            with screen.live():
-                result = RunLoop.resume(
-                    resume,
-                    contract,
-                    on_event=screen.event,
-                    proposer=proposer,
-                    executor=runner,
-                    parallel=parallel,
-                )
+        bank_store = BankStore(command.bank.url) if command.bank.use else None
+        if command.resume is not None:
+            result = _resume(command, screen, err)
         else:
-            if contract_path is None:
-                raise RunError("give a contract (from `infrarsi init`) or --resume RUN_DIR")
-            contract = load_contract(contract_path)
-            report = _doctor_report(contract, contract_path)
-            directory = run_dir or Path(".infrarsi") / "runs" / contract.contract_hash[:12]
-            advice = advice_for(contract, report, bank_store) if bank_store is not None else None
-            check_kind(kind)  # a missing endpoint fails before the run directory is made
-            runner = make_executor(executor[0], Path(directory).resolve(), executor[1])
-            loop = RunLoop(
-                contract,
-                directory,
-                searcher,
-                budget,
-                budget_s,
-                store_url,
-                executor=runner,
-                parallel=parallel,
-                seed=seed,
-                doctor_report=report,
-                on_event=screen.event,
-                bank_advice=advice,
-                proposer=_proposer(kind, contract, directory, report, llm_budget, err, runner),
-            )
-            with screen.live():
-                result = loop.start()
+            result = _start(command, screen, err, bank_store)
         if bank_store is not None:
             added = ingest_run(Path(result.run_dir), bank_store)
             err.print(
@@ -102,33 +66,81 @@ def run_command(
             )
     except InfraRSIError as exc:
         user_error(err, exc)
-    if as_json:
+    if command.as_json:
         print(json.dumps(result.model_dump(mode="json")))
     else:
         _summary(result, out)
 
 
+def _resume(command: RunCommand, screen: _Screen, err: Console) -> RunResult:
+    """The run in ``command.resume`` continued where it stopped."""
+    assert command.resume is not None
+    contract = load_contract(command.contract) if command.contract else None
+    resume = Path(command.resume)
+    runner = make_executor(command.executor.kind, resume.resolve(), command.executor.ray_address)
+    proposer = (
+        _proposer(command.proposer, contract, resume, None, err, runner)
+        if command.proposer.kind
+        else None
+    )
+    with screen.live():
+        return RunLoop.resume(
+            resume,
+            contract,
+            on_event=screen.event,
+            proposer=proposer,
+            executor=runner,
+            parallel=command.search.parallel,
+        )
+
+
+def _start(
+    command: RunCommand, screen: _Screen, err: Console, bank_store: BankStore | None
+) -> RunResult:
+    """A new run of ``command.contract``, from the Doctor's report beside it and the bank."""
+    if command.contract is None:
+        raise RunError("give a contract (from `infrarsi init`) or --resume RUN_DIR")
+    contract = load_contract(command.contract)
+    report = _doctor_report(contract, command.contract)
+    directory = command.run_dir or Path(".infrarsi") / "runs" / contract.contract_hash[:12]
+    advice = advice_for(contract, report, bank_store) if bank_store is not None else None
+    check_kind(command.proposer.kind)  # a missing endpoint fails before the folder is made
+    runner = make_executor(
+        command.executor.kind, Path(directory).resolve(), command.executor.ray_address
+    )
+    loop = RunLoop(
+        contract,
+        directory,
+        command.search,
+        start=RunStart(doctor_report=report, bank_advice=advice),
+        executor=runner,
+        proposer=_proposer(command.proposer, contract, directory, report, err, runner),
+        on_event=screen.event,
+    )
+    with screen.live():
+        return loop.start()
+
+
 def _proposer(
-    kind,
-    contract,
+    options: ProposerOptions,
+    contract: Contract | None,
     run_dir: Path,
-    report,
-    llm_budget,
+    report: DoctorReport | None,
     err: Console,
-    executor: Executor | None = None,
-):
+    executor: Executor,
+) -> Proposer:
     """The proposer of a run (``proposers.make_proposer``), its notes on the error console."""
     if contract is None:
         raise RunError(
             "asking for more patches on resume needs the contract: give it with --resume"
         )
     return make_proposer(
-        kind,
+        options.kind,
         contract,
         Path(run_dir),
-        executor or LocalExecutor(run_dir),
+        executor,
         report,
-        llm_budget or LLMBudget(),
+        options.llm_budget,
         on_note=lambda text: err.print(text, markup=False, highlight=False),
     )
 
@@ -181,17 +193,17 @@ class _Screen:
                     highlight=False,
                 )
             return
-        outcome, predicted = data["outcome"], data["predicted"] or {}
+        outcome, predicted = data["outcome"], data["predicted"] or Prediction()
         best = data["best"]
         self.best = best.describe() if best is not None else "-"
         row = (
             str(data["seq"]),
             outcome.status,
-            _seconds(predicted.get("step_time_s")),
+            _seconds(predicted.ranked_time_per_step_s),
             _seconds(outcome.step_time_s),
-            _bytes(predicted.get("peak_bytes")),
+            _bytes(predicted.peak_bytes),
             _bytes(outcome.peak_bytes),
-            f"{predicted['p_oom']:.2f}" if "p_oom" in predicted else "-",
+            f"{predicted.p_oom:.2f}" if predicted.p_oom is not None else "-",
             f"{outcome.cost_s:.1f}",
             data["config"].describe(),
         )

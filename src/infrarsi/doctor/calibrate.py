@@ -14,7 +14,7 @@ only prints its loss) is still calibrated on its reported loss.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from infrarsi.contract import Equivalence
 from infrarsi.trial import TrialRecord, TrialStatus, prepare, run_trial
@@ -78,12 +78,14 @@ def distances(baseline: TrialRecord, other: TrialRecord) -> tuple[float, float]:
     """(weight, held-out) distance of ``other`` from ``baseline``, as shares of what the
     baseline learned — the quantities ``verify.evidence`` bounds."""
     b, o = baseline.evaluation, other.evaluation
-    weight = weight_distance(
-        load_params(b.final_weights),
-        load_params(o.final_weights),
-        load_params(b.initial_weights),
-        set(b.inert_params),
-    )
+    if b is None or o is None:
+        raise ValueError("distances need both trials' evaluation (see _has_evidence)")
+    wb, wc, w0 = (load_params(p) for p in (b.final_weights, o.final_weights, b.initial_weights))
+    if wb is None or wc is None or w0 is None:
+        raise ValueError("distances need both trials' saved parameters (see _has_evidence)")
+    if b.eval_loss is None or o.eval_loss is None or b.initial_eval_loss is None:
+        raise ValueError("distances need both trials' held-out loss (see _has_evidence)")
+    weight = weight_distance(wb, wc, w0, set(b.inert_params))
     return weight, held_out_share(b.eval_loss, o.eval_loss, b.initial_eval_loss)
 
 
@@ -106,7 +108,7 @@ def floors_of(
     ``weight_fp32``/``eval_fp32`` or ``_bf16`` by precision (the overall floors shown)."""
     kinds = change_kinds(manifest, baseline.knobs, other.knobs) or frozenset({"rerun"})
     precision = "bf16" if "precision" in kinds else "fp32"
-    values = {"loss": max(loss_drift(baseline.metrics.loss, other.metrics.loss, last_k))}
+    values = {"loss": max(loss_drift(baseline.measured.loss, other.measured.loss, last_k))}
     if _has_evidence(baseline) and _has_evidence(other):
         values["weight"], values["eval"] = distances(baseline, other)
     out = {}
@@ -124,7 +126,7 @@ def calibrate(
     baseline: TrialRecord,
     workdir,
     run: Callable[[str, dict], TrialRecord] | None = None,
-    repeats: list[TrialRecord] = (),
+    repeats: Sequence[TrialRecord] = (),
     last_k: int = 3,
 ) -> tuple[Equivalence, list[str]]:
     """Measured floors and the tolerances they give, and notes on what could not be measured.
@@ -133,7 +135,8 @@ def calibrate(
     ``repeats`` are further runs of the baseline (the re-run floor: 0 where the hardware is
     deterministic)."""
     run = run or (lambda label, knobs: run_trial(prepare(manifest, scale, knobs), workdir))
-    floors, notes = {}, []
+    floors: dict[str, float] = {}
+    notes: list[str] = []
     if not _has_evidence(baseline):
         notes.append(
             "the workload saves no initial and final parameters with an evaluation: "

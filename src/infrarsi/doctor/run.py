@@ -113,7 +113,8 @@ class _Progress:
     """Notes each finished trial in a JSON file (written atomically) and tells the screen."""
 
     def __init__(self, path: Path, on_trial, objective: str) -> None:
-        self.path, self.on_trial, self.trials = path, on_trial, []
+        self.path, self.on_trial = path, on_trial
+        self.trials: list[dict] = []  # DoctorTrial fields, as written to the progress file
         self.objective = objective
 
     def __call__(self, label: str, record: TrialRecord) -> None:
@@ -173,8 +174,8 @@ def _profile(trials: _Trials, knobs: dict, first: TrialRecord) -> dict:
     """One run with torch.profiler on rank 0 over two steady steps; its operator table. It runs
     without the capacity: the profiler's own buffers are not the workload's memory (a baseline
     that fits its capacity could otherwise run out of memory only because it is profiled)."""
-    steps = first.metrics.steps
-    start = min(max(1, noise.warmup_steps(first.metrics.step_times_s)), max(0, steps - 2))
+    steps = first.measured.steps
+    start = min(max(1, noise.warmup_steps(first.measured.step_times_s)), max(0, steps - 2))
     record = trials.must_run(
         "profiled run", knobs, mem_cap_bytes=None, extra_env={"INFRARSI_PROFILE_STEP": str(start)}
     )
@@ -201,10 +202,10 @@ def build_report(
     step_time = statistics.median(p["step_time_s"] for p in per_run)
     phases_per_rank = _phases_per_rank(runs, per_run)
     phases, phase_step_s = _critical_phases(runs, per_run)
-    tokens_per_s = runs[0].metrics.tokens_per_step / step_time
+    tokens_per_s = runs[0].measured.tokens_per_step / step_time
     mfu = compute_mfu(manifest, contract.scale, knobs, hardware, tokens_per_s)
     objective = (
-        [r.metrics.e2e_time_s for r in runs]
+        [r.measured.e2e_time_s for r in runs]
         if contract.objective == "e2e_time"
         else [p["step_time_s"] for p in per_run]
     )
@@ -213,7 +214,7 @@ def build_report(
     top = top_ops(profile, hardware["facts"]["device_type"]) if profile is not None else []
     peaks = [
         max((b for b in col if b is not None), default=None)
-        for col in zip(*(r.metrics.peak_mem_bytes for r in runs))
+        for col in zip(*(r.measured.peak_mem_bytes for r in runs))
     ]
     facts = Facts(
         manifest,
@@ -241,12 +242,12 @@ def build_report(
             "phase_step_time_s": phase_step_s,
             "unattributed_s": phase_step_s - sum(phases.values()) if phases else None,
             "not_measured": not_measured,
-            "compile_time_s": statistics.median(r.metrics.compile_time_s for r in runs),
-            "e2e_time_s": statistics.median(r.metrics.e2e_time_s for r in runs),
+            "compile_time_s": statistics.median(r.measured.compile_time_s for r in runs),
+            "e2e_time_s": statistics.median(r.measured.e2e_time_s for r in runs),
             **mfu,
             "peak_flops": hardware["peak_flops"],
             "peak_mem_bytes": peaks,
-            "peak_mem_source": runs[0].metrics.peak_mem_source,
+            "peak_mem_source": runs[0].measured.peak_mem_source,
             "hardware": hardware,
             "noise": {
                 "cv_within": statistics.median(p["cv"] for p in per_run),
@@ -276,7 +277,7 @@ def build_report(
 
 
 def _steady(record: TrialRecord) -> dict:
-    times = record.metrics.step_times_s
+    times = record.measured.step_times_s
     warmup = noise.warmup_steps(times)
     return {
         "warmup": warmup,

@@ -13,6 +13,7 @@ import dataclasses
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -123,7 +124,7 @@ class LocalExecutor(Executor):
         spec = self.resolve(request)  # a bad request fails here, in the caller
         handle = f"local-{self._next}"
         self._next += 1
-        job = {"record": None, "error": None, "cancelled": False, "started": False}
+        job: dict[str, Any] = {"record": None, "error": None, "cancelled": False, "started": False}
         self._jobs[handle] = job
         workdir = self.root / request.workdir
         thread = threading.Thread(target=self._run, args=(job, spec, workdir), daemon=True)

@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from infrarsi.executors import Executor, LocalExecutor, TrialCancelled, TrialRequest
@@ -97,7 +97,8 @@ class RayExecutor(Executor):
         spec = LocalExecutor(self.root).resolve(request)  # a bad request fails here
         shipped, bundle = _bundle(request, self.root)
         pooled = slot is None
-        slot = self._take_slot(_spread_over(spec.manifest)) if pooled else slot
+        if slot is None:
+            slot = self._take_slot(_spread_over(spec.manifest))
         ref = slot.agent.run.remote(shipped.model_dump(), bundle, slot.agents[1:])
         handle = f"ray-{next(self._next)}"
         self._jobs[handle] = {
@@ -235,7 +236,7 @@ class RayExecutor(Executor):
         workdir.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
             archive.extractall(workdir, filter="data")
-        record = TrialRecord.model_validate_json(record_json.replace(node_workdir, str(workdir)))
+        record = TrialRecord.model_validate_json(record_json).moved(node_workdir, str(workdir))
         if record.trial_dir and Path(record.trial_dir).is_dir():
             record.save(Path(record.trial_dir) / "record.json")
         return record
@@ -286,7 +287,7 @@ class NodeAgent:
     def __init__(self) -> None:
         self._one_trial = threading.Lock()  # the agent takes more calls (stop) than trials
 
-    def run(self, request: dict, bundle: bytes, peers: list = ()) -> tuple[str, str, bytes]:
+    def run(self, request: dict, bundle: bytes, peers: Sequence = ()) -> tuple[str, str, bytes]:
         with self._one_trial:  # trials sent to one slot run one after another
             return _run_on_node(request, bundle, list(peers))
 

@@ -76,6 +76,8 @@ class RayLauncher:
 
     def outcome(self) -> RemoteOutcome:
         self.wait()
+        if self._outcome is None:  # wait() ends only once the outcome is in
+            raise RuntimeError(f"trial {self.trial_id}: no outcome after waiting")
         return self._outcome
 
     def _finish(self) -> None:

@@ -128,8 +128,8 @@ def _read_loss(text: str, files: list[str], reading: Reading) -> str | None:
     percent = _PERCENT.search(text)
     if percent:
         tolerance = float(percent.group(1)) / 100
-    elif _FRACTION.search(text):
-        tolerance = float(_FRACTION.search(text).group(1))
+    elif fraction := _FRACTION.search(text):
+        tolerance = float(fraction.group(1))
     else:
         return None
     if not 0 < tolerance < 1:
@@ -169,7 +169,7 @@ def _read_budget(text: str, files: list[str], reading: Reading) -> str | None:
         return f"budget {reading.budget_trials} trials"
     duration = _DURATION.search(text)
     amount = _number(duration.group(1)) if duration else None
-    if amount is not None:
+    if duration is not None and amount is not None:
         unit = duration.group(2)
         if amount <= 0:
             reading.problems.append(

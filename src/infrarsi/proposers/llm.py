@@ -24,10 +24,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor
+from infrarsi.options import LLMBudget
 from infrarsi.proposal import (
     LLM_PREFIX,
     PROPOSALS_DIR,
@@ -77,17 +79,6 @@ def configured() -> bool:
     return bool(os.environ.get(ENV_URL) and os.environ.get(ENV_MODEL))
 
 
-@dataclass(frozen=True)
-class LLMBudget:
-    """Caps per run: chat requests, tokens (prompt and reply), and seconds spent in requests
-    and validation together."""
-
-    calls: int = 6
-    tokens: int = 400_000
-    seconds: float = 1800.0
-    calls_per_round: int = 3  # requests in one round, until one patch is accepted
-
-
 class LLMProposer:
     """Proposes one patch per call; ``searches_catalog``: whether the catalog is searched too
     (``--proposer both``), and always once the endpoint is unusable."""
@@ -110,7 +101,7 @@ class LLMProposer:
         self.on_note = on_note or (lambda text: None)
         self.validator = Validator(contract, run_dir, executor)
         self.dead: str | None = None  # why the endpoint is not asked again
-        self._client = None
+        self._client: Any = None  # the OpenAI client, made on the first request
 
     # -- the interface ---------------------------------------------------------------------
     @property
@@ -214,6 +205,8 @@ class LLMProposer:
                 seconds=seconds,
                 **base,
             )
+        if sha is None or checked.diff is None:
+            raise ValueError("an accepted proposal carries its canonical diff")
         patch_id = f"{PROPOSALS_DIR}/{LLM_PREFIX}{sha[:12]}.diff"
         (self.run_dir / patch_id).write_text(checked.diff)
         reason = "passed every check" + (f"; {reply.note}" if reply.note else "")

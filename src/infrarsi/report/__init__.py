@@ -31,10 +31,11 @@ from infrarsi.records import (
 )
 from infrarsi.report import figures
 from infrarsi.report.render import html_report, markdown_report
-from infrarsi.store import RunDirError, open_run_dir
+from infrarsi.store import RunDirError, StoredRun, open_run_dir
 from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
 from infrarsi.workloads import knobs as knob_rules
+from infrarsi.workloads.manifest import Manifest
 
 FIGURE_DIR = "report-figures"
 
@@ -48,9 +49,9 @@ class ReportData:
     """Everything the report shows, gathered from the run directory."""
 
     run_dir: Path
-    run: object
+    run: StoredRun
     contract: Contract
-    manifest: object
+    manifest: Manifest
     trials: list[dict]
     apply: ApplyResult | None
     doctor: DoctorReport | None
@@ -70,7 +71,7 @@ def gather(run_dir: Path) -> ReportData:
         store, run = open_run_dir(run_dir)
     except RunDirError as exc:
         raise ReportError(str(exc)) from None
-    contract = Contract.model_validate(run.contract_json)
+    contract = run.contract
     manifest = contract.manifest()
     trials = [_trial_row(t, contract.objective) for t in store.trials(run.run_id)]
     applied = ApplyResult.load(run_dir) if (run_dir / "apply.json").exists() else None
@@ -105,7 +106,7 @@ def bank_seed_rows(data: ReportData) -> list[dict]:
         ]
     base_s = _median(base)
     rows = []
-    for seed in data.bank.seeds:
+    for seed in data.bank.seeds if data.bank else []:
         key = config_key(seed.knobs, seed.patches)
         times = [
             t["ranked_time_per_step_s"]
@@ -133,7 +134,7 @@ def _trial_row(t, objective: str) -> dict:
     """One search trial as the report shows it. ``ranked_time_per_step_s`` is what the search
     ranks by (the objective's time per step), measured and predicted side by side under one
     name; ``step_time_s`` is the steady step."""
-    record = TrialRecord.model_validate(t.record_json) if t.record_json else None
+    record = t.record
     return {
         "seq": t.seq,
         "status": t.status,
@@ -196,8 +197,8 @@ def summarise(data: ReportData) -> dict:
         "peak_mem_bytes": a.baseline.get("peak_mem_bytes") if a else None,
         "mfu_pct": _mfu_pct(data, baseline_knobs, base_tps),
     }
-    if winner is not None:
-        mine = [m for m in a.measurements if m.label == winner.label and m.status == TrialStatus.OK]
+    if a is not None and winner is not None:
+        mine = [m for m in a.measurements if m.label == winner.label and m.status.is_ok()]
         tps = _median([m.tokens_per_s for m in mine])
         out["winner"] = {
             "knobs": winner.knobs,

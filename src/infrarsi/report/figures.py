@@ -44,26 +44,33 @@ RANKED = "ranked_time_per_step_s"  # what the search ranks by: the objective's t
 
 
 def _ranked(t: dict) -> float | None:
-    return t.get(RANKED) if t.get(RANKED) is not None else t.get("step_time_s")
+    ranked = t.get(RANKED)
+    return float(ranked) if ranked is not None else t.get("step_time_s")
+
+
+def _ranked_or_nan(t: dict) -> float:
+    ranked = _ranked(t)
+    return math.nan if ranked is None else ranked
 
 
 def best_so_far(trials: list[dict]) -> bytes:
     """The objective's time per step of every trial in order (what the search ranks by),
     failures marked on the axis, and the best so far."""
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    best, line = math.inf, []
-    for t in trials:
-        if t["status"] == TrialStatus.OK and _ranked(t) is not None:
-            best = min(best, _ranked(t))
+    ok: list[tuple[int, float]] = [
+        (i + 1, ranked)
+        for i, t in enumerate(trials)
+        if t["status"] == TrialStatus.OK and (ranked := _ranked(t)) is not None
+    ]
+    best, line, times = math.inf, [], dict(ok)
+    for i in range(1, len(trials) + 1):
+        best = min(best, times.get(i, math.inf))
         line.append(best if math.isfinite(best) else np.nan)
     xs = np.arange(1, len(trials) + 1)
-    ok = [
-        (i + 1, _ranked(t))
-        for i, t in enumerate(trials)
-        if t["status"] == TrialStatus.OK and _ranked(t) is not None
-    ]
     if ok:
-        ax.scatter(*zip(*ok), s=18, color="tab:blue", label="trial (ok)")
+        ax.scatter(
+            [x for x, _ in ok], [y for _, y in ok], s=18, color="tab:blue", label="trial (ok)"
+        )
     floor = min((y for _, y in ok), default=1.0)
     slow = [
         (i + 1, t["censored_time_per_step_s"])
@@ -73,7 +80,11 @@ def best_so_far(trials: list[dict]) -> bytes:
     if slow:  # right-censored: cut short there, its time at least that
         marker, colour = STATUS_STYLE["slow"]
         ax.scatter(
-            *zip(*slow), marker=marker, color=colour, label="slow: cut short (time at least this)"
+            [x for x, _ in slow],
+            [y for _, y in slow],
+            marker=marker,
+            color=colour,
+            label="slow: cut short (time at least this)",
         )
     for status in (s for s in TrialStatus if s.is_failure()):
         pts = [i + 1 for i, t in enumerate(trials) if t["status"] == status]
@@ -99,7 +110,7 @@ def time_vs_memory(trials: list[dict], capacity_bytes: int | None) -> bytes:
     if ok:
         ax.scatter(
             [t["peak_mem_bytes"] / mib for t in ok],
-            [_ranked(t) for t in ok],
+            [_ranked_or_nan(t) for t in ok],
             s=18,
             color="tab:blue",
             label="ok: measured peak",
@@ -108,7 +119,7 @@ def time_vs_memory(trials: list[dict], capacity_bytes: int | None) -> bytes:
         if pred:
             ax.scatter(
                 [t["predicted_peak_bytes"] / mib for t in pred],
-                [_ranked(t) for t in pred],
+                [_ranked_or_nan(t) for t in pred],
                 s=18,
                 facecolors="none",
                 edgecolors="tab:green",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 
+from infrarsi.identity import changed_knobs
 from infrarsi.proposal import FinishedTrial, ProposalStatus, patch_outcomes
 from infrarsi.trial.record import TrialStatus
 from infrarsi.units import format_bytes
@@ -64,7 +65,7 @@ def trial_rows(data) -> list[list[str]]:
     base = data.summary["baseline"]["knobs"]
     rows = []
     for t in data.trials:
-        changed = ", ".join(f"{k}={v}" for k, v in t["knobs"].items() if str(base.get(k)) != str(v))
+        changed = ", ".join(f"{k}={v}" for k, v in changed_knobs(t["knobs"], base).items())
         rows.append(
             [
                 "run",
@@ -150,7 +151,7 @@ def bank_lines(data) -> tuple[str, list[list[str]]]:
     rows = []
     for r in data.bank_seeds:
         changed = (
-            ", ".join(f"{k}={v}" for k, v in r["knobs"].items() if str(base.get(k)) != str(v))
+            ", ".join(f"{k}={v}" for k, v in changed_knobs(r["knobs"], base).items())
             or "baseline knobs"
         )
         held = {True: "held", False: "did not hold", None: "not measured"}[r["held"]]

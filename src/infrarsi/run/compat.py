@@ -9,9 +9,10 @@ import tempfile
 from pathlib import Path
 
 from infrarsi.trial import patching
+from infrarsi.workloads.manifest import Manifest
 
 
-def incompatible_pairs(manifest) -> set[frozenset[str]]:
+def incompatible_pairs(manifest: Manifest) -> set[frozenset[str]]:
     """Pairs of catalog patch ids that fail to apply one after the other (either order)."""
     out = set()
     ids = [p.id for p in manifest.patches]
@@ -24,7 +25,7 @@ def incompatible_pairs(manifest) -> set[frozenset[str]]:
     return out
 
 
-def _apply_together(manifest, ids: list[str], workspace: Path) -> bool:
+def _apply_together(manifest: Manifest, ids: list[str], workspace: Path) -> bool:
     shutil.copytree(manifest.root, workspace, ignore=shutil.ignore_patterns("__pycache__"))
     try:
         for patch_id in ids:

@@ -39,4 +39,5 @@ class TrialCostModel:
         p = np.broadcast_to(np.asarray(p_oom, dtype=float), (len(X),))
         ok = np.exp(self._design(X, np.zeros(len(X))) @ self.w_ + self.sigma_**2 / 2)
         oom = np.exp(self._design(X, np.ones(len(X))) @ self.w_ + self.sigma_**2 / 2)
-        return (1 - p) * ok + p * oom
+        expected: np.ndarray = (1 - p) * ok + p * oom
+        return expected

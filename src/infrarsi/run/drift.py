@@ -33,20 +33,23 @@ def drift_present(baseline_logs: list[float], noise_var_log: float) -> bool:
     )
 
 
-def offsets(times_log: list[float], is_baseline: list[bool], noise_var_log: float) -> np.ndarray:
+def offsets(
+    times_log: list[float | None], is_baseline: list[bool], noise_var_log: float
+) -> np.ndarray:
     """Per trial (in the order they ran), what to subtract from its log time: the log time of
     the baseline measured nearest to it (two equally near: their mean) less the baselines'
     median; all zero when no drift is present. Trials without a time (None) get 0."""
     n = len(times_log)
     at = [i for i in range(n) if is_baseline[i] and times_log[i] is not None]
-    logs = [times_log[i] for i in at]
+    known = {i: t for i, t in enumerate(times_log) if t is not None}
+    logs = [known[i] for i in at]
     if not drift_present(logs, noise_var_log):
         return np.zeros(n)
     centre = float(np.median(logs))
     out = np.zeros(n)
     for i in range(n):
         gap = min(abs(j - i) for j in at)
-        out[i] = float(np.mean([times_log[j] for j in at if abs(j - i) == gap])) - centre
+        out[i] = float(np.mean([known[j] for j in at if abs(j - i) == gap])) - centre
     return out
 
 

@@ -44,14 +44,22 @@ import math
 import numpy as np
 from scipy import special
 
+from infrarsi.records import Prediction
 from infrarsi.run import drift
 from infrarsi.run.cost import TrialCostModel
 from infrarsi.run.memory import MemoryObservation, TobitMemoryModel
-from infrarsi.run.problem import MEASURED_SLOW, Problem, SlowBound, distance
+from infrarsi.run.problem import MEASURED_SLOW, Outcome, Problem, SlowBound, distance
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.run.steptime import StepTimeModel
 from infrarsi.trial.record import TrialStatus
+
+Array = np.ndarray
+# the models fitted on the trials so far: memory, step time, the prior added to the step-time
+# model's mean, trial cost, and the ok trials (candidate index, outcome)
+Fitted = tuple[TobitMemoryModel, StepTimeModel, Array, TrialCostModel, list[tuple[int, Outcome]]]
+# per candidate: log step-time mean and sd, P(OOM), expected cost; the incumbent's index
+Predicted = tuple[Array, Array, Array, Array, int | None]
 
 N_SEEDS = 3
 RERUN_EVERY = 7  # one trial in seven re-measures a top candidate (METHODS: 10-15% of a budget)
@@ -83,9 +91,9 @@ class InfraRSISearcher(Searcher):
         self.family, self.cut_slow = family, cut_slow
         self.censored, self.pairing = censored, pairing
         self.start = self._initial_design()
-        self.last: dict | None = None  # the models' predictions for the last proposal
+        self.last: Prediction | None = None  # the models' predictions for the last proposal
         self.paired = 0
-        self._cache = None
+        self._cache: tuple[int, Predicted] | None = None
 
     # -- the start ------------------------------------------------------------------------
     def _initial_design(self) -> list[Config]:
@@ -110,7 +118,7 @@ class InfraRSISearcher(Searcher):
         return list(dict.fromkeys(design))
 
     # -- the models ------------------------------------------------------------------------
-    def _fit(self):
+    def _fit(self) -> Fitted:
         p = self.problem
         idx = [p.index[c] for c, _ in self.history]
         outs = [o for _, o in self.history]
@@ -123,10 +131,7 @@ class InfraRSISearcher(Searcher):
         memory = TobitMemoryModel().fit(
             p.X[[i for i, _ in mem_rows]],
             [
-                MemoryObservation(
-                    o.peak_bytes if o.status == TrialStatus.OK else o.cap_bytes,
-                    o.status == TrialStatus.OOM,
-                )
+                MemoryObservation(_peak_or_bound(o), o.status is TrialStatus.OOM)
                 for _, o in mem_rows
             ],
             None if p.offsets is None else p.offsets[[i for i, _ in mem_rows]],
@@ -147,9 +152,7 @@ class InfraRSISearcher(Searcher):
             names = names + [f"{BANK}:{p.bank_names[j]}" for j in used]
         self.drift_log = self._drift(outs)  # each trial against the baseline nearest in time
         logs = (
-            np.array([math.log(o.step_time_s) for _, o in timed])
-            - p.measured[rows]
-            - self.drift_log[at]
+            np.array([math.log(o.time_s) for _, o in timed]) - p.measured[rows] - self.drift_log[at]
         )
         # a trial's own steps say how steady it ran; repeated runs of one config differ by
         # more (the Doctor's between-run noise): a single lucky trial must not be believed
@@ -167,15 +170,23 @@ class InfraRSISearcher(Searcher):
         )
         return memory, time_model, prior, costs, ok
 
-    def _drift(self, outs) -> np.ndarray:
+    def _drift(self, outs: list[Outcome]) -> np.ndarray:
         """Per trial, the load change to take out of its log time (``drift.offsets``)."""
         base = self.problem.baseline
-        times = [math.log(o.step_time_s) if o.status == TrialStatus.OK else None for o in outs]
+        times = [math.log(o.time_s) if o.status.is_ok() else None for o in outs]
         return drift.offsets(
             times, [c == base for c, _ in self.history], self.problem.noise_var_log
         )
 
-    def _time_model(self, X, logs, catalog, noise, seed, n_catalog: int | None = None):
+    def _time_model(
+        self,
+        X: Array,
+        logs: Array,
+        catalog: Array,
+        noise: Array,
+        seed: int,
+        n_catalog: int | None = None,
+    ) -> tuple[StepTimeModel, Array]:
         """The step-time model on the measured times less the catalog's prior, and each
         patch's prior weight (1 or 0). A patch's prior is trusted only as far as measured: once
         at least ``PATCH_FADE_MIN`` trials with it ran, its weight drops to 0 when the trials
@@ -217,7 +228,17 @@ class InfraRSISearcher(Searcher):
                 model, weights, evidence = other, trial, gained
         return model, weights
 
-    def _bank_weight(self, X, logs, catalog, weights, noise, seed, model, n_catalog):
+    def _bank_weight(
+        self,
+        X: Array,
+        logs: Array,
+        catalog: Array,
+        weights: Array,
+        noise: Array,
+        seed: int,
+        model: StepTimeModel,
+        n_catalog: int,
+    ) -> tuple[StepTimeModel, Array]:
         """The bank's prior as a whole, scaled by how far these trials bear it out: the
         posterior mean of one weight on its columns' sum (``StepTimeModel.basis_weight``,
         prior ``N(1, BANK_WEIGHT_SD^2)``, the GP's kernel marginalised), kept in [0, 1] —
@@ -235,17 +256,19 @@ class InfraRSISearcher(Searcher):
         weights[n_catalog:] *= max(0.0, fitted[0])
         return self._fit_time(X, logs, catalog, weights, noise, seed), weights
 
-    def _fit_time(self, X, logs, catalog, weights, noise, seed) -> StepTimeModel:
+    def _fit_time(
+        self, X: Array, logs: Array, catalog: Array, weights: Array, noise: Array, seed: int
+    ) -> StepTimeModel:
         return StepTimeModel(self.family, seed=seed).fit(X, np.exp(logs - catalog @ weights), noise)
 
-    def _predict(self):
+    def _predict(self) -> Predicted:
         """Per candidate: log step-time mean and sd, P(OOM), expected cost; and the incumbent
         (fitted once per new trial)."""
         if self._cache is None or self._cache[0] != len(self.history):
             self._cache = (len(self.history), self._predict_now())
         return self._cache[1]
 
-    def _predict_now(self):
+    def _predict_now(self) -> Predicted:
         p = self.problem
         memory, time_model, prior, costs, ok = self._fit()
         mu, sd = time_model.predict_log(p.X)
@@ -336,13 +359,15 @@ class InfraRSISearcher(Searcher):
             return None
         return self._least_measured_top(2, RERUN_MAX)
 
-    def _describe(self, i: int) -> dict | None:
+    def _describe(self, i: int) -> Prediction | None:
         """The models' predictions for candidate ``i`` (None before any trial)."""
         if not self.history:
             return None
         mu, sd, p_oom, _, _ = self._predict()
         peak = None if self._peak is None else float(self._peak[i])
-        return {"step_time_s": float(np.exp(mu[i])), "p_oom": float(p_oom[i]), "peak_bytes": peak}
+        return Prediction(
+            ranked_time_per_step_s=float(np.exp(mu[i])), p_oom=float(p_oom[i]), peak_bytes=peak
+        )
 
     def ask_batch(self, k: int) -> list[Config]:
         """Up to ``k`` untried configs; a batch keeps diverse by penalising the neighbours
@@ -379,7 +404,15 @@ class InfraRSISearcher(Searcher):
         self._gains = np.sort(gains)[::-1][:MAX_LEFT]
         return [p.candidates[j] for j in chosen]
 
-    def _pair(self, pick, log_ei, p_oom, acq, untried, chosen) -> int:
+    def _pair(
+        self,
+        pick: int,
+        log_ei: Array,
+        p_oom: Array,
+        acq: Array,
+        untried: Array,
+        chosen: list[int],
+    ) -> int:
         """Swap in a memory-saving variant of the highest-EI candidate when that one is
         likely to run out of memory and the variant is expected to fit."""
         p = self.problem
@@ -457,8 +490,8 @@ class InfraRSISearcher(Searcher):
         """The tried feasible config with the best posterior mean step time."""
         if not any(o.status == TrialStatus.OK for _, o in self.history):
             return None
-        mu, _, _, _, incumbent = self._predict()
-        return self.problem.candidates[incumbent]
+        incumbent = self._predict()[4]
+        return None if incumbent is None else self.problem.candidates[incumbent]
 
     def ranking(self, k: int) -> list[Config]:
         """Up to ``k`` distinct configs that ran ``ok``, by posterior mean step time."""
@@ -511,6 +544,15 @@ BANK_FADE_MIN = 3  # trials in all before a part of the bank's prior may be drop
 BANK_WEIGHT_SD = 1.0
 
 
+def _peak_or_bound(o: Outcome) -> float:
+    """What an outcome says of peak memory: the measured peak, or (OOM) the capacity it
+    exceeded — a right-censored observation."""
+    value = o.peak_bytes if o.status.is_ok() else o.cap_bytes
+    if value is None:
+        raise ValueError(f"a {o.status} outcome without a peak or a bound enters no memory model")
+    return value
+
+
 def _log_ei(best: float, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
     """log expected improvement below ``best`` (minimisation), stable far in the tail."""
     z = (best - mu) / sd
@@ -520,4 +562,5 @@ def _log_ei(best: float, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
             np.maximum(z * special.ndtr(z) + np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi), 1e-300)
         )
         tail = -0.5 * z * z - 0.5 * math.log(2 * math.pi) - np.log(np.maximum(z * z, 1e-300))
-    return np.log(sd) + np.where(z > -5, direct, tail)
+    out: np.ndarray = np.log(sd) + np.where(z > -5, direct, tail)
+    return out

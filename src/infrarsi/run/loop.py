@@ -13,12 +13,15 @@ import json
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
 from infrarsi.objective import ranked_step_time_s, steady_step_time_s
+from infrarsi.options import Budget, SearchOptions
 from infrarsi.proposal import FinishedTrial, ProposalState, Proposer, Recorded, patch_outcomes
 from infrarsi.records import (
     BANK_ADVICE_FILE,
@@ -26,16 +29,19 @@ from infrarsi.records import (
     BankAdvice,
     Best,
     DoctorReport,
+    Prediction,
     RankedConfig,
     RunResult,
 )
 from infrarsi.run import searchers as registry
 from infrarsi.run.problem import Outcome, Problem, SlowBound
 from infrarsi.run.problem_build import build_problem, with_proposed
+from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.store import (
     RunDirError,
     RunStatus,
+    Stage,
     Store,
     StoredRun,
     StoredTrial,
@@ -50,17 +56,38 @@ class RunError(InfraRSIError):
     """A run that cannot start or resume, with the reason and the fix."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunStart:
+    """What a run starts from besides the contract: the Doctor's report (its diagnosis,
+    calibration and noise) and the experience bank's advice; either may be missing."""
+
+    doctor_report: DoctorReport | None = None
+    bank_advice: BankAdvice | None = None
+
+    @classmethod
+    def kept_in(cls, run_dir: Path) -> RunStart:
+        """The report and advice a run keeps in its directory (``doctor.json``,
+        ``bank_advice.json``)."""
+        doctor, advice = Path(run_dir) / DOCTOR_FILE, Path(run_dir) / BANK_ADVICE_FILE
+        return cls(
+            doctor_report=DoctorReport.load(doctor) if doctor.exists() else None,
+            bank_advice=BankAdvice.load(advice) if advice.exists() else None,
+        )
+
+
 def outcome_of(
-    record: TrialRecord, capacity: int | None, objective: str = "tokens_per_s"
+    record: TrialRecord, capacity: float | None, objective: str = "tokens_per_s"
 ) -> Outcome:
     """What a trial record tells a searcher: the time the contract's objective ranks by, per
     step (``objective.ranked_step_time_s``: for ``e2e_time`` compile and warm-up count), the
     largest per-rank peak, the cost, and the trial's own noise."""
     m = record.metrics
     if record.status is TrialStatus.SLOW and record.censored_time_per_step_s:
-        return Outcome("slow", step_time_s=record.censored_time_per_step_s, cost_s=record.cost_s)
+        return Outcome(
+            TrialStatus.SLOW, step_time_s=record.censored_time_per_step_s, cost_s=record.cost_s
+        )
     if record.status is TrialStatus.SLOW:  # cut without a bound on record: says nothing of time
-        return Outcome("timeout", cost_s=record.cost_s)
+        return Outcome(TrialStatus.TIMEOUT, cost_s=record.cost_s)
     if record.status is not TrialStatus.OK or m is None:
         status = record.status.value
         return Outcome(
@@ -70,7 +97,7 @@ def outcome_of(
         )
     steady = max(1, m.steps - m.warmup_steps)
     return Outcome(
-        "ok",
+        TrialStatus.OK,
         step_time_s=ranked_step_time_s(record, objective),
         peak_bytes=m.max_peak_mem_bytes,
         cost_s=record.cost_s,
@@ -78,12 +105,12 @@ def outcome_of(
     )
 
 
-def config_json(config: Config) -> dict:
+def config_json(config: Config) -> dict[str, Any]:
     """A config as stored: knobs and sorted patches."""
     return {"knobs": config.knob_dict, "patches": sorted(config.patches)}
 
 
-def _config_from(data: dict) -> Config:
+def _config_from(data: dict[str, Any]) -> Config:
     return Config.of(data["knobs"], data["patches"])
 
 
@@ -94,46 +121,38 @@ class RunLoop:
         self,
         contract: Contract,
         run_dir: Path,
-        searcher: str = "infrarsi",
-        budget_trials: int | None = None,
-        budget_s: float | None = None,
-        store_url: str | None = None,
+        options: SearchOptions | None = None,
+        *,
+        start: RunStart | None = None,
         executor: Executor | None = None,
-        seed: int = 0,
-        doctor_report: DoctorReport | None = None,
-        on_event: Callable[[str, dict], None] | None = None,
-        bank_advice: BankAdvice | None = None,
         proposer: Proposer | None = None,
-        parallel: int = 1,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
     ):
-        """``bank_advice``: the experience bank's seeds and priors (``bank.advice_for``);
-        kept in the run directory, so a resumed run searches with the same advice.
-        ``proposer``: where code patches come from (``proposers``; None: the workload's
-        catalog) — asked before the first trial and every ``PROPOSE_EVERY`` trials while it
-        wants to; a patch it accepts joins the candidates and is tried on the baseline's
-        knobs first. ``parallel``: trials kept in flight at once where the executor has room
-        for them (a cluster's nodes; the local executor runs one at a time anyway)."""
-        if searcher not in registry.SEARCHERS:
-            raise RunError(f"searcher {searcher!r}: choose one of {', '.join(registry.SEARCHERS)}")
-        if budget_trials is None and budget_s is None:
-            budget_trials = contract.budget.trials or 20
-            budget_s = contract.budget.wall_time_s
+        """``options``: the searcher, its budget (resolved against the contract's), seed,
+        trials in flight and store. ``start``: what the run starts from — the Doctor's report
+        and the experience bank's advice (``bank.advice_for``), kept in the run directory so
+        a resumed run searches with the same advice. ``proposer``: where code patches come
+        from (``proposers``; None: the workload's catalog) — asked before the first trial and
+        every ``PROPOSE_EVERY`` trials while it wants to; a patch it accepts joins the
+        candidates and is tried on the baseline's knobs first. Trials in flight at once
+        (``options.parallel``) need an executor with room for them (a cluster's nodes)."""
+        options = options or SearchOptions()
+        if options.searcher not in registry.SEARCHERS:
+            raise RunError(
+                f"searcher {options.searcher!r}: choose one of {', '.join(registry.SEARCHERS)}"
+            )
         self.contract, self.run_dir = contract, Path(run_dir).resolve()
-        self.searcher_name, self.seed = searcher, seed
-        self.budget_trials, self.budget_s = budget_trials, budget_s
-        self.store_url = store_url or sqlite_url(self.run_dir)
+        self.options = options
+        self.budget = options.budget.resolve(contract.budget)
+        self.store_url = options.store_url or sqlite_url(self.run_dir)
         self.executor = executor or LocalExecutor(self.run_dir)
-        self.doctor_report = doctor_report
-        self.bank_advice = bank_advice
+        start = start or RunStart()
+        self.doctor_report, self.bank_advice = start.doctor_report, start.bank_advice
         self.on_event = on_event or (lambda kind, data: None)
         self.manifest = contract.manifest()
         self.proposer = proposer
         self._proposed_at: int | None = None
-        if parallel < 1:
-            raise RunError(f"parallel {parallel}: give 1 or more trials in flight")
-        self.parallel = parallel
 
-    # -- set-up ----------------------------------------------------------------------------
     def _problem(self) -> Problem:
         proposed = self.proposer.accepted() if self.proposer else []
         catalog = self.proposer.searches_catalog if self.proposer else True
@@ -144,16 +163,16 @@ class RunLoop:
             self.contract.mem_cap_bytes,
             self.doctor_report,
             self.contract.noise.min_detectable_effect,
-            self.seed,
+            self.options.seed,
             bank=self.bank_advice,
             first=tuple(frozenset([p.patch_id]) for p in proposed),
         )
 
-    def _searcher(self, store: Store, run_id: str):
+    def _searcher(self, store: Store, run_id: str) -> tuple[Problem, Searcher]:
         """The problem as it stands (with every patch proposed so far) and a searcher that
         has been told every finished trial of the run, in order."""
         problem = self._problem()
-        searcher = registry.make(self.searcher_name, problem, self.seed)
+        searcher = registry.make(self.options.searcher, problem, self.options.seed)
         for trial in store.trials(run_id):
             config = _config_from(trial.config_json)
             if trial.status.is_finished() and config in problem.index:
@@ -196,10 +215,10 @@ class RunLoop:
                 scale=self.contract.scale,
                 contract_hash=self.contract.contract_hash,
                 contract_json=self.contract.model_dump(mode="json"),
-                searcher=self.searcher_name,
-                seed=self.seed,
-                budget_trials=self.budget_trials,
-                budget_s=self.budget_s,
+                searcher=self.options.searcher,
+                seed=self.options.seed,
+                budget_trials=self.budget.trials,
+                budget_s=self.budget.seconds,
                 capacity_bytes=self.contract.mem_cap_bytes,
                 status=RunStatus.RUNNING,
             )
@@ -209,38 +228,53 @@ class RunLoop:
         )
         if self.doctor_report is not None:  # later stages read the baseline's diagnosis here
             self.doctor_report.save(self.run_dir / DOCTOR_FILE)
+            store.add_finished(
+                run_id, Stage.DOCTOR, [(t.trial_dir, t.label) for t in self.doctor_report.trials]
+            )
         if self.bank_advice is not None:
             self.bank_advice.save(self.run_dir / BANK_ADVICE_FILE)
         return self._loop(store, run_id, [])
 
     @classmethod
-    def resume(cls, run_dir: Path, contract: Contract | None = None, **options) -> RunResult:
-        """Continue the run in ``run_dir`` where it stopped."""
+    def resume(
+        cls,
+        run_dir: Path,
+        contract: Contract | None = None,
+        *,
+        parallel: int = 1,
+        executor: Executor | None = None,
+        proposer: Proposer | None = None,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> RunResult:
+        """Continue the run in ``run_dir`` where it stopped: its searcher, budget, seed and
+        store as stored, from the Doctor's report and the bank's advice kept beside it; the
+        patches proposed before it stopped stay (``proposer`` None)."""
         try:
             store, run = open_run_dir(run_dir)
         except RunDirError as exc:
             raise RunError(str(exc)) from None
-        stored = Contract.model_validate(run.contract_json)
+        stored = run.contract
         if contract is not None and contract.contract_hash != stored.contract_hash:
             raise RunError(
                 f"the run was made for contract {stored.contract_hash[:12]}, not "
                 f"{contract.contract_hash[:12]}: resume it without a contract, or "
                 "start a new run"
             )
-        advice = Path(run_dir) / BANK_ADVICE_FILE
-        if advice.exists() and "bank_advice" not in options:
-            options["bank_advice"] = BankAdvice.load(advice)
-        if options.get("proposer") is None:  # the patches proposed before it stopped stay
-            options["proposer"] = Recorded(Path(run_dir))
+        options = SearchOptions(
+            searcher=run.searcher,
+            budget=Budget(trials=run.budget_trials, seconds=run.budget_s),
+            seed=run.seed,
+            parallel=parallel,
+            store_url=store.url,
+        )
         loop = cls(
             stored,
             Path(run_dir),
-            run.searcher,
-            run.budget_trials,
-            run.budget_s,
-            store.url,
-            seed=run.seed,
-            **options,
+            options,
+            start=RunStart.kept_in(Path(run_dir)),
+            executor=executor,
+            proposer=proposer or Recorded(Path(run_dir)),
+            on_event=on_event,
         )
         requeue = store.interrupt_running(run.run_id)
         store.set_run_status(run.run_id, RunStatus.RUNNING)
@@ -268,9 +302,10 @@ class RunLoop:
                 "candidates": len(problem.candidates),
             },
         )
-        reason, flying, stopping = "budget spent", {}, False
+        reason, stopping = "budget spent", False
+        flying: dict[str, tuple[Config, int, int, Prediction | None, SlowBound | None]] = {}
         while True:
-            while not stopping and len(flying) < self.parallel:  # fill the free slots
+            while not stopping and len(flying) < self.options.parallel:  # fill the free slots
                 why = self._budget_spent(count + len(flying), spent_s, t0)
                 if why:
                     reason, stopping = why, True
@@ -323,7 +358,7 @@ class RunLoop:
                 peak_mem_bytes=outcome.peak_bytes,
                 cost_s=record.cost_s,
                 error=record.error,
-                record=record.model_dump(mode="json"),
+                record=record,
             )
             searcher.tell(config, outcome)
             count, spent_s = count + 1, spent_s + record.cost_s
@@ -338,22 +373,24 @@ class RunLoop:
                 },
             )
         ranked = ranking(searcher, store.trials(run_id))
-        store.set_ranking(run_id, [r.model_dump(mode="json") for r in ranked])
+        store.set_ranking(run_id, ranked)
         store.set_run_status(run_id, RunStatus.FINISHED, reason)
         return self._result(store, run_id, searcher, reason, len(requeue), ranked)
 
     def _trials_left(self, count: int, spent_s: float) -> int | None:
         """Trials the budget still allows: by count, or by seconds at the mean cost so far."""
-        left = [self.budget_trials - count] if self.budget_trials is not None else []
-        if self.budget_s is not None and count:
-            left.append(int((self.budget_s - spent_s) / max(spent_s / count, 1e-3)))
+        trials, seconds = self.budget.trials, self.budget.seconds
+        left = [trials - count] if trials is not None else []
+        if seconds is not None and count:
+            left.append(int((seconds - spent_s) / max(spent_s / count, 1e-3)))
         return max(1, min(left)) if left else None
 
     def _budget_spent(self, committed: int, spent_s: float, t0: float) -> str | None:
         """Why no further trial may start (``committed``: finished and in flight), or None."""
-        if self.budget_trials is not None and committed >= self.budget_trials:
+        if self.budget.trials is not None and committed >= self.budget.trials:
             return "budget spent"
-        if self.budget_s is not None and spent_s + (time.monotonic() - t0) >= self.budget_s:
+        seconds = self.budget.seconds
+        if seconds is not None and spent_s + (time.monotonic() - t0) >= seconds:
             return "time budget spent"
         return None
 
@@ -371,7 +408,7 @@ class RunLoop:
             )
         )
 
-    def _next_done(self, flying: dict) -> tuple[str, TrialRecord]:
+    def _next_done(self, flying: dict[str, Any]) -> tuple[str, TrialRecord]:
         """The first in-flight trial to end, and its record (one in flight: wait for it)."""
         if len(flying) == 1:
             handle = next(iter(flying))
@@ -384,27 +421,29 @@ class RunLoop:
             time.sleep(POLL_S)
 
     def _result(
-        self, store, run_id, searcher, reason, requeued, ranked: list[RankedConfig] = ()
+        self,
+        store: Store,
+        run_id: str,
+        searcher: Searcher,
+        reason: str,
+        requeued: int,
+        ranked: list[RankedConfig],
     ) -> RunResult:
         trials = [t for t in store.trials(run_id) if t.status.is_finished()]
         best = searcher.recommend()
         best_row = None
         if best is not None:
-            rows = [t for t in trials if _config_from(t.config_json) == best and t.status.is_ok()]
+            times = _times_of(trials, best)
             best_row = Best(
                 knobs=best.knob_dict,
                 patches=sorted(best.patches),
-                step_time_s=min(r.step_time_s for r in rows) if rows else None,
+                step_time_s=min(times) if times else None,
             )
-        base = [
-            t.step_time_s
-            for t in trials
-            if t.status.is_ok() and _config_from(t.config_json) == searcher.problem.baseline
-        ]
+        base = _times_of(trials, searcher.problem.baseline)
         return RunResult(
             run_dir=str(self.run_dir),
             run_id=run_id,
-            searcher=self.searcher_name,
+            searcher=self.options.searcher,
             trials=len(trials),
             oom_trials=sum(t.status == TrialStatus.OOM for t in trials),
             slow_trials=sum(t.status == TrialStatus.SLOW for t in trials),
@@ -438,15 +477,11 @@ def _proposal_state(trials: list[StoredTrial], baseline: Config) -> ProposalStat
     return ProposalState(trials_done=len(done), outcomes=patch_outcomes(rows, baseline.knob_dict))
 
 
-def ranking(searcher, trials: list[StoredTrial]) -> list[RankedConfig]:
+def ranking(searcher: Searcher, trials: list[StoredTrial]) -> list[RankedConfig]:
     """The searcher's best configs, best first, with what the store measured of each."""
     out = []
     for config in searcher.ranking(RANKED):
-        times = sorted(
-            t.step_time_s
-            for t in trials
-            if t.status.is_ok() and _config_from(t.config_json) == config
-        )
+        times = sorted(_times_of(trials, config))
         out.append(
             RankedConfig(
                 **config_json(config),
@@ -457,9 +492,18 @@ def ranking(searcher, trials: list[StoredTrial]) -> list[RankedConfig]:
     return out
 
 
-def _outcome_of_stored(trial: StoredTrial, capacity: int | None, objective: str) -> Outcome:
-    if trial.record_json is not None:
-        return outcome_of(TrialRecord.model_validate(trial.record_json), capacity, objective)
+def _times_of(trials: list[StoredTrial], config: Config) -> list[float]:
+    """The steady step times the store holds of ``config``'s ok trials."""
+    return [
+        t.step_time_s
+        for t in trials
+        if t.status.is_ok() and t.step_time_s is not None and _config_from(t.config_json) == config
+    ]
+
+
+def _outcome_of_stored(trial: StoredTrial, capacity: float | None, objective: str) -> Outcome:
+    if trial.record is not None:
+        return outcome_of(trial.record, capacity, objective)
     return Outcome(
         trial.status,
         step_time_s=trial.step_time_s,
@@ -479,6 +523,8 @@ def _censored(record: TrialRecord, bound: SlowBound | None) -> TrialRecord:
     return record
 
 
-def _predictions(searcher) -> dict | None:
+def _predictions(searcher: Searcher) -> Prediction | None:
+    """The models' predictions for the config the searcher just proposed (None for a searcher
+    without models, or before any trial)."""
     last = getattr(searcher, "last", None)
-    return dict(last) if last else None
+    return last if isinstance(last, Prediction) else None

@@ -27,9 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy import optimize, special
 
 from infrarsi.run.space import single_threaded
+
+Array = NDArray[np.float64]  # the models' vectors and matrices
+Mask = NDArray[np.bool_]  # which observations are censored
 
 LOG_2PI = float(np.log(2 * np.pi))
 RIDGE_GRID = (20.0, 50.0, 100.0, 200.0, 500.0)
@@ -111,7 +115,9 @@ class TobitMemoryModel:
         _, self.ridge_, self.beta_, self.sigma_, self.cov_, self.converged_ = best
         return self
 
-    def _fit_one(self, Z, y, cens, offset, ridge: float):
+    def _fit_one(
+        self, Z: Array, y: Array, cens: Mask, offset: Array, ridge: float
+    ) -> tuple[float, float, Array, float, Array, bool]:
         """One fit at one ridge: (Laplace log evidence, ridge, beta, sigma, cov, converged)."""
         precision = np.r_[
             self.intercept_ridge if self.has_offset_ else 1e-6,
@@ -140,11 +146,12 @@ class TobitMemoryModel:
         return float(evidence), ridge, beta, sigma, np.linalg.pinv(hessian), converged
 
     @staticmethod
-    def _parts(offset_log, n: int) -> np.ndarray:
+    def _parts(offset_log: Array | None, n: int) -> np.ndarray:
         if offset_log is None:
             return np.zeros((n, 1))
         parts = np.asarray(offset_log, dtype=float)
-        return parts[:, None] if parts.ndim == 1 else parts
+        out: Array = parts[:, None] if parts.ndim == 1 else parts
+        return out
 
     def _with_parts(self, X: np.ndarray, parts: np.ndarray) -> np.ndarray:
         """X and, with more than one offset part, each part's centred value."""
@@ -160,7 +167,9 @@ class TobitMemoryModel:
         return Z
 
     @single_threaded
-    def predict_log(self, X: np.ndarray, offset_log: np.ndarray | None = None):
+    def predict_log(
+        self, X: np.ndarray, offset_log: np.ndarray | None = None
+    ) -> tuple[Array, Array]:
         """Mean and standard deviation of log peak bytes for encoded configs (noise included)."""
         if (offset_log is None) == self.has_offset_:
             raise ValueError(
@@ -174,37 +183,47 @@ class TobitMemoryModel:
             )
         offset = parts.sum(axis=1)
         Z = self._design(self._with_parts(np.asarray(X, dtype=float), parts), offset)
-        mean = offset + Z @ self.beta_
+        mean: Array = offset + Z @ self.beta_
         var_param = np.einsum("ij,jk,ik->i", Z, self.cov_, Z)
-        return mean, np.sqrt(np.maximum(var_param, 0.0) + self.sigma_**2)
+        sd: Array = np.sqrt(np.maximum(var_param, 0.0) + self.sigma_**2)
+        return mean, sd
 
-    def predict_peak_bytes(self, X, offset_log=None) -> np.ndarray:
+    def predict_peak_bytes(self, X: Array, offset_log: Array | None = None) -> np.ndarray:
         """The median predicted peak per rank, in bytes."""
-        return np.exp(self.predict_log(X, offset_log)[0])
+        return np.asarray(np.exp(self.predict_log(X, offset_log)[0]), dtype=float)
 
-    def p_oom(self, X, capacity_bytes: float, offset_log=None) -> np.ndarray:
+    def p_oom(self, X: Array, capacity_bytes: float, offset_log: Array | None = None) -> np.ndarray:
         """P(peak > capacity) for each encoded config."""
         mean, sd = self.predict_log(X, offset_log)
-        return special.ndtr((mean - np.log(capacity_bytes)) / sd)
+        return np.asarray(special.ndtr((mean - np.log(capacity_bytes)) / sd), dtype=float)
 
 
-def _ridge_start(Z, target, precision, sigma_prior) -> np.ndarray:
+def _ridge_start(Z: Array, target: Array, precision: Array, sigma_prior: float) -> np.ndarray:
     """Ridge least squares with each censored value taken at its bound: where the optimiser
     starts (it then needs a few dozen iterations instead of hundreds)."""
     if len(target) == 0:
-        return np.r_[np.zeros(Z.shape[1]), np.log(sigma_prior)]
+        return np.asarray(np.r_[np.zeros(Z.shape[1]), np.log(sigma_prior)], dtype=float)
     beta = np.linalg.solve(Z.T @ Z + np.diag(precision), Z.T @ target)
     resid = float(np.sqrt(np.mean((target - Z @ beta) ** 2)))
-    return np.r_[beta, np.log(max(resid, sigma_prior / 4))]
+    return np.asarray(np.r_[beta, np.log(max(resid, sigma_prior / 4))], dtype=float)
 
 
 def _inverse_mills(z: np.ndarray) -> np.ndarray:
     """phi(z) / Phi(z), computed stably in log space (about -z far in the left tail)."""
     z = np.clip(z, -1e6, 1e6)
-    return np.exp(-0.5 * z * z - 0.5 * LOG_2PI - special.log_ndtr(z))
+    return np.asarray(np.exp(-0.5 * z * z - 0.5 * LOG_2PI - special.log_ndtr(z)), dtype=float)
 
 
-def _neg_log_posterior(theta, Z, y, cens, offset, precision, sigma_prior, sigma_prior_sd=1.0):
+def _neg_log_posterior(
+    theta: Array,
+    Z: Array,
+    y: Array,
+    cens: Mask,
+    offset: Array,
+    precision: Array,
+    sigma_prior: float,
+    sigma_prior_sd: float = 1.0,
+) -> tuple[float, Array]:
     """Negative log posterior of (beta, log sigma) and its gradient."""
     beta, log_sigma = theta[:-1], theta[-1]
     sigma = np.exp(log_sigma)
@@ -223,10 +242,12 @@ def _neg_log_posterior(theta, Z, y, cens, offset, precision, sigma_prior, sigma_
     value = -loglik + 0.5 * np.sum(precision * beta * beta) + 0.5 * prior_s**2
     grad_beta = -(Z.T @ d_mu) + precision * beta
     grad_log_sigma = -d_log_sigma + prior_s / sigma_prior_sd
-    return value, np.r_[grad_beta, grad_log_sigma]
+    return float(value), np.asarray(np.r_[grad_beta, grad_log_sigma], dtype=float)
 
 
-def _hessian(Z, y, cens, offset, beta, sigma, precision) -> np.ndarray:
+def _hessian(
+    Z: Array, y: Array, cens: Mask, offset: Array, beta: Array, sigma: float, precision: Array
+) -> np.ndarray:
     """Hessian of the negative log posterior in beta at fixed sigma (the Laplace precision)."""
     mu = offset + Z @ beta
     weights = np.full(len(y), 1.0 / sigma**2)
@@ -234,4 +255,4 @@ def _hessian(Z, y, cens, offset, beta, sigma, precision) -> np.ndarray:
         z = (mu[cens] - y[cens]) / sigma
         lam = _inverse_mills(z)
         weights[cens] = lam * (z + lam) / sigma**2
-    return (Z * weights[:, None]).T @ Z + np.diag(precision)
+    return np.asarray((Z * weights[:, None]).T @ Z + np.diag(precision), dtype=float)

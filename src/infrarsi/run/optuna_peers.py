@@ -19,13 +19,15 @@ table every trial runs exactly what the sampler proposed.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import optuna
-from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
+from infrarsi.identity import canonical_value
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.searcher_base import Searcher
-from infrarsi.run.space import Config
+from infrarsi.run.space import Config, Dim
 from infrarsi.trial.record import TrialStatus
 
 OOM_EXCESS = 0.05
@@ -42,6 +44,7 @@ class OptunaSearcher(Searcher):
         super().__init__(problem, seed)
         self.name = sampler
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        made: optuna.samplers.BaseSampler
         if sampler == "tpe":
             made = optuna.samplers.TPESampler(
                 seed=seed, multivariate=True, n_startup_trials=n_startup_trials
@@ -53,16 +56,16 @@ class OptunaSearcher(Searcher):
         for start in problem.start_points():
             self.study.enqueue_trial(self._params(start))
         self.pending: dict[Config, optuna.Trial | None] = {}
-        self.worst_log_s = None
+        self.worst_log_s: float | None = None
         self.fits = dict(zip(problem.candidates, problem.analytic_fits()))
         self.fits.update({c: True for c in problem.start_points()})  # always run as given
         self.exact = self.snapped = 0  # trials run as proposed / run at a nearest candidate
 
-    def _free_dims(self):
+    def _free_dims(self) -> list[Dim]:
         return [d for d in self.problem.space.dims if d.name not in self.problem.derived]
 
-    def _distributions(self) -> dict:
-        dists = {}
+    def _distributions(self) -> dict[str, Any]:
+        dists: dict[str, BaseDistribution] = {}
         for dim in self._free_dims():
             if dim.kind == "num":
                 dists[dim.name] = IntDistribution(0, len(dim.levels) - 1)
@@ -72,19 +75,17 @@ class OptunaSearcher(Searcher):
             dists["+" + patch] = CategoricalDistribution([False, True])
         return dists
 
-    def _params(self, config: Config) -> dict:
+    def _params(self, config: Config) -> dict[str, Any]:
         knobs = config.knob_dict
-        params = {}
+        params: dict[str, Any] = {}
         for dim in self._free_dims():
-            value = knobs.get(dim.name, dim.levels[0])
-            if dim.kind == "num":
-                params[dim.name] = next(i for i, v in enumerate(dim.levels) if str(v) == str(value))
-            else:
-                params[dim.name] = str(value)
+            value = canonical_value(knobs.get(dim.name, dim.levels[0]))
+            level = next(i for i, v in enumerate(dim.levels) if canonical_value(v) == value)
+            params[dim.name] = level if dim.kind == "num" else str(dim.levels[level])
         params.update({"+" + p: p in config.patches for p in self.problem.space.patches})
         return params
 
-    def _config(self, params: dict) -> Config | None:
+    def _config(self, params: dict[str, Any]) -> tuple[Config | None, Config]:
         """The candidate a proposal names (its derived knobs following), or None."""
         knobs = {}
         for dim in self._free_dims():
@@ -92,7 +93,7 @@ class OptunaSearcher(Searcher):
             knobs[dim.name] = (
                 dim.levels[value]
                 if dim.kind == "num"
-                else next(v for v in dim.levels if str(v) == value)
+                else next(v for v in dim.levels if canonical_value(v) == canonical_value(value))
             )
         patches = [p for p in self.problem.space.patches if params["+" + p]]
         target = Config.of(knobs, patches)
@@ -145,7 +146,7 @@ class OptunaSearcher(Searcher):
         """(objective, constraint) as told to the study."""
         capacity = self.problem.capacity_bytes
         if outcome.status == TrialStatus.OK:
-            log_s = math.log(outcome.step_time_s)
+            log_s = math.log(outcome.time_s)
             self.worst_log_s = log_s if self.worst_log_s is None else max(self.worst_log_s, log_s)
             slack = (
                 math.log(outcome.peak_bytes / capacity)

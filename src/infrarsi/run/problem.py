@@ -26,7 +26,7 @@ class Outcome:
     cap_bytes: float | None = None
     noise_var_log: float | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         try:
             status = TrialStatus(self.status)
         except ValueError:
@@ -34,11 +34,19 @@ class Outcome:
         if not status.is_finished():
             raise ValueError(f"outcome status {self.status!r}: one of {TrialStatus.finished()}")
         object.__setattr__(self, "status", status)
-        if self.status in (TrialStatus.OK, TrialStatus.SLOW) and self.step_time_s is None:
+        if status in (TrialStatus.OK, TrialStatus.SLOW) and self.step_time_s is None:
             raise ValueError(
                 f"an {self.status} outcome needs its step_time_s (for slow: the "
                 "lower bound it was cut at)"
             )
+
+    @property
+    def time_s(self) -> float:
+        """The time per step of an ``ok`` outcome (for ``slow``: the bound it was cut at);
+        ValueError for an outcome that measured none."""
+        if self.step_time_s is None:
+            raise ValueError(f"a {self.status} outcome measured no time per step")
+        return self.step_time_s
 
 
 @dataclass(frozen=True)
@@ -101,7 +109,7 @@ class Problem:
     min_effect: float = 0.02
     noise_var_log: float = 0.0  # between repeated runs of one config (the Doctor's measure)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.baseline not in set(self.candidates):
             self.candidates = [self.baseline] + list(self.candidates)
         self.index = {c: i for i, c in enumerate(self.candidates)}
@@ -141,7 +149,7 @@ class Problem:
         free = [d.name for d in self.space.dims if d.name not in self.derived]
         return config_key(config.knob_dict, config.patches, dims=free)
 
-    def by_free_key(self) -> dict[tuple, Config]:
+    def by_free_key(self) -> dict[ConfigKey, Config]:
         """Each candidate by its free knobs and patches."""
         if not hasattr(self, "_by_free"):
             self._by_free = {self.free_key(c): c for c in self.candidates}
@@ -150,9 +158,10 @@ class Problem:
     def analytic_fits(self) -> np.ndarray:
         """Per candidate, whether the analytic memory estimate says it fits the capacity (all
         True without an estimate or a capacity): the prefilter any searcher may use."""
-        if self.offsets is None or not self.capacity_bytes:
+        if self.offsets is None or self.offset_total is None or not self.capacity_bytes:
             return np.ones(len(self.candidates), dtype=bool)
-        return self.offset_total <= math.log(self.capacity_bytes) - ANALYTIC_MARGIN
+        fits: np.ndarray = self.offset_total <= math.log(self.capacity_bytes) - ANALYTIC_MARGIN
+        return fits
 
     def seed_fits(self) -> np.ndarray:
         """``analytic_fits``, except for a bank seed with a measured peak ratio when this run's
@@ -247,9 +256,7 @@ class Problem:
         transfer guard stops trusting the rest — its other seeds and its time prior."""
         if not self.bank_seeds:
             return None
-        base = [
-            o.step_time_s for c, o in history if c == self.baseline and o.status == TrialStatus.OK
-        ]
+        base = [o.time_s for c, o in history if c == self.baseline and o.status.is_ok()]
         if not base:
             return None
         base_s = float(np.median(base))
@@ -258,9 +265,7 @@ class Problem:
             (
                 c
                 for c, o in history
-                if c in bank
-                and c != self.baseline
-                and (o.status != TrialStatus.OK or o.step_time_s >= base_s)
+                if c in bank and c != self.baseline and (not o.status.is_ok() or o.time_s >= base_s)
             ),
             None,
         )
@@ -272,7 +277,9 @@ class Problem:
             return None
         return self.offsets if self.offsets.ndim == 1 else self.offsets.sum(axis=1)
 
-    def nearest(self, target: Config, exclude: set[Config], rng) -> Config | None:
+    def nearest(
+        self, target: Config, exclude: set[Config], rng: np.random.Generator
+    ) -> Config | None:
         """The candidate that differs from ``target`` in fewest knobs and patches, not excluded
         (ties broken at random): how a peer's proposal lands on a config that can run."""
         best, best_d = [], None

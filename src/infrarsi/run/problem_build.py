@@ -5,23 +5,40 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from infrarsi.host import usable_threads
+from infrarsi.identity import changed_knobs
 from infrarsi.proposal import ProposedPatch
 from infrarsi.records import DOCTOR_BASELINE_LABEL, BankAdvice, BankSeed, DoctorReport
 from infrarsi.run.problem import MemorySavers, Problem
 from infrarsi.run.space import Config, Space
 from infrarsi.workloads import expr, knobs
 from infrarsi.workloads.knobs import AssignmentError
-from infrarsi.workloads.manifest import PatchSpec, Prior
+from infrarsi.workloads.manifest import Manifest, PatchSpec, Prior
 
 MAX_RANDOM = 3000
 
+ConfigPrior = Callable[[list[Config]], np.ndarray]  # a value (or a row of parts) per config
 
-def free_levels(manifest, cores: int | None = None) -> dict[str, list]:
+
+@dataclass(frozen=True)
+class PartsPrior:
+    """A prior in parts, one column per knob or patch it speaks of (``names``)."""
+
+    of: ConfigPrior
+    names: tuple[str, ...]
+
+    def __call__(self, configs: list[Config]) -> np.ndarray:
+        return self.of(configs)
+
+
+def free_levels(manifest: Manifest, cores: int | None = None) -> dict[str, list[Any]]:
     """The values each knob the search sets may take: derived knobs follow the others; ranks
     and threads stay within this host's cores (more only oversubscribes them)."""
     cores = cores or usable_threads()
@@ -31,12 +48,12 @@ def free_levels(manifest, cores: int | None = None) -> dict[str, list]:
             continue
         values = list(knob.values) if knob.values else [False, True]
         if knob.role in ("ranks", "threads"):
-            values = [v for v in values if v <= cores] or values[:1]
+            values = [v for v in values if float(v) <= cores] or values[:1]
         out[knob.name] = values
     return out
 
 
-def patch_sets(manifest) -> list[frozenset[str]]:
+def patch_sets(manifest: Manifest) -> list[frozenset[str]]:
     """Every subset of the catalog without a conflicting pair."""
     ids = [p.id for p in manifest.patches]
     out = []
@@ -47,7 +64,9 @@ def patch_sets(manifest) -> list[frozenset[str]]:
     return out
 
 
-def candidates(manifest, scale: str, seed: int = 0, limit: int = MAX_RANDOM) -> list[Config]:
+def candidates(
+    manifest: Manifest, scale: str, seed: int = 0, limit: int = MAX_RANDOM
+) -> list[Config]:
     """The baseline, its one-change neighbours, the baseline's knobs with each set of patches
     (the priors' pick among them: what the catalog says without a guess at the knobs), and up
     to ``limit`` random valid configs."""
@@ -55,7 +74,7 @@ def candidates(manifest, scale: str, seed: int = 0, limit: int = MAX_RANDOM) -> 
     base = knobs.resolve(manifest, scale, {})
     out = {Config.of(base): None}
 
-    def add(overrides: dict, patches: frozenset) -> None:
+    def add(overrides: dict[str, Any], patches: frozenset[str]) -> None:
         try:
             out.setdefault(Config.of(knobs.resolve(manifest, scale, overrides), patches), None)
         except AssignmentError:
@@ -77,13 +96,14 @@ def candidates(manifest, scale: str, seed: int = 0, limit: int = MAX_RANDOM) -> 
     return list(out)
 
 
-def analytic(manifest, scale: str):
+def analytic(manifest: Manifest, scale: str) -> ConfigPrior | None:
     """The log analytic per-rank peak in two parts per config — the manifest's formula, and the
     sum of the patches' log prior memory ratios — or None without a formula."""
     if manifest.memory is None:
         return None
     params = manifest.scale(scale).params
     ratio = {p.id: math.log(p.prior.peak_mem_ratio) for p in manifest.patches}
+    formula = manifest.memory.per_rank_bytes
 
     def estimate(configs: list[Config]) -> np.ndarray:
         return np.array(
@@ -92,11 +112,7 @@ def analytic(manifest, scale: str):
                     math.log(
                         max(
                             1.0,
-                            float(
-                                expr.evaluate(
-                                    manifest.memory.per_rank_bytes, {**params, **c.knob_dict}
-                                )
-                            ),
+                            float(expr.evaluate(formula, {**params, **c.knob_dict})),
                         )
                     ),
                     sum(ratio.get(p, 0.0) for p in c.patches),
@@ -108,12 +124,14 @@ def analytic(manifest, scale: str):
     return estimate
 
 
-def patch_speeds(manifest) -> dict[str, float]:
+def patch_speeds(manifest: Manifest) -> dict[str, float]:
     """The log step-time ratio the patch catalog claims for each patch."""
     return {p.id: math.log(p.prior.step_time_ratio) for p in manifest.patches}
 
 
-def measured_effects(manifest, scale: str, report: DoctorReport | None) -> list[tuple[dict, float]]:
+def measured_effects(
+    manifest: Manifest, scale: str, report: DoctorReport | None
+) -> list[tuple[dict[str, Any], float]]:
     """What the Doctor's calibration runs measured on this host: for each run that changed
     some free knobs (bf16, another micro-batch or rank count), those knob values and the log
     ratio of its ranked time per step to the baseline runs' median. Derived knobs (the
@@ -134,15 +152,16 @@ def measured_effects(manifest, scale: str, report: DoctorReport | None) -> list[
     for t in report.trials:
         if not t.label.startswith("calibration") or not t.ranked_time_per_step_s:
             continue
-        changed = {
-            k: v for k, v in t.knobs.items() if k not in derived and str(defaults.get(k)) != str(v)
-        }
+        free = {k: v for k, v in t.knobs.items() if k not in derived}
+        changed = changed_knobs(free, defaults)
         if changed:
             out.append((changed, math.log(t.ranked_time_per_step_s) - ref))
     return out
 
 
-def measured_prior(manifest, scale: str, report: DoctorReport | None):
+def measured_prior(
+    manifest: Manifest, scale: str, report: DoctorReport | None
+) -> ConfigPrior | None:
     """The log step-time ratio the Doctor measured for the knob values its calibration runs
     set, added up for each config that holds those values (None when nothing was measured):
     a host where bf16 is 100x slower says so before any trial of the search."""
@@ -153,20 +172,20 @@ def measured_prior(manifest, scale: str, report: DoctorReport | None):
     def prior(configs: list[Config]) -> np.ndarray:
         out = np.zeros(len(configs))
         for i, c in enumerate(configs):
-            have = {k: str(v) for k, v in c.knob_dict.items()}
             out[i] = sum(
-                effect
-                for changed, effect in effects
-                if all(have.get(k) == str(v) for k, v in changed.items())
+                effect for changed, effect in effects if not changed_knobs(changed, c.knob_dict)
             )
         return out
 
     return prior
 
 
-def savers(manifest) -> MemorySavers:
+def savers(manifest: Manifest) -> MemorySavers:
     """The knobs and patches that save memory, by role."""
-    first = lambda role: next(iter(manifest.knobs_with_role(role)), None)  # noqa: E731
+
+    def first(role: str) -> str | None:
+        return next(iter(manifest.knobs_with_role(role)), None)
+
     return MemorySavers(
         checkpointing=first("activation_checkpointing"),
         micro_batch=first("micro_batch"),
@@ -175,7 +194,7 @@ def savers(manifest) -> MemorySavers:
     )
 
 
-def doctor_seeds(manifest, scale: str, report: DoctorReport | None) -> list[Config]:
+def doctor_seeds(manifest: Manifest, scale: str, report: DoctorReport | None) -> list[Config]:
     """Configs the Doctor's findings point at: the baseline plus each finding's patches."""
     if not report:
         return []
@@ -189,7 +208,7 @@ def doctor_seeds(manifest, scale: str, report: DoctorReport | None) -> list[Conf
     return list(dict.fromkeys(seeds))
 
 
-def bank_seeds(manifest, scale: str, advice: BankAdvice | None) -> dict[Config, BankSeed]:
+def bank_seeds(manifest: Manifest, scale: str, advice: BankAdvice | None) -> dict[Config, BankSeed]:
     """The bank's seeds as configs of this workload, in the bank's order (the first seed,
     where two resolve to one config): their free knobs resolved here (the derived ones
     follow); a seed with a knob value or a patch this workload does not have is left out."""
@@ -221,7 +240,7 @@ def bank_peaks(seeds: dict[Config, BankSeed]) -> dict[Config, float]:
     return {c: math.log(s.peak_ratio) for c, s in seeds.items() if s.peak_ratio}
 
 
-def bank_time_prior(advice: BankAdvice | None, baseline: Config):
+def bank_time_prior(advice: BankAdvice | None, baseline: Config) -> PartsPrior | None:
     """The bank's prior log step-time ratio to the baseline per config, in parts — one column
     per knob and patch it speaks of — and the parts' names (None without one)."""
     if advice is None or not advice.time_coefficients:
@@ -238,11 +257,12 @@ def bank_time_prior(advice: BankAdvice | None, baseline: Config):
             out[i] = [parts.get(n, 0.0) for n in names]
         return out
 
-    prior.names = tuple(names)
-    return prior
+    return PartsPrior(prior, tuple(names))
 
 
-def bank_memory_prior(advice: BankAdvice | None, baseline: Config, report: DoctorReport | None):
+def bank_memory_prior(
+    advice: BankAdvice | None, baseline: Config, report: DoctorReport | None
+) -> ConfigPrior | None:
     """Where the manifest has no memory formula: the Doctor's measured baseline peak times the
     bank's prior peak ratio to the baseline, per config, as the memory model's offset (None
     without a bank, a measured peak or memory experiences)."""
@@ -262,7 +282,9 @@ def measured_peak(report: DoctorReport | None) -> float | None:
     return float(max(peaks)) if peaks else None
 
 
-def with_proposed(manifest, proposed: list[ProposedPatch], run_dir, catalog: bool = True):
+def with_proposed(
+    manifest: Manifest, proposed: list[ProposedPatch], run_dir: Path, catalog: bool = True
+) -> Manifest:
     """The manifest as the search sees it: its catalog (or none, ``catalog=False``) and the
     proposed patches as entries whose id is their path in the run directory and whose prior
     is their stated expectation (faded by the models as any catalog prior once measured).
@@ -290,7 +312,7 @@ def with_proposed(manifest, proposed: list[ProposedPatch], run_dir, catalog: boo
 
 
 def build_problem(
-    manifest,
+    manifest: Manifest,
     scale: str,
     capacity_bytes: int | None,
     report: DoctorReport | None = None,

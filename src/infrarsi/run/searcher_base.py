@@ -45,7 +45,7 @@ class Searcher:
         times: dict[Config, list[float]] = {}
         for c, o in self.history:
             if o.status == TrialStatus.OK:
-                times.setdefault(c, []).append(o.step_time_s)
+                times.setdefault(c, []).append(o.time_s)
         return sorted(times, key=lambda c: float(np.median(times[c])))[:k]
 
     def slow_bound(self) -> SlowBound | None:

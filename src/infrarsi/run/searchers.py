@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 
 from infrarsi.errors import InfraRSIError
+from infrarsi.identity import canonical_value
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
-from infrarsi.trial.record import TrialStatus
 
 __all__ = ["SEARCHERS", "GreedySearcher", "GridSearcher", "RandomSearcher", "Searcher", "make"]
 
@@ -67,8 +67,8 @@ class GreedySearcher(Searcher):
 
     def tell(self, config: Config, outcome: Outcome) -> None:
         super().tell(config, outcome)
-        if outcome.status == TrialStatus.OK and outcome.step_time_s < self.best_s:
-            self.best_s, self.incumbent = outcome.step_time_s, config
+        if outcome.status.is_ok() and outcome.time_s < self.best_s:
+            self.best_s, self.incumbent = outcome.time_s, config
             self.queue = []  # a new incumbent: sweep around it
 
 
@@ -94,8 +94,8 @@ class GridSearcher(Searcher):
         return next((c for c in self.order if c not in self.tried), None)
 
 
-def _same(a, b) -> bool:
-    return str(a) == str(b)
+def _same(a: object, b: object) -> bool:
+    return canonical_value(a) == canonical_value(b)
 
 
 def make(name: str, problem: Problem, seed: int = 0) -> Searcher:

@@ -9,11 +9,19 @@ same for every knob.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import numpy as np
 
 from infrarsi.identity import ConfigKey, config_key
+
+if TYPE_CHECKING:
+    from infrarsi.workloads.manifest import Manifest
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 KnobLevel = int | float | str | bool
 
@@ -37,7 +45,7 @@ class Config:
         return hash(self.key)
 
     @classmethod
-    def of(cls, knobs: dict[str, KnobLevel], patches=()) -> Config:
+    def of(cls, knobs: dict[str, KnobLevel], patches: Iterable[str] = ()) -> Config:
         """A config from a knob dict and an iterable of patch ids."""
         return cls(tuple(sorted(knobs.items())), frozenset(patches))
 
@@ -112,7 +120,9 @@ class Space:
         return cls([infer_dim(n, v) for n, v in levels.items()], sorted(patches))
 
     @classmethod
-    def from_manifest(cls, manifest, levels: dict[str, list[KnobLevel]] | None = None) -> Space:
+    def from_manifest(
+        cls, manifest: Manifest, levels: dict[str, list[KnobLevel]] | None = None
+    ) -> Space:
         """A space over a manifest's knobs (``levels`` restricts their values) and its catalog."""
         dims = []
         for knob in manifest.knobs:
@@ -141,10 +151,11 @@ class Space:
             row = [c for d in self.dims for c in d.encode(knobs.get(d.name, d.levels[0]))]
             row += [1.0 if p in config.patches else 0.0 for p in self.patches]
             rows[i] = row
-        return (rows - self._mean) / self._scale
+        encoded: np.ndarray = (rows - self._mean) / self._scale
+        return encoded
 
 
-def single_threaded(fn):
+def single_threaded(fn: Callable[P, R]) -> Callable[P, R]:
     """Run ``fn`` with one BLAS thread: the models' matrices are small, and a second thread
     only spins against the trial running beside the search (measured: 12 ms vs 300 ms a fit)."""
     import functools
@@ -152,7 +163,7 @@ def single_threaded(fn):
     from threadpoolctl import threadpool_limits
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         with threadpool_limits(1):
             return fn(*args, **kwargs)
 

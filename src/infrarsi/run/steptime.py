@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,7 @@ class StepTimeModel:
         self.model_ = self._gp(X, y, noise) if self.family == "gp" else self._forest(X, y)
         return self
 
-    def _gp(self, X, y, noise):
+    def _gp(self, X: np.ndarray, y: np.ndarray, noise: np.ndarray) -> Any:
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
@@ -150,7 +151,7 @@ class StepTimeModel:
         mean = np.linalg.solve(A, b)
         return float(mean[1]), float(math.sqrt(max(np.linalg.inv(A)[1, 1], 0.0)))
 
-    def _forest(self, X, y):
+    def _forest(self, X: np.ndarray, y: np.ndarray) -> Any:
         from sklearn.ensemble import ExtraTreesRegressor
 
         forest = ExtraTreesRegressor(
@@ -173,4 +174,5 @@ class StepTimeModel:
 
     def predict_step_time_s(self, X: np.ndarray) -> np.ndarray:
         """Median predicted step time in seconds."""
-        return np.exp(self.predict_log(X)[0])
+        median: np.ndarray = np.exp(self.predict_log(X)[0])
+        return median

@@ -12,16 +12,21 @@ from __future__ import annotations
 import enum
 import time
 from pathlib import Path
+from typing import TypeVar
 
-from pydantic import BaseModel, Field
-from sqlalchemy import create_engine, select
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Engine, case, create_engine, func, select
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import StaticPool
 
+from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError, UnknownNameError
-from infrarsi.store.schema import RunRow, TrialRow
-from infrarsi.trial.record import TrialStatus
+from infrarsi.records import Prediction, RankedConfig
+from infrarsi.store.schema import Base, RunRow, TrialRow
+from infrarsi.trial.record import TrialRecord, TrialStatus
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+RowT = TypeVar("RowT", bound=Base)
 
 
 class RunStatus(str, enum.Enum):
@@ -57,14 +62,40 @@ class StoredRun(BaseModel):
         "first: {knobs, patches, step_time_s, trials}",
     )
 
+    @property
+    def contract(self) -> Contract:
+        """The run's frozen contract, as stored with it."""
+        return Contract.model_validate(self.contract_json)
+
+    @property
+    def ranking(self) -> list[RankedConfig]:
+        """The configs the run recommends, best first (empty before it finished)."""
+        return [RankedConfig.model_validate(entry) for entry in self.ranking_json or []]
+
+
+class Stage(str, enum.Enum):
+    """Which stage ran a trial."""
+
+    DOCTOR = "doctor"  # a baseline run, the profiled run, a calibration run
+    RUN = "run"  # a search trial
+    APPLY = "apply"  # a measurement of Apply's interleaved rounds
+
+    def __str__(self) -> str:
+        return self.value
+
 
 class StoredTrial(BaseModel):
-    """A trial as the store holds it: the config, the predictions made when it was proposed,
-    and (once it ended) what it measured with its full record."""
+    """A trial as the store holds it: its stage, label and proposer, the config, the
+    predictions made when it was proposed, and (once it ended) its ``TrialRecord``, read once
+    here: every stage, the audit and the report read this record."""
 
+    model_config = ConfigDict(populate_by_name=True)
     id: int
     run_id: str
     seq: int
+    stage: Stage = Stage.RUN
+    label: str | None = None
+    proposed_by: str | None = None
     config_json: dict
     status: TrialStatus
     trial_id: str | None = None
@@ -77,7 +108,16 @@ class StoredTrial(BaseModel):
     started_unix_s: float
     ended_unix_s: float | None = None
     error: str | None = None
-    record_json: dict | None = None
+    record: TrialRecord | None = Field(None, validation_alias="record_json")
+
+    @property
+    def predicted(self) -> Prediction:
+        """The models' predictions at proposal (all None for a trial nobody predicted)."""
+        return Prediction(
+            ranked_time_per_step_s=self.predicted_step_time_s,
+            p_oom=self.predicted_p_oom,
+            peak_bytes=self.predicted_peak_bytes,
+        )
 
 
 class RunDirError(InfraRSIError):
@@ -109,7 +149,7 @@ class Store:
 
     def __init__(self, url: str):
         self.url = url
-        self.engine = create_engine(url)
+        self.engine = _engine(url)
         upgrade(self.engine)
 
     def create_run(self, run: StoredRun) -> StoredRun:
@@ -136,28 +176,28 @@ class Store:
     def set_run_status(self, run_id: str, status: RunStatus, reason: str | None = None) -> None:
         """Mark a run ``running``, ``finished`` or ``stopped`` (with why)."""
         with Session(self.engine) as s, s.begin():
-            row = s.get(RunRow, run_id)
+            row = _one(s, RunRow, run_id)
             row.status, row.stop_reason = status, reason
 
-    def set_ranking(self, run_id: str, ranking: list[dict]) -> None:
+    def set_ranking(self, run_id: str, ranking: list[RankedConfig]) -> None:
         """Write the configs the run recommends, best first (what Apply re-measures)."""
         with Session(self.engine) as s, s.begin():
-            s.get(RunRow, run_id).ranking_json = ranking
+            _one(s, RunRow, run_id).ranking_json = [r.model_dump(mode="json") for r in ranking]
 
     def start_trial(
-        self, run_id: str, seq: int, config: dict, predictions: dict | None = None
+        self, run_id: str, seq: int, config: dict, predictions: Prediction | None = None
     ) -> int:
-        """Write a trial as ``running`` before it is launched; returns its row id."""
-        p = predictions or {}
+        """Write a search trial as ``running`` before it is launched; returns its row id."""
+        p = predictions or Prediction()
         with Session(self.engine) as s, s.begin():
             row = TrialRow(
                 run_id=run_id,
                 seq=seq,
                 config_json=config,
                 status=TrialStatus.RUNNING,
-                predicted_step_time_s=p.get("step_time_s"),
-                predicted_p_oom=p.get("p_oom"),
-                predicted_peak_bytes=p.get("peak_bytes"),
+                predicted_step_time_s=p.ranked_time_per_step_s,
+                predicted_p_oom=p.p_oom,
+                predicted_peak_bytes=p.peak_bytes,
                 started_unix_s=time.time(),
             )
             s.add(row)
@@ -174,39 +214,103 @@ class Store:
         peak_mem_bytes: float | None = None,
         cost_s: float | None = None,
         error: str | None = None,
-        record: dict | None = None,
+        record: TrialRecord | None = None,
     ) -> None:
         """Write what a trial measured; its status becomes final."""
         if not TrialStatus(status).is_finished():
             raise ValueError(f"trial status {status!r}: one of {TrialStatus.finished()}")
         with Session(self.engine) as s, s.begin():
-            row = s.get(TrialRow, row_id)
+            row = _one(s, TrialRow, row_id)
             row.status, row.trial_id, row.step_time_s = status, trial_id, step_time_s
             row.peak_mem_bytes, row.cost_s, row.error = peak_mem_bytes, cost_s, error
-            row.record_json, row.ended_unix_s = record, time.time()
+            row.record_json = record.model_dump(mode="json") if record else None
+            row.ended_unix_s = time.time()
 
-    def restart_trial(self, row_id: int, predictions: dict | None = None) -> None:
+    def add_trial(
+        self,
+        run_id: str,
+        stage: Stage,
+        record: TrialRecord,
+        *,
+        label: str | None = None,
+        proposed_by: str | None = None,
+    ) -> int:
+        """Write a finished trial of the Doctor or of Apply (its record as it is), once: a
+        trial id the run already holds is not written again. Returns its row id."""
+        with Session(self.engine) as s, s.begin():
+            known = s.scalars(
+                select(TrialRow.id).where(
+                    TrialRow.run_id == run_id, TrialRow.trial_id == record.trial_id
+                )
+            ).first()
+            if known is not None:
+                return known
+            seq = s.scalars(
+                select(func.count())
+                .select_from(TrialRow)
+                .where(TrialRow.run_id == run_id, TrialRow.stage == stage)
+            ).one()
+            m = record.metrics
+            row = TrialRow(
+                run_id=run_id,
+                seq=seq,
+                stage=stage,
+                label=label,
+                proposed_by=proposed_by,
+                config_json={
+                    "knobs": dict(record.knobs),
+                    "patches": [p.id for p in record.patches],
+                },
+                status=record.status,
+                trial_id=record.trial_id,
+                step_time_s=m.step_time_s if m else None,
+                peak_mem_bytes=m.max_peak_mem_bytes if m else None,
+                cost_s=record.cost_s,
+                started_unix_s=record.started_unix_s,
+                ended_unix_s=record.started_unix_s + record.cost_s,
+                error=record.error,
+                record_json=record.model_dump(mode="json"),
+            )
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def add_finished(
+        self, run_id: str, stage: Stage, labelled: list[tuple[str, str | None]]
+    ) -> int:
+        """Add the finished trials of the Doctor or Apply that are not stored yet, each read
+        from its folder's ``record.json`` (``labelled``: (trial folder, label) pairs; a
+        folder without a record is left out). Returns how many were added."""
+        before = len(self.trials(run_id, stage))
+        for trial_dir, label in labelled:
+            path = Path(trial_dir) / "record.json"
+            if trial_dir and path.is_file():
+                self.add_trial(run_id, stage, TrialRecord.load(path), label=label)
+        return len(self.trials(run_id, stage)) - before
+
+    def restart_trial(self, row_id: int, predictions: Prediction | None = None) -> None:
         """An interrupted trial launched again: the same row, ``running`` once more (so the
         store keeps each proposed trial exactly once)."""
-        p = predictions or {}
         with Session(self.engine) as s, s.begin():
-            row = s.get(TrialRow, row_id)
+            row = _one(s, TrialRow, row_id)
             if row.status != TrialStatus.INTERRUPTED:
                 raise ValueError(f"trial row {row_id} is {row.status}, not interrupted")
             row.status, row.error, row.ended_unix_s = TrialStatus.RUNNING, None, None
             row.started_unix_s = time.time()
-            row.predicted_step_time_s = p.get("step_time_s", row.predicted_step_time_s)
-            row.predicted_p_oom = p.get("p_oom", row.predicted_p_oom)
-            row.predicted_peak_bytes = p.get("peak_bytes", row.predicted_peak_bytes)
+            if predictions is not None:
+                row.predicted_step_time_s = predictions.ranked_time_per_step_s
+                row.predicted_p_oom = predictions.p_oom
+                row.predicted_peak_bytes = predictions.peak_bytes
 
-    def trials(self, run_id: str) -> list[StoredTrial]:
-        """Every trial of a run in the order proposed."""
+    def trials(self, run_id: str, stage: Stage | None = Stage.RUN) -> list[StoredTrial]:
+        """A run's trials of one stage (the search's by default; None: every stage, the
+        Doctor's, then the search's, then Apply's), each stage's in the order proposed."""
+        order = case({Stage.DOCTOR.value: 0, Stage.RUN.value: 1}, value=TrialRow.stage, else_=2)
+        query = select(TrialRow).where(TrialRow.run_id == run_id)
+        if stage is not None:
+            query = query.where(TrialRow.stage == stage)
         with Session(self.engine) as s:
-            rows = s.scalars(
-                select(TrialRow)
-                .where(TrialRow.run_id == run_id)
-                .order_by(TrialRow.seq, TrialRow.id)
-            )
+            rows = s.scalars(query.order_by(order, TrialRow.seq, TrialRow.id))
             return [StoredTrial.model_validate(r, from_attributes=True) for r in rows]
 
     def interrupt_running(self, run_id: str) -> list[StoredTrial]:
@@ -215,7 +319,9 @@ class Store:
             rows = list(
                 s.scalars(
                     select(TrialRow).where(
-                        TrialRow.run_id == run_id, TrialRow.status == TrialStatus.RUNNING
+                        TrialRow.run_id == run_id,
+                        TrialRow.stage == Stage.RUN,
+                        TrialRow.status == TrialStatus.RUNNING,
                     )
                 )
             )
@@ -223,6 +329,25 @@ class Store:
                 row.status, row.ended_unix_s = TrialStatus.INTERRUPTED, time.time()
                 row.error = "the run was stopped while this trial ran; it is proposed again"
             return [StoredTrial.model_validate(r, from_attributes=True) for r in rows]
+
+
+def _one(session: Session, table: type[RowT], key: object) -> RowT:
+    """The row of ``table`` with primary key ``key``; a missing one is a bug of the caller."""
+    row = session.get(table, key)
+    if row is None:
+        raise LookupError(f"no {table.__tablename__} row {key!r} in this store")
+    return row
+
+
+MEMORY_URL = "sqlite://"  # a store in this process's memory, gone with it (fast tests)
+
+
+def _engine(url: str) -> Engine:
+    """An engine for ``url``; the in-memory store keeps one connection, so every session of
+    this process sees the same database."""
+    if url in (MEMORY_URL, "sqlite:///:memory:"):
+        return create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
+    return create_engine(url)
 
 
 def upgrade(engine, migrations: Path = MIGRATIONS) -> None:

@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 from sqlalchemy import create_engine, delete, event, func, select
@@ -173,6 +173,8 @@ class BankStore:
         def write() -> None:
             with Session(self.engine) as s, s.begin():
                 row = s.get(SeedRow, seed_id)
+                if row is None:
+                    raise UnknownNameError(f"no seed {seed_id} in the bank {self.url}")
                 row.measured_speedup, row.held = measured_speedup, held
 
         self._retry(write)
@@ -184,7 +186,7 @@ class BankStore:
             with Session(self.engine) as s, s.begin():
                 gone = s.execute(delete(ExperienceRow).where(ExperienceRow.run_id == run_id))
                 s.execute(delete(SeedRow).where(SeedRow.run_id == run_id))
-                return gone.rowcount or 0
+                return int(getattr(gone, "rowcount", 0) or 0)
 
         return self._retry(write)
 
@@ -247,7 +249,7 @@ class BankStore:
     # -- moving a bank ---------------------------------------------------------------------
     def export(self, path: Path) -> dict[str, int]:
         """Write the whole bank to one JSON file (experiences, patch texts, seeds)."""
-        data = {
+        data: dict[str, Any] = {
             "format": "infrarsi-bank",
             "version": 1,
             "experiences": [e.model_dump(mode="json", exclude={"id"}) for e in self.experiences()],

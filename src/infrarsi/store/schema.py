@@ -32,8 +32,9 @@ class RunRow(Base):
 
 
 class TrialRow(Base):
-    """One proposed trial: ``running`` when launched, final when it ended; ``interrupted``
-    when the run was killed while it ran (it is then proposed again)."""
+    """One trial of any stage: a search trial is ``running`` when launched, final when it
+    ended, ``interrupted`` when the run was killed while it ran (it is then proposed again);
+    the Doctor's and Apply's trials are written once they ended."""
 
     __tablename__ = "trials"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -52,3 +53,7 @@ class TrialRow(Base):
     ended_unix_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     record_json: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # revision 0003: which stage ran it (doctor, run, apply), its label there, who proposed it
+    stage: Mapped[str] = mapped_column(String(16), default="run", server_default="run")
+    label: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    proposed_by: Mapped[str | None] = mapped_column(String(256), nullable=True)

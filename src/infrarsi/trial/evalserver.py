@@ -99,8 +99,10 @@ class EvalServer:
                 "stderr": str(err),
                 "isolate": isolate,
             }
-            proc.stdin.write(json.dumps(job) + "\n")
-            proc.stdin.flush()
+            stdin = proc.stdin
+            assert stdin is not None  # started with stdin=PIPE
+            stdin.write(json.dumps(job) + "\n")
+            stdin.flush()
             reply = self._reply(proc, timeout_s)
             if reply is None:
                 self.close()
@@ -124,7 +126,9 @@ class EvalServer:
     @staticmethod
     def _reply(proc: subprocess.Popen, timeout_s: float) -> dict | None:
         result: list[str] = []
-        reader = threading.Thread(target=lambda: result.append(proc.stdout.readline()), daemon=True)
+        stdout = proc.stdout
+        assert stdout is not None  # started with stdout=PIPE
+        reader = threading.Thread(target=lambda: result.append(stdout.readline()), daemon=True)
         reader.start()
         reader.join(timeout_s)
         if not result or not result[0].strip():

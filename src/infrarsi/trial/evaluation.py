@@ -107,7 +107,7 @@ def _to_reference(
     spec: TrialSpec, found: dict[str, Path], trial_dir: Path, workspace: Path
 ) -> dict[str, Path]:
     """The parameters as plain name -> tensor files in the reference layout."""
-    key = spec.manifest.evaluation.key or ""
+    key = spec.manifest.evaluation.key or "" if spec.manifest.evaluation else ""
     if not spec.patches and not key:
         return found
     folder = weights_dir(trial_dir)
@@ -155,7 +155,10 @@ def _run_reference(spec: TrialSpec, trial_dir: Path, ref: dict[str, Path]) -> di
         initial_weights=str(copies.get("initial", "")),
         weights_dir=str(root),
     )
-    command = [part.format(**fields) for part in spec.manifest.evaluation.command]
+    declared = spec.manifest.evaluation.command if spec.manifest.evaluation else None
+    if not declared:
+        raise ValueError("the workload declares no evaluation command")
+    command = [part.format(**fields) for part in declared]
     if (
         Path(command[0]).name in ("python", "python3")
         and command[1:2]

@@ -13,6 +13,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from infrarsi.workloads.manifest import StdoutMetrics
 
@@ -71,10 +72,10 @@ def read_stdout(text: str, spec: StdoutMetrics) -> list[RankReport]:
             f"stdout patterns found {len(tokens)} tokens-per-step values for "
             f"{len(times)} steps; print it once, once per step, or not at all"
         )
-    tokens = [int(t) for t in tokens] or [None] * len(times)
-    steps = [
+    counts: list[int | None] = [int(t) for t in tokens] or [None] * len(times)
+    steps: list[dict[str, Any]] = [
         {"step": i, "step_time_s": t, "loss": loss, "tokens": n, "phases_s": {}}
-        for i, (t, loss, n) in enumerate(zip(times, losses, tokens))
+        for i, (t, loss, n) in enumerate(zip(times, losses, counts))
     ]
     return [RankReport(rank=0, steps=steps, end={})]
 

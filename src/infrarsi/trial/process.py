@@ -130,17 +130,26 @@ def _launcher_setup(cgroup_procs: Path | None):
     return setup
 
 
+@dataclass(frozen=True, kw_only=True)
+class Launchers:
+    """What one trial launches: a command and an environment per node, run in ``cwd``;
+    ``remote``: launcher index -> a function (command, env) starting it on another host
+    (``trial.remote``)."""
+
+    commands: list[list[str]]
+    envs: list[dict[str, str]]
+    cwd: Path
+    remote: dict[int, Callable] = field(default_factory=dict)
+
+
 def run_isolated(
-    commands: list[list[str]],
-    cwd: Path,
-    envs: list[dict[str, str]],
-    timeout_s: float,
-    stdout: Path,
-    stderr: Path,
+    launchers: Launchers,
+    *,
     trial_id: str,
+    timeout_s: float,
+    logs: tuple[Path, Path],
     channel: MetricsChannel | None = None,
     cgroup_procs: Path | None = None,
-    remote: dict[int, Callable] | None = None,
 ) -> ProcessResult:
     """Run one launcher per node to their end; no process of the trial survives this call.
 
@@ -149,16 +158,21 @@ def run_isolated(
     standard output is a pipe the harness reads (each line to ``channel`` as it arrives, and
     to the ``stdout`` log); their standard error goes to the ``stderr`` log. Call it from a
     thread that outlives the trial: the parent-death signal follows the thread that started
-    the launcher. ``remote``: launcher index -> a function (command, env) starting it on
-    another host (``trial.remote``); such a launcher is polled, waited for and stopped like a
-    local one, its output and memory come back with its outcome.
+    the launcher. ``logs``: the (stdout, stderr) files. A remote launcher is polled, waited
+    for and stopped like a local one, its output and memory come back with its outcome.
     """
+    commands, envs, cwd, remote = (
+        launchers.commands,
+        launchers.envs,
+        launchers.cwd,
+        launchers.remote,
+    )
+    stdout, stderr = logs
     t0 = time.monotonic()
     if channel is not None:
         channel.start()
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         tags = {TRIAL_ID_ENV: trial_id, OWNER_ENV: owner_tag()}
-        remote = remote or {}
         procs = [
             remote[i](cmd, {**env, **tags})
             if i in remote

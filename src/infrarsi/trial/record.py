@@ -214,6 +214,35 @@ class TrialRecord(BaseModel):
         "compare only between equal fingerprints",
     )
 
+    @property
+    def measured(self) -> TrialMetrics:
+        """The metrics of a trial that measured them (an ``ok`` one); ValueError otherwise."""
+        if self.metrics is None:
+            raise ValueError(f"trial {self.trial_id} ended {self.status}: it measured nothing")
+        return self.metrics
+
+    def moved(self, old_root: str, new_root: str) -> TrialRecord:
+        """This record with its files' paths (its folder, the weights the harness saved) under
+        ``new_root`` where they were under ``old_root``: a trial folder that travelled from a
+        cluster node. What ran there (``commands``) keeps the node's paths."""
+
+        def move(path: str | None) -> str | None:
+            if not path or not _under(path, old_root):
+                return path
+            return str(Path(new_root) / Path(path).relative_to(old_root))
+
+        evaluation = self.evaluation
+        if evaluation is not None:
+            evaluation = evaluation.model_copy(
+                update={
+                    "final_weights": move(evaluation.final_weights),
+                    "initial_weights": move(evaluation.initial_weights),
+                }
+            )
+        return self.model_copy(
+            update={"trial_dir": move(self.trial_dir) or "", "evaluation": evaluation}
+        )
+
     @field_validator("status")
     @classmethod
     def _finished(cls, status: TrialStatus) -> TrialStatus:
@@ -231,3 +260,7 @@ class TrialRecord(BaseModel):
     def load(cls, path: Path) -> TrialRecord:
         """Read a record written by ``save``."""
         return cls.model_validate_json(Path(path).read_text())
+
+
+def _under(path: str, root: str) -> bool:
+    return Path(path).is_relative_to(root)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from infrarsi.trial import memcg
-from infrarsi.trial.process import owner_alive, run_isolated
+from infrarsi.trial.process import Launchers, owner_alive, run_isolated
 
 SKIP = ("workspace", "tmp", "cache", "home", "stdout.log", "stderr.log")  # not sent back
 
@@ -122,15 +122,11 @@ def run_launcher(
     with memcg.trial_cgroup(trial_id, owner_alive) as cgroup:
         env.update(cgroup.env() if cgroup else {})
         result = run_isolated(
-            [command],
-            here / "workspace",
-            [env],
-            timeout_s,
-            here / "stdout.log",
-            here / "stderr.log",
-            trial_id,
-            None,
-            cgroup.launchers_procs if cgroup else None,
+            Launchers(commands=[command], envs=[env], cwd=here / "workspace"),
+            trial_id=trial_id,
+            timeout_s=timeout_s,
+            logs=(here / "stdout.log", here / "stderr.log"),
+            cgroup_procs=cgroup.launchers_procs if cgroup else None,
         )
         memory = (
             {r: (m.peak_bytes, m.oom_kills) for r, m in cgroup.ranks().items()} if cgroup else {}

@@ -15,13 +15,14 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from infrarsi.errors import InfraRSIError
 from infrarsi.host import host_fingerprint
 from infrarsi.trial import classify, evaluation, memcg, patching
 from infrarsi.trial.evalserver import isolation_for
 from infrarsi.trial.metrics import MetricsError
-from infrarsi.trial.process import owner_alive, run_isolated, sweep_orphans
+from infrarsi.trial.process import Launchers, owner_alive, run_isolated, sweep_orphans
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
 from infrarsi.trial.remote import pack_workspace
 from infrarsi.trial.screen import screen
@@ -123,7 +124,7 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
     trial_id = new_trial_id(spec.manifest)
     trial_dir = Path(workdir).resolve() / trial_id
     workspace = trial_dir / "workspace"
-    base = dict(
+    base: dict[str, Any] = dict(
         trial_id=trial_id,
         workload=spec.manifest.name,
         scale=spec.scale,
@@ -184,8 +185,8 @@ def _apply_and_hash(spec: TrialSpec, workspace: Path):
     except patching.PatchFailed as exc:
         return locked_hashes(spec.manifest, workspace), (TrialStatus.CRASH, str(exc))
     locked = locked_hashes(spec.manifest, workspace)
-    source = locked_hashes(spec.manifest, spec.manifest.root)
-    changed = sorted(p for p in source if locked.get(p) != source[p])
+    original = locked_hashes(spec.manifest, spec.manifest.root)
+    changed = sorted(p for p in original if locked.get(p) != original[p])
     if changed:
         return locked, (TrialStatus.INVALID, f"locked files changed: {changed}")
     return locked, None
@@ -228,11 +229,13 @@ def render(
         for k in spec.manifest.knobs
         if k.flag is not None
     }
-    command = [
-        flags[part] if part in flags else part.format(**fields)
-        for part in spec.manifest.launch.command
-        if flags.get(part, "") is not None
-    ]
+    command: list[str] = []
+    for part in spec.manifest.launch.command:
+        flag = flags.get(part, "")
+        if part not in flags:
+            command.append(part.format(**fields))
+        elif flag is not None:  # a flag knob that is on: its flag; off: nothing
+            command.append(flag)
     command[0] = _resolve_program(command[0])
     env = {k: v.format(**fields) for k, v in spec.manifest.launch.env.items()}
     return command, env
@@ -305,17 +308,19 @@ def _launch(
     with memcg.trial_cgroup(base["trial_id"], owner_alive) as cgroup:
         for env in envs[:1] if spread else envs:  # a remote launcher's host gives its own
             env.update(cgroup.env() if cgroup else {})
+        launch = Launchers(
+            commands=commands,
+            envs=envs,
+            cwd=workspace,
+            remote=remote.starters(len(commands)) if remote else {},
+        )
         result = run_isolated(
-            commands,
-            workspace,
-            envs,
-            spec.cut_after_s,
-            trial_dir / "stdout.log",
-            trial_dir / "stderr.log",
-            base["trial_id"],
-            channel,
-            cgroup.launchers_procs if cgroup else None,
-            remote=remote.starters(len(commands)) if remote else None,
+            launch,
+            trial_id=base["trial_id"],
+            timeout_s=spec.cut_after_s,
+            logs=(trial_dir / "stdout.log", trial_dir / "stderr.log"),
+            channel=channel,
+            cgroup_procs=cgroup.launchers_procs if cgroup else None,
         )
         memory = cgroup.ranks() if cgroup else None
         launchers = cgroup.launchers() if cgroup else None

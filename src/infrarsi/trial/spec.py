@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infrarsi.workloads import expr
 from infrarsi.workloads.manifest import KnobValue, Manifest
+
+if TYPE_CHECKING:
+    from infrarsi.trial.remote import Elsewhere
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class TrialSpec:
     evaluate: bool = True  # False: skip the held-out evaluation (measurement-only benchmarks)
     slow_after_s: float | None = None  # the search's bound: cut short there, recorded slow
     # where launchers after the first run (``trial.remote.Elsewhere``); None: all here
-    elsewhere: object | None = field(default=None, compare=False, repr=False)
+    elsewhere: Elsewhere | None = field(default=None, compare=False, repr=False)
 
     @property
     def cut_after_s(self) -> float:

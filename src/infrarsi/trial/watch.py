@@ -189,6 +189,7 @@ class MetricsChannel:
                     if rank is None:
                         return
                     files = open(self.trial_dir / f"metrics.rank{rank}.jsonl", "ab")
+                assert files is not None  # opened with the first line that named its rank
                 files.write(line if line.endswith(b"\n") else line + b"\n")
                 files.flush()
                 self._note(rank, kind, entry, now)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from infrarsi.contract import Contract, ContractError
 from infrarsi.trial.patching import matches
-from infrarsi.trial.record import TrialRecord, TrialStatus
+from infrarsi.trial.record import TrialMetrics, TrialRecord, TrialStatus
 from infrarsi.trial.watch import POLL_S
 from infrarsi.verify import evidence
 from infrarsi.workloads import Manifest, change_kinds, precision_of
@@ -55,6 +55,8 @@ class _Case:
     contract: Contract
     baseline: TrialRecord
     cand: TrialRecord
+    base_m: TrialMetrics  # what each measured (both ended ok with metrics)
+    cand_m: TrialMetrics
     bf16: bool
     kinds: frozenset[str] = frozenset()
 
@@ -68,11 +70,15 @@ def verify(contract: Contract, baseline: TrialRecord, candidate: TrialRecord) ->
         )
     if baseline.status is not TrialStatus.OK:
         return Verdict(False, [f"the baseline ended {baseline.status.value}"], flags)
+    if baseline.metrics is None or candidate.metrics is None:
+        return Verdict(False, ["a trial that ended ok carries no metrics"], flags)
     manifest = _manifest(contract)
     case = _Case(
         contract,
         baseline,
         candidate,
+        baseline.metrics,
+        candidate.metrics,
         _involves_bf16(manifest, baseline, candidate),
         _kinds(manifest, baseline, candidate),
     )
@@ -126,7 +132,7 @@ def _kinds(manifest: Manifest | None, baseline: TrialRecord, cand: TrialRecord) 
 
 
 def _workload(case: _Case) -> list[str]:
-    out, m, inv = [], case.cand.metrics, case.contract.invariants
+    out, m, inv = [], case.cand_m, case.contract.invariants
     if m.tokens_per_step != inv.tokens_per_step:
         out.append(f"tokens per step differ: {m.tokens_per_step} vs {inv.tokens_per_step}")
     if m.steps != inv.steps:
@@ -150,7 +156,7 @@ def _loss(case: _Case) -> list[str]:
     tolerance is the contract's, or what Doctor measured for the kinds of change the candidate
     makes when that is larger (a script that prints one micro-batch's loss prints another
     sample of the same training under another split)."""
-    ref, got = case.baseline.metrics.loss, case.cand.metrics.loss
+    ref, got = case.base_m.loss, case.cand_m.loss
     if len(ref) != len(got):
         return [f"loss trajectory has {len(got)} steps, the baseline's {len(ref)}"]
     k = case.contract.correctness.last_k
@@ -178,7 +184,7 @@ def _memory(case: _Case) -> list[str]:
     cap = case.contract.mem_cap_bytes
     if cap is None:
         return []
-    peaks = case.cand.metrics.peak_mem_bytes
+    peaks = case.cand_m.peak_mem_bytes
     over = [f"rank {r}: {b} bytes" for r, b in enumerate(peaks) if b is not None and b > cap]
     unknown = [r for r, b in enumerate(peaks) if b is None]
     out = [f"peak memory over the capacity of {cap} bytes on {', '.join(over)}"] if over else []
@@ -193,8 +199,8 @@ def _memory(case: _Case) -> list[str]:
 def _memory_outside_ranks(case: _Case) -> list[str]:
     """Memory the ranks' cgroups do not see — held by a launcher, e.g. values a rank put into
     the rendezvous store — may not grow past the baseline's by more than its noise."""
-    base = case.baseline.metrics.launcher_peak_mem_bytes
-    cand = case.cand.metrics.launcher_peak_mem_bytes
+    base = case.base_m.launcher_peak_mem_bytes
+    cand = case.cand_m.launcher_peak_mem_bytes
     if base is None or cand is None:
         return []
     allowed = max(LAUNCHER_SLACK_BYTES, int(LAUNCHER_SLACK_FRACTION * base))
@@ -231,7 +237,7 @@ def _patch_paths(case: _Case) -> list[str]:
 
 def _timing(case: _Case) -> list[str]:
     """Reported step times against the harness's clock: in total, and step by step."""
-    m = case.cand.metrics
+    m = case.cand_m
     if m.outside_train_span_s is None:
         return ["no outside timing of the training was recorded"]
     covered = m.step_times_s[len(m.step_times_s) - (m.outside_span_steps or m.steps) :]
@@ -242,10 +248,10 @@ def _timing(case: _Case) -> list[str]:
             f"reported step times add up to {reported:.3f} s but the harness saw the "
             f"training take {m.outside_train_span_s:.3f} s: a faked timer or forged metrics"
         ]
-    return _per_step(m) + _tail(m)
+    return _per_step(m) + _tail(m, m.outside_train_span_s)
 
 
-def outside_steps_s(m) -> float | None:
+def outside_steps_s(m: TrialMetrics) -> float | None:
     """Seconds of a run the harness saw outside its timed steps: launch to the first step (or
     the probe's start line), and the last step line to exit."""
     return None if m.outside_train_span_s is None else m.e2e_time_s - m.outside_train_span_s
@@ -257,7 +263,7 @@ def _outside_steps(case: _Case) -> list[str]:
     work) would be free: the time outside the steps may not grow past start-up's noise."""
     if case.contract.objective == "e2e_time":
         return []  # the whole run is compared: nothing outside it is free
-    base, cand = outside_steps_s(case.baseline.metrics), outside_steps_s(case.cand.metrics)
+    base, cand = outside_steps_s(case.base_m), outside_steps_s(case.cand_m)
     if base is None or cand is None:
         return []
     allowed = max(OUTSIDE_SLACK_S, OUTSIDE_SLACK_FRACTION * base)
@@ -269,19 +275,20 @@ def _outside_steps(case: _Case) -> list[str]:
     return []
 
 
-def _tail(m) -> list[str]:
-    """Training that goes on after the last step was reported: step lines written ahead."""
-    limit = max(TAIL_S, m.outside_train_span_s)
+def _tail(m: TrialMetrics, span_s: float) -> list[str]:
+    """Training that goes on after the last step was reported: step lines written ahead
+    (``span_s``: how long the harness saw the reported training take)."""
+    limit = max(TAIL_S, span_s)
     if m.harness_tail_s is not None and m.harness_tail_s > limit:
         return [
             f"the job ran {m.harness_tail_s:.1f} s after its last step was reported (the "
-            f"reported training took {m.outside_train_span_s:.1f} s): steps reported ahead "
+            f"reported training took {span_s:.1f} s): steps reported ahead "
             "of the work"
         ]
     return []
 
 
-def _per_step(m) -> list[str]:
+def _per_step(m: TrialMetrics) -> list[str]:
     seen = m.harness_step_times_s
     if not seen or len(seen) != len(m.step_times_s):
         return []

@@ -7,12 +7,16 @@ that saves no parameters, or declares no evaluation): a verdict says both.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from infrarsi.contract import Contract
-from infrarsi.trial.record import TrialRecord
+from infrarsi.trial.record import Evaluation, TrialRecord
 
 FROZEN_SHARE = 1e-3  # a parameter that moved less than this share of the baseline's move
 INIT_RTOL = 1e-6  # the same seed gives the same initial parameters, to rounding
@@ -69,8 +73,8 @@ def check(
         for p in c.layout_problems
     ]
     if not c.layout_problems:
-        _weights(found, baseline, cand, weight_tol, hint)
-        _held_out(found, baseline, cand, eval_tol, contract.correctness.loss_rtol(bf16), hint)
+        _weights(found, b, c, weight_tol, hint)
+        _held_out(found, b, c, eval_tol, contract.correctness.loss_rtol(bf16), hint)
     return found
 
 
@@ -90,7 +94,12 @@ def load_params(path: str | None) -> dict[str, torch.Tensor] | None:
     return torch.load(path, map_location="cpu", weights_only=True) if path else None
 
 
-def weight_distance(wb: dict, wc: dict, w0: dict, inert: set[str] = frozenset()) -> float:
+def weight_distance(
+    wb: dict[str, Any],
+    wc: dict[str, Any],
+    w0: dict[str, Any],
+    inert: AbstractSet[str] = frozenset(),
+) -> float:
     """``|W_c - W_b| / |W_b - W_0|`` over the parameters that are not inert: how far the
     candidate's final parameters are from the baseline's, as a share of what it learned."""
     names = [n for n in wb if n not in inert]
@@ -103,16 +112,19 @@ def held_out_share(eb: float, ec: float, e0: float) -> float:
     return abs(ec - eb) / max(e0 - eb, 1e-12)
 
 
-def _norm(tensors) -> float:
-    return float(torch.sqrt(sum((t.double() ** 2).sum() for t in tensors)))
+def _norm(tensors: Iterable[torch.Tensor]) -> float:
+    total = sum((float((t.double() ** 2).sum()) for t in tensors), 0.0)
+    return math.sqrt(total)
 
 
-def _weights(
-    found: Findings, baseline: TrialRecord, cand: TrialRecord, tol: float, hint: str = ""
-) -> None:
-    b, c = baseline.evaluation, cand.evaluation
+def _weights(found: Findings, b: Evaluation, c: Evaluation, tol: float, hint: str = "") -> None:
+    """The candidate's final parameters against the baseline's (``b``, ``c``: what the harness
+    evaluated of each; both saved final parameters)."""
     wb, wc = load_params(b.final_weights), load_params(c.final_weights)
     w0, c0 = load_params(b.initial_weights), load_params(c.initial_weights)
+    if wb is None or wc is None:
+        found.reasons.append("the final parameters could not be read")
+        return
     if set(wb) != set(wc):
         found.reasons.append(
             f"the parameters differ from the baseline's: {sorted(set(wb) ^ set(wc))[:6]}"
@@ -136,7 +148,7 @@ def _weights(
                 f"the initial parameters differ from the baseline's by {start:.1e}"
                 " (relative): another seed or initialisation"
             )
-    inert = set(baseline.evaluation.inert_params)
+    inert = set(b.inert_params)
     distance = weight_distance(wb, wc, w0, inert)
     if distance > tol:
         found.reasons.append(
@@ -149,7 +161,9 @@ def _weights(
         found.reasons.append(f"parameters that did not train: {frozen[:6]}")
 
 
-def frozen_params(wb: dict, wc: dict, w0: dict, inert: set[str]) -> list[str]:
+def frozen_params(
+    wb: dict[str, Any], wc: dict[str, Any], w0: dict[str, Any], inert: set[str]
+) -> list[str]:
     """Parameters the baseline moved and the candidate (almost) did not. A parameter whose
     gradient is zero in the reference model (``inert``: the baseline moved it by rounding
     alone, e.g. an attention key bias that softmax cancels) is no evidence either way."""
@@ -164,14 +178,14 @@ def frozen_params(wb: dict, wc: dict, w0: dict, inert: set[str]) -> list[str]:
 
 def _held_out(
     found: Findings,
-    baseline: TrialRecord,
-    cand: TrialRecord,
+    b: Evaluation,
+    c: Evaluation,
     tol: float,
     loss_rtol: float,
     hint: str = "",
 ) -> None:
-    eb, ec = baseline.evaluation.eval_loss, cand.evaluation.eval_loss
-    e0 = baseline.evaluation.initial_eval_loss
+    """The candidate's held-out loss (reference code) against the baseline's."""
+    eb, ec, e0 = b.eval_loss, c.eval_loss, b.initial_eval_loss
     if eb is None:
         found.not_checked.append("held-out loss: no evaluation command")
         return

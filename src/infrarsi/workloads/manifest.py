@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from infrarsi.errors import InfraRSIError, UnknownNameError
 from infrarsi.workloads import expr
@@ -58,7 +59,7 @@ class Knob(_Strict):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     type: Literal["int", "float", "bool", "choice"]
-    values: list[KnobValue] | None = None
+    values: list[KnobValue] = []  # required: the validator names it when missing
     default: KnobValue | None = None
     derive: str | None = Field(None, description="expression giving the value when unset")
     flag: str | None = Field(
@@ -457,7 +458,7 @@ def _branch_name(part) -> bool:
     return isinstance(part, str) and (part[:1].isupper() or part.startswith("literal["))
 
 
-def _other_branch(err: dict, errors: list[dict]) -> bool:
+def _other_branch(err: ErrorDetails, errors: list[ErrorDetails]) -> bool:
     """True for a union branch's literal mismatch when another branch says more."""
     if err["type"] != "literal_error" or not err["loc"] or not _branch_name(err["loc"][-1]):
         return False

@@ -1,7 +1,7 @@
-"""A real PostgreSQL server on loopback for the bank's conformance suite: ``initdb`` and
-``pg_ctl`` (Debian's ``postgresql``) into a temporary folder, started once per session and
-stopped after it. Where no server can be started the PostgreSQL cases skip with the reason —
-except in CI (``CI=true`` or ``INFRARSI_REQUIRE_POSTGRES=1``), where they fail."""
+"""A real PostgreSQL server on loopback for the conformance suites of the store and the bank:
+``initdb`` and ``pg_ctl`` (Debian's ``postgresql``) into a temporary folder, started once per
+session and stopped after it. Where no server can be started the PostgreSQL cases skip with the
+reason — except in CI (``CI=true`` or ``INFRARSI_REQUIRE_POSTGRES=1``), where they fail."""
 
 import glob
 import os
@@ -101,7 +101,18 @@ def postgres_url(postgres_server):
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def bank_url(request, tmp_path):
-    """Each conformance test runs on SQLite and on PostgreSQL."""
+    """Each conformance test of the bank runs on SQLite and on PostgreSQL."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'bank.sqlite'}"
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture(params=["sqlite", "memory", "postgresql"])
+def store_url(request, tmp_path):
+    """Each conformance test of the run store runs on a SQLite file, in memory (the fast
+    tests' store) and on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'run.sqlite'}"
+    if request.param == "memory":
+        return "sqlite://"
     return request.getfixturevalue("postgres_url")
