@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv and install InfraRSI with its test, benchmark and Ray dependencies; safe to run
-# again.
+# Create .venv and install InfraRSI with its test, benchmark, Ray and static-check (ruff, mypy)
+# dependencies; safe to run again.
 # PyTorch first: with no torch installed, a plain `torch` requirement pulls a CUDA build of
 # several GB, so machines without a GPU get the CPU build explicitly.
 set -euo pipefail
@@ -18,5 +18,5 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     pip install "torch==${TORCH_VERSION}"                        # this machine's CPU wheel
   fi
 fi
-pip install -e ".[test,bench,ray]"
+pip install -e ".[test,bench,ray,dev]"
 echo "setup done: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')"
