@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import tables  # noqa: E402
 
+from infrarsi.events import Event, StageStarted, TrialEnded  # noqa: E402
 from infrarsi.host import fingerprint, machine_facts  # noqa: E402
 from infrarsi.optimize import optimize  # noqa: E402
 from infrarsi.options import Budget, OptimizeOptions, SearchOptions  # noqa: E402
@@ -122,7 +123,7 @@ def run_one(workload: str, scale: str, budget: int, top: int, out: Path, host: s
         top_k=top,
         search=SearchOptions(budget=Budget(trials=budget)),
     )
-    result = optimize(workload, instruction, options, on_stage=_progress(workload))
+    result = optimize(workload, instruction, options, on_event=_progress(workload))
     wall = time.monotonic() - t0
     summary = json.loads((Path(result.run_dir) / "apply.json").read_text())
     report = _report_summary(Path(result.run_dir))
@@ -166,12 +167,12 @@ def _report_summary(run_dir: Path) -> dict:
 def _progress(workload: str):
     t0 = time.monotonic()
 
-    def emit(stage: str, data: dict) -> None:
-        if stage in ("init", "doctor", "run", "apply", "report"):
-            print(f"[{time.monotonic() - t0:6.0f} s] {workload}: {stage}", flush=True)
-        elif stage == "search" and data.get("kind") == "end":
-            o = data["outcome"]
-            print(f"    trial {data['seq']}: {o.status} {o.step_time_s or 0:.4f} s", flush=True)
+    def emit(event: Event) -> None:
+        if isinstance(event, StageStarted) and event.stage != "derive":
+            print(f"[{time.monotonic() - t0:6.0f} s] {workload}: {event.stage}", flush=True)
+        elif isinstance(event, TrialEnded) and event.stage == "run":
+            time_s = event.ranked_time_per_step_s or 0
+            print(f"    trial {event.seq}: {event.status} {time_s:.4f} s", flush=True)
 
     return emit
 

@@ -22,6 +22,15 @@ from infrarsi.contract import Contract
 from infrarsi.derive import derive_workload
 from infrarsi.doctor import run_doctor, sealed_contract
 from infrarsi.errors import InfraRSIError
+from infrarsi.events import (
+    BankAdvised,
+    BankIngested,
+    EventSink,
+    Note,
+    StageStarted,
+    TrialEnded,
+    ignore,
+)
 from infrarsi.executors.choice import make_executor
 from infrarsi.init import InitError, init
 from infrarsi.options import OptimizeOptions
@@ -88,7 +97,7 @@ def optimize(
     instruction: str,
     options: OptimizeOptions | None = None,
     *,
-    on_stage: Callable[[str, dict], None] | None = None,
+    on_event: EventSink | None = None,
     confirm: Callable[[Contract], bool] | None = None,
 ) -> OptimizeResult:
     """Every stage, ``options.rounds`` times; returns the summary and writes each round's
@@ -99,7 +108,7 @@ def optimize(
     ``options.executor`` says, with up to ``options.search.parallel`` search trials in
     flight."""
     options = options or OptimizeOptions()
-    t0, emit = time.monotonic(), on_stage or (lambda stage, data: None)
+    t0, emit = time.monotonic(), on_event or ignore
     manifest = find(workload)
     manifest.scale(options.scale)
     options = replace(
@@ -109,9 +118,9 @@ def optimize(
     make_executor(options.executor.kind, out_dir, options.executor.ray_address)  # reachable?
 
     def note(r: int) -> Callable[[str], None]:
-        return lambda text: emit("note", {"round": r, "text": text})
+        return lambda text: emit(Note(text=text, round=r))
 
-    emit("init", {"round": 1})
+    emit(StageStarted(stage="init", round=1))
     contract = make_contract_for(manifest, options.scale, instruction, note(1))  # no folder yet
     if confirm is not None and not confirm(contract):
         raise OptimizeError("the contract was not confirmed: nothing was run")
@@ -133,8 +142,9 @@ def optimize(
         manifest = derive_workload(
             manifest, options.scale, winner, out_dir / f"round-{r + 1}" / "workload"
         )
-        emit("derive", {"round": r + 1, "workload": str(manifest.root)})
-        emit("init", {"round": r + 1})
+        emit(StageStarted(stage="derive", round=r + 1))
+        emit(Note(text=f"the next baseline: {manifest.root}", round=r + 1))
+        emit(StageStarted(stage="init", round=r + 1))
         contract = make_contract_for(manifest, options.scale, instruction, note(r + 1))
     return _summary(out_dir, done, first_baseline, time.monotonic() - t0)
 
@@ -144,14 +154,14 @@ def _one_round(
     round_dir: Path,
     r: int,
     options: OptimizeOptions,
-    emit: Callable[[str, dict], None],
+    emit: EventSink,
     bank: BankStore | None,
 ) -> tuple[RoundResult, dict]:
     """Doctor, Run, Apply and Report once, then the bank ingests the round."""
     round_dir.mkdir(parents=True, exist_ok=True)
     contract, report = _doctor(contract, round_dir, r, options, emit)
     advice = _advice(contract, report, r, emit, bank)
-    emit("run", {"round": r, "budget": options.search.budget.trials})
+    emit(StageStarted(stage="run", round=r, budget_trials=options.search.budget.trials))
     run_dir = (round_dir / "run").resolve()
     executor = make_executor(options.executor.kind, run_dir, options.executor.ray_address)
     proposer = make_proposer(
@@ -161,7 +171,7 @@ def _one_round(
         executor,
         report,
         options.proposer.llm_budget,
-        on_note=lambda text: emit("note", {"round": r, "text": text}),
+        on_note=lambda text: emit(Note(text=text, round=r)),
     )
     found = RunLoop(
         contract,
@@ -170,22 +180,22 @@ def _one_round(
         start=RunStart(doctor_report=report, bank_advice=advice),
         executor=executor,
         proposer=proposer,
-        on_event=lambda kind, data: emit("search", {"kind": kind, **data}),
+        on_event=emit,
     ).start()
-    emit("apply", {"round": r})
+    emit(StageStarted(stage="apply", round=r))
     applied = apply_run(
         run_dir,
         top_k=options.top_k,
         rounds=options.verify_rounds,
         seed=options.search.seed,
         executor=executor,
-        on_event=lambda kind, data: emit("verify", {"kind": kind, **data}),
+        on_event=emit,
     )
-    emit("report", {"round": r})
+    emit(StageStarted(stage="report", round=r))
     written = write_report(run_dir)
     ingested = ingest_run(run_dir, bank) if bank is not None else None
     if bank is not None and ingested is not None:
-        emit("bank-ingest", {"round": r, "added": ingested.added, "url": bank.url})
+        emit(BankIngested(round=r, url=bank.url, added=ingested.added))
     result = RoundResult(
         round=r,
         run_dir=str(run_dir),
@@ -211,10 +221,10 @@ def _doctor(
     round_dir: Path,
     r: int,
     options: OptimizeOptions,
-    emit: Callable[[str, dict], None],
+    emit: EventSink,
 ) -> tuple[Contract, DoctorReport]:
     """The Doctor's report of this round's baseline, and the contract sealed with it."""
-    emit("doctor", {"round": r})
+    emit(StageStarted(stage="doctor", round=r))
     doctor_dir = (round_dir / "doctor-trials").resolve()
     report = run_doctor(
         contract,
@@ -222,7 +232,7 @@ def _doctor(
         doctor_dir,
         executor=make_executor(options.executor.kind, doctor_dir, options.executor.ray_address),
         on_trial=lambda label, rec: emit(
-            "trial", {"stage": "doctor", "label": label, "status": rec.status.value}
+            TrialEnded(stage="doctor", record=rec, status=rec.status, label=label)
         ),
     )
     contract, report = sealed_contract(contract, report)
@@ -234,7 +244,7 @@ def _advice(
     contract: Contract,
     report: DoctorReport,
     r: int,
-    emit: Callable[[str, dict], None],
+    emit: EventSink,
     bank: BankStore | None,
 ) -> BankAdvice | None:
     """The experience bank's advice for this round (None without a bank)."""
@@ -242,14 +252,13 @@ def _advice(
         return None
     advice = advice_for(contract, report, bank)
     emit(
-        "bank",
-        {
-            "round": r,
-            "url": bank.url,
-            "experiences": advice.experiences,
-            "used": advice.used,
-            "seeds": [s.model_dump() for s in advice.seeds],
-        },
+        BankAdvised(
+            round=r,
+            url=bank.url,
+            experiences=advice.experiences,
+            used=advice.used,
+            seeds=list(advice.seeds),
+        )
     )
     return advice
 

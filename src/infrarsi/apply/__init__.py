@@ -9,13 +9,13 @@ measured configs otherwise), never through the Run stage's code.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 
 from infrarsi.apply import decide, outputs
 from infrarsi.apply.rounds import BASELINE, Rounds
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
+from infrarsi.events import ApplyPlanned, EventSink, ignore
 from infrarsi.executors import Executor, LocalExecutor
 from infrarsi.identity import ConfigKey, config_key
 from infrarsi.objective import compared_name
@@ -131,7 +131,7 @@ def apply_run(
     executor: Executor | None = None,
     rounds: int | None = None,
     seed: int = 0,
-    on_event: Callable[[str, dict], None] | None = None,
+    on_event: EventSink | None = None,
 ) -> ApplyResult:
     """Re-measure the run's top ``top_k`` candidates against the baseline, decide, write the
     files; returns (and saves as ``apply.json``) what was done."""
@@ -142,7 +142,9 @@ def apply_run(
     baseline_knobs = knob_rules.baseline(manifest, contract.scale)
     candidates = candidates_of(run, trials, baseline_knobs, top_k)
     n_rounds = rounds or decide.rounds_needed(contract.noise.repeats)
-    (on_event or (lambda *a: None))("plan", {"candidates": candidates, "rounds": n_rounds})
+    (on_event or ignore)(
+        ApplyPlanned(candidates=candidates, rounds=n_rounds, baseline_knobs=baseline_knobs)
+    )
     measurements = []
     if candidates:  # one host for the whole comparison: times are compared on one clock
         with (executor or LocalExecutor(run_dir)).pinned(manifest) as one_host:

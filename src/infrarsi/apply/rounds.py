@@ -12,6 +12,13 @@ from pathlib import Path
 
 from infrarsi.apply.decide import futile, pooled_sd, round_ratios
 from infrarsi.contract import Contract
+from infrarsi.events import (
+    CandidateDropped,
+    EventSink,
+    MeasurementEnded,
+    MeasurementLaunched,
+    ignore,
+)
 from infrarsi.executors import Executor, TrialRequest
 from infrarsi.objective import compared_time
 from infrarsi.records import CandidateResult, Measurement
@@ -40,7 +47,7 @@ class Rounds:
         executor: Executor,
         candidates: list[CandidateResult],
         baseline_knobs: dict,
-        on_event: Callable[[str, dict], None] | None = None,
+        on_event: EventSink | None = None,
         stored: Callable[[TrialRecord, str], object] | None = None,
     ):
         """``stored``: called with each measurement's record and label as it ends, before it
@@ -49,7 +56,7 @@ class Rounds:
         self.stored = stored or (lambda record, label: None)
         self.configs: dict[str, tuple[dict, list[str]]] = {BASELINE: (baseline_knobs, [])}
         self.configs.update({c.label: (c.knobs, c.patches) for c in candidates})
-        self.on_event = on_event or (lambda kind, data: None)
+        self.on_event: EventSink = on_event or ignore
         self.progress = self.run_dir / PROGRESS_FILE
         self.baselines: dict[int, TrialRecord] = {}
 
@@ -81,12 +88,12 @@ class Rounds:
         how many measurements the plan holds now (it shrinks as candidates are dropped)."""
         if (r, label) in done:
             return done[(r, label)]
-        self.on_event("launch", {"index": index, "total": total, "round": r, "label": label})
+        self.on_event(MeasurementLaunched(index=index, total=total, round=r, label=label))
         measurement, entry, record = self._measure(r, label)
         self.stored(record, f"{label} round {r}")
         with self.progress.open("a") as f:
             f.write(json.dumps(entry) + "\n")
-        self.on_event("end", {"index": index, "total": total, "measurement": measurement})
+        self.on_event(MeasurementEnded(index=index, total=total, measurement=measurement))
         return measurement
 
     def _drop_futile(self, out: list[Measurement], r: int, rounds: int, confidence: float) -> None:
@@ -104,7 +111,7 @@ class Rounds:
             mine = [m for m in out if m.label == label]
             if any(m.valid is False for m in mine):
                 self.dropped[label] = r
-                self.on_event("drop", {"round": r, "label": label, "why": "a check failed"})
+                self.on_event(CandidateDropped(round=r, label=label, why="a check failed"))
                 continue
             times: list[float | None] = [None] * rounds
             for m in mine:
@@ -115,13 +122,9 @@ class Rounds:
             if futile(logs, confidence, rounds, pooled):
                 self.dropped[label] = r
                 self.on_event(
-                    "drop",
-                    {
-                        "round": r,
-                        "label": label,
-                        "ratios": mine,
-                        "why": "its interval lies below 1",
-                    },
+                    CandidateDropped(
+                        round=r, label=label, why="its interval lies below 1", ratios=list(logs)
+                    )
                 )
 
     def _done(self, order: list[tuple[int, str]]) -> dict[tuple[int, str], Measurement]:

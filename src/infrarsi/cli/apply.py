@@ -4,6 +4,7 @@ verification table, the decision, and the files written (or one JSON object)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,10 +18,17 @@ from infrarsi.bank import ingest_run
 from infrarsi.cli.errors import user_error
 from infrarsi.contract import load_contract
 from infrarsi.errors import InfraRSIError
+from infrarsi.events import (
+    ApplyPlanned,
+    CandidateDropped,
+    Event,
+    MeasurementEnded,
+    MeasurementLaunched,
+)
 from infrarsi.executors.choice import make_executor
 from infrarsi.identity import changed_knobs
 from infrarsi.options import BankOptions, ExecutorOptions
-from infrarsi.records import ApplyResult
+from infrarsi.records import ApplyResult, CandidateResult, Measurement
 from infrarsi.store.bank import BankStore
 
 
@@ -32,50 +40,39 @@ class ApplyScreen:
         self.progress: Progress | None = None
         self.task: TaskID | None = None
 
-    def event(self, kind: str, data: dict) -> None:
-        if kind == "plan":
-            labels = ", ".join(f"{c.label}={c.patches or 'knobs'}" for c in data["candidates"])
-            self.console.print(
-                f"apply: {data['rounds']} interleaved rounds of the baseline and "
-                f"{len(data['candidates'])} candidate(s): {labels or 'none'}",
-                markup=False,
-                highlight=False,
-            )
-            return
-        if self.progress is None or self.task is None:
-            return
-        if kind == "drop":
-            self.progress.console.print(
-                f"  {data['label']} dropped before round {data['round'] + 1}: it cannot be "
-                "promoted any more (a check failed, or its interval lies below 1)",
-                markup=False,
-                highlight=False,
-            )
-        elif kind == "launch":
-            self.progress.update(
-                self.task,
-                total=data["total"],
-                completed=data["index"],
-                description=f"round {data['round'] + 1}: {data['label']}",
-            )
-        elif kind == "end":
-            m = data["measurement"]
-            self.progress.update(self.task, completed=data["index"] + 1)
-            verdict = (
-                ""
-                if m.valid is None
-                else (
-                    "  checks passed"
-                    if m.valid
-                    else f"  REFUSED: {m.reasons[0] if m.reasons else ''}"
+    def event(self, event: Event) -> None:
+        match event:
+            case ApplyPlanned(candidates=candidates, rounds=rounds, baseline_knobs=base):
+                labels = ", ".join(f"{c.label}: {_changes(c, base)}" for c in candidates)
+                self.console.print(
+                    f"apply: {rounds} interleaved rounds of the baseline and "
+                    f"{len(candidates)} candidate(s): {labels or 'none'}",
+                    markup=False,
+                    highlight=False,
                 )
-            )
-            self.progress.console.print(
-                f"  round {m.round + 1} {m.label}: {m.status} "
-                f"{m.compared_s if m.compared_s is not None else '-'} s{verdict}",
-                markup=False,
-                highlight=False,
-            )
+            case CandidateDropped(label=label, round=r) if self.progress is not None:
+                self.progress.console.print(
+                    f"  {label} dropped before round {r + 1}: it cannot be promoted any more "
+                    "(a check failed, or its interval lies below 1)",
+                    markup=False,
+                    highlight=False,
+                )
+            case MeasurementLaunched() if self.progress is not None and self.task is not None:
+                self.progress.update(
+                    self.task,
+                    total=event.total,
+                    completed=event.index,
+                    description=f"round {event.round + 1}: {event.label}",
+                )
+            case MeasurementEnded(measurement=m) if self.progress is not None:
+                if self.task is not None:
+                    self.progress.update(self.task, completed=event.index + 1)
+                self.progress.console.print(
+                    f"  round {m.round + 1} {m.label}: {m.status} "
+                    f"{m.compared_s if m.compared_s is not None else '-'} s{_verdict(m)}",
+                    markup=False,
+                    highlight=False,
+                )
 
     def __enter__(self):
         self.progress = Progress(console=self.console, transient=True)
@@ -125,6 +122,18 @@ def show(result: ApplyResult, out: Console) -> None:
         markup=False,
         highlight=False,
     )
+
+
+def _changes(c: CandidateResult, baseline: Mapping[str, object]) -> str:
+    """What a candidate changes from the baseline: its knobs and patches."""
+    knobs = [f"{k}={v}" for k, v in changed_knobs(c.knobs, baseline).items()]
+    return " ".join(knobs + [f"+{p}" for p in c.patches]) or "the baseline"
+
+
+def _verdict(m: Measurement) -> str:
+    if m.valid is None:
+        return ""
+    return "  checks passed" if m.valid else f"  REFUSED: {m.reasons[0] if m.reasons else ''}"
 
 
 @dataclass(frozen=True, kw_only=True)

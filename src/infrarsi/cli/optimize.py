@@ -13,8 +13,20 @@ from rich.console import Console
 
 from infrarsi.cli.errors import user_error
 from infrarsi.errors import InfraRSIError
+from infrarsi.events import (
+    BankAdvised,
+    BankIngested,
+    CandidateDropped,
+    Event,
+    MeasurementEnded,
+    Note,
+    PatchesAsked,
+    StageStarted,
+    TrialEnded,
+)
 from infrarsi.optimize import OptimizeResult, optimize
 from infrarsi.options import Budget, OptimizeOptions, ProposerOptions, SearchOptions
+from infrarsi.records import Measurement
 
 STAGES = {
     "init": "Init: the contract",
@@ -37,60 +49,57 @@ class OptimizeScreen:
             f"[{time.monotonic() - self.t0:6.0f} s] {text}", markup=False, highlight=False
         )
 
-    def __call__(self, stage: str, data: dict) -> None:
-        if stage in STAGES:
-            extra = f" (budget {data['budget']} trials)" if data.get("budget") else ""
-            self._say(f"round {data.get('round', '')}: {STAGES[stage]}{extra}")
-        elif stage == "note":
-            self._say(data["text"])
-        elif stage == "bank":
-            seeds = (
-                "; ".join(
-                    f"{_seed(s)} (expects {s['expected_speedup']:.2f}x, similarity "
-                    f"{s['similarity']:.2f})"
-                    for s in data["seeds"]
-                )
-                or "none"
-            )
-            self._say(
-                f"round {data['round']}: bank {data['url']}: {data['used']} of "
-                f"{data['experiences']} experiences similar enough; seeds: {seeds}"
-            )
-        elif stage == "bank-ingest":
-            self._say(f"round {data['round']}: bank: {data['added']} experiences added")
-        elif stage == "trial":
-            self._say(f"  doctor: {data['label']} {data['status']}")
-        elif stage == "search" and data["kind"] == "propose":
-            self._say(f"  {data['proposer']}: asked for a patch after {data['trials']} trials")
-        elif stage == "search" and data["kind"] == "end":
-            o = data["outcome"]
-            step = f"{o.step_time_s:.4f} s/step" if o.step_time_s else ""
-            self._say(f"  trial {data['seq']}: {data['config'].describe()} -> {o.status} {step}")
-        elif stage == "verify" and data["kind"] == "drop":
-            self._say(
-                f"  apply: {data['label']} dropped before round {data['round'] + 1} "
-                "(cannot be promoted any more)"
-            )
-        elif stage == "verify" and data["kind"] == "end":
-            m = data["measurement"]
-            check = (
-                ""
-                if m.valid is None
-                else (
-                    " checks passed"
-                    if m.valid
-                    else " REFUSED: " + (m.reasons[0] if m.reasons else "")
-                )
-            )
-            self._say(
-                f"  apply {data['index'] + 1}/{data['total']}: round {m.round + 1} "
-                f"{m.label} {m.status} {m.compared_s or 0:.4f} s{check}"
-            )
+    def __call__(self, event: Event) -> None:
+        line = _line(event)
+        if line is not None:
+            self._say(line)
 
 
-def _seed(seed: dict) -> str:
-    knobs = " ".join(f"{k}={v}" for k, v in seed["knobs"].items())
-    return f"{knobs} {'+'.join(seed['patches']) or 'no patch'}"
+def _line(event: Event) -> str | None:
+    """The line ``optimize`` prints for an event (None: nothing)."""
+    match event:
+        case StageStarted(stage=stage, round=r, budget_trials=budget):
+            extra = f" (budget {budget} trials)" if budget else ""
+            return f"round {r}: {STAGES.get(stage, stage)}{extra}"
+        case Note(text=text):
+            return text
+        case BankAdvised():
+            seeds = "; ".join(
+                f"{_seed(s.knobs, s.patches)} (expects {s.expected_speedup:.2f}x, "
+                f"similarity {s.similarity:.2f})"
+                for s in event.seeds
+            )
+            return (
+                f"round {event.round}: bank {event.url}: {event.used} of "
+                f"{event.experiences} experiences similar enough; seeds: {seeds or 'none'}"
+            )
+        case BankIngested(round=r, added=added):
+            return f"round {r}: bank: {added} experiences added"
+        case TrialEnded(stage="doctor", label=label, status=status):
+            return f"  doctor: {label} {status}"
+        case TrialEnded(seq=seq, changes=changes, status=status, ranked_time_per_step_s=t):
+            step = f"{t:.4f} s/step" if t else ""
+            return f"  trial {seq}: {changes} -> {status} {step}"
+        case PatchesAsked(proposer=proposer, trials=trials):
+            return f"  {proposer}: asked for a patch after {trials} trials"
+        case CandidateDropped(label=label, round=r):
+            return f"  apply: {label} dropped before round {r + 1} (cannot be promoted any more)"
+        case MeasurementEnded(measurement=m):
+            return (
+                f"  apply {event.index + 1}/{event.total}: round {m.round + 1} "
+                f"{m.label} {m.status} {m.compared_s or 0:.4f} s{_verdict(m)}"
+            )
+    return None
+
+
+def _verdict(m: Measurement) -> str:
+    if m.valid is None:
+        return ""
+    return " checks passed" if m.valid else " REFUSED: " + (m.reasons[0] if m.reasons else "")
+
+
+def _seed(knobs: dict[str, object], patches: list[str]) -> str:
+    return f"{' '.join(f'{k}={v}' for k, v in knobs.items())} {'+'.join(patches) or 'no patch'}"
 
 
 def _x(value: float | None) -> str:
@@ -115,8 +124,8 @@ def headline(result: OptimizeResult) -> list[str]:
                 f", measured {seed['measured_speedup']:.2f}x" if seed["measured_speedup"] else ""
             )
             lines.append(
-                f"  bank seed {_seed(seed)}: expected {seed['expected_speedup']:.2f}x"
-                f"{measured}: {held}"
+                f"  bank seed {_seed(seed['knobs'], seed['patches'])}: expected "
+                f"{seed['expected_speedup']:.2f}x{measured}: {held}"
             )
         lines.append(f"  report: {r.report_html}")
     b = result.baseline
@@ -144,7 +153,7 @@ def optimize_command(
             workload,
             instruction,
             options,
-            on_stage=screen,
+            on_event=screen,
             confirm=None if yes else _confirm(err),
         )
     except InfraRSIError as exc:

@@ -15,6 +15,14 @@ from infrarsi.bank import advice_for, ingest_run
 from infrarsi.cli.errors import user_error
 from infrarsi.contract import Contract, load_contract
 from infrarsi.errors import InfraRSIError
+from infrarsi.events import (
+    Event,
+    PatchesAsked,
+    PatchesProposed,
+    RunStarted,
+    TrialEnded,
+    TrialLaunched,
+)
 from infrarsi.executors import Executor
 from infrarsi.executors.choice import make_executor
 from infrarsi.options import (
@@ -159,7 +167,7 @@ class _Screen:
 
     def __init__(self, console: Console):
         self.console = console
-        self.rows: list[tuple] = []
+        self.rows: list[tuple[str, ...]] = []
         self.best = "-"
         self._live: Live | None = None
 
@@ -171,61 +179,66 @@ class _Screen:
         self._live = Live(self._table(), console=self.console, refresh_per_second=4)
         return self._live
 
-    def event(self, kind: str, data: dict) -> None:
-        if kind == "start":
-            self.console.print(
-                f"run {data['run_id']} in {data['run_dir']}: "
-                f"{data['candidates']} candidates"
-                + (
-                    f", {data['resumed']} trials resumed, {data['requeued']} interrupted re-queued"
-                    if data["resumed"] or data["requeued"]
-                    else ""
-                ),
-                markup=False,
-                highlight=False,
-            )
-            return
-        if kind == "launch":
-            if self._live is None:
-                self.console.print(
-                    f"  trial {data['seq']}: {data['config'].describe()} ...",
-                    markup=False,
-                    highlight=False,
-                )
-            return
-        outcome, predicted = data["outcome"], data["predicted"] or Prediction()
-        best = data["best"]
-        self.best = best.describe() if best is not None else "-"
+    def event(self, event: Event) -> None:
+        match event:
+            case RunStarted():
+                self._started(event)
+            case TrialLaunched(seq=seq, changes=changes) if self._live is None:
+                self._say(f"  trial {seq}: {changes} ...")
+            case TrialEnded():
+                self._ended(event)
+            case PatchesAsked(proposer=proposer, trials=trials):
+                self._say(f"  {proposer}: asked for a patch after {trials} trials")
+            case PatchesProposed(proposer=proposer, accepted=accepted):
+                self._say(f"  {proposer}: accepted {', '.join(accepted) or 'none'}")
+
+    def _say(self, text: str) -> None:
+        if self._live is None:
+            self.console.print(text, markup=False, highlight=False)
+
+    def _started(self, e: RunStarted) -> None:
+        again = (
+            f", {e.resumed} trials resumed, {e.requeued} interrupted re-queued"
+            if e.resumed or e.requeued
+            else ""
+        )
+        self.console.print(
+            f"run {e.run_id} in {e.run_dir}: {e.candidates} candidates{again}",
+            markup=False,
+            highlight=False,
+        )
+
+    def _ended(self, e: TrialEnded) -> None:
+        predicted = e.predicted or Prediction()
+        self.best = e.best or "-"
         row = (
-            str(data["seq"]),
-            outcome.status,
+            str(e.seq),
+            str(e.status),
             _seconds(predicted.ranked_time_per_step_s),
-            _seconds(outcome.step_time_s),
+            _seconds(e.ranked_time_per_step_s),
             _bytes(predicted.peak_bytes),
-            _bytes(outcome.peak_bytes),
+            _bytes(e.peak_bytes),
             f"{predicted.p_oom:.2f}" if predicted.p_oom is not None else "-",
-            f"{outcome.cost_s:.1f}",
-            data["config"].describe(),
+            f"{e.record.cost_s:.1f}",
+            e.changes,
         )
         self.rows.append(row)
         if self._live is not None:
             self._live.update(self._table())
-        else:
-            self.console.print(
-                f"  trial {row[0]}: {row[1]} step {row[3]} (predicted {row[2]}), "
-                f"peak {row[5]} (predicted {row[4]}, P(OOM) {row[6]}), "
-                f"cost {row[7]} s; best so far: {self.best}",
-                markup=False,
-                highlight=False,
-            )
+            return
+        self._say(
+            f"  trial {row[0]}: {row[1]} objective time/step {row[3]} (predicted {row[2]}), "
+            f"peak {row[5]} (predicted {row[4]}, P(OOM) {row[6]}), "
+            f"cost {row[7]} s; best so far: {self.best}"
+        )
 
     def _table(self) -> Table:
         table = Table(title=f"best so far: {self.best}", title_justify="left")
         for name in (
             "#",
             "status",
-            "step s (pred)",
-            "step s",
+            "objective s/step (pred)",
+            "objective s/step",
             "peak (pred)",
             "peak",
             "P(OOM)",

@@ -12,14 +12,23 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
+from infrarsi.events import (
+    EventSink,
+    PatchesAsked,
+    PatchesProposed,
+    RunStarted,
+    TrialEnded,
+    TrialLaunched,
+    ignore,
+)
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
+from infrarsi.identity import changed_knobs
 from infrarsi.objective import ranked_step_time_s, steady_step_time_s
 from infrarsi.options import Budget, SearchOptions
 from infrarsi.proposal import FinishedTrial, ProposalState, Proposer, Recorded, patch_outcomes
@@ -105,6 +114,15 @@ def outcome_of(
     )
 
 
+def describe_changes(config: Config, baseline: Config) -> str:
+    """What a config changes from the baseline: ``micro_batch=4 +sdpa_attention``, or
+    ``baseline``."""
+    changed = changed_knobs(config.knob_dict, baseline.knob_dict)
+    parts = [f"{k}={v}" for k, v in sorted(changed.items())]
+    parts += [f"+{p}" for p in sorted(config.patches)]
+    return " ".join(parts) or "baseline"
+
+
 def config_json(config: Config) -> dict[str, Any]:
     """A config as stored: knobs and sorted patches."""
     return {"knobs": config.knob_dict, "patches": sorted(config.patches)}
@@ -126,7 +144,7 @@ class RunLoop:
         start: RunStart | None = None,
         executor: Executor | None = None,
         proposer: Proposer | None = None,
-        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        on_event: EventSink | None = None,
     ):
         """``options``: the searcher, its budget (resolved against the contract's), seed,
         trials in flight and store. ``start``: what the run starts from — the Doctor's report
@@ -148,7 +166,7 @@ class RunLoop:
         self.executor = executor or LocalExecutor(self.run_dir)
         start = start or RunStart()
         self.doctor_report, self.bank_advice = start.doctor_report, start.bank_advice
-        self.on_event = on_event or (lambda kind, data: None)
+        self.on_event: EventSink = on_event or ignore
         self.manifest = contract.manifest()
         self.proposer = proposer
         self._proposed_at: int | None = None
@@ -190,11 +208,10 @@ class RunLoop:
             return False
         self._proposed_at = count
         catalog = self.proposer.searches_catalog
-        self.on_event("propose", {"proposer": self.proposer.name, "trials": count})
+        self.on_event(PatchesAsked(proposer=self.proposer.name, trials=count))
         new = self.proposer.propose(_proposal_state(store.trials(run_id), baseline))
-        self.on_event(
-            "proposed", {"proposer": self.proposer.name, "accepted": [p.patch_id for p in new]}
-        )
+        accepted = [p.patch_id for p in new]
+        self.on_event(PatchesProposed(proposer=self.proposer.name, accepted=accepted))
         return bool(new) or catalog != self.proposer.searches_catalog
 
     def start(self) -> RunResult:
@@ -244,7 +261,7 @@ class RunLoop:
         parallel: int = 1,
         executor: Executor | None = None,
         proposer: Proposer | None = None,
-        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        on_event: EventSink | None = None,
     ) -> RunResult:
         """Continue the run in ``run_dir`` where it stopped: its searcher, budget, seed and
         store as stored, from the Doctor's report and the bank's advice kept beside it; the
@@ -293,14 +310,13 @@ class RunLoop:
         spent_s = sum(t.cost_s or 0.0 for t in finished)
         count, t0 = len(finished), time.monotonic()
         self.on_event(
-            "start",
-            {
-                "run_id": run_id,
-                "run_dir": str(self.run_dir),
-                "resumed": len(finished),
-                "requeued": len(queue),
-                "candidates": len(problem.candidates),
-            },
+            RunStarted(
+                run_id=run_id,
+                run_dir=str(self.run_dir),
+                candidates=len(problem.candidates),
+                resumed=len(finished),
+                requeued=len(queue),
+            )
         )
         reason, stopping = "budget spent", False
         flying: dict[str, tuple[Config, int, int, Prediction | None, SlowBound | None]] = {}
@@ -338,9 +354,8 @@ class RunLoop:
                         seq,
                     )
                     seq += 1
-                self.on_event(
-                    "launch", {"seq": this_seq, "config": config, "predicted": predictions}
-                )
+                changes = describe_changes(config, problem.baseline)
+                self.on_event(TrialLaunched(seq=this_seq, changes=changes, predicted=predictions))
                 bound = searcher.slow_bound()
                 flying[self._submit(config, bound)] = (config, row, this_seq, predictions, bound)
                 searcher.tried.add(config)  # in flight: not proposed again meanwhile
@@ -362,15 +377,19 @@ class RunLoop:
             )
             searcher.tell(config, outcome)
             count, spent_s = count + 1, spent_s + record.cost_s
+            best = searcher.recommend()
             self.on_event(
-                "end",
-                {
-                    "seq": this_seq,
-                    "config": config,
-                    "outcome": outcome,
-                    "predicted": predictions,
-                    "best": searcher.recommend(),
-                },
+                TrialEnded(
+                    stage=Stage.RUN.value,
+                    record=record,
+                    status=outcome.status,
+                    seq=this_seq,
+                    changes=describe_changes(config, problem.baseline),
+                    ranked_time_per_step_s=outcome.step_time_s,
+                    peak_bytes=outcome.peak_bytes,
+                    predicted=predictions,
+                    best=None if best is None else describe_changes(best, problem.baseline),
+                )
             )
         ranked = ranking(searcher, store.trials(run_id))
         store.set_ranking(run_id, ranked)

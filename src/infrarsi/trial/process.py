@@ -86,8 +86,8 @@ class _RankSampler(threading.Thread):
         """Note a rank's RSS; return a non-rank process's RSS (0 for a rank)."""
         if child.pid not in self._ranks:
             env = child.environ()
-            rank = env.get("RANK", "0" if env.get("INFRARSI_CAP_SELF") == "1" else None)
-            self._ranks[child.pid] = int(rank) if rank is not None else None
+            named = env.get("RANK", "0" if env.get("INFRARSI_CAP_SELF") == "1" else None)
+            self._ranks[child.pid] = int(named) if named is not None else None
         rank = self._ranks[child.pid]
         rss = child.memory_info().rss
         if rank is None:
