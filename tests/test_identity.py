@@ -92,3 +92,17 @@ def test_a_record_that_travelled_from_a_node_has_its_file_paths_moved_not_its_te
     assert landed.evaluation.final_weights == "/home/me/run/trials/t1/final.pt"
     assert landed.evaluation.initial_weights == "/elsewhere"
     assert landed.commands == record.commands and landed.error == record.error
+
+
+def test_a_stored_record_written_by_a_newer_version_is_refused_with_the_fix(tmp_path):
+    import pytest
+
+    from infrarsi.records import ApplyResult, BankAdvice
+
+    with pytest.raises(ValueError, match="upgrade InfraRSI"):
+        BankAdvice(
+            schema_version=99, bank_url="sqlite://", hardware={}, workload={}, experiences=0, used=0
+        )
+    (tmp_path / "apply.json").write_text('{"schema_version": 99}')
+    with pytest.raises(ValueError, match="upgrade InfraRSI"):
+        ApplyResult.load(tmp_path)

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from infrarsi.contract import Equivalence
 from infrarsi.identity import canonical_value
@@ -19,6 +19,8 @@ from infrarsi.trial.record import TrialStatus
 APPLY_FILE = "apply.json"
 DOCTOR_FILE = "doctor.json"
 DOCTOR_SCHEMA_VERSION = 1
+APPLY_SCHEMA_VERSION = 1
+BANK_ADVICE_SCHEMA_VERSION = 1
 
 
 class _Frozen(BaseModel):
@@ -124,6 +126,11 @@ class DoctorReport(_Frozen):
     warnings: list[str] = []
     trials: list[DoctorTrial] = []
 
+    @field_validator("schema_version")
+    @classmethod
+    def _readable(cls, version: int) -> int:
+        return _known_version(version, DOCTOR_SCHEMA_VERSION, "doctor.json")
+
     def to_json(self) -> str:
         """The report as stored (``doctor.json``)."""
         return self.model_dump_json(indent=2)
@@ -182,7 +189,18 @@ class RunResult(_Frozen):
     baseline_step_time_s: float | None = None
 
 
-class Measurement(BaseModel):
+def _known_version(version: int, newest: int, what: str) -> int:
+    """A stored record's schema version, refused when this version of InfraRSI cannot read
+    it (written by a newer one)."""
+    if version > newest:
+        raise ValueError(
+            f"{what} has schema version {version}; this InfraRSI reads up to {newest}: "
+            "upgrade InfraRSI to read it"
+        )
+    return version
+
+
+class Measurement(_Frozen):
     """One trial of Apply's interleaved rounds, with the verdict of ``verify`` on it."""
 
     round: int
@@ -204,7 +222,7 @@ class Measurement(BaseModel):
     not_checked: list[str] = []
 
 
-class CandidateResult(BaseModel):
+class CandidateResult(_Frozen):
     """A re-measured candidate: its speed-up over the neighbouring baselines round by round,
     the interval over rounds, and whether every repeat passed every check."""
 
@@ -221,10 +239,11 @@ class CandidateResult(BaseModel):
     promoted: bool = False
 
 
-class ApplyResult(BaseModel):
+class ApplyResult(_Frozen):
     """What Apply did and decided: the rounds, every measurement, each candidate's interval,
     the promoted winner (or none) and the files written."""
 
+    schema_version: int = APPLY_SCHEMA_VERSION
     run_dir: str
     run_id: str
     contract_hash: str
@@ -250,6 +269,11 @@ class ApplyResult(BaseModel):
     promoted: str | None = Field(None, description="label of the promoted candidate")
     decision: str
     files: dict[str, str] = {}
+
+    @field_validator("schema_version")
+    @classmethod
+    def _readable(cls, version: int) -> int:
+        return _known_version(version, APPLY_SCHEMA_VERSION, "apply.json")
 
     @property
     def winner(self) -> CandidateResult | None:
@@ -385,6 +409,7 @@ class BankAdvice(_Frozen):
     patches, each fitted on past outcomes weighted by their similarity to this host and
     workload (so a distant past says little). Written as ``bank_advice.json`` in the run."""
 
+    schema_version: int = BANK_ADVICE_SCHEMA_VERSION
     bank_url: str
     hardware: dict[str, Any]
     workload: dict[str, Any]
@@ -395,6 +420,11 @@ class BankAdvice(_Frozen):
     memory_coefficients: dict[str, float] = {}
     seeds: list[BankSeed] = []
     notes: list[str] = []
+
+    @field_validator("schema_version")
+    @classmethod
+    def _readable(cls, version: int) -> int:
+        return _known_version(version, BANK_ADVICE_SCHEMA_VERSION, "bank_advice.json")
 
     def log_speed(
         self, knobs: dict[str, Any], patches: Iterable[str], baseline: dict[str, Any]

@@ -180,7 +180,8 @@ def apply_run(
         decision=decision,
     )
     _store_every_stage(store, run.run_id, result, run_dir)
-    result.files = _write(result, run, store.trials(run.run_id, None), contract, manifest, run_dir)
+    files = _write(result, run, store.trials(run.run_id, None), contract, manifest, run_dir)
+    result = result.model_copy(update={"files": files})
     result.save(run_dir)
     return result
 

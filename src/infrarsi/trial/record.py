@@ -243,6 +243,16 @@ class TrialRecord(BaseModel):
             update={"trial_dir": move(self.trial_dir) or "", "evaluation": evaluation}
         )
 
+    @field_validator("schema_version")
+    @classmethod
+    def _readable(cls, version: int) -> int:
+        if version > RECORD_SCHEMA_VERSION:
+            raise ValueError(
+                f"a trial record of schema version {version}; this InfraRSI reads up to "
+                f"{RECORD_SCHEMA_VERSION}: upgrade InfraRSI to read it"
+            )
+        return version
+
     @field_validator("status")
     @classmethod
     def _finished(cls, status: TrialStatus) -> TrialStatus:
