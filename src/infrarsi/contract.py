@@ -159,6 +159,12 @@ class Contract(_Frozen):
     drafted_by: Literal["rules", "llm"] = "rules"
     contract_hash: str = ""
 
+    @classmethod
+    def read(cls, data: object) -> Contract:
+        """A contract as stored (parsed YAML, or the JSON a run keeps): the one reader; the
+        hash is checked by ``load_contract``."""
+        return cls.model_validate(data)
+
     def compute_hash(self) -> str:
         """sha256 of the canonical JSON of every field but the hash itself."""
         body = self.model_dump(mode="json", exclude={"contract_hash"})
@@ -218,7 +224,7 @@ def load_contract(path: str | Path) -> Contract:
     """Read a contract and check its hash: an edited contract is refused."""
     path = Path(path)
     try:
-        contract = Contract.model_validate(yaml.safe_load(path.read_text()))
+        contract = Contract.read(yaml.safe_load(path.read_text()))
     except FileNotFoundError:
         raise ContractError(f"{path}: no such contract") from None
     except (ValidationError, yaml.YAMLError) as exc:

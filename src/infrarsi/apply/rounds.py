@@ -144,7 +144,7 @@ class Rounds:
             ):
                 found[(m.round, m.label)] = m
                 if m.label == BASELINE and entry.get("record"):
-                    self.baselines[m.round] = TrialRecord.model_validate(entry["record"])
+                    self.baselines[m.round] = TrialRecord.from_json(json.dumps(entry["record"]))
         return found
 
     def _measure(self, r: int, label: str) -> tuple[Measurement, dict, TrialRecord]:

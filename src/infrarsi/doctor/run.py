@@ -229,8 +229,8 @@ def build_report(
         contract.mem_cap_bytes,
     )
     not_measured = {} if phases else {"phases": NOT_MEASURED, "top_ops": NOT_MEASURED}
-    return DoctorReport.model_validate(
-        {
+    return DoctorReport(
+        **{
             "contract_hash": contract.contract_hash,
             "workload": manifest.name,
             "scale": contract.scale,

@@ -236,7 +236,7 @@ class RayExecutor(Executor):
         workdir.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
             archive.extractall(workdir, filter="data")
-        record = TrialRecord.model_validate_json(record_json).moved(node_workdir, str(workdir))
+        record = TrialRecord.from_json(record_json).moved(node_workdir, str(workdir))
         if record.trial_dir and Path(record.trial_dir).is_dir():
             record.save(Path(record.trial_dir) / "record.json")
         return record

@@ -282,5 +282,5 @@ def write_report(run_dir: Path) -> Report:
         markdown=str(md),
         html=str(html),
         figures=written,
-        summary=ReportSummary.model_validate(data.summary),
+        summary=ReportSummary(**data.summary),
     )

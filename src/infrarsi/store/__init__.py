@@ -65,7 +65,7 @@ class StoredRun(BaseModel):
     @property
     def contract(self) -> Contract:
         """The run's frozen contract, as stored with it."""
-        return Contract.model_validate(self.contract_json)
+        return Contract.read(self.contract_json)
 
     @property
     def ranking(self) -> list[RankedConfig]:

@@ -210,7 +210,7 @@ class BankStore:
             if value is not None:
                 query = query.where(column == value)
         with Session(self.engine) as s:
-            return [Experience.model_validate(r, from_attributes=True) for r in s.scalars(query)]
+            return [_experience(r) for r in s.scalars(query)]
 
     def experience(self, experience_id: int) -> Experience:
         """One experience by id; KeyError with the ids' range otherwise."""
@@ -225,7 +225,7 @@ class BankStore:
                     if lo is not None
                     else f"the bank {self.url} is empty"
                 )
-            return Experience.model_validate(row, from_attributes=True)
+            return _experience(row)
 
     def seeds(self, run_id: str | None = None) -> list[StoredSeed]:
         """Seeds given to runs (to one run), oldest first."""
@@ -233,7 +233,7 @@ class BankStore:
         if run_id is not None:
             query = query.where(SeedRow.run_id == run_id)
         with Session(self.engine) as s:
-            return [StoredSeed.model_validate(r, from_attributes=True) for r in s.scalars(query)]
+            return [_seed(r) for r in s.scalars(query)]
 
     def patch_text(self, sha256: str) -> str | None:
         """A stored patch's text by its content hash."""
@@ -270,11 +270,11 @@ class BankStore:
                 f'{path}: not a bank export (no "format": "infrarsi-bank"); '
                 "write one with `infrarsi bank export FILE`"
             )
-        experiences = [Experience.model_validate(e) for e in data.get("experiences", [])]
+        experiences = [_experience(e) for e in data.get("experiences", [])]
         texts = {sha: tuple(v) for sha, v in data.get("patch_texts", {}).items()}
         added = self.add(experiences, texts)
         seen = {(x.run_id, json.dumps(x.knobs_json, sort_keys=True)) for x in self.seeds()}
-        seeds = [StoredSeed.model_validate(x) for x in data.get("seeds", [])]
+        seeds = [_seed(x) for x in data.get("seeds", [])]
         new_seeds = [
             x for x in seeds if (x.run_id, json.dumps(x.knobs_json, sort_keys=True)) not in seen
         ]
@@ -316,3 +316,13 @@ def upgrade(engine) -> None:
 def revision(engine) -> str | None:
     """The schema revision a bank is at."""
     return store.revision(engine, VERSION_TABLE)
+
+
+def _experience(source: object) -> Experience:
+    """An experience as stored: a row of the bank, or an entry of an export file."""
+    return Experience.model_validate(source, from_attributes=True)
+
+
+def _seed(source: object) -> StoredSeed:
+    """A seed as stored: a row of the bank, or an entry of an export file."""
+    return StoredSeed.model_validate(source, from_attributes=True)

@@ -269,7 +269,13 @@ class TrialRecord(BaseModel):
     @classmethod
     def load(cls, path: Path) -> TrialRecord:
         """Read a record written by ``save``."""
-        return cls.model_validate_json(Path(path).read_text())
+        return cls.from_json(Path(path).read_text())
+
+    @classmethod
+    def from_json(cls, text: str) -> TrialRecord:
+        """A record from its JSON text (as ``save`` writes it, or as a node sends it): the one
+        reader of a trial record's text."""
+        return cls.model_validate_json(text)
 
 
 def _under(path: str, root: str) -> bool:
