@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from postgres import bank_url, postgres_server, postgres_url, store_url  # noqa: F401 - one server per session for the store's and the bank's suites
 
 from infrarsi.trial.process import trial_processes
 from infrarsi.workloads import find, load_manifest

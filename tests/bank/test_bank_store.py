@@ -8,7 +8,6 @@ import sqlite3
 
 import pytest
 from helpers import experience
-from postgres import bank_url, postgres_server, postgres_url  # noqa: F401 - fixtures
 from sqlalchemy import create_engine, inspect, text
 
 from infrarsi.store import bank as bank_store

@@ -3,7 +3,6 @@ versioned schema, search trials written running then final, interrupted ones fou
 Doctor's and Apply's trials beside them, and one typed record read back as it was written."""
 
 import pytest
-from postgres import postgres_server, postgres_url, store_url  # noqa: F401 - fixtures
 from sqlalchemy import inspect
 
 from infrarsi.records import RankedConfig
