@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -193,6 +194,15 @@ def proposed_by(run_dir: Path) -> dict[str, str]:
         for line in read_lines(run_dir)
         if line.status is ProposalStatus.ACCEPTED and line.patch_id
     }
+
+
+def who_proposed(patches: Iterable[str], writers: dict[str, str], chose: str | None) -> str | None:
+    """Who a trial's config came from: the writers of its proposed patches (``writers``:
+    ``proposed_by``), then who chose the config (the searcher), ``via`` between them."""
+    wrote = sorted({writers[p] for p in patches if p in writers})
+    if not wrote:
+        return chose
+    return " + ".join(wrote) + (f" via {chose}" if chose else "")
 
 
 def resolve(patches: list[str], run_dir: Path) -> list[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from infrarsi.identity import changed_knobs
 from infrarsi.objective import ranked_step_time_s
+from infrarsi.proposal import who_proposed
 from infrarsi.records import ApplyResult
 from infrarsi.store import Stage, StoredRun, StoredTrial
 from infrarsi.trial import TrialRecord, patching, prepare
@@ -112,10 +113,6 @@ def audit_lines(
     writers = writers or {}
     verdicts = {m.trial_id: m for m in result.measurements}
 
-    def by(patches, default: str | None) -> str | None:
-        wrote = sorted({writers[p] for p in patches if p in writers})
-        return " + ".join(wrote) + (f" via {default}" if default else "") if wrote else default
-
     out = []
     for t in trials:
         context = {
@@ -129,10 +126,14 @@ def audit_lines(
             "error": t.error,
         }
         if t.stage is Stage.RUN:
-            context["proposed_by"] = t.proposed_by or by(t.config_json["patches"], run.searcher)
+            context["proposed_by"] = t.proposed_by or who_proposed(
+                t.config_json["patches"], writers, run.searcher
+            )
             context["predicted"] = t.predicted.model_dump()
         elif t.stage is Stage.APPLY:
-            context["proposed_by"] = t.proposed_by or by(t.config_json["patches"], None)
+            context["proposed_by"] = t.proposed_by or who_proposed(
+                t.config_json["patches"], writers, None
+            )
             m = verdicts.get(t.trial_id or "")
             if m is not None:
                 context.update(

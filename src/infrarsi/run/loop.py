@@ -31,7 +31,15 @@ from infrarsi.executors import Executor, LocalExecutor, TrialRequest
 from infrarsi.identity import changed_knobs
 from infrarsi.objective import ranked_step_time_s, steady_step_time_s
 from infrarsi.options import Budget, SearchOptions
-from infrarsi.proposal import FinishedTrial, ProposalState, Proposer, Recorded, patch_outcomes
+from infrarsi.proposal import (
+    FinishedTrial,
+    ProposalState,
+    Proposer,
+    Recorded,
+    patch_outcomes,
+    proposed_by,
+    who_proposed,
+)
 from infrarsi.records import (
     BANK_ADVICE_FILE,
     DOCTOR_FILE,
@@ -349,10 +357,11 @@ class RunLoop:
                     store.restart_trial(again.id)
                     row, this_seq = again.id, again.seq
                 else:
-                    row, this_seq = (
-                        store.start_trial(run_id, seq, config_json(config), predictions),
-                        seq,
+                    by = who_proposed(
+                        config.patches, proposed_by(self.run_dir), self.options.searcher
                     )
+                    row = store.start_trial(run_id, seq, config_json(config), predictions, by)
+                    this_seq = seq
                     seq += 1
                 changes = describe_changes(config, problem.baseline)
                 self.on_event(TrialLaunched(seq=this_seq, changes=changes, predicted=predictions))

@@ -185,14 +185,21 @@ class Store:
             _one(s, RunRow, run_id).ranking_json = [r.model_dump(mode="json") for r in ranking]
 
     def start_trial(
-        self, run_id: str, seq: int, config: dict, predictions: Prediction | None = None
+        self,
+        run_id: str,
+        seq: int,
+        config: dict,
+        predictions: Prediction | None = None,
+        proposed_by: str | None = None,
     ) -> int:
-        """Write a search trial as ``running`` before it is launched; returns its row id."""
+        """Write a search trial as ``running`` before it is launched (with what the models
+        predicted and who proposed it); returns its row id."""
         p = predictions or Prediction()
         with Session(self.engine) as s, s.begin():
             row = TrialRow(
                 run_id=run_id,
                 seq=seq,
+                proposed_by=proposed_by,
                 config_json=config,
                 status=TrialStatus.RUNNING,
                 predicted_step_time_s=p.ranked_time_per_step_s,
