@@ -184,9 +184,9 @@ def test_a_node_lost_mid_run_ends_that_trial_crash_and_the_run_goes_on(
     statuses = [t.status.value for t in trials]
     assert len(trials) == 3 and statuses.count("crash") == 1, statuses
     (lost,) = [t for t in trials if t.status.value == "crash"]
-    assert lost.record_json["error"].startswith("node lost"), lost.record_json["error"]
+    assert lost.record.error.startswith("node lost"), lost.record.error
     assert statuses.count("ok") == 2  # the baseline before, another trial after, elsewhere
-    assert lost.seq == 1 and trials[2].record_json["node"] != victim.node_id
+    assert lost.seq == 1 and trials[2].record.node != victim.node_id
     deadline = time.monotonic() + 30  # they die with the node's agent (parent-death) once it
     # notices its raylet is gone
     while any(map(_alive, second)) and time.monotonic() < deadline:
@@ -216,9 +216,9 @@ def test_a_run_keeps_two_trials_in_flight_one_per_node(cluster, tmp_path):
     assert [t.status.value for t in ray_trials] == ["ok"] * 2
     spans = sorted(
         (
-            t.record_json["started_unix_s"],
-            t.record_json["started_unix_s"] + t.record_json["cost_s"],
-            t.record_json["node"],
+            t.record.started_unix_s,
+            t.record.started_unix_s + t.record.cost_s,
+            t.record.node,
         )
         for t in ray_trials
     )
@@ -226,8 +226,9 @@ def test_a_run_keeps_two_trials_in_flight_one_per_node(cluster, tmp_path):
     assert overlapping and all(a[2] != b[2] for a, b in overlapping)  # at once, two nodes
     assert {s[2] for s in spans} == {n.node_id for n in nodes.values()}
     assert [t.status.value for t in local_trials] == ["ok"] * 2
-    assert {t.record_json["node"] for t in local_trials} == {"local"}
-    assert set(ray_trials[0].record_json) == set(local_trials[0].record_json)
+    assert {t.record.node for t in local_trials} == {"local"}
+    # a record from a node says as much as a local one
+    assert ray_trials[0].record.model_fields_set == local_trials[0].record.model_fields_set
     assert [t.config_json for t in local_trials] == [t.config_json for t in ray_trials]
 
 
