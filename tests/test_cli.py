@@ -240,3 +240,20 @@ def test_an_unexpected_exception_is_reported_as_a_bug_not_as_bad_input(monkeypat
     assert exit_.value.code == 3
     stderr = capsys.readouterr().err
     assert "Traceback" in stderr and "KeyError" in stderr and "bug in InfraRSI" in stderr
+
+
+def test_the_demo_is_optimize_on_the_bundled_workload_offline_with_the_given_budget(monkeypatch):
+    """What ``infrarsi demo`` hands ``optimize``: the bundled workload, the catalog only (no
+    LLM, offline), the budget and top-k given, no question asked."""
+    import infrarsi.cli.optimize as screen
+    from infrarsi.cli import err, out
+
+    seen = {}
+    monkeypatch.setattr(
+        screen, "optimize_command", lambda *args, **kwargs: seen.update(args=args, **kwargs)
+    )
+    screen.demo_command("tiny", 5, 2, out, err)
+    workload, instruction, options = seen["args"]
+    assert workload == "dense-1node" and "loss within 1%" in instruction
+    assert options.proposer.kind == "catalog" and options.search.budget.trials == 5
+    assert options.top_k == 2 and options.scale == "tiny" and seen["yes"] is True
