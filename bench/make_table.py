@@ -149,8 +149,9 @@ def patch_mem_ratio(manifest, subset: tuple) -> float:
     return math.prod(manifest.patch(p).prior.peak_mem_ratio for p in subset)
 
 
-def trial_row(table, manifest, fp, cell_id, repeat, phase, spec, subset, record) -> dict:
-    """One CSV row from a trial record."""
+def trial_row(table, manifest, fp, where: tuple[str, int, str], spec, subset, record) -> dict:
+    """One CSV row from a trial record; ``where``: (cell id, repeat, phase)."""
+    cell_id, repeat, phase = where
     m = record.metrics
     peaks = [b for b in (m.peak_mem_bytes if m else []) if b is not None]
     row = {
@@ -239,7 +240,7 @@ def measure(
             record = run_trial(spec, Path(workdir))
             tables.append_row(
                 path,
-                trial_row(name, manifest, fp, f"c{c:03d}", r, "grid", spec, subset, record),
+                trial_row(name, manifest, fp, (f"c{c:03d}", r, "grid"), spec, subset, record),
                 knob_names,
             )
             _progress(i, len(todo), t0, f"c{c:03d}/{r}", record)
@@ -289,7 +290,7 @@ def validate(manifest, path, cells, n_validate, fp, workdir, knob_names) -> None
         record = run_trial(spec, workdir)
         tables.append_row(
             path,
-            trial_row(table.name, manifest, fp, cell.cell, 0, "validate", spec, subset, record),
+            trial_row(table.name, manifest, fp, (cell.cell, 0, "validate"), spec, subset, record),
             knob_names,
         )
         _progress(i, len(chosen), t0, f"{cell.cell} capped", record)

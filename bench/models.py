@@ -155,7 +155,7 @@ def evaluate_table(table: tables.Table, sizes, fractions, splits, seed) -> dict:
                 for method, p in probs.items():
                     acc[method].append(scores(p, truth))
                 calib += list(zip(probs["censored"], truth))
-                _memory_errors(err, X, idx, rest, otr, ote, peaks, capacity, truth_peak)
+                _memory_errors(err, X, (idx, rest, otr, ote), peaks, capacity, truth_peak)
             _step_time_ranks(rho, cells, X, idx, rest, rng)
     return {
         "by_trials": {str(n): _mean_scores(v) for n, v in by_n.items()},
@@ -169,7 +169,10 @@ def evaluate_table(table: tables.Table, sizes, fractions, splits, seed) -> dict:
     }
 
 
-def _memory_errors(err, X, idx, rest, otr, ote, peaks, capacity, truth_peak) -> None:
+def _memory_errors(err, X, split, peaks, capacity, truth_peak) -> None:
+    """Each memory model's median relative error on the feasible held-out cells; ``split``:
+    (training indices, held-out indices, their offsets)."""
+    idx, rest, otr, ote = split
     censored = peaks > capacity
     obs = [MemoryObservation(min(p, capacity), bool(c)) for p, c in zip(peaks, censored)]
     feasible = [j for j, i in enumerate(rest) if truth_peak[i] <= capacity]

@@ -34,6 +34,7 @@ from pathlib import Path
 from infrarsi.executors import LocalExecutor, TrialRequest
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
+from infrarsi.proposal import ProposalStatus
 from infrarsi.proposers.reply import ReplyRejected, parse_reply
 from infrarsi.proposers.validate import Validator
 from infrarsi.workloads import find
@@ -165,13 +166,13 @@ def replay(workload: str, scale: str, replies: list[dict], scratch: Path) -> dic
             file=sys.stderr,
             flush=True,
         )
-    accepted = sum(d["got"] == "accepted" for d in details)
+    accepted = sum(d["got"] == ProposalStatus.ACCEPTED for d in details)
     validation_s = sum(d["seconds"] for d in details)
     return {
         "scale": scale,
         "replies": len(details),
         "accepted": accepted,
-        "rejected": dict(Counter(d["got"] for d in details if d["got"] != "accepted")),
+        "rejected": dict(Counter(d["got"] for d in details if d["got"] != ProposalStatus.ACCEPTED)),
         "as_expected": sum(d["got"] == d["expected"] for d in details),
         "validation_s": validation_s,
         "full_trial_s": full.cost_s,

@@ -65,6 +65,7 @@ from infrarsi.bank.translate import translator  # noqa: E402
 from infrarsi.identity import config_key  # noqa: E402
 from infrarsi.run.problem_build import bank_gains, bank_peaks, bank_time_prior  # noqa: E402
 from infrarsi.store.bank import Experience  # noqa: E402
+from infrarsi.trial.record import TrialStatus  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 RESULTS = Path(__file__).parent / "results" / "transfer.json"
@@ -115,7 +116,7 @@ def experiences_of(
             )
             for j, t in enumerate(cell.step_time_s)
         ]
-        rows += [(status, None, None) for status in cell.status if status != "ok"]
+        rows += [(status, None, None) for status in cell.status if status != TrialStatus.OK]
         for i, (status, step, peak) in enumerate(rows):
             speedup = base_time / step if step else None
             if speedup and negate:
@@ -137,7 +138,7 @@ def experiences_of(
                     patches_json=[{"id": p, "sha256": None} for p in sorted(config.patches)],
                     status=status,
                     speedup=speedup,
-                    censored=status == "oom",
+                    censored=status == TrialStatus.OOM,
                     peak_mem_bytes=peak,
                     baseline_peak_mem_bytes=base_peak,
                 )
