@@ -257,3 +257,41 @@ def test_the_demo_is_optimize_on_the_bundled_workload_offline_with_the_given_bud
     assert workload == "dense-1node" and "loss within 1%" in instruction
     assert options.proposer.kind == "catalog" and options.search.budget.trials == 5
     assert options.top_k == 2 and options.scale == "tiny" and seen["yes"] is True
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bank", "list", "--bank", "postgresql+psycopg://nobody@127.0.0.1:1/none"],
+        [
+            "optimize",
+            "dense-1node",
+            "faster",
+            "--yes",
+            "--bank",
+            "postgresql+psycopg://x@127.0.0.1:1/y",
+        ],
+    ],
+)
+def test_a_database_that_cannot_be_reached_is_bad_input_not_a_bug(
+    monkeypatch, capsys, tmp_path, args
+):
+    """Nothing listens on port 1 of loopback: the connection is refused at once, before any
+    trial or folder."""
+    from infrarsi.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["infrarsi", *args])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    stderr = capsys.readouterr().err
+    assert exit_.value.code == 2, stderr
+    assert "cannot open the experience bank" in stderr and "Traceback" not in stderr
+    assert not (tmp_path / ".infrarsi").exists()
+
+
+def test_a_run_store_that_cannot_be_reached_says_so(tmp_path):
+    from infrarsi.store import Store, StoreError
+
+    with pytest.raises(StoreError, match="cannot open the store"):
+        Store("postgresql+psycopg://nobody@127.0.0.1:1/none")

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine, case, create_engine, func, select
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
@@ -124,6 +125,19 @@ class RunDirError(InfraRSIError):
     """A folder that holds no run, with the fix."""
 
 
+class StoreError(InfraRSIError):
+    """A store (or bank) database that cannot be reached or opened, with the fix."""
+
+
+def unreachable(what: str, url: str, exc: Exception) -> str:
+    """Why a database could not be opened, in the driver's first line, and what to check."""
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    return (
+        f"cannot open the {what} at {url!r}: {reason}; check the URL, and that the server "
+        "runs and accepts connections from here"
+    )
+
+
 def open_run_dir(run_dir: Path) -> tuple[Store, StoredRun]:
     """The store and the run of a run directory (its ``run.json`` names both)."""
     import json
@@ -149,8 +163,11 @@ class Store:
 
     def __init__(self, url: str):
         self.url = url
-        self.engine = _engine(url)
-        upgrade(self.engine)
+        try:
+            self.engine = _engine(url)
+            upgrade(self.engine)
+        except (OperationalError, ArgumentError, NoSuchModuleError) as exc:
+            raise StoreError(unreachable("store", url, exc)) from None
 
     def create_run(self, run: StoredRun) -> StoredRun:
         """Insert a new run."""

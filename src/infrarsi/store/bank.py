@@ -112,7 +112,10 @@ class BankStore:
             ) from None
         if sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        self._retry(lambda: upgrade(self.engine))
+        try:
+            self._retry(lambda: upgrade(self.engine))
+        except OperationalError as exc:
+            raise BankError(store.unreachable("experience bank", self.url, exc)) from None
 
     # -- writing ---------------------------------------------------------------------------
     def add(
