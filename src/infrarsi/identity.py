@@ -59,3 +59,13 @@ def changed_knobs(knobs: Mapping[str, object], baseline: Mapping[str, object]) -
         for name, value in knobs.items()
         if name not in baseline or canonical_value(baseline[name]) != canonical_value(value)
     }
+
+
+def describe_changes(
+    knobs: Mapping[str, object], patches: Iterable[str], baseline: Mapping[str, object]
+) -> str:
+    """What a configuration changes from the baseline, for a person: ``micro_batch=4
+    +sdpa_attention``, or ``baseline``."""
+    parts = [f"{k}={v}" for k, v in sorted(changed_knobs(knobs, baseline).items())]
+    parts += [f"+{p}" for p in sorted(patches)]
+    return " ".join(parts) or "baseline"

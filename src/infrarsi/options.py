@@ -54,12 +54,6 @@ class Budget:
             return self
         return Budget(trials=contract.trials or DEFAULT_BUDGET_TRIALS, seconds=contract.wall_time_s)
 
-    def describe(self) -> str:
-        """``20 trials``, ``600 s`` or ``20 trials or 600 s``; ``the contract's`` when unset."""
-        parts = [f"{self.trials} trials"] * (self.trials is not None)
-        parts += [f"{self.seconds:g} s"] * (self.seconds is not None)
-        return " or ".join(parts) or "the contract's"
-
 
 @dataclass(frozen=True, kw_only=True)
 class SearchOptions:

@@ -131,6 +131,10 @@ class DoctorReport(_Frozen):
     def _readable(cls, version: int) -> int:
         return _known_version(version, DOCTOR_SCHEMA_VERSION, "doctor.json")
 
+    def trial_folders(self) -> list[tuple[str, str | None]]:
+        """Each trial's (folder, label): where the store reads the Doctor's records from."""
+        return [(t.trial_dir, t.label) for t in self.trials]
+
     def to_json(self) -> str:
         """The report as stored (``doctor.json``)."""
         return self.model_dump_json(indent=2)

@@ -25,7 +25,6 @@ from infrarsi.records import (
     ApplyResult,
     CandidateResult,
     DoctorReport,
-    DoctorTrial,
     Measurement,
     RankedConfig,
 )
@@ -186,11 +185,11 @@ def apply_run(
     return result
 
 
-def _doctor_trials(run_dir: Path) -> list[DoctorTrial]:
-    """The Doctor's trials of this run, as its report (``doctor.json``) lists them."""
+def _doctor_folders(run_dir: Path) -> list[tuple[str, str | None]]:
+    """The Doctor's trials of this run as (folder, label), as its ``doctor.json`` lists them."""
     path = Path(run_dir) / DOCTOR_FILE
     try:
-        return list(DoctorReport.load(path).trials) if path.is_file() else []
+        return DoctorReport.load(path).trial_folders() if path.is_file() else []
     except ValueError:  # a report this version cannot read: the audit says what it can
         return []
 
@@ -198,8 +197,7 @@ def _doctor_trials(run_dir: Path) -> list[DoctorTrial]:
 def _store_every_stage(store: Store, run_id: str, result: ApplyResult, run_dir: Path) -> None:
     """The Doctor's and Apply's trials in the run's store, where a run made before they were
     stored (or an Apply resumed from its journal) lacks them: each trial once."""
-    doctor: list[tuple[str, str | None]] = [(t.trial_dir, t.label) for t in _doctor_trials(run_dir)]
-    store.add_finished(run_id, Stage.DOCTOR, doctor)
+    store.add_finished(run_id, Stage.DOCTOR, _doctor_folders(run_dir))
     measured: list[tuple[str, str | None]] = [
         (m.trial_dir, f"{m.label} round {m.round}") for m in result.measurements
     ]

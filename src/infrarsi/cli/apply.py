@@ -4,7 +4,6 @@ verification table, the decision, and the files written (or one JSON object)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,9 +25,9 @@ from infrarsi.events import (
     MeasurementLaunched,
 )
 from infrarsi.executors.choice import make_executor
-from infrarsi.identity import changed_knobs
+from infrarsi.identity import changed_knobs, describe_changes
 from infrarsi.options import BankOptions, ExecutorOptions
-from infrarsi.records import ApplyResult, CandidateResult, Measurement
+from infrarsi.records import ApplyResult, Measurement
 from infrarsi.store.bank import BankStore
 
 
@@ -43,7 +42,9 @@ class ApplyScreen:
     def event(self, event: Event) -> None:
         match event:
             case ApplyPlanned(candidates=candidates, rounds=rounds, baseline_knobs=base):
-                labels = ", ".join(f"{c.label}: {_changes(c, base)}" for c in candidates)
+                labels = ", ".join(
+                    f"{c.label}: {describe_changes(c.knobs, c.patches, base)}" for c in candidates
+                )
                 self.console.print(
                     f"apply: {rounds} interleaved rounds of the baseline and "
                     f"{len(candidates)} candidate(s): {labels or 'none'}",
@@ -122,12 +123,6 @@ def show(result: ApplyResult, out: Console) -> None:
         markup=False,
         highlight=False,
     )
-
-
-def _changes(c: CandidateResult, baseline: Mapping[str, object]) -> str:
-    """What a candidate changes from the baseline: its knobs and patches."""
-    knobs = [f"{k}={v}" for k, v in changed_knobs(c.knobs, baseline).items()]
-    return " ".join(knobs + [f"+{p}" for p in c.patches]) or "the baseline"
 
 
 def _verdict(m: Measurement) -> str:

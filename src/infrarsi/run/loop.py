@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infrarsi import identity
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.events import (
@@ -28,7 +29,6 @@ from infrarsi.events import (
     ignore,
 )
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
-from infrarsi.identity import changed_knobs
 from infrarsi.objective import ranked_step_time_s, steady_step_time_s
 from infrarsi.options import Budget, SearchOptions
 from infrarsi.proposal import (
@@ -123,12 +123,8 @@ def outcome_of(
 
 
 def describe_changes(config: Config, baseline: Config) -> str:
-    """What a config changes from the baseline: ``micro_batch=4 +sdpa_attention``, or
-    ``baseline``."""
-    changed = changed_knobs(config.knob_dict, baseline.knob_dict)
-    parts = [f"{k}={v}" for k, v in sorted(changed.items())]
-    parts += [f"+{p}" for p in sorted(config.patches)]
-    return " ".join(parts) or "baseline"
+    """What a config changes from the baseline (``identity.describe_changes``)."""
+    return identity.describe_changes(config.knob_dict, config.patches, baseline.knob_dict)
 
 
 def config_json(config: Config) -> dict[str, Any]:
@@ -178,6 +174,7 @@ class RunLoop:
         self.manifest = contract.manifest()
         self.proposer = proposer
         self._proposed_at: int | None = None
+        self._writers = proposed_by(self.run_dir)  # proposed patch id -> who wrote it
 
     def _problem(self) -> Problem:
         proposed = self.proposer.accepted() if self.proposer else []
@@ -219,6 +216,8 @@ class RunLoop:
         self.on_event(PatchesAsked(proposer=self.proposer.name, trials=count))
         new = self.proposer.propose(_proposal_state(store.trials(run_id), baseline))
         accepted = [p.patch_id for p in new]
+        if accepted:
+            self._writers = proposed_by(self.run_dir)
         self.on_event(PatchesProposed(proposer=self.proposer.name, accepted=accepted))
         return bool(new) or catalog != self.proposer.searches_catalog
 
@@ -253,9 +252,7 @@ class RunLoop:
         )
         if self.doctor_report is not None:  # later stages read the baseline's diagnosis here
             self.doctor_report.save(self.run_dir / DOCTOR_FILE)
-            store.add_finished(
-                run_id, Stage.DOCTOR, [(t.trial_dir, t.label) for t in self.doctor_report.trials]
-            )
+            store.add_finished(run_id, Stage.DOCTOR, self.doctor_report.trial_folders())
         if self.bank_advice is not None:
             self.bank_advice.save(self.run_dir / BANK_ADVICE_FILE)
         return self._loop(store, run_id, [])
@@ -357,9 +354,7 @@ class RunLoop:
                     store.restart_trial(again.id)
                     row, this_seq = again.id, again.seq
                 else:
-                    by = who_proposed(
-                        config.patches, proposed_by(self.run_dir), self.options.searcher
-                    )
+                    by = who_proposed(config.patches, self._writers, self.options.searcher)
                     row = store.start_trial(run_id, seq, config_json(config), predictions, by)
                     this_seq = seq
                     seq += 1

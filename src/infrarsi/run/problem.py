@@ -27,12 +27,9 @@ class Outcome:
     noise_var_log: float | None = None
 
     def __post_init__(self) -> None:
-        try:
-            status = TrialStatus(self.status)
-        except ValueError:
-            status = TrialStatus.RUNNING  # refused below, with the statuses it may be
-        if not status.is_finished():
+        if self.status not in TrialStatus.finished():  # a str enum: "ok" is TrialStatus.OK
             raise ValueError(f"outcome status {self.status!r}: one of {TrialStatus.finished()}")
+        status = TrialStatus(self.status)
         object.__setattr__(self, "status", status)
         if status in (TrialStatus.OK, TrialStatus.SLOW) and self.step_time_s is None:
             raise ValueError(

@@ -301,16 +301,14 @@ class Store:
 
     def add_finished(
         self, run_id: str, stage: Stage, labelled: list[tuple[str, str | None]]
-    ) -> int:
+    ) -> None:
         """Add the finished trials of the Doctor or Apply that are not stored yet, each read
         from its folder's ``record.json`` (``labelled``: (trial folder, label) pairs; a
-        folder without a record is left out). Returns how many were added."""
-        before = len(self.trials(run_id, stage))
+        folder without a record is left out)."""
         for trial_dir, label in labelled:
             path = Path(trial_dir) / "record.json"
             if trial_dir and path.is_file():
                 self.add_trial(run_id, stage, TrialRecord.load(path), label=label)
-        return len(self.trials(run_id, stage)) - before
 
     def restart_trial(self, row_id: int, predictions: Prediction | None = None) -> None:
         """An interrupted trial launched again: the same row, ``running`` once more (so the

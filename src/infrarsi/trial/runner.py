@@ -231,10 +231,9 @@ def render(
     }
     command: list[str] = []
     for part in spec.manifest.launch.command:
-        flag = flags.get(part, "")
         if part not in flags:
             command.append(part.format(**fields))
-        elif flag is not None:  # a flag knob that is on: its flag; off: nothing
+        elif (flag := flags[part]) is not None:  # a flag knob that is on: its flag; off: nothing
             command.append(flag)
     command[0] = _resolve_program(command[0])
     env = {k: v.format(**fields) for k, v in spec.manifest.launch.env.items()}
