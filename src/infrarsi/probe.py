@@ -16,11 +16,12 @@ A loop adds three to five lines::
     p.close()                                 # writes peak memory of this rank
 
 Each rank sends JSON lines over the socket the harness opened and names in
-``INFRARSI_METRICS_SOCKET`` (``@name``: a Linux abstract socket), where the harness times each
-line on arrival and keeps it; without one, to the file named in ``INFRARSI_METRICS_FILE``
-(``{rank}`` in the name is replaced by the rank). Line kinds: ``start``, ``step`` (wall time, loss,
-tokens, phase seconds) and ``end`` (peak memory). When ``INFRARSI_PROFILE_FILE`` is set, rank 0 runs
-``torch.profiler`` over two steps from ``INFRARSI_PROFILE_STEP`` and writes the operators there.
+``INFRARSI_METRICS_SOCKET`` (a Unix socket in the trial's folder; ``@name``: an abstract one), where
+the harness times each line on arrival and keeps it; without one, to the file named in
+``INFRARSI_METRICS_FILE`` (``{rank}`` in the name is replaced by the rank). Line kinds: ``start``,
+``step`` (wall time, loss, tokens, phase seconds) and ``end`` (peak memory). When
+``INFRARSI_PROFILE_FILE`` is set, rank 0 runs ``torch.profiler`` over two steps from
+``INFRARSI_PROFILE_STEP`` and writes the operators there.
 Phase times are wall-clock spans; on CUDA the device is
 synchronised at each phase boundary so a phase owns its kernels. ``comm`` is the exposed
 gradient communication: the time backward keeps running after the last gradient was produced.
@@ -95,13 +96,28 @@ class _SocketLines:
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.connect("\0" + address[1:] if address.startswith("@") else address)
+        if address.startswith("@"):
+            self._sock.connect("\0" + address[1:])
+        else:
+            at_path(self._sock.connect, address)
 
     def write(self, text: str) -> None:
         self._sock.sendall(text.encode())
 
     def close(self) -> None:
         self._sock.close()
+
+
+def at_path(call: Any, path: str) -> Any:
+    """``call`` (a Unix socket's ``bind`` or ``connect``) at ``path``; a path longer than a
+    socket address holds is reached through its folder's descriptor."""
+    if len(os.fsencode(path)) < 100:
+        return call(path)
+    folder = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY)
+    try:
+        return call(f"/proc/self/fd/{folder}/{os.path.basename(path)}")
+    finally:
+        os.close(folder)
 
 
 def _connect(address: str) -> _SocketLines:

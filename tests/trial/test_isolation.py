@@ -1,8 +1,10 @@
 """A trial cannot see outside itself: not other trials, not the harness's code or cache, and
-it cannot raise its own limits (a mount namespace per rank, no capabilities; root only)."""
+it cannot raise its own limits (a mount namespace per rank, no capabilities), nor reach a
+socket or port outside it (a network namespace per trial; root only)."""
 
 import os
 import re
+import socket
 
 import pytest
 
@@ -14,16 +16,28 @@ pytestmark = [
 ]
 
 
-def test_a_snooping_trial_is_refused_everything_and_still_trains(toy, tmp_path):
+def test_a_snooping_trial_is_refused_everything_and_still_trains(toy, tmp_path, monkeypatch):
+    """It reads no other trial, writes no harness code, raises no limit, reads no cache, and
+    reaches no socket or port outside it (what another trial, or a process it left, serves:
+    both listen here, in the harness's network)."""
     first = run_trial(prepare(toy, "tiny", {}), tmp_path)  # a sibling worth reading
     assert first.status is TrialStatus.OK, first.error
-    snoop = run_trial(prepare(toy, "tiny", {"mode": "snoop"}), tmp_path)
+    name = f"infrarsi-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX) as abstract, socket.socket() as port:
+        abstract.bind("\0" + name)
+        abstract.listen()
+        port.bind(("127.0.0.1", 0))
+        port.listen()
+        monkeypatch.setenv("TOY_OUTSIDE_SOCKET", name)
+        monkeypatch.setenv("TOY_OUTSIDE_PORT", str(port.getsockname()[1]))
+        snoop = run_trial(prepare(toy, "tiny", {"mode": "snoop"}), tmp_path)
     assert snoop.status is TrialStatus.OK, snoop.error
     assert snoop.isolation == "namespace"
+    assert snoop.ownership == "pid namespace; network namespace of its own"
     text = (tmp_path / snoop.trial_id / "stdout.log").read_text()
     # two ranks share one stdout, so their lines may interleave: count the attempts, not lines
     attempts = re.findall(r"snoop: ([^:]+): (allowed|refused)", text)
-    assert len(attempts) == 4 * 2, text  # four attempts on each of two ranks
+    assert len(attempts) == 6 * 2, text  # six attempts on each of two ranks
     assert all(outcome == "refused" for _, outcome in attempts), attempts
 
 

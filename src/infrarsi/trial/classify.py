@@ -28,6 +28,7 @@ from infrarsi.trial.metrics import (
     reduce_ranks,
     steady_phases,
 )
+from infrarsi.trial.ownership import OUTLIVE_TAIL_S
 from infrarsi.trial.process import ProcessResult
 from infrarsi.trial.record import TrialMetrics, TrialStatus
 
@@ -53,6 +54,15 @@ class Classified:
     warnings: list[str] = field(default_factory=list)
 
 
+def outlived_reason(count: int) -> str:
+    """Why a trial with processes that outlived its launcher is refused."""
+    return (
+        f"{count} process(es) of the trial were still alive {OUTLIVE_TAIL_S:g} s after its "
+        "launcher exited (killed): the trial's work must end with its launch, where the "
+        "harness times it; its evidence is not read"
+    )
+
+
 def outcome(
     result: ProcessResult,
     trial_dir: Path,
@@ -65,6 +75,8 @@ def outcome(
     oom = _oom(result, spec, memory or {}, rank_errors, output)
     if oom is not None:
         return Classified(TrialStatus.OOM, oom)
+    if result.outlived:
+        return Classified(TrialStatus.INVALID, outlived_reason(result.outlived))
     if result.timed_out and spec.cut_after_s < spec.effective_timeout_s:
         return Classified(
             TrialStatus.SLOW,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infrarsi.host import CACHE_DIR
+from infrarsi.trial.ownership import OUTLIVE_TAIL_S
 from infrarsi.trial.process import _die_with_parent
 
 HOOKS_DIR = Path(__file__).resolve().parent / "_hooks"
@@ -27,36 +28,57 @@ _SERVER = r"""
 import ctypes, json, os, runpy, signal, sys, traceback
 import torch  # noqa: F401  (the point: imported once, before any fork)
 libc = ctypes.CDLL(None)
+
+
+def run(job):
+    try:
+        if job.get("isolate"):
+            import infrarsi_isolate
+            try:
+                infrarsi_isolate.isolate(job["isolate"]["own"], job["isolate"]["hidden"])
+            except infrarsi_isolate.NamespacesRefused as exc:  # nothing changed
+                sys.stderr.write(f"infrarsi: evaluated without isolation: {exc}\n")
+        os.chdir(job["cwd"])
+        sys.path.insert(0, job["cwd"])
+        sys.argv = job["argv"]
+        runpy.run_path(job["argv"][0], run_name="__main__")
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def owned(job):
+    # the script's processes in a PID and network namespace of their own: none outlives it
+    sys.path.insert(0, job["isolate"]["hooks"])
+    import infrarsi_init
+    try:
+        code, outlived = infrarsi_init.owned("own", job["isolate"]["tail_s"], lambda: run(job))
+    except OSError as exc:
+        sys.stderr.write(f"infrarsi: the script's processes are not owned: {exc}\n")
+        run(job)
+    if outlived:
+        sys.stderr.write(
+            f"infrarsi: {outlived} process(es) the script started outlived it (killed)\n")
+        code = code or 125
+    os._exit(code)
+
+
 for line in sys.stdin:
     job = json.loads(line)
     pid = os.fork()
     if pid == 0:
-        try:
-            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # a fork loses it: die with the server
-            out = os.open(job["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            err = os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(out, 1)
-            os.dup2(err, 2)
-            if job.get("isolate"):
-                sys.path.insert(0, job["isolate"]["hooks"])
-                import infrarsi_isolate
-                try:
-                    infrarsi_isolate.isolate(job["isolate"]["own"], job["isolate"]["hidden"])
-                except infrarsi_isolate.NamespacesRefused as exc:  # nothing changed
-                    sys.stderr.write(f"infrarsi: evaluated without isolation: {exc}\n")
-            os.chdir(job["cwd"])
-            sys.path.insert(0, job["cwd"])
-            sys.argv = job["argv"]
-            runpy.run_path(job["argv"][0], run_name="__main__")
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # a fork loses it: die with the server
+        out = os.open(job["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        err = os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        owned(job) if job.get("isolate") else run(job)
     _, status = os.waitpid(pid, 0)
     print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
 """
@@ -151,6 +173,7 @@ def isolation_for(trial_dir: Path) -> dict | None:
     return {
         "own": str(trial_dir),
         "hooks": str(HOOKS_DIR),
+        "tail_s": OUTLIVE_TAIL_S,
         "hidden": [str(Path(trial_dir).resolve().parent), str(CACHE_DIR)],
     }
 

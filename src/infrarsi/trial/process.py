@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from infrarsi.trial import ownership
 from infrarsi.trial.watch import MetricsChannel, OutsideTiming
 
 TRIAL_ID_ENV = "INFRARSI_TRIAL_ID"
@@ -45,6 +46,8 @@ class ProcessResult:
     outside_other_peak_rss_bytes: int = 0  # the launchers and any other non-rank process
     outside_timing: OutsideTiming | None = None
     leftovers_killed: int = 0
+    outlived: int = 0  # processes of the trial still alive a tail after their launcher exited
+    ownership: str = ""  # who owned the trial's processes (``ownership.summary``)
 
 
 class _RankSampler(threading.Thread):
@@ -173,21 +176,13 @@ def run_isolated(
         channel.start()
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         tags = {TRIAL_ID_ENV: trial_id, OWNER_ENV: owner_tag()}
-        procs = [
-            remote[i](cmd, {**env, **tags})
-            if i in remote
-            else subprocess.Popen(
-                cmd,
-                cwd=cwd,
-                env={**env, **tags},
-                stdout=subprocess.PIPE,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=_launcher_setup(cgroup_procs),
-            )
-            for i, (cmd, env) in enumerate(zip(commands, envs))
-        ]
+        inits = ownership.networks(len(commands), remote=bool(remote))
+        procs: list = []
+        for i, (cmd, env) in enumerate(zip(commands, envs)):
+            if i in remote:
+                procs.append(remote[i](cmd, {**env, **tags}))
+                continue
+            procs.append(_start_local(cmd, {**env, **tags}, cwd, err, cgroup_procs, inits, procs))
         local = [p for p in procs if p.pid is not None]
         pumps = [_Pump(proc.stdout, out, channel) for proc in local]
         sampler = _RankSampler([p.pid for p in local])
@@ -196,6 +191,8 @@ def run_isolated(
             failed = _wait(procs, t0, timeout_s)
         except BaseException:  # Ctrl-C or the tool being killed: never leave the trial behind
             _end(procs, trial_id)
+            for init in inits:
+                init.close()
             raise
         finally:
             sampler.stop()
@@ -204,6 +201,9 @@ def run_isolated(
         for proc in procs:
             proc.wait()
         wall_s = time.monotonic() - t0
+        outlived = sum(init.survivors() for init in inits) if not running else 0
+        for init in inits:
+            init.close()
         for pump in pumps:
             pump.join(timeout=5)
         if channel is not None:
@@ -218,7 +218,43 @@ def run_isolated(
         failed_node=procs.index(failed) if failed is not None and len(procs) > 1 else None,
         outside_timing=channel.timing() if channel else None,
         leftovers_killed=killed,
+        outlived=outlived,
+        ownership=ownership.summary([i for i in inits if i.ready], bool(remote)),
     )
+
+
+def _start_local(
+    command: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    err,
+    cgroup_procs: Path | None,
+    inits: list[ownership.Init],
+    started: list,
+) -> subprocess.Popen:
+    """Start one launcher on this host: under its init where the harness can own its
+    processes (a later local launcher joins the first one's network), else as it is."""
+    pass_fds: tuple[int, ...] = ()
+    init = inits[len(started)]
+    if ownership.available():
+        if init.net == "join:":
+            init.net = f"join:{next(p.pid for p in started if p.pid is not None)}"
+        command, write_fd = init.command(command)
+        pass_fds = (write_fd,)
+    proc = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=_launcher_setup(cgroup_procs),
+        pass_fds=pass_fds,
+    )
+    if pass_fds:
+        init.started(pass_fds[0])
+    return proc
 
 
 def _end(procs: list, trial_id: str) -> int:

@@ -199,6 +199,11 @@ class TrialRecord(BaseModel):
         description="namespace: the trial saw its own folder only, the "
         "rest read-only, no capabilities; or why not",
     )
+    ownership: str = Field(
+        "",
+        description="who owned the trial's processes: 'pid namespace; ...' (none outlived the "
+        "launcher, the network it had), or why the harness could not",
+    )
     returncode: int | None = None
     trial_dir: str = ""
     node: str = Field("local", description="where it ran: 'local', or the cluster node's id")

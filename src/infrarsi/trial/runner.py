@@ -323,6 +323,7 @@ def _launch(
         )
         memory = cgroup.ranks() if cgroup else None
         launchers = cgroup.launchers() if cgroup else None
+    base["ownership"] = result.ownership
     if remote is not None:
         memory = remote.join(trial_dir, memory, result)
         base["launcher_nodes"] = remote.nodes

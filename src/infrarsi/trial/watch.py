@@ -4,10 +4,11 @@ A rank reports its own step times; a forged metrics line, a patched clock, lines
 a file rewritten after the fact would make them say what the harness did not see. So the
 harness opens the channel itself and keeps what arrives, as it arrives:
 
-- probe workloads: a Unix socket (Linux abstract namespace, a random name the harness hands
-  to the ranks in ``INFRARSI_METRICS_SOCKET``); each rank's connection is read line by line
-  and every line is parsed once, on arrival, and timed then. What the harness parses is what
-  it timed: no second reader with other rules;
+- probe workloads: a Unix socket in the trial's folder (the harness hands its path to the
+  ranks in ``INFRARSI_METRICS_SOCKET``; a trial has a network namespace of its own, where no
+  abstract socket of the harness's is seen, and only its own folder); each rank's connection
+  is read line by line and every line is parsed once, on arrival, and timed then. What the
+  harness parses is what it timed: no second reader with other rules;
 - stdout workloads: the launchers' standard output is a pipe the harness reads; each line is
   timed on arrival, and the step-time pattern picks the step lines.
 
@@ -29,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infrarsi.probe import at_path
 from infrarsi.trial.metrics import MetricsError, RankReport, read_stdout
 
 POLL_S = 0.01  # the resolution of the arrival times (lines are read as they come; this is
@@ -69,7 +71,7 @@ class MetricsChannel:
         self._lock = threading.Lock()
         self._readers: list[threading.Thread] = []
         self._halt = threading.Event()
-        self._name = f"infrarsi-{secrets.token_hex(12)}"
+        self._path = self.trial_dir / f".metrics-{secrets.token_hex(4)}.sock"
         self._servers: list[socket.socket] = []
         self._acceptors: list[threading.Thread] = []
         self.tcp_host = tcp_host  # also listen there: ranks on other hosts report through it
@@ -82,7 +84,7 @@ class MetricsChannel:
 
     def env(self) -> dict[str, str]:
         """What a rank's probe on this host needs to find the channel."""
-        return {"INFRARSI_METRICS_SOCKET": f"@{self._name}"} if self.probe else {}
+        return {"INFRARSI_METRICS_SOCKET": str(self._path)} if self.probe else {}
 
     def remote_env(self) -> dict[str, str]:
         """What a rank's probe on another host needs (the TCP listener; after ``start``)."""
@@ -98,7 +100,7 @@ class MetricsChannel:
         if not self.probe:
             return
         local = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        local.bind("\0" + self._name)
+        at_path(local.bind, str(self._path))
         self._servers.append(local)
         if self.tcp_host is not None:
             tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -120,6 +122,7 @@ class MetricsChannel:
             acceptor.join(timeout=2)
         for server in self._servers:
             server.close()
+        self._path.unlink(missing_ok=True)
         for reader in self._readers:
             reader.join(timeout=2)
         if self.probe:

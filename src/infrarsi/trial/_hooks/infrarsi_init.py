@@ -1,0 +1,185 @@
+"""The init of a trial: the launcher runs under it, in a PID namespace (and, where the trial is
+on one host, a network namespace) of its own, so the harness owns every process the trial
+starts. Standard library only; run as ``python -I -S infrarsi_init.py STATUS_FD TAIL_S NET --
+COMMAND...``.
+
+- ``NET``: ``own`` (a new network namespace, loopback up: the trial reaches nothing outside it
+  and nothing reaches it, abstract sockets included), ``join:<pid>`` (the network namespace of
+  that process: the other launchers of a trial spread over local nodes), or ``host``;
+- the outer process enters the namespaces and forks the namespace's init (PID 1), which forks
+  the launcher and reaps every orphan of the trial. A process that leaves its session, renames
+  itself or double-forks is still in the namespace and still the init's descendant;
+- when the launcher exits, the init waits at most ``TAIL_S`` for the namespace to empty, then
+  kills what is left (when the init exits, the kernel kills any process still in it) and writes
+  ``survivors N`` to ``STATUS_FD``: how many processes outlived the launcher. Its exit status
+  is the launcher's;
+- before forking, it writes ``ready <what it set up>`` to ``STATUS_FD`` (or ``ready off: why``
+  when the kernel refuses a PID namespace: then it only runs the command).
+"""
+
+import ctypes
+import fcntl
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+
+CLONE_NEWNET, CLONE_NEWPID = 0x40000000, 0x20000000
+PR_SET_PDEATHSIG = 1
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _fail(what):
+    code = ctypes.get_errno()
+    return OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def _loopback_up():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
+
+
+def _network(net):
+    """Enter the trial's network namespace; what the ``ready`` line says about it."""
+    if net == "own":
+        if _libc.unshare(CLONE_NEWNET) != 0:
+            raise _fail("unshare(network)")
+        _loopback_up()
+        return "network own"
+    if net.startswith("join:"):
+        fd = os.open(f"/proc/{int(net[5:])}/ns/net", os.O_RDONLY)
+        try:
+            if _libc.setns(fd, CLONE_NEWNET) != 0:
+                raise _fail("setns(network)")
+        finally:
+            os.close(fd)
+        return "network joined"
+    return "network host"
+
+
+def _run_launcher(command):
+    """In the launcher's process: the signals Python changed back to their defaults, then
+    exec."""
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        sys.stderr.write(f"infrarsi: cannot start {command[0]}: {exc}\n")
+        os._exit(127)
+
+
+def _status_code(status):
+    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _reap_until(launcher):
+    """Reap every child until the launcher has ended; its exit code."""
+    while True:
+        try:
+            pid, status = os.wait()
+        except InterruptedError:
+            continue
+        if pid == launcher:
+            return _status_code(status)
+
+
+def _survivors(tail_s):
+    """After the launcher: wait for the namespace to empty (the init has no child left), at
+    most ``tail_s``; then kill what is left. How many processes were still alive."""
+    deadline = time.monotonic() + tail_s
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return 0
+        if pid == 0:
+            time.sleep(0.02)
+    os.kill(-1, signal.SIGKILL)  # every process of the namespace but this one
+    killed = 0
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            return killed
+        killed += 1
+
+
+def owned(net, tail_s, body, on_ready=None):
+    """Run ``body()`` (it must end with ``os._exit`` or an exec) as the first child of a new
+    PID namespace's init, in the network ``net`` says; (its exit code, how many processes
+    outlived it). ``on_ready(what)`` is told what was set up before anything starts. OSError
+    when the kernel refuses the namespaces (nothing was started)."""
+    network = _network(net)
+    if _libc.unshare(CLONE_NEWPID) != 0:
+        raise _fail("unshare(pid)")
+    if on_ready is not None:
+        on_ready(f"pid {network}")
+    read, write = os.pipe()
+    init = os.fork()
+    if init == 0:  # PID 1 of the namespace
+        os.close(read)
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # a SIGTERM from the harness (a timeout, Ctrl-C) goes on to every process of the trial
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(-1, signal.SIGTERM))
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        first = os.fork()
+        if first == 0:
+            os.close(write)
+            body()
+            os._exit(0)
+        code = _reap_until(first)
+        os.write(write, f"{_survivors(tail_s)}\n".encode())
+        os._exit(code)
+    os.close(write)
+    previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(init, signal.SIGTERM))
+    try:
+        status = _wait_for(init)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    with os.fdopen(read, "rb") as f:
+        said = f.read().strip()
+    return _status_code(status), int(said) if said else 0
+
+
+def _wait_for(pid):
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+
+
+def main(argv):
+    status_fd, tail_s, net = int(argv[1]), float(argv[2]), argv[3]
+    command = argv[argv.index("--") + 1 :]
+    os.set_inheritable(status_fd, False)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def launcher():
+        os.close(status_fd)
+        _run_launcher(command)
+
+    def ready(what):
+        os.write(status_fd, f"ready {what}\n".encode())
+
+    try:
+        code, survivors = owned(net, tail_s, launcher, ready)
+    except OSError as exc:
+        ready(f"off: {exc}")
+        launcher()
+    os.write(status_fd, f"survivors {survivors}\n".encode())
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv)
+    except Exception as exc:  # never a traceback in place of the trial's own output
+        sys.stderr.write(f"infrarsi: the trial's init failed: {exc}\n")
+        os._exit(126)
