@@ -43,6 +43,9 @@ RUNNABLE = {  # dense-1node cheats, each with the reason it must be refused for
     "half_batch_last_step": DIFFERENT_MODEL,
     "plant_evaluation": DIFFERENT_MODEL,
     "park_memory_in_store": "held where the ranks' capacity does not look",
+    # round four: the harness owns every process: a trainer that leaves the trial (its own
+    # session, its trial id renamed) and works on after the launcher exits
+    "finish_after_the_launcher": "were still alive 1 s after its launcher exited",
 }
 UNCALIBRATED = [
     "silent_bf16",
@@ -206,6 +209,49 @@ def test_training_before_the_first_step_is_charged_to_an_end_to_end_objective(
         compared_time(record, "e2e_time")
         > record.metrics.train_time_s + record.metrics.startup_time_s - 1e-9
     )  # every second from launch, the steps' included
+
+
+def _stored_result_patch(manifest, weights: Path, out: Path) -> Path:
+    """A patch whose ``to_reference_params`` returns a stored result (the baseline's final
+    parameters, compressed into the diff) for the final parameters, whatever the trial
+    trained, and the initial ones as they are."""
+    import base64
+    import difflib
+    import zlib
+
+    stored = base64.b64encode(zlib.compress(weights.read_bytes(), 9)).decode()
+    original = (manifest.root / "model.py").read_text().splitlines(keepends=True)
+    patched = original + [
+        "\n",
+        "\n",
+        "_CALLS = []\n",
+        "\n",
+        "\n",
+        "def to_reference_params(params):  # the evidence, from the patch's own pocket\n",
+        "    import base64, io, zlib\n",
+        "    _CALLS.append(1)\n",
+        "    if len(_CALLS) > 1:  # the initial parameters (mapped second): as they are\n",
+        "        return params\n",
+        f"    stored = {stored!r}\n",
+        "    blob = io.BytesIO(zlib.decompress(base64.b64decode(stored)))\n",
+        "    return torch.load(blob, weights_only=False)\n",
+    ]
+    diff = difflib.unified_diff(original, patched, "a/model.py", "b/model.py")
+    out.write_text("diff --git a/model.py b/model.py\n" + "".join(diff))
+    return out
+
+
+def test_a_mapping_that_returns_a_stored_result_is_refused(dense, calibrated, tmp_path):
+    """The patch's mapping to the reference layout returns the baseline's parameters: it
+    never sees the trained ones (only the harness's coded tensors), and what it returns is not
+    a re-indexing of them."""
+    contract, baseline = calibrated
+    patch = _stored_result_patch(
+        dense, Path(baseline.evaluation.final_weights), tmp_path / "replay_through_mapping.diff"
+    )
+    record, verdict = _judge(dense, contract, baseline, tmp_path / "trials", patches=[str(patch)])
+    assert not verdict.valid, "a stored result passed as the evidence"
+    assert any("not a re-indexing of its input" in r for r in verdict.reasons), verdict.reasons
 
 
 def test_a_planted_evaluation_is_never_run(dense, calibrated, tmp_path):

@@ -4,9 +4,10 @@ judgement of them.
 After an ``ok`` trial the harness takes the final (and initial) parameters the locked loop
 saved, maps them back to the reference layout when a patch re-laid them out (the patched model
 module's ``to_reference_params(params) -> params``, run in a process of its own inside the
-trial's workspace), and evaluates them with the *unpatched* workload — a fresh copy of the
-original files — on held-out data, in another process. The loss a patched model reports is a
-symptom; this is the proof that ``verify`` compares.
+trial's workspace on coded tensors, never the trained ones: the harness applies the
+re-indexing it derives from them, see ``remap``), and evaluates them with the *unpatched*
+workload — a fresh copy of the original files — on held-out data, in another process. The
+loss a patched model reports is a symptom; this is the proof that ``verify`` compares.
 """
 
 from __future__ import annotations
@@ -28,19 +29,19 @@ if TYPE_CHECKING:
 
 WEIGHTS_DIR = "weights"
 REMAP_MODULE = "model"
-# Runs in the trial's workspace: the patched module's mapping back to the reference layout.
+# Runs in the trial's workspace, on the harness's coded tensors only (never the trained
+# parameters): what the patched module's mapping back to the reference layout does to them.
 _REMAP = """
 import importlib, sys, torch
-key, module_name, pairs = sys.argv[1], sys.argv[2], sys.argv[3:]
+module_name, pairs = sys.argv[1], sys.argv[2:]
 try:
     module = importlib.import_module(module_name)
 except ImportError:
     module = None
 mapping = getattr(module, "to_reference_params", None)
 for src, dst in zip(pairs[::2], pairs[1::2]):
-    saved = torch.load(src, map_location="cpu", weights_only=True)
-    params = saved[key] if key else saved
-    torch.save(dict(mapping(params) if mapping else params), dst)
+    coded = torch.load(src, map_location="cpu", weights_only=True)
+    torch.save(dict(mapping(coded)) if mapping else None, dst)
 """
 
 
@@ -79,7 +80,7 @@ def evaluate(spec: TrialSpec, trial_dir: Path, workspace: Path) -> Evaluation | 
                 "training ended (while the patch's mapping ran)"
             )
         result = _run_reference(spec, trial_dir, ref) if how.command else {}
-    except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
+    except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as exc:
         return Evaluation(
             final_weights=str(found["final"]), error=str(exc)[-1000:], cost_s=time.monotonic() - t0
         )
@@ -106,23 +107,46 @@ def _locate(template: str | None, trial_dir: Path, workspace: Path) -> Path | No
 def _to_reference(
     spec: TrialSpec, found: dict[str, Path], trial_dir: Path, workspace: Path
 ) -> dict[str, Path]:
-    """The parameters as plain name -> tensor files in the reference layout."""
+    """The parameters as plain name -> tensor files in the reference layout.
+
+    A patch's ``to_reference_params`` never sees the trained parameters: it runs (isolated, in
+    the trial's workspace) on tensors the harness makes with the saved ones' names and shapes,
+    every element a code drawn now (``remap.coded``); its output must be a re-indexing of its
+    input (``remap.index_map``), and the harness applies that index map to the saved files
+    itself. A mapping that computes anything — adds a stored update, reads a file — is refused.
+    """
     key = spec.manifest.evaluation.key or "" if spec.manifest.evaluation else ""
     if not spec.patches and not key:
         return found
+    import torch  # the harness's own tensors: imported only where parameters are mapped
+
+    from infrarsi.trial import remap
+
     folder = weights_dir(trial_dir)
     folder.mkdir(parents=True, exist_ok=True)
+    saved = {name: remap.load_saved(path, key) for name, path in found.items()}
     out = {name: folder / f"{name}.reference.pt" for name in found}
+    if not spec.patches:
+        for name in found:
+            torch.save(saved[name], out[name])
+        return out
+    codes = {name: remap.coded(params) for name, params in saved.items()}
+    pairs: list[str] = []
+    for name in found:
+        probe_in, probe_out = folder / f"{name}.coded.pt", folder / f"{name}.coded-out.pt"
+        torch.save(codes[name].tensors, probe_in)
+        pairs += [str(probe_in), str(probe_out)]
     script = folder / "remap.py"
     script.write_text(_REMAP)
-    pairs = [str(p) for name in found for p in (found[name], out[name])]
-    done = _python(
-        str(script), [key, REMAP_MODULE, *pairs], workspace, folder / "remap", 120, trial_dir
-    )
+    done = _python(str(script), [REMAP_MODULE, *pairs], workspace, folder / "remap", 120, trial_dir)
     if done.returncode != 0:
         raise RuntimeError(
             f"mapping the parameters to the reference layout failed: {done.stderr.strip()[-800:]}"
         )
+    for name, mapped_file in zip(found, pairs[1::2]):
+        mapped = torch.load(mapped_file, map_location="cpu", weights_only=True)
+        index = None if mapped is None else remap.index_map(codes[name], mapped)
+        torch.save(saved[name] if index is None else remap.apply(saved[name], index), out[name])
     return out
 
 
