@@ -54,6 +54,8 @@ UNCALIBRATED = [
     "half_batch_last_step",
 ]
 FUNCTION_PRESERVING = str(CHEATS / "skip_key_bias.diff")  # honest: softmax cancels the key bias
+# honest: the output head registered first, so the tied matrix is saved as lm_head.weight
+REGISTERED_FIRST = str(CHEATS / "register_head_first.diff")
 REFUSED = {
     "locked_via_dotdot": "outside the workspace",
     "locked_via_symlink": "creates a symlink",
@@ -69,6 +71,7 @@ ELSEWHERE = {
     "rewrite_metrics_at_exit",
     "train_before_the_first_step",
     "microbatch_lm_larger_lr",
+    "register_head_first",
 }
 LEGITIMATE = [
     ({"micro_batch": 1}, []),
@@ -77,6 +80,7 @@ LEGITIMATE = [
     ({"precision": "bf16"}, []),
     ({"micro_batch": 4}, ["sdpa_attention", "fused_qkv"]),
     ({}, [FUNCTION_PRESERVING]),
+    ({}, [REGISTERED_FIRST]),
 ]
 LEGITIMATE_UNCALIBRATED = [
     ({"precision": "bf16"}, []),

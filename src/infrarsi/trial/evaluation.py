@@ -92,6 +92,7 @@ def evaluate(spec: TrialSpec, trial_dir: Path, workspace: Path) -> Evaluation | 
         initial_eval_loss=result.get("initial_eval_loss"),
         layout_problems=result.get("layout_problems", []),
         inert_params=result.get("inert_params", []),
+        aliases=result.get("aliases", {}),
         remapped=remaps,
         remap_s=remap_s,
         cost_s=time.monotonic() - t0,

@@ -152,6 +152,11 @@ class Evaluation(BaseModel):
         description="parameters whose gradient the reference "
         "model gives as zero, at the initial and final parameters",
     )
+    aliases: dict[str, str] = Field(
+        {},
+        description="another name of a parameter of the reference model (a tied one) -> its "
+        "own name there, as the evaluation reported: checks compare parameters, not names",
+    )
     remapped: bool = False
     remap_s: float = Field(
         0.0,

@@ -94,6 +94,15 @@ def load_params(path: str | None) -> dict[str, torch.Tensor] | None:
     return torch.load(path, map_location="cpu", weights_only=True) if path else None
 
 
+def _known(path: str | None, aliases: dict[str, str]) -> dict[str, torch.Tensor] | None:
+    """The parameters at ``path``, each under the reference model's own name for it (a tied
+    parameter saved under another of its names is the same parameter)."""
+    params = load_params(path)
+    if params is None:
+        return None
+    return {aliases.get(name, name): tensor for name, tensor in params.items()}
+
+
 def weight_distance(
     wb: dict[str, Any],
     wc: dict[str, Any],
@@ -120,8 +129,9 @@ def _norm(tensors: Iterable[torch.Tensor]) -> float:
 def _weights(found: Findings, b: Evaluation, c: Evaluation, tol: float, hint: str = "") -> None:
     """The candidate's final parameters against the baseline's (``b``, ``c``: what the harness
     evaluated of each; both saved final parameters)."""
-    wb, wc = load_params(b.final_weights), load_params(c.final_weights)
-    w0, c0 = load_params(b.initial_weights), load_params(c.initial_weights)
+    names = {**b.aliases, **c.aliases}
+    wb, wc = _known(b.final_weights, names), _known(c.final_weights, names)
+    w0, c0 = _known(b.initial_weights, names), _known(c.initial_weights, names)
     if wb is None or wc is None:
         found.reasons.append("the final parameters could not be read")
         return

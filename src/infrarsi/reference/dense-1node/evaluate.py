@@ -5,7 +5,8 @@ python evaluate.py --weights final.pt [--initial initial.pt] --n-layer 2 ... --s
 Run by the harness in an unpatched copy of the workload: whatever a patch changed, the numbers
 here come from the reference model. The held-out batch is the sequences right after the last
 one training used, which no step ever saw. Prints one JSON line: the eval loss of each file,
-any parameter the reference model lacks, misses or shapes differently, and the parameters
+any parameter the reference model lacks, misses or shapes differently (a tied parameter is
+known by any of its names: ``aliases``, name -> the reference's own), and the parameters
 whose gradient on the held-out batch is zero at both the initial and the final parameters
 (``inert_params``: the loss does not depend on them, e.g. an attention key bias, which softmax
 cancels; moving them or not changes nothing the model computes).
@@ -45,12 +46,53 @@ x, y = stream.batch(list(range(first, first + args.eval_seqs)))
 INERT_SHARE = 1e-5  # a gradient below this share of the median parameter's is rounding
 
 
+def aliases(model):
+    """Each name a parameter of the reference model goes by (a tied one has several) -> the
+    name ``named_parameters()`` gives it: a parameter is known by the model's structure, not
+    by the name a patch's registration order happened to give it."""
+    first = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        first.setdefault(id(param), name)
+    return {name: first[id(param)] for name, param in model.named_parameters(remove_duplicate=False)}
+
+
+def aliases(model):
+    """Each name a parameter of the reference model goes by (a tied one has several) -> the
+    name ``named_parameters()`` gives it: a parameter is known by the model's structure, not
+    by the name a patch's registration order happened to give it."""
+    first = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        first.setdefault(id(param), name)
+    return {name: first[id(param)] for name, param in model.named_parameters(remove_duplicate=False)}
+
+
+def aliases(model):
+    """Each name a parameter of the reference model goes by (a tied one has several) -> the
+    name ``named_parameters()`` gives it: a parameter is known by the model's structure, not
+    by the name a patch's registration order happened to give it."""
+    first = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        first.setdefault(id(param), name)
+    return {name: first[id(param)] for name, param in model.named_parameters(remove_duplicate=False)}
+
+
+def aliases(model):
+    """Each name a parameter of the reference model goes by (a tied one has several) -> the
+    name ``named_parameters()`` gives it: a parameter is known by the model's structure, not
+    by the name a patch's registration order happened to give it."""
+    first = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        first.setdefault(id(param), name)
+    return {name: first[id(param)] for name, param in model.named_parameters(remove_duplicate=False)}
+
+
 def evaluate(path):
     """Eval loss of the parameters in ``path``, how they differ from the reference model, and
     the parameters whose gradient there is zero."""
     torch.manual_seed(0)
     model = GPT(config)
     saved = torch.load(path, map_location="cpu", weights_only=True)
+    saved = {ALIASES.get(name, name): tensor for name, tensor in saved.items()}
     own = dict(model.named_parameters())
     problems = [f"missing {n}" for n in own if n not in saved]
     problems += [f"unexpected {n}" for n in saved if n not in own]
@@ -70,8 +112,17 @@ def evaluate(path):
     return float(loss.detach()), [], {n for n, g in rms.items() if g <= INERT_SHARE * typical}
 
 
+torch.manual_seed(0)
+ALIASES = aliases(GPT(config))
+torch.manual_seed(0)
+ALIASES = aliases(GPT(config))
+torch.manual_seed(0)
+ALIASES = aliases(GPT(config))
+torch.manual_seed(0)
+ALIASES = aliases(GPT(config))
 final_loss, problems, inert = evaluate(args.weights)
 initial_loss, _, inert_initial = evaluate(args.initial) if args.initial else (None, [], inert)
 print(json.dumps({"eval_loss": final_loss, "initial_eval_loss": initial_loss,
                   "layout_problems": problems,
-                  "inert_params": sorted(inert & inert_initial)}))
+                  "inert_params": sorted(inert & inert_initial),
+                  "aliases": {n: c for n, c in ALIASES.items() if n != c}}))
