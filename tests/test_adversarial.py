@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from infrarsi.doctor.calibrate import calibrate
+from infrarsi.doctor.calibrate import KIND_MULTIPLE, calibrate
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
 from infrarsi.trial import PatchRefused, TrialStatus, prepare, run_trial
 from infrarsi.verify import verify
+from infrarsi.verify.reference import References, needed
 from infrarsi.workloads import find, load_manifest
 
 pytestmark = [pytest.mark.adversarial, pytest.mark.slow]
@@ -116,16 +117,19 @@ def uncalibrated(dense, tmp_path_factory):
 
 
 def _judge(manifest, contract, baseline, workdir, knobs=None, patches=(), **options):
-    spec = prepare(
-        manifest,
-        "tiny",
-        knobs or {},
-        list(patches),
-        contract_hash=contract.contract_hash,
-        **options,
-    )
-    record = run_trial(spec, workdir)
-    return record, verify(contract, baseline, record)
+    """Run the candidate, and the references Apply would measure for it (the same knobs
+    without its patch; in bf16, its knobs at fp32 with and without it); verify it."""
+
+    def run(knobs, patches):
+        spec = prepare(
+            manifest, "tiny", knobs, list(patches), contract_hash=contract.contract_hash, **options
+        )
+        return run_trial(spec, workdir)
+
+    record = run(knobs or {}, patches)
+    wanted = needed(manifest, baseline.knobs, record.knobs, list(patches))
+    refs = References.of({role: run(k, p) for role, (k, p) in wanted.items()})
+    return record, verify(contract, baseline, record, refs)
 
 
 def test_the_cheat_catalog_is_complete():
@@ -145,7 +149,9 @@ def test_calibrated_tolerances_are_a_multiple_of_measured_floors(calibrated):
         "loss_split",
     } <= set(eq.floors)
     assert set(eq.by_kind) == {"split", "ranks", "precision"}
-    assert eq.by_kind["split"]["weight"] == pytest.approx(max(10 * eq.floors["weight_split"], 2e-4))
+    assert eq.by_kind["split"]["weight"] == pytest.approx(
+        max(KIND_MULTIPLE * eq.floors["weight_split"], 2e-4)
+    )
     assert eq.weight_rtol == pytest.approx(2e-4)  # no re-run floor: the strict minimum
     assert eq.floors["weight_bf16"] > eq.floors["weight_fp32"]
 
@@ -348,7 +354,10 @@ def test_moe_top1_instead_of_top2_is_refused(tmp_path):
 
 def test_a_bf16_gradient_all_reduce_on_moe_is_judged_by_the_floors_it_shares(tmp_path):
     """The MoE split moves the weights by ~2e-2 (its balancing loss is per micro-batch); a
-    candidate that keeps the split is judged by the strict base, not by that floor."""
+    candidate that keeps the split is judged by the strict base, not by that floor — and one
+    that changes the split too cannot borrow the split's tolerance (accepted by the kinds rule
+    alone, 2.7e-2 inside 10x the split's floor): it is judged against the same split without
+    the patch."""
     moe = find("moe-1node")
     contract, baseline = _contract_and_baseline(moe, tmp_path)
     assert contract.equivalence.by_kind["split"]["weight"] > 10 * contract.equivalence.weight_rtol
@@ -360,7 +369,15 @@ def test_a_bf16_gradient_all_reduce_on_moe_is_judged_by_the_floors_it_shares(tmp
         patches=[str(CHEATS / "moe_bf16_gradient_allreduce.diff")],
     )
     assert not verdict.valid and any(DIFFERENT_MODEL in r for r in verdict.reasons), verdict.reasons
-    for knobs, patches in (({"micro_batch": 1}, []), ({}, ["grouped_dispatch"])):
+    borrowed = [str(CHEATS / "moe_bf16_gradient_allreduce.diff")]
+    record, verdict = _judge(moe, contract, baseline, tmp_path, {"micro_batch": 1}, borrowed)
+    assert not verdict.valid and any(DIFFERENT_MODEL in r for r in verdict.reasons), verdict.reasons
+    assert any(r.startswith("same-knob reference") for r in verdict.ran), verdict.ran
+    for knobs, patches in (
+        ({"micro_batch": 1}, []),
+        ({}, ["grouped_dispatch"]),
+        ({"micro_batch": 1}, ["grouped_dispatch"]),
+    ):
         record, verdict = _judge(moe, contract, baseline, tmp_path, knobs, patches)
         assert verdict.valid, (knobs, patches, verdict.reasons)
 

@@ -224,6 +224,28 @@ class Measurement(_Frozen):
     reasons: list[str] = []
     flags: list[str] = []
     not_checked: list[str] = []
+    ran: list[str] = Field(
+        [],
+        description="the comparisons verify made beyond the baseline (same-knob reference, the "
+        "patch at fp32, the precision that ran, process ownership)",
+    )
+
+
+class ReferenceRun(_Frozen):
+    """A run Apply measured for ``verify`` alone: a candidate's knobs without its patch (or at
+    fp32), never timed against anything."""
+
+    role: str = Field(description="same_knobs, fp32_same_knobs or fp32_candidate")
+    knobs: dict[str, Any]
+    patches: list[str]
+    trial_id: str
+    trial_dir: str = ""
+    status: TrialStatus
+    uncapped: bool = Field(
+        False, description="it did not fit the capacity without the patch and ran uncapped"
+    )
+    cost_s: float
+    for_labels: list[str] = Field([], description="the candidates it was a reference of")
 
 
 class CandidateResult(_Frozen):
@@ -270,6 +292,9 @@ class ApplyResult(_Frozen):
     )
     candidates: list[CandidateResult]
     measurements: list[Measurement]
+    references: list[ReferenceRun] = Field(
+        [], description="the runs verify needed besides the rounds' (their cost included)"
+    )
     promoted: str | None = Field(None, description="label of the promoted candidate")
     decision: str
     files: dict[str, str] = {}

@@ -244,7 +244,7 @@ def test_tolerances_per_kind_of_change(tmp_path):
         }
     )
     assert eq.tolerances(False) == (2e-4, 5e-5)
-    assert eq.tolerances(False, {"split"}) == (pytest.approx(0.2), pytest.approx(0.01))
+    assert eq.tolerances(False, {"split"}) == (pytest.approx(0.08), pytest.approx(0.004))
     c = _contract(equivalence=eq)
     base = _record(c, tmp_path)
     drift = {"a": 0.1, "b": 0.1 + 0.003, "bias": 0.01}  # ~2e-2 of what was learned

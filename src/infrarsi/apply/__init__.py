@@ -27,6 +27,7 @@ from infrarsi.records import (
     DoctorReport,
     Measurement,
     RankedConfig,
+    ReferenceRun,
 )
 from infrarsi.store import RunDirError, Stage, Store, StoredRun, StoredTrial, open_run_dir
 from infrarsi.trial.record import TrialStatus
@@ -144,10 +145,11 @@ def apply_run(
     (on_event or ignore)(
         ApplyPlanned(candidates=candidates, rounds=n_rounds, baseline_knobs=baseline_knobs)
     )
-    measurements = []
+    measurements: list[Measurement] = []
+    references: list[ReferenceRun] = []
     if candidates:  # one host for the whole comparison: times are compared on one clock
         with (executor or LocalExecutor(run_dir)).pinned(manifest) as one_host:
-            measurements = Rounds(
+            rounds_run = Rounds(
                 contract,
                 run_dir,
                 one_host,
@@ -157,7 +159,9 @@ def apply_run(
                 stored=lambda record, label: store.add_trial(
                     run.run_id, Stage.APPLY, record, label=label
                 ),
-            ).run(n_rounds, contract.noise.confidence)
+            )
+            measurements = rounds_run.run(n_rounds, contract.noise.confidence)
+            references = list(rounds_run.references.runs.values())
     judged, promoted, decision = judge(
         candidates, measurements, n_rounds, contract.noise.confidence, seed
     )
@@ -175,6 +179,7 @@ def apply_run(
         baseline=_baseline_summary(baseline_knobs, measurements),
         candidates=judged,
         measurements=measurements,
+        references=references,
         promoted=promoted,
         decision=decision,
     )
@@ -243,6 +248,8 @@ def _write(result: ApplyResult, run, trials, contract, manifest, run_dir: Path) 
         f"{result.compared}, {result.rounds} interleaved rounds, confidence "
         f"{result.confidence:.0%}.\n\nEvidence: {result.evidence}.\n\n"
         + outputs.verification_table(result)
+        + "\nCompared with, besides the baselines:\n\n"
+        + outputs.comparisons(result)
     )
     files["verification"] = "verification.md"
     for stale in ("winner.patch", "launch.sh"):

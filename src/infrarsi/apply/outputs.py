@@ -172,5 +172,27 @@ def verification_table(result: ApplyResult) -> str:
     return "\n".join(rows) + "\n"
 
 
+def comparisons(result: ApplyResult) -> str:
+    """What each candidate was compared with besides its rounds' baselines (the same-knob
+    reference, the patch at fp32, the precision that ran, process ownership), what could not
+    be checked, and what the reference runs cost."""
+    lines = []
+    for c in result.candidates:
+        mine = [m for m in result.measurements if m.label == c.label]
+        ran = sorted({r for m in mine for r in m.ran})
+        missing = sorted({n for m in mine for n in m.not_checked})
+        lines.append(f"- {c.label}: " + ("; ".join(ran) or "the baseline only"))
+        lines += [f"  - not checked: {n}" for n in missing]
+    refs = result.references
+    if refs:
+        cost_s = sum(r.cost_s for r in refs)
+        judged = len({label for r in refs for label in r.for_labels})
+        runs = ", ".join(f"{r.role} {r.trial_id}{' uncapped' if r.uncapped else ''}" for r in refs)
+        lines.append(
+            f"- reference runs: {len(refs)} for {judged} candidate(s), {cost_s:.1f} s ({runs})"
+        )
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def _x(value: float | None) -> str:
     return f"{value:.3f}x" if value is not None else "-"

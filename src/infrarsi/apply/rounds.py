@@ -1,7 +1,9 @@
 """Apply's measurements: the baseline and the top candidates re-run interleaved — B, C1, C2, ...,
 B, C1, ... and a closing B — at the contract's scale, each candidate checked by ``verify``
-against the baseline of its round. Each measurement is appended to ``apply-progress.jsonl`` as it
-ends, so a killed Apply loses nothing and resumes at the next measurement of the same plan.
+against the baseline of its round (and, for a patch with other knobs than the baseline's,
+against the same knobs without it: ``references``). Each measurement is appended to
+``apply-progress.jsonl`` as it ends, so a killed Apply loses nothing and resumes at the next
+measurement of the same plan.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from infrarsi.apply.decide import futile, pooled_sd, round_ratios
-from infrarsi.contract import Contract
+from infrarsi.apply.references import REFERENCE, ReferenceRuns
+from infrarsi.contract import Contract, ContractError
 from infrarsi.events import (
     CandidateDropped,
     EventSink,
@@ -25,6 +28,7 @@ from infrarsi.records import CandidateResult, Measurement
 from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
 from infrarsi.verify import verify
+from infrarsi.workloads import Manifest
 
 PROGRESS_FILE = "apply-progress.jsonl"
 BASELINE = "baseline"
@@ -59,6 +63,9 @@ class Rounds:
         self.on_event: EventSink = on_event or ignore
         self.progress = self.run_dir / PROGRESS_FILE
         self.baselines: dict[int, TrialRecord] = {}
+        self.references = ReferenceRuns(
+            contract, _manifest(contract), baseline_knobs, executor, self.progress, self.stored
+        )
 
     def run(self, rounds: int, confidence: float | None = None) -> list[Measurement]:
         """Every measurement of the plan, the ones a killed Apply already made included. With
@@ -137,6 +144,8 @@ class Rounds:
                 entry = json.loads(line)
             except json.JSONDecodeError:  # a line cut by a kill
                 continue
+            if REFERENCE in entry:  # a reference run (``references``)
+                continue
             m = Measurement.model_validate(entry["measurement"])
             if (
                 entry.get("config") == list(self.configs.get(m.label, ()))
@@ -196,16 +205,30 @@ class Rounds:
             return Measurement(
                 **base, valid=False, reasons=["no baseline of this round ran ok to verify against"]
             )
-        verdict = verify(self.contract, reference, record)
+        knobs, patches = self.configs[label]
+        refs = (
+            self.references.of(label, knobs, list(patches))
+            if record.status is TrialStatus.OK
+            else None
+        )
+        verdict = verify(self.contract, reference, record, refs)
         return Measurement(
             **base,
             valid=verdict.valid,
             reasons=verdict.reasons,
             flags=verdict.flags,
             not_checked=verdict.not_checked,
+            ran=verdict.ran,
         )
 
     def _baseline_near(self, r: int) -> TrialRecord | None:
         for k in sorted(self.baselines, key=lambda k: (abs(k - r), k)):
             return self.baselines[k]
+        return None
+
+
+def _manifest(contract: Contract) -> Manifest | None:
+    try:
+        return contract.manifest()
+    except ContractError:  # its references cannot be derived: verify says what was not run
         return None

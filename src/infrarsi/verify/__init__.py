@@ -20,6 +20,7 @@ from infrarsi.trial.patching import matches
 from infrarsi.trial.record import TrialMetrics, TrialRecord, TrialStatus
 from infrarsi.trial.watch import POLL_S
 from infrarsi.verify import evidence
+from infrarsi.verify.reference import References, precision_ran
 from infrarsi.workloads import Manifest, change_kinds, precision_of
 
 # The harness times each line on arrival (its reader thread may be scheduled a little late on a
@@ -42,12 +43,14 @@ LAUNCHER_SLACK_BYTES, LAUNCHER_SLACK_FRACTION = 64 * 2**20, 0.25
 class Verdict:
     """``valid`` or not, with every reason (empty when valid); ``flags`` are what the static
     screen noticed in the patches (shown, never decisive); ``not_checked`` names the checks
-    that could not run, and why."""
+    that could not run, and why; ``ran`` the comparisons made beyond the baseline (the
+    same-knob reference, the patch at fp32, the precision that ran, process ownership)."""
 
     valid: bool
     reasons: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -61,45 +64,152 @@ class _Case:
     kinds: frozenset[str] = frozenset()
 
 
-def verify(contract: Contract, baseline: TrialRecord, candidate: TrialRecord) -> Verdict:
-    """Judge ``candidate`` against ``baseline`` under ``contract``."""
+def verify(
+    contract: Contract,
+    baseline: TrialRecord,
+    candidate: TrialRecord,
+    references: References | None = None,
+) -> Verdict:
+    """Judge ``candidate`` against ``baseline`` under ``contract``.
+
+    A candidate without a patch, or whose patch keeps the baseline's knobs, is compared with
+    the baseline, by the kinds of change its knobs make. A patch with other knobs K is judged
+    differentially (``reference.needed`` says which runs that takes): the same knobs without
+    the patch against the baseline, by the kinds K makes (the knobs' own effect, Doctor's to
+    calibrate), and the candidate against that reference at the strict base (the patch's own
+    effect may be no larger than re-running one config moves it). A bf16 candidate's patch is
+    judged at fp32 (K at fp32, with and without it), the candidate held within the bf16
+    tolerance of the bf16 reference, and measurably away from its own fp32 run (the
+    precision the knob asks for is the precision that ran)."""
     flags = [f"{p.id}: {flag}" for p in candidate.patches for flag in p.flags]
-    if candidate.status is not TrialStatus.OK:
-        return Verdict(
-            False, [f"the trial ended {candidate.status.value}: {candidate.error}"], flags
-        )
-    if baseline.status is not TrialStatus.OK:
-        return Verdict(False, [f"the baseline ended {baseline.status.value}"], flags)
-    if baseline.metrics is None or candidate.metrics is None:
-        return Verdict(False, ["a trial that ended ok carries no metrics"], flags)
+    ended = _ended(baseline, candidate)
+    if ended:
+        return Verdict(False, ended, flags)
     manifest = _manifest(contract)
+    kinds = _kinds(manifest, baseline, candidate)
+    ran = [_ownership(candidate)] if candidate.ownership.startswith("pid") else []
+    not_checked = [] if ran else [f"process ownership: {candidate.ownership or 'not recorded'}"]
+    if not candidate.patches or not kinds:
+        reasons, unchecked = compare(contract, manifest, baseline, candidate, kinds)
+        if candidate.patches:
+            ran.append("same-knob reference: the baseline (the patch keeps its knobs)")
+        return Verdict(not reasons, reasons, flags, not_checked + unchecked, ran)
+    reasons, unchecked, more = _differential(
+        contract, manifest, baseline, candidate, kinds, references or References()
+    )
+    return Verdict(not reasons, reasons, flags, not_checked + unchecked, ran + more)
+
+
+def _ended(baseline: TrialRecord, candidate: TrialRecord) -> list[str]:
+    """Why the comparison cannot start: a trial that did not end ok with metrics."""
+    if candidate.status is not TrialStatus.OK:
+        return [f"the trial ended {candidate.status.value}: {candidate.error}"]
+    if baseline.status is not TrialStatus.OK:
+        return [f"the baseline ended {baseline.status.value}"]
+    if baseline.metrics is None or candidate.metrics is None:
+        return ["a trial that ended ok carries no metrics"]
+    return []
+
+
+def _ownership(record: TrialRecord) -> str:
+    return f"process ownership: {record.ownership} (no process outlived the launcher)"
+
+
+def compare(
+    contract: Contract,
+    manifest: Manifest | None,
+    baseline: TrialRecord,
+    candidate: TrialRecord,
+    kinds: frozenset[str],
+    *,
+    equivalence_only: bool = False,
+    bf16: bool | None = None,
+) -> tuple[list[str], list[str]]:
+    """One comparison: (reasons ``candidate`` fails against ``baseline``, what could not be
+    checked), judged by the tolerances of ``kinds`` and of the precision (``bf16``: whether
+    either ran in bf16, unless given). ``equivalence_only``: only whether the two learned the
+    same thing (a reference: its time and memory are not what is promoted, it runs no
+    patch)."""
+    ended = _ended(baseline, candidate)
+    if ended:
+        return ended, []
+    assert baseline.metrics is not None and candidate.metrics is not None
     case = _Case(
         contract,
         baseline,
         candidate,
         baseline.metrics,
         candidate.metrics,
-        _involves_bf16(manifest, baseline, candidate),
-        _kinds(manifest, baseline, candidate),
+        _involves_bf16(manifest, baseline, candidate) if bf16 is None else bf16,
+        kinds,
     )
-    reasons = []
-    for check in (
-        _contract_hash,
-        _same_host,
-        _workload,
-        _locked,
-        _patch_paths,
-        _loss,
-        _memory,
-        _memory_outside_ranks,
-        _timing,
-        _outside_steps,
-    ):
-        reasons += check(case)
+    checks = EQUIVALENCE_CHECKS if equivalence_only else CHECKS
+    reasons = [reason for check in checks for reason in check(case)]
     found = evidence.check(contract, baseline, candidate, case.bf16, case.kinds)
-    return Verdict(
-        not reasons and not found.reasons, reasons + found.reasons, flags, found.not_checked
+    return reasons + found.reasons, found.not_checked
+
+
+def _differential(
+    contract: Contract,
+    manifest: Manifest | None,
+    baseline: TrialRecord,
+    cand: TrialRecord,
+    kinds: frozenset[str],
+    refs: References,
+) -> tuple[list[str], list[str], list[str]]:
+    """(reasons, not checked, comparisons made) of a patch that also changes the knobs."""
+    named = ", ".join(sorted(kinds))
+    if refs.same_knobs is None:
+        return (
+            [
+                f"the candidate changes the knobs ({named}) and carries a patch: the patch is "
+                "judged against the same knobs without it, and that run was not measured"
+            ],
+            [],
+            [],
+        )
+    ref = refs.same_knobs
+    knob_reasons, unchecked = compare(
+        contract, manifest, baseline, ref, kinds, equivalence_only=True
     )
+    reasons = [f"the same knobs without the patch, against the baseline: {r}" for r in knob_reasons]
+    ran = [f"same-knob reference: {ref.trial_id} (its knobs judged by {named})"]
+    if ref.mem_cap_bytes is None and cand.mem_cap_bytes is not None:
+        ran[-1] += "; it ran uncapped: it does not fit the capacity without the patch"
+    if _involves_bf16(manifest, ref, cand) and "precision" in kinds:
+        more, more_ran = _bf16_patch(contract, manifest, ref, cand, refs)
+        return reasons + more, unchecked, ran + more_ran
+    patch_reasons, patch_unchecked = compare(contract, manifest, ref, cand, frozenset())
+    return reasons + patch_reasons, unchecked + patch_unchecked, ran
+
+
+def _bf16_patch(
+    contract: Contract,
+    manifest: Manifest | None,
+    ref: TrialRecord,
+    cand: TrialRecord,
+    refs: References,
+) -> tuple[list[str], list[str]]:
+    """A bf16 candidate's patch: its numerical effect judged at fp32, the candidate within
+    the bf16 tolerance of the bf16 reference, and the bf16 it claims actually run."""
+    reasons: list[str] = []
+    ran: list[str] = []
+    near, _ = compare(contract, manifest, ref, cand, frozenset(), bf16=True)
+    reasons += near
+    if refs.fp32_same_knobs is None or refs.fp32_candidate is None:
+        reasons.append(
+            "a bf16 candidate's patch is judged at fp32 (its knobs at fp32, with and without "
+            "it): those runs were not measured"
+        )
+        return reasons, ran
+    at_fp32, _ = compare(
+        contract, manifest, refs.fp32_same_knobs, refs.fp32_candidate, frozenset(), bf16=False
+    )
+    reasons += [f"the patch at fp32 (its knobs at fp32, with and without it): {r}" for r in at_fp32]
+    with_it, without = refs.fp32_candidate.trial_id, refs.fp32_same_knobs.trial_id
+    ran.append(f"the patch at fp32: {with_it} against {without}")
+    claimed = precision_ran(contract, ref, cand, refs.fp32_same_knobs, refs.fp32_candidate)
+    return reasons + claimed.reasons, ran + claimed.ran
 
 
 # Where the contract's workload cannot be loaded: the reference workloads' knob names.
@@ -332,6 +442,21 @@ def _contract_hash(case: _Case) -> list[str]:
         elif record.contract_hash != case.contract.contract_hash:
             out.append(f"{name} ran under another contract ({record.contract_hash[:12]})")
     return out
+
+
+CHECKS = (
+    _contract_hash,
+    _same_host,
+    _workload,
+    _locked,
+    _patch_paths,
+    _loss,
+    _memory,
+    _memory_outside_ranks,
+    _timing,
+    _outside_steps,
+)
+EQUIVALENCE_CHECKS = (_contract_hash, _workload, _loss)
 
 
 def evidence_strength(contract: Contract, not_checked: list[str]) -> str:

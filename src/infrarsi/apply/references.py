@@ -1,0 +1,114 @@
+"""The reference runs Apply measures so that ``verify`` can judge a patch differentially.
+
+A candidate with other knobs than the baseline's and a patch is judged against the same knobs
+without the patch (and, in bf16, against its knobs at fp32 with and without it:
+``verify.reference.needed``). Apply measures each such run once per config — candidates that
+share knobs share their reference — on the host of the rounds, under the contract's capacity;
+a reference that runs out of memory there (the patch is what makes the knobs fit) runs again
+uncapped, and the verdict says so. Each run is journalled in ``apply-progress.jsonl`` as it
+ends (a resumed Apply does not run it again) and kept in the run's store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from infrarsi.contract import Contract
+from infrarsi.executors import Executor, TrialRequest
+from infrarsi.identity import config_key
+from infrarsi.records import ReferenceRun
+from infrarsi.trial import TrialRecord
+from infrarsi.trial.record import TrialStatus
+from infrarsi.verify.reference import References, Role, needed
+from infrarsi.workloads import Manifest
+
+REFERENCE = "reference"  # the journal entry's marker
+
+
+class ReferenceRuns:
+    """Measures, caches and journals the references of Apply's candidates."""
+
+    def __init__(
+        self,
+        contract: Contract,
+        manifest: Manifest | None,
+        baseline_knobs: dict[str, Any],
+        executor: Executor,
+        progress: Path,
+        stored: Callable[[TrialRecord, str], object],
+    ) -> None:
+        self.contract, self.manifest, self.executor = contract, manifest, executor
+        self.baseline_knobs, self.progress, self.stored = baseline_knobs, progress, stored
+        self.records: dict[str, TrialRecord] = {}
+        self.runs: dict[str, ReferenceRun] = {}
+        self._resume()
+
+    def of(self, label: str, knobs: dict[str, Any], patches: list[str]) -> References:
+        """The references ``verify`` needs for this candidate, measured where missing."""
+        if self.manifest is None:
+            return References()
+        wanted = needed(self.manifest, self.baseline_knobs, knobs, patches)
+        found: dict[Role, TrialRecord] = {}
+        for role, (ref_knobs, ref_patches) in wanted.items():
+            key = _key(ref_knobs, ref_patches)
+            if key not in self.records:
+                self._measure(role, key, ref_knobs, ref_patches)
+            run = self.runs[key]
+            if label not in run.for_labels:
+                self.runs[key] = run.model_copy(update={"for_labels": [*run.for_labels, label]})
+            found[role] = self.records[key]
+        return References.of(found)
+
+    def _measure(self, role: Role, key: str, knobs: dict[str, Any], patches: list[str]) -> None:
+        record = self._run(knobs, patches, self.contract.mem_cap_bytes)
+        uncapped = record.status is TrialStatus.OOM and self.contract.mem_cap_bytes is not None
+        if uncapped:
+            record = self._run(knobs, patches, None)
+        self.stored(record, f"reference {role} {key}")
+        run = ReferenceRun(
+            role=str(role),
+            knobs=knobs,
+            patches=patches,
+            trial_id=record.trial_id,
+            trial_dir=record.trial_dir,
+            status=record.status,
+            uncapped=uncapped,
+            cost_s=record.cost_s,
+        )
+        self.records[key], self.runs[key] = record, run
+        with self.progress.open("a") as f:
+            entry = {REFERENCE: key, "run": run.model_dump(mode="json")}
+            f.write(json.dumps({**entry, "record": record.model_dump(mode="json")}) + "\n")
+
+    def _run(self, knobs: dict[str, Any], patches: list[str], cap: int | None) -> TrialRecord:
+        request = TrialRequest(
+            workload=self.contract.workload_path or self.contract.workload,
+            scale=self.contract.scale,
+            knobs=knobs,
+            patches=list(patches),
+            mem_cap_bytes=cap,
+            contract_hash=self.contract.contract_hash,
+            workdir="apply-trials",
+        )
+        return self.executor.wait(self.executor.submit(request))
+
+    def _resume(self) -> None:
+        """The references a killed Apply of this run already measured."""
+        if not self.progress.exists():
+            return
+        for line in self.progress.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+            if REFERENCE in entry:
+                key = entry[REFERENCE]
+                self.runs[key] = ReferenceRun.model_validate(entry["run"])
+                self.records[key] = TrialRecord.from_json(json.dumps(entry["record"]))
+
+
+def _key(knobs: dict[str, Any], patches: list[str]) -> str:
+    return json.dumps(config_key(knobs, patches), default=str)

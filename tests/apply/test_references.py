@@ -1,0 +1,57 @@
+"""Apply measures the same-knob reference of a patch with other knobs, once per config, and
+verify judges the patch against it; a resumed Apply runs it again never."""
+
+import json
+
+import pytest
+from conftest import FIXTURES
+
+from infrarsi.apply.references import REFERENCE
+from infrarsi.apply.rounds import PROGRESS_FILE, Rounds
+from infrarsi.executors import LocalExecutor
+from infrarsi.init import make_contract, read_instruction
+from infrarsi.records import CandidateResult
+from infrarsi.workloads import find, knobs
+
+pytestmark = pytest.mark.slow
+CHEAT = str(FIXTURES / "adversarial" / "drop_weight_decay.diff")
+
+
+def test_apply_judges_each_patch_against_its_same_knob_reference_measured_once(tmp_path):
+    dense = find("dense-1node")
+    contract = make_contract(dense, "tiny", "cut time", read_instruction("cut time", []))
+    split = {"micro_batch": 4}
+    candidates = [
+        CandidateResult(label="c1", knobs=split, patches=["sdpa_attention"]),
+        CandidateResult(label="c2", knobs=split, patches=[CHEAT]),
+    ]
+    base = knobs.baseline(dense, "tiny")
+    stored = []
+
+    def rounds():
+        return Rounds(
+            contract,
+            tmp_path,
+            LocalExecutor(tmp_path),
+            candidates,
+            base,
+            stored=lambda record, label: stored.append(label),
+        )
+
+    first = rounds()
+    measured = {m.label: m for m in first.run(1) if m.round == 0}
+    assert measured["c1"].valid, measured["c1"].reasons
+    assert any(r.startswith("same-knob reference") for r in measured["c1"].ran), measured["c1"]
+    assert not measured["c2"].valid
+    assert any("trained a different model" in r for r in measured["c2"].reasons)
+    [reference] = first.references.runs.values()
+    assert reference.role == "same_knobs" and reference.patches == []
+    assert reference.for_labels == ["c1", "c2"] and not reference.uncapped
+    journal = [json.loads(line) for line in (tmp_path / PROGRESS_FILE).read_text().splitlines()]
+    assert sum(REFERENCE in entry for entry in journal) == 1
+    assert len(stored) == 5  # baseline, c1, the reference, c2, the closing baseline
+
+    again = rounds()
+    resumed = {m.label: m for m in again.run(1) if m.round == 0}
+    assert len(stored) == 5, "a resumed Apply ran a trial again"
+    assert resumed["c1"] == measured["c1"] and resumed["c2"] == measured["c2"]
