@@ -73,6 +73,8 @@ ELSEWHERE = {
     "train_before_the_first_step",
     "microbatch_lm_larger_lr",
     "register_head_first",
+    "tanh_gelu",
+    "fp32_under_a_bf16_label",
 }
 LEGITIMATE = [
     ({"micro_batch": 1}, []),
@@ -82,6 +84,7 @@ LEGITIMATE = [
     ({"micro_batch": 4}, ["sdpa_attention", "fused_qkv"]),
     ({}, [FUNCTION_PRESERVING]),
     ({}, [REGISTERED_FIRST]),
+    ({"precision": "bf16"}, ["sdpa_attention"]),
 ]
 LEGITIMATE_UNCALIBRATED = [
     ({"precision": "bf16"}, []),
@@ -262,6 +265,27 @@ def test_a_mapping_that_returns_a_stored_result_is_refused(dense, calibrated, tm
     record, verdict = _judge(dense, contract, baseline, tmp_path / "trials", patches=[str(patch)])
     assert not verdict.valid, "a stored result passed as the evidence"
     assert any("not a re-indexing of its input" in r for r in verdict.reasons), verdict.reasons
+
+
+@pytest.mark.parametrize(
+    "cheat, why",
+    [
+        # an approximation an LLM would honestly propose, paired with bf16 by the search: it
+        # hides inside bf16's tolerance, and shows at fp32
+        ("tanh_gelu", "the patch at fp32"),
+        # the loop's bf16 autocast region closed: fp32 runs under a bf16 label
+        ("fp32_under_a_bf16_label", "not the precision that ran"),
+    ],
+)
+def test_a_bf16_candidates_patch_is_judged_at_fp32_and_its_bf16_must_run(
+    dense, calibrated, tmp_path, cheat, why
+):
+    contract, baseline = calibrated
+    record, verdict = _judge(
+        dense, contract, baseline, tmp_path, {"precision": "bf16"}, [str(CHEATS / f"{cheat}.diff")]
+    )
+    assert not verdict.valid, f"{cheat} passed verification"
+    assert any(why in reason for reason in verdict.reasons), verdict.reasons
 
 
 def test_a_planted_evaluation_is_never_run(dense, calibrated, tmp_path):

@@ -208,6 +208,9 @@ class Measurement(_Frozen):
     """One trial of Apply's interleaved rounds, with the verdict of ``verify`` on it."""
 
     round: int
+    seed: int | None = Field(
+        None, description="the round's challenge seed (None: the contract's seeds)"
+    )
     label: str = Field(description="baseline, or the candidate's label (c1, c2, ...)")
     trial_id: str
     trial_dir: str = Field("", description="the trial's folder: its record.json and logs")
@@ -238,6 +241,7 @@ class ReferenceRun(_Frozen):
     role: str = Field(description="same_knobs, fp32_same_knobs or fp32_candidate")
     knobs: dict[str, Any]
     patches: list[str]
+    seed: int | None = Field(None, description="the challenge seed it ran at")
     trial_id: str
     trial_dir: str = ""
     status: TrialStatus

@@ -1,5 +1,6 @@
-"""Apply measures the same-knob reference of a patch with other knobs, once per config, and
-verify judges the patch against it; a resumed Apply runs it again never."""
+"""Apply measures the same-knob reference of a patch with other knobs, once per config and
+round seed, and verify judges the patch against it; each round runs at a challenge seed drawn
+then; a resumed Apply runs nothing again and keeps the seeds."""
 
 import json
 
@@ -39,13 +40,20 @@ def test_apply_judges_each_patch_against_its_same_knob_reference_measured_once(t
         )
 
     first = rounds()
-    measured = {m.label: m for m in first.run(1) if m.round == 0}
+    every = first.run(1)
+    measured = {m.label: m for m in every if m.round == 0}
+    # a challenge seed per round, drawn by the harness: never the contract's, set for each run
+    seeds = {m.round: m.seed for m in every}
+    assert set(seeds) == {0, 1} and None not in seeds.values() and seeds[0] != seeds[1]
+    assert 1234 not in seeds.values()
+    assert {m.seed for m in every if m.round == 0} == {seeds[0]}
     assert measured["c1"].valid, measured["c1"].reasons
     assert any(r.startswith("same-knob reference") for r in measured["c1"].ran), measured["c1"]
     assert not measured["c2"].valid
     assert any("trained a different model" in r for r in measured["c2"].reasons)
     [reference] = first.references.runs.values()
     assert reference.role == "same_knobs" and reference.patches == []
+    assert reference.seed == seeds[0]
     assert reference.for_labels == ["c1", "c2"] and not reference.uncapped
     journal = [json.loads(line) for line in (tmp_path / PROGRESS_FILE).read_text().splitlines()]
     assert sum(REFERENCE in entry for entry in journal) == 1

@@ -2,13 +2,14 @@
 on recorded evidence (records and parameter files made here), the rule's pure function."""
 
 import pytest
+from conftest import FIXTURES
 from test_checks import _contract, _record
 
 from infrarsi.doctor.calibrate import tolerances
 from infrarsi.trial.record import PatchRef
 from infrarsi.verify import verify
 from infrarsi.verify.reference import References, Role, needed
-from infrarsi.workloads import find
+from infrarsi.workloads import find, load_manifest
 
 PATCH = [PatchRef(id="p.diff", sha256="x", catalog=False, paths=["model.py"])]
 LEARNED = {"a": 0.1, "b": 0.1, "bias": 0.01}  # the baseline's final offsets from 1.0
@@ -148,3 +149,33 @@ def test_which_runs_a_candidate_needs():
         Role.FP32_SAME_KNOBS: (split, []),
         Role.FP32_CANDIDATE: (split, ["p.diff"]),
     }
+
+
+def test_runs_are_compared_at_one_seed_and_the_challenge_seed_is_said(calibrated, tmp_path):
+    """A challenge seed the harness drew is set for the baseline, the references and the
+    candidate alike: a candidate judged against a run at another seed is refused."""
+    c = calibrated
+    base = _record(c, tmp_path, "base").model_copy(update={"seed": 77})
+    same = _record(c, tmp_path, "same", patches=PATCH).model_copy(update={"seed": 77})
+    verdict = verify(c, base, same)
+    assert verdict.valid, verdict.reasons
+    assert any(r.startswith("challenge seed: 77") for r in verdict.ran), verdict.ran
+    known = _record(c, tmp_path, "known", patches=PATCH)  # the contract's seed
+    verdict = verify(c, base, known)
+    assert not verdict.valid
+    assert (
+        "ran with the contract's seed, the run it is judged against with seed 77"
+        in (verdict.reasons[0])
+    )
+
+
+def test_a_challenge_seed_sets_every_seed_parameter_and_needs_one():
+    from infrarsi.errors import InfraRSIError
+    from infrarsi.trial import prepare
+
+    dense = find("dense-1node")
+    assert prepare(dense, "tiny", {}).params()["seed"] == 1234
+    assert prepare(dense, "tiny", {}, seed=77).params()["seed"] == 77
+    toy = load_manifest(FIXTURES / "toy")
+    with pytest.raises(InfraRSIError, match="names no seed parameter"):
+        prepare(toy, "tiny", {}, seed=77)

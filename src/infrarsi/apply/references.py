@@ -2,11 +2,12 @@
 
 A candidate with other knobs than the baseline's and a patch is judged against the same knobs
 without the patch (and, in bf16, against its knobs at fp32 with and without it:
-``verify.reference.needed``). Apply measures each such run once per config — candidates that
-share knobs share their reference — on the host of the rounds, under the contract's capacity;
-a reference that runs out of memory there (the patch is what makes the knobs fit) runs again
-uncapped, and the verdict says so. Each run is journalled in ``apply-progress.jsonl`` as it
-ends (a resumed Apply does not run it again) and kept in the run's store.
+``verify.reference.needed``). Apply measures each such run once per config and challenge seed (a
+round's) — candidates that share knobs share their reference — on the host of the rounds, under
+the contract's capacity; a reference that runs out of memory there (the patch is what makes the
+knobs fit) runs again uncapped, and the verdict says so. Each run is journalled in
+``apply-progress.jsonl`` as it ends (a resumed Apply does not run it again) and kept in the
+run's store.
 """
 
 from __future__ import annotations
@@ -46,32 +47,38 @@ class ReferenceRuns:
         self.runs: dict[str, ReferenceRun] = {}
         self._resume()
 
-    def of(self, label: str, knobs: dict[str, Any], patches: list[str]) -> References:
-        """The references ``verify`` needs for this candidate, measured where missing."""
+    def of(
+        self, label: str, knobs: dict[str, Any], patches: list[str], seed: int | None = None
+    ) -> References:
+        """The references ``verify`` needs for this candidate at this challenge seed, measured
+        where missing."""
         if self.manifest is None:
             return References()
         wanted = needed(self.manifest, self.baseline_knobs, knobs, patches)
         found: dict[Role, TrialRecord] = {}
         for role, (ref_knobs, ref_patches) in wanted.items():
-            key = _key(ref_knobs, ref_patches)
+            key = _key(ref_knobs, ref_patches, seed)
             if key not in self.records:
-                self._measure(role, key, ref_knobs, ref_patches)
+                self._measure(role, key, ref_knobs, ref_patches, seed)
             run = self.runs[key]
             if label not in run.for_labels:
                 self.runs[key] = run.model_copy(update={"for_labels": [*run.for_labels, label]})
             found[role] = self.records[key]
         return References.of(found)
 
-    def _measure(self, role: Role, key: str, knobs: dict[str, Any], patches: list[str]) -> None:
-        record = self._run(knobs, patches, self.contract.mem_cap_bytes)
+    def _measure(
+        self, role: Role, key: str, knobs: dict[str, Any], patches: list[str], seed: int | None
+    ) -> None:
+        record = self._run(knobs, patches, self.contract.mem_cap_bytes, seed)
         uncapped = record.status is TrialStatus.OOM and self.contract.mem_cap_bytes is not None
         if uncapped:
-            record = self._run(knobs, patches, None)
+            record = self._run(knobs, patches, None, seed)
         self.stored(record, f"reference {role} {key}")
         run = ReferenceRun(
             role=str(role),
             knobs=knobs,
             patches=patches,
+            seed=seed,
             trial_id=record.trial_id,
             trial_dir=record.trial_dir,
             status=record.status,
@@ -83,7 +90,9 @@ class ReferenceRuns:
             entry = {REFERENCE: key, "run": run.model_dump(mode="json")}
             f.write(json.dumps({**entry, "record": record.model_dump(mode="json")}) + "\n")
 
-    def _run(self, knobs: dict[str, Any], patches: list[str], cap: int | None) -> TrialRecord:
+    def _run(
+        self, knobs: dict[str, Any], patches: list[str], cap: int | None, seed: int | None
+    ) -> TrialRecord:
         request = TrialRequest(
             workload=self.contract.workload_path or self.contract.workload,
             scale=self.contract.scale,
@@ -92,6 +101,7 @@ class ReferenceRuns:
             mem_cap_bytes=cap,
             contract_hash=self.contract.contract_hash,
             workdir="apply-trials",
+            seed=seed,
         )
         return self.executor.wait(self.executor.submit(request))
 
@@ -110,5 +120,6 @@ class ReferenceRuns:
                 self.records[key] = TrialRecord.from_json(json.dumps(entry["record"]))
 
 
-def _key(knobs: dict[str, Any], patches: list[str]) -> str:
-    return json.dumps(config_key(knobs, patches), default=str)
+def _key(knobs: dict[str, Any], patches: list[str], seed: int | None) -> str:
+    """A reference's identity: its config and the seed it ran at (one host: Apply's)."""
+    return json.dumps([config_key(knobs, patches), seed], default=str)

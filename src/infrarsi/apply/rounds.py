@@ -9,6 +9,7 @@ measurement of the same plan.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from infrarsi.objective import compared_time
 from infrarsi.records import CandidateResult, Measurement
 from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
+from infrarsi.trial.spec import seed_names
 from infrarsi.verify import verify
 from infrarsi.workloads import Manifest
 
@@ -63,9 +65,13 @@ class Rounds:
         self.on_event: EventSink = on_event or ignore
         self.progress = self.run_dir / PROGRESS_FILE
         self.baselines: dict[int, TrialRecord] = {}
+        manifest = _manifest(contract)
         self.references = ReferenceRuns(
-            contract, _manifest(contract), baseline_knobs, executor, self.progress, self.stored
+            contract, manifest, baseline_knobs, executor, self.progress, self.stored
         )
+        # a challenge seed per round, where the workload names a seed parameter
+        self.challenge = manifest is not None and bool(seed_names(manifest, contract.scale))
+        self.seeds: dict[int, int] = {}
 
     def run(self, rounds: int, confidence: float | None = None) -> list[Measurement]:
         """Every measurement of the plan, the ones a killed Apply already made included. With
@@ -152,6 +158,8 @@ class Rounds:
                 and (m.round, m.label) in order
             ):
                 found[(m.round, m.label)] = m
+                if m.seed is not None:
+                    self.seeds.setdefault(m.round, m.seed)
                 if m.label == BASELINE and entry.get("record"):
                     self.baselines[m.round] = TrialRecord.from_json(json.dumps(entry["record"]))
         return found
@@ -166,6 +174,7 @@ class Rounds:
             mem_cap_bytes=self.contract.mem_cap_bytes,
             contract_hash=self.contract.contract_hash,
             workdir="apply-trials",
+            seed=self.seed(r),
         )
         record = self.executor.wait(self.executor.submit(request))
         measurement = self._judge(r, label, record)
@@ -180,6 +189,7 @@ class Rounds:
         m = record.metrics
         base = dict(
             round=r,
+            seed=record.seed,
             label=label,
             trial_id=record.trial_id,
             trial_dir=record.trial_dir,
@@ -207,7 +217,7 @@ class Rounds:
             )
         knobs, patches = self.configs[label]
         refs = (
-            self.references.of(label, knobs, list(patches))
+            self.references.of(label, knobs, list(patches), record.seed)
             if record.status is TrialStatus.OK
             else None
         )
@@ -221,7 +231,20 @@ class Rounds:
             ran=verdict.ran,
         )
 
+    def seed(self, r: int) -> int | None:
+        """Round ``r``'s challenge seed: drawn when the round starts, never written where a
+        trial could read it before it runs (None: the workload names no seed parameter)."""
+        if not self.challenge:
+            return None
+        if r not in self.seeds:
+            self.seeds[r] = secrets.randbelow(2**31 - 2) + 1
+        return self.seeds[r]
+
     def _baseline_near(self, r: int) -> TrialRecord | None:
+        """The baseline a round's candidate is verified against: its round's (the same
+        challenge seed), or, without seeds, the nearest round's that ran ok."""
+        if self.challenge:
+            return self.baselines.get(r)
         for k in sorted(self.baselines, key=lambda k: (abs(k - r), k)):
             return self.baselines[k]
         return None

@@ -46,6 +46,9 @@ class TrialRequest(BaseModel):
         None,
         description="the search's bound: a trial still running then is cut short and recorded slow",
     )
+    seed: int | None = Field(
+        None, description="a challenge seed: every seed parameter of the workload takes it"
+    )
 
 
 class Executor:
@@ -113,6 +116,7 @@ class LocalExecutor(Executor):
             timeout_s=request.timeout_s,
             contract_hash=request.contract_hash,
             slow_after_s=request.slow_after_s,
+            seed=request.seed,
         )
         if request.extra_env or not request.evaluate:
             spec = dataclasses.replace(

@@ -204,6 +204,11 @@ class TrialRecord(BaseModel):
         description="namespace: the trial saw its own folder only, the "
         "rest read-only, no capabilities; or why not",
     )
+    seed: int | None = Field(
+        None,
+        description="the challenge seed the harness drew and set for this run (None: the "
+        "contract's seeds)",
+    )
     ownership: str = Field(
         "",
         description="who owned the trial's processes: 'pid namespace; ...' (none outlived the "

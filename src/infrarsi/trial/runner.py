@@ -26,7 +26,7 @@ from infrarsi.trial.process import Launchers, owner_alive, run_isolated, sweep_o
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
 from infrarsi.trial.remote import pack_workspace
 from infrarsi.trial.screen import screen
-from infrarsi.trial.spec import PatchSource, TrialSpec
+from infrarsi.trial.spec import PatchSource, TrialSpec, seed_names
 from infrarsi.trial.watch import MetricsChannel
 from infrarsi.workloads import knobs
 from infrarsi.workloads.manifest import Manifest
@@ -49,6 +49,11 @@ def prepare(
     """
     manifest.scale(scale)
     _check_options(**options)
+    if options.get("seed") is not None and not seed_names(manifest, scale):
+        raise InfraRSIError(
+            f"{manifest.name} names no seed parameter at scale {scale!r} (a scale parameter "
+            "with 'seed' in its name): a challenge seed cannot be set; run without one"
+        )
     assignment = knobs.resolve(manifest, scale, overrides or {})
     sources = tuple(patch_source(manifest, p) for p in patches)
     for source in sources:
@@ -136,6 +141,7 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
         started_unix_s=started,
         trial_dir=str(trial_dir),
         fingerprint=host_fingerprint(),
+        seed=spec.seed,
         isolation="namespace" if isolation_for(trial_dir) else "off: not root",
     )
     shutil.copytree(

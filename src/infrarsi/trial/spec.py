@@ -38,6 +38,7 @@ class TrialSpec:
     extra_env: dict[str, str] = field(default_factory=dict)
     evaluate: bool = True  # False: skip the held-out evaluation (measurement-only benchmarks)
     slow_after_s: float | None = None  # the search's bound: cut short there, recorded slow
+    seed: int | None = None  # a challenge seed the harness drew: every seed parameter takes it
     # where launchers after the first run (``trial.remote.Elsewhere``); None: all here
     elsewhere: Elsewhere | None = field(default=None, compare=False, repr=False)
 
@@ -55,9 +56,19 @@ class TrialSpec:
         return self.timeout_s or self.manifest.scale(self.scale).timeout_s
 
     def params(self) -> dict[str, KnobValue]:
-        """Scale parameters and knobs together: the names templates and expressions may use."""
-        return {**self.manifest.scale(self.scale).params, **self.knobs}
+        """Scale parameters and knobs together: the names templates and expressions may use
+        (with a challenge ``seed``, every seed parameter set to it)."""
+        params = dict(self.manifest.scale(self.scale).params)
+        if self.seed is not None:
+            params.update({name: self.seed for name in seed_names(self.manifest, self.scale)})
+        return {**params, **self.knobs}
 
     def tokens_per_step(self) -> int:
         """Tokens per optimizer step the workload fixes, from the manifest's invariant."""
         return int(expr.evaluate(self.manifest.invariants.tokens_per_step, self.params()))
+
+
+def seed_names(manifest: Manifest, scale: str) -> list[str]:
+    """The scale parameters that seed the workload (initialisation, data order): a name with
+    ``seed`` in it, as the contract's invariants name them."""
+    return [name for name in manifest.scale(scale).params if "seed" in name]

@@ -89,6 +89,8 @@ def verify(
     kinds = _kinds(manifest, baseline, candidate)
     ran = [_ownership(candidate)] if candidate.ownership.startswith("pid") else []
     not_checked = [] if ran else [f"process ownership: {candidate.ownership or 'not recorded'}"]
+    if candidate.seed is not None:
+        ran.append(f"challenge seed: {candidate.seed} (drawn at verification, set by the harness)")
     if not candidate.patches or not kinds:
         reasons, unchecked = compare(contract, manifest, baseline, candidate, kinds)
         if candidate.patches:
@@ -431,6 +433,22 @@ def _same_host(case: _Case) -> list[str]:
     return []
 
 
+def _seed(case: _Case) -> list[str]:
+    """Two runs are compared at one seed: a challenge seed the harness drew is set for the
+    baseline, the references and the candidate alike."""
+    mine, theirs = case.cand.seed, case.baseline.seed
+    if mine != theirs:
+
+        def named(seed: int | None) -> str:
+            return f"seed {seed}" if seed is not None else "the contract's seed"
+
+        return [
+            f"ran with {named(mine)}, the run it is judged against with {named(theirs)}: "
+            "runs are compared at one seed"
+        ]
+    return []
+
+
 def _contract_hash(case: _Case) -> list[str]:
     out = []
     for name, record in (("the candidate", case.cand), ("the baseline", case.baseline)):
@@ -446,6 +464,7 @@ def _contract_hash(case: _Case) -> list[str]:
 
 CHECKS = (
     _contract_hash,
+    _seed,
     _same_host,
     _workload,
     _locked,
@@ -456,7 +475,7 @@ CHECKS = (
     _timing,
     _outside_steps,
 )
-EQUIVALENCE_CHECKS = (_contract_hash, _workload, _loss)
+EQUIVALENCE_CHECKS = (_contract_hash, _seed, _workload, _loss)
 
 
 def evidence_strength(contract: Contract, not_checked: list[str]) -> str:
