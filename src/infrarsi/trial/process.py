@@ -143,6 +143,9 @@ class Launchers:
     envs: list[dict[str, str]]
     cwd: Path
     remote: dict[int, Callable] = field(default_factory=dict)
+    # the trial's other launchers are on other hosts (this one is one of them): it keeps the
+    # host's network, which its peers reach it through
+    spans_hosts: bool = False
 
 
 def run_isolated(
@@ -176,7 +179,8 @@ def run_isolated(
         channel.start()
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         tags = {TRIAL_ID_ENV: trial_id, OWNER_ENV: owner_tag()}
-        inits = ownership.networks(len(commands), remote=bool(remote))
+        spans_hosts = bool(remote) or launchers.spans_hosts
+        inits = ownership.networks(len(commands), remote=spans_hosts)
         procs: list = []
         for i, (cmd, env) in enumerate(zip(commands, envs)):
             if i in remote:
@@ -219,7 +223,7 @@ def run_isolated(
         outside_timing=channel.timing() if channel else None,
         leftovers_killed=killed,
         outlived=outlived,
-        ownership=ownership.summary([i for i in inits if i.ready], bool(remote)),
+        ownership=ownership.summary([i for i in inits if i.ready], spans_hosts),
     )
 
 

@@ -122,7 +122,7 @@ def run_launcher(
     with memcg.trial_cgroup(trial_id, owner_alive) as cgroup:
         env.update(cgroup.env() if cgroup else {})
         result = run_isolated(
-            Launchers(commands=[command], envs=[env], cwd=here / "workspace"),
+            Launchers(commands=[command], envs=[env], cwd=here / "workspace", spans_hosts=True),
             trial_id=trial_id,
             timeout_s=timeout_s,
             logs=(here / "stdout.log", here / "stderr.log"),
