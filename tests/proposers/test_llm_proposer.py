@@ -173,7 +173,7 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
             fenced(cheat_diff("scale_loss_down")),  # changes the loss: smoke
             fenced(cheat_diff("patch_perf_counter")),
         ]
-    )  # fakes the clock: screen
+    )  # fakes the clock: flagged by the screen, refused by the smoke trial
     run_dir = tmp_path / "run"
     executor = LocalExecutor(run_dir)
     endpoint = Endpoint(chat.env["INFRARSI_LLM_BASE_URL"], "scripted-model", retries=0)
@@ -193,9 +193,10 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
         ("accepted", "smoke"),
         ("rejected", "compile"),
         ("rejected", "smoke"),
-        ("rejected", "screen"),
+        ("rejected", "smoke"),
     ], [x.reason for x in lines]
-    assert "loss drift" in lines[3].reason and "clock" in lines[4].reason
+    assert "loss drift" in lines[3].reason and "a faked timer" in lines[4].reason
+    assert "the screen flagged" in lines[4].reason and "clock" in lines[4].reason
     patch = lines[1].patch_id
     assert patch.startswith("proposals/llm-") and (run_dir / patch).is_file()
     assert lines[1].expectation.step_time_ratio == 0.8 and lines[1].smoke_speedup > 0

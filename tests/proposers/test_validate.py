@@ -40,15 +40,28 @@ def validator(tmp_path):
             "git apply --check",
         ),
         (broken_diff(), "compile", r"model\.py:\d+: "),
-        (cheat_diff("patch_perf_counter"), "screen", "reaches the clock"),
-        (cheat_diff("detach_attention"), "screen", "changes what gets a gradient"),
-        (cheat_diff("silent_bf16"), "screen", "changes the precision"),
     ],
 )
 def test_each_cheap_check_rejects_with_its_stage_and_reason(validator, diff, stage, reason):
     checked = validator.check(diff, smoke=False)
     assert (checked.ok, checked.stage) == (False, stage)
     assert re.search(reason, checked.reason), checked.reason
+
+
+@pytest.mark.parametrize(
+    "cheat, flag",
+    [
+        ("patch_perf_counter", "reaches the clock"),
+        ("detach_attention", "changes what gets a gradient"),
+        ("silent_bf16", "changes the precision"),
+    ],
+)
+def test_the_screen_flags_and_never_decides(validator, cheat, flag):
+    """What a diff's text says is a flag for the reader; what it does is the smoke trial's to
+    judge (a renamed or reformatted cheat reads otherwise)."""
+    checked = validator.check(cheat_diff(cheat), smoke=False)
+    assert checked.ok and checked.stage == "screen"
+    assert any(flag in f for f in checked.flags), checked.flags
 
 
 def test_a_diff_with_wrong_hunk_counts_is_kept_as_git_writes_it(validator, tmp_path):
@@ -86,6 +99,14 @@ def test_the_smoke_trial_passes_an_honest_patch_and_refuses_another_model(valida
     for cheat, reason in (
         ("drop_last_block", "final parameters differ"),
         ("fewer_steps", "ran 4 optimizer steps"),
+        # round four, as an LLM would send them: work after the launcher exits, and an
+        # approximation that hides in bf16's tolerance (judged here at the baseline's fp32)
+        ("finish_after_the_launcher", "were still alive 1 s after its launcher exited"),
+        ("tanh_gelu", "final parameters differ"),
+        # what the screen flags, the smoke trial refuses for what it does
+        ("patch_perf_counter", "a faked timer"),
+        ("detach_attention", "parameters that did not train"),
+        ("silent_bf16", "final parameters differ"),
     ):
         checked = validator.check(cheat_diff(cheat))
         assert (checked.ok, checked.stage) == (False, "smoke"), cheat

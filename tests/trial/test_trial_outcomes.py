@@ -164,3 +164,15 @@ def test_terminating_the_tool_ends_the_trial_it_was_running(tmp_path):
     assert trial_procs() == []
     (record,) = tmp_path.glob("toy-*/record.json")
     assert '"status": "crash"' in record.read_text() and "interrupted" in record.read_text()
+
+
+def test_a_script_without_a_seed_parameter_is_challenged_through_its_own_seeding(toy, tmp_path):
+    """The toy seeds itself (``torch.manual_seed(0)``, a generator per step): a challenge seed
+    offsets every seed it sets, so another seed trains otherwise and the same seed the same."""
+    plain = _run(toy, tmp_path)
+    first = run_trial(prepare(toy, "tiny", {}, seed=77), tmp_path)
+    again = run_trial(prepare(toy, "tiny", {}, seed=77), tmp_path)
+    assert first.status is TrialStatus.OK and again.status is TrialStatus.OK, first.error
+    assert first.seed == 77 and first.seed_set_by == "bootstrap"
+    assert first.metrics.loss == again.metrics.loss
+    assert first.metrics.loss != plain.metrics.loss

@@ -169,13 +169,15 @@ def test_runs_are_compared_at_one_seed_and_the_challenge_seed_is_said(calibrated
     )
 
 
-def test_a_challenge_seed_sets_every_seed_parameter_and_needs_one():
-    from infrarsi.errors import InfraRSIError
+def test_a_challenge_seed_sets_every_seed_parameter_or_the_bootstraps_offset():
     from infrarsi.trial import prepare
+    from infrarsi.trial.runner import SEED_BY_BOOTSTRAP, SEED_BY_PARAMETER, seed_setting
 
     dense = find("dense-1node")
     assert prepare(dense, "tiny", {}).params()["seed"] == 1234
-    assert prepare(dense, "tiny", {}, seed=77).params()["seed"] == 77
-    toy = load_manifest(FIXTURES / "toy")
-    with pytest.raises(InfraRSIError, match="names no seed parameter"):
-        prepare(toy, "tiny", {}, seed=77)
+    spec = prepare(dense, "tiny", {}, seed=77)
+    assert spec.params()["seed"] == 77 and seed_setting(spec) == SEED_BY_PARAMETER
+    toy = load_manifest(FIXTURES / "toy")  # seeds itself: torch.manual_seed(0)
+    spec = prepare(toy, "tiny", {}, seed=77)
+    assert spec.params() == prepare(toy, "tiny", {}).params()
+    assert seed_setting(spec) == SEED_BY_BOOTSTRAP

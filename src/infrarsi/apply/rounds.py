@@ -28,7 +28,6 @@ from infrarsi.objective import compared_time
 from infrarsi.records import CandidateResult, Measurement
 from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
-from infrarsi.trial.spec import seed_names
 from infrarsi.verify import verify
 from infrarsi.workloads import Manifest
 
@@ -69,8 +68,9 @@ class Rounds:
         self.references = ReferenceRuns(
             contract, manifest, baseline_knobs, executor, self.progress, self.stored
         )
-        # a challenge seed per round, where the workload names a seed parameter
-        self.challenge = manifest is not None and bool(seed_names(manifest, contract.scale))
+        # a challenge seed per round: set through the workload's seed parameters, or the
+        # bootstrap's offset of the seeds its script sets
+        self.challenge = manifest is not None
         self.seeds: dict[int, int] = {}
 
     def run(self, rounds: int, confidence: float | None = None) -> list[Measurement]:
@@ -233,7 +233,7 @@ class Rounds:
 
     def seed(self, r: int) -> int | None:
         """Round ``r``'s challenge seed: drawn when the round starts, never written where a
-        trial could read it before it runs (None: the workload names no seed parameter)."""
+        trial could read it before it runs (None: the contract's workload cannot be loaded)."""
         if not self.challenge:
             return None
         if r not in self.seeds:

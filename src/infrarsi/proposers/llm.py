@@ -196,11 +196,12 @@ class LLMProposer:
                 False, "parse", "the same diff as an accepted proposal", checked.diff
             )
         seconds = time.monotonic() - t0
+        flagged = f" (the screen flagged: {'; '.join(checked.flags[:3])})" if checked.flags else ""
         if not checked.ok:
             return ProposalLine(
                 status=ProposalStatus.REJECTED,
                 stage=checked.stage,
-                reason=checked.reason,
+                reason=checked.reason + flagged,
                 diff_sha256=sha,
                 seconds=seconds,
                 **base,
@@ -209,7 +210,7 @@ class LLMProposer:
             raise ValueError("an accepted proposal carries its canonical diff")
         patch_id = f"{PROPOSALS_DIR}/{LLM_PREFIX}{sha[:12]}.diff"
         (self.run_dir / patch_id).write_text(checked.diff)
-        reason = "passed every check" + (f"; {reply.note}" if reply.note else "")
+        reason = "passed every check" + flagged + (f"; {reply.note}" if reply.note else "")
         return ProposalLine(
             status=ProposalStatus.ACCEPTED,
             stage="smoke",

@@ -7,8 +7,10 @@
    tolerant of the hunk line counts an LLM gets wrong); what is kept is the diff git then
    writes of the change, so the stored patch applies exactly, anywhere;
 3. ``compile``: every Python file it changed still compiles;
-4. ``screen``: no added line the static screen flags (the clock, the process, files, the
-   environment, gradients switched off, another precision, monkeypatching);
+4. ``screen``: the added lines the static screen flags (the clock, the process, files, the
+   environment, gradients switched off, another precision, monkeypatching) are noted with the
+   outcome — a flag, never a verdict: a renamed or reformatted cheat reads otherwise, and what
+   it does is what the smoke trial judges;
 5. ``smoke``: a trial of the patched workload at the ``tiny`` scale passes every check
    ``verify`` makes against a smoke baseline run the same way — the final parameters, the
    held-out loss under the reference code, the loss curve, the harness's clock.
@@ -19,6 +21,7 @@ under a contract derived from the run's for the smoke scale (its tokens per step
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -47,6 +50,7 @@ class Checked:
     reason: str
     diff: str | None = None
     smoke_speedup: float | None = None
+    flags: tuple[str, ...] = ()  # what the static screen noticed (shown, never decisive)
 
     @property
     def sha256(self) -> str | None:
@@ -99,12 +103,12 @@ class Validator:
         broken = self._compile()
         if broken:
             return Checked(False, "compile", broken, canonical)
-        flags = screen(canonical)
-        if flags:
-            return Checked(False, "screen", "; ".join(str(f) for f in flags[:3]), canonical)
+        flags = tuple(str(f) for f in screen(canonical))
         if not smoke:
-            return Checked(True, "screen", "passed the checks before the smoke trial", canonical)
-        return self._smoke(canonical)
+            return Checked(
+                True, "screen", "passed the checks before the smoke trial", canonical, None, flags
+            )
+        return dataclasses.replace(self._smoke(canonical), flags=flags)
 
     def _git(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         env = {

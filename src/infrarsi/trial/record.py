@@ -209,6 +209,11 @@ class TrialRecord(BaseModel):
         description="the challenge seed the harness drew and set for this run (None: the "
         "contract's seeds)",
     )
+    seed_set_by: str = Field(
+        "",
+        description="how the challenge seed reached the workload: 'parameter' (its seed "
+        "parameters) or 'bootstrap' (every seed the script sets, offset)",
+    )
     ownership: str = Field(
         "",
         description="who owned the trial's processes: 'pid namespace; ...' (none outlived the "

@@ -49,11 +49,6 @@ def prepare(
     """
     manifest.scale(scale)
     _check_options(**options)
-    if options.get("seed") is not None and not seed_names(manifest, scale):
-        raise InfraRSIError(
-            f"{manifest.name} names no seed parameter at scale {scale!r} (a scale parameter "
-            "with 'seed' in its name): a challenge seed cannot be set; run without one"
-        )
     assignment = knobs.resolve(manifest, scale, overrides or {})
     sources = tuple(patch_source(manifest, p) for p in patches)
     for source in sources:
@@ -142,6 +137,7 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
         trial_dir=str(trial_dir),
         fingerprint=host_fingerprint(),
         seed=spec.seed,
+        seed_set_by=seed_setting(spec),
         isolation="namespace" if isolation_for(trial_dir) else "off: not root",
     )
     shutil.copytree(
@@ -285,7 +281,21 @@ def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -
         env["INFRARSI_HIDE"] = os.pathsep.join(isolation["hidden"])
     if spec.mem_cap_bytes is not None:
         env["INFRARSI_RANK_MEM_CAP_BYTES"] = str(spec.mem_cap_bytes)
+    if seed_setting(spec) == SEED_BY_BOOTSTRAP:  # no seed parameter: offset its own seeds
+        env["INFRARSI_SEED_OFFSET"] = str(spec.seed)
     return env
+
+
+SEED_BY_PARAMETER = "parameter"
+SEED_BY_BOOTSTRAP = "bootstrap"
+
+
+def seed_setting(spec: TrialSpec) -> str:
+    """How a challenge seed reaches the workload: its seed parameters, or (none named) the
+    bootstrap's offset of every seed the script sets (``_hooks/infrarsi_seed.py``)."""
+    if spec.seed is None:
+        return ""
+    return SEED_BY_PARAMETER if seed_names(spec.manifest, spec.scale) else SEED_BY_BOOTSTRAP
 
 
 def _launch(

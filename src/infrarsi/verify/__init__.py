@@ -91,6 +91,11 @@ def verify(
     not_checked = [] if ran else [f"process ownership: {candidate.ownership or 'not recorded'}"]
     if candidate.seed is not None:
         ran.append(f"challenge seed: {candidate.seed} (drawn at verification, set by the harness)")
+        if candidate.seed_set_by == "bootstrap" and not _initial_saved(candidate):
+            not_checked.append(
+                "challenge seed: the script takes no seed parameter and saves no initial "
+                "parameters, so whether the offset seed took effect cannot be seen"
+            )
     if not candidate.patches or not kinds:
         reasons, unchecked = compare(contract, manifest, baseline, candidate, kinds)
         if candidate.patches:
@@ -111,6 +116,10 @@ def _ended(baseline: TrialRecord, candidate: TrialRecord) -> list[str]:
     if baseline.metrics is None or candidate.metrics is None:
         return ["a trial that ended ok carries no metrics"]
     return []
+
+
+def _initial_saved(record: TrialRecord) -> bool:
+    return record.evaluation is not None and record.evaluation.initial_weights is not None
 
 
 def _ownership(record: TrialRecord) -> str:

@@ -154,6 +154,10 @@ _join_memcg()
 _isolate()
 _die_with_parent()
 if _is_rank():
+    import infrarsi_seed
+
+    infrarsi_seed.install()  # a challenge seed for a script without a seed parameter
+if _is_rank():
     faulthandler.enable()  # a native abort still shows the Python stack it happened in
 _previous_excepthook = sys.excepthook
 _previous_thread_excepthook = threading.excepthook
