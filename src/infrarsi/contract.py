@@ -77,7 +77,9 @@ class Equivalence(_Frozen):
     tiny scale — never a loose guess; bf16 keeps its measured default (3e-2 to 9e-2 seen).
     """
 
-    weight_rtol: float = Field(1e-3, gt=0)
+    # ~10x the largest honest fp32 patch measured (2.3e-5), the calibrated minimum: a tanh GELU
+    # moves the weights 4e-4 at tiny scale and passed the old default of 1e-3
+    weight_rtol: float = Field(2e-4, gt=0)
     weight_rtol_bf16: float = Field(3e-1, gt=0)
     eval_rtol: float = Field(2e-4, gt=0)
     eval_rtol_bf16: float = Field(2e-2, gt=0)
