@@ -25,6 +25,7 @@ from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
 from infrarsi.verify.reference import References, Role, needed
 from infrarsi.workloads import Manifest
+from infrarsi.workloads import knobs as knob_rules
 
 REFERENCE = "reference"  # the journal entry's marker
 
@@ -45,7 +46,14 @@ class ReferenceRuns:
         self.baseline_knobs, self.progress, self.stored = baseline_knobs, progress, stored
         self.records: dict[str, TrialRecord] = {}
         self.runs: dict[str, ReferenceRun] = {}
+        self.measured: dict[str, TrialRecord] = {}  # the rounds' own runs, free to reuse
         self._resume()
+
+    def offer(self, record: TrialRecord, patches: list[str]) -> None:
+        """A run of the rounds (the baseline, a candidate) that ended ok: a candidate that
+        needs a reference of the same config at the same seed uses it, at no extra trial."""
+        if record.status is TrialStatus.OK:
+            self.measured.setdefault(_key(record.knobs, patches, record.seed), record)
 
     def of(
         self, label: str, knobs: dict[str, Any], patches: list[str], seed: int | None = None
@@ -54,10 +62,14 @@ class ReferenceRuns:
         where missing."""
         if self.manifest is None:
             return References()
-        wanted = needed(self.manifest, self.baseline_knobs, knobs, patches)
+        full = knob_rules.resolve(self.manifest, self.contract.scale, knobs)
+        wanted = needed(self.manifest, self.baseline_knobs, full, patches)
         found: dict[Role, TrialRecord] = {}
         for role, (ref_knobs, ref_patches) in wanted.items():
             key = _key(ref_knobs, ref_patches, seed)
+            if key in self.measured:
+                found[role] = self.measured[key]
+                continue
             if key not in self.records:
                 self._measure(role, key, ref_knobs, ref_patches, seed)
             run = self.runs[key]

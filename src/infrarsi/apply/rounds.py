@@ -202,6 +202,7 @@ class Rounds:
             cost_s=record.cost_s,
         )
         if label == BASELINE:
+            self.references.offer(record, [])
             if record.status.is_ok():
                 self.baselines[r] = record
             reasons = (
@@ -216,6 +217,7 @@ class Rounds:
                 **base, valid=False, reasons=["no baseline of this round ran ok to verify against"]
             )
         knobs, patches = self.configs[label]
+        self.references.offer(record, list(patches))
         refs = (
             self.references.of(label, knobs, list(patches), record.seed)
             if record.status is TrialStatus.OK
