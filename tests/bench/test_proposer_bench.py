@@ -30,7 +30,6 @@ def test_the_committed_replies_stop_where_they_say(workload, tmp_path):
         "files",
         "apply",
         "compile",
-        "screen",
         "smoke",
     }
     manifest = find(workload)
