@@ -10,7 +10,7 @@ from infrarsi.executors import LocalExecutor
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
 from infrarsi.proposers.validate import Validator, smoke_contract
-from infrarsi.trial import patching
+from infrarsi.trial import ownership, patching
 from infrarsi.workloads import find
 
 INSTRUCTION = "Cut end-to-end time; keep loss within 0.5%"
@@ -101,7 +101,11 @@ def test_the_smoke_trial_passes_an_honest_patch_and_refuses_another_model(valida
         ("fewer_steps", "ran 4 optimizer steps"),
         # round four, as an LLM would send them: work after the launcher exits, and an
         # approximation that hides in bf16's tolerance (judged here at the baseline's fp32)
-        ("finish_after_the_launcher", "were still alive 1 s after its launcher exited"),
+        *(
+            [("finish_after_the_launcher", "were still alive 1 s after its launcher exited")]
+            if ownership.available()  # a PID namespace needs root
+            else []
+        ),
         ("tanh_gelu", "final parameters differ"),
         # what the screen flags, the smoke trial refuses for what it does
         ("patch_perf_counter", "a faked timer"),
