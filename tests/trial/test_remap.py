@@ -75,3 +75,13 @@ def test_codes_are_drawn_anew_each_time():
     assert not torch.equal(a.table, b.table)
     with pytest.raises(NotAMapping):  # a table learnt from one draw is no use on the next
         index_map(b, a.tensors)
+
+
+def test_a_wrapped_submodules_parameters_are_its_modules(tmp_path):
+    """``torch.compile`` of a submodule (or a checkpoint wrapper) puts its parameters one name
+    deeper; they are the module's own."""
+    from infrarsi.trial.remap import load_saved
+
+    saved = {"blocks.0.mlp._orig_mod.fc.weight": torch.ones(2), "wte.weight": torch.zeros(2)}
+    torch.save(saved, tmp_path / "final.pt")
+    assert set(load_saved(tmp_path / "final.pt")) == {"blocks.0.mlp.fc.weight", "wte.weight"}

@@ -35,14 +35,29 @@ class Coded:
     table: torch.Tensor  # every code, by element number
 
 
+# Modules PyTorch wraps around a module, holding the very same parameters one name deeper:
+# ``torch.compile``'s OptimizedModule, the activation-checkpoint and FSDP wrappers.
+WRAPPERS = frozenset({"_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module"})
+
+
+def unwrapped(name: str) -> str:
+    """A parameter's name without the wrappers' segments (a compiled submodule's parameters
+    are its module's)."""
+    return ".".join(part for part in name.split(".") if part not in WRAPPERS)
+
+
 def load_saved(path: Path, key: str = "") -> dict[str, torch.Tensor]:
-    """The parameters a trial saved (under ``key`` in a checkpoint that holds more)."""
+    """The parameters a trial saved (under ``key`` in a checkpoint that holds more), each
+    under its unwrapped name."""
     saved = torch.load(path, map_location="cpu", weights_only=True)
     params = saved[key] if key else saved
     bad = [name for name, value in params.items() if not isinstance(value, torch.Tensor)]
     if bad:
         raise NotAMapping(f"the saved parameters hold values that are not tensors: {bad[:6]}")
-    return dict(params)
+    out: dict[str, torch.Tensor] = {}
+    for name, value in params.items():
+        out.setdefault(unwrapped(name), value)
+    return out
 
 
 def coded(params: dict[str, torch.Tensor], generator: torch.Generator | None = None) -> Coded:
