@@ -119,17 +119,24 @@ class ReferenceRuns:
 
     def _resume(self) -> None:
         """The references a killed Apply of this run already measured."""
-        if not self.progress.exists():
-            return
-        for line in self.progress.read_text().splitlines():
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a kill
-                continue
+        for entry in journal(self.progress):
             if REFERENCE in entry:
                 key = entry[REFERENCE]
                 self.runs[key] = ReferenceRun.model_validate(entry["run"])
                 self.records[key] = TrialRecord.from_json(json.dumps(entry["record"]))
+
+
+def journal(path: Path) -> list[dict[str, Any]]:
+    """The entries of Apply's journal (``apply-progress.jsonl``), a line cut by a kill left out."""
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text().splitlines():
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return entries
 
 
 def _key(knobs: dict[str, Any], patches: list[str], seed: int | None) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from infrarsi.apply.decide import futile, pooled_sd, round_ratios
-from infrarsi.apply.references import REFERENCE, ReferenceRuns
+from infrarsi.apply.references import REFERENCE, ReferenceRuns, journal
 from infrarsi.contract import Contract, ContractError
 from infrarsi.events import (
     CandidateDropped,
@@ -142,14 +142,8 @@ class Rounds:
 
     def _done(self, order: list[tuple[int, str]]) -> dict[tuple[int, str], Measurement]:
         """Measurements of this plan a previous Apply of the run finished (same configs)."""
-        if not self.progress.exists():
-            return {}
         found = {}
-        for line in self.progress.read_text().splitlines():
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a kill
-                continue
+        for entry in journal(self.progress):
             if REFERENCE in entry:  # a reference run (``references``)
                 continue
             m = Measurement.model_validate(entry["measurement"])

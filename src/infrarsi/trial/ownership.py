@@ -105,22 +105,22 @@ def _lines(fd: int, timeout_s: float, until: str | None = None) -> list[str]:
     return [line for line in data.decode(errors="replace").splitlines() if line]
 
 
-def summary(inits: list[Init], remote: bool) -> str:
+def summary(inits: list[Init], spans_hosts: bool) -> str:
     """What the record says about who owned the trial's processes."""
     if not available():
         return NOT_ROOT
     off = [i.ready for i in inits if not i.ready.startswith("pid")]
     if off:
         return off[0]
-    if remote:
+    if spans_hosts:
         return "pid namespace; host network (the trial's launchers are on several hosts)"
     shared = " shared by its local launchers" if len(inits) > 1 else ""
     return f"pid namespace; network namespace of its own{shared}"
 
 
-def networks(count: int, remote: bool) -> list[Init]:
+def networks(count: int, spans_hosts: bool) -> list[Init]:
     """One init per local launcher: the first makes the trial's network, the others join it
     (``join:`` is completed with the first one's pid once it runs)."""
-    if remote:
+    if spans_hosts:
         return [Init("host") for _ in range(count)]
     return [Init("own")] + [Init("join:") for _ in range(count - 1)]

@@ -180,7 +180,7 @@ def run_isolated(
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         tags = {TRIAL_ID_ENV: trial_id, OWNER_ENV: owner_tag()}
         spans_hosts = bool(remote) or launchers.spans_hosts
-        inits = ownership.networks(len(commands), remote=spans_hosts)
+        inits = ownership.networks(len(commands), spans_hosts)
         procs: list = []
         for i, (cmd, env) in enumerate(zip(commands, envs)):
             if i in remote:

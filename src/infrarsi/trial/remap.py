@@ -27,12 +27,11 @@ class NotAMapping(RuntimeError):
 
 @dataclass(frozen=True)
 class Coded:
-    """The coded stand-in of one saved parameter set: name -> float64 tensor of codes, and the
-    names in the order their elements were numbered."""
+    """The coded stand-in of one saved parameter set: name -> float64 tensor of codes (its
+    elements numbered in the saved set's order), and every code by element number."""
 
     tensors: dict[str, torch.Tensor]
-    order: tuple[str, ...]
-    table: torch.Tensor  # every code, by element number
+    table: torch.Tensor
 
 
 # Modules PyTorch wraps around a module, holding the very same parameters one name deeper:
@@ -62,16 +61,15 @@ def load_saved(path: Path, key: str = "") -> dict[str, torch.Tensor]:
 
 def coded(params: dict[str, torch.Tensor], generator: torch.Generator | None = None) -> Coded:
     """Tensors shaped as ``params``, every element a code drawn now."""
-    order = tuple(params)
-    total = sum(params[name].numel() for name in order)
+    total = sum(p.numel() for p in params.values())
     offsets = torch.rand(total, dtype=torch.float64, generator=generator) * 0.5 + 0.25
     table = torch.arange(total, dtype=torch.float64) + offsets
     tensors, start = {}, 0
-    for name in order:
-        n = params[name].numel()
-        tensors[name] = table[start : start + n].reshape(params[name].shape).clone()
+    for name, param in params.items():
+        n = param.numel()
+        tensors[name] = table[start : start + n].reshape(param.shape).clone()
         start += n
-    return Coded(tensors, order, table)
+    return Coded(tensors, table)
 
 
 def index_map(codes: Coded, mapped: object) -> dict[str, torch.Tensor]:

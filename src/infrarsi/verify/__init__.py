@@ -87,15 +87,7 @@ def verify(
         return Verdict(False, ended, flags)
     manifest = _manifest(contract)
     kinds = _kinds(manifest, baseline, candidate)
-    ran = [_ownership(candidate)] if candidate.ownership.startswith("pid") else []
-    not_checked = [] if ran else [f"process ownership: {candidate.ownership or 'not recorded'}"]
-    if candidate.seed is not None:
-        ran.append(f"challenge seed: {candidate.seed} (drawn at verification, set by the harness)")
-        if candidate.seed_set_by == "bootstrap" and not _initial_saved(candidate):
-            not_checked.append(
-                "challenge seed: the script takes no seed parameter and saves no initial "
-                "parameters, so whether the offset seed took effect cannot be seen"
-            )
+    ran, not_checked = _provenance(candidate)
     if not candidate.patches or not kinds:
         reasons, unchecked = compare(contract, manifest, baseline, candidate, kinds)
         if candidate.patches:
@@ -118,12 +110,24 @@ def _ended(baseline: TrialRecord, candidate: TrialRecord) -> list[str]:
     return []
 
 
-def _initial_saved(record: TrialRecord) -> bool:
-    return record.evaluation is not None and record.evaluation.initial_weights is not None
-
-
-def _ownership(record: TrialRecord) -> str:
-    return f"process ownership: {record.ownership} (no process outlived the launcher)"
+def _provenance(cand: TrialRecord) -> tuple[list[str], list[str]]:
+    """(what ran, what could not be checked) of how the candidate was run: who owned its
+    processes, and the challenge seed it ran at."""
+    owned = cand.ownership.startswith("pid")
+    ran = (
+        [f"process ownership: {cand.ownership} (no process outlived the launcher)"] if owned else []
+    )
+    not_checked = [] if owned else [f"process ownership: {cand.ownership or 'not recorded'}"]
+    if cand.seed is None:
+        return ran, not_checked
+    ran.append(f"challenge seed: {cand.seed} (drawn at verification, set by the harness)")
+    initial_saved = cand.evaluation is not None and cand.evaluation.initial_weights is not None
+    if cand.seed_set_by == "bootstrap" and not initial_saved:
+        not_checked.append(
+            "challenge seed: the script takes no seed parameter and saves no initial "
+            "parameters, so whether the offset seed took effect cannot be seen"
+        )
+    return ran, not_checked
 
 
 def compare(

@@ -94,7 +94,7 @@ def load_params(path: str | None) -> dict[str, torch.Tensor] | None:
     return torch.load(path, map_location="cpu", weights_only=True) if path else None
 
 
-def _known(path: str | None, aliases: dict[str, str]) -> dict[str, torch.Tensor] | None:
+def known_params(path: str | None, aliases: dict[str, str]) -> dict[str, torch.Tensor] | None:
     """The parameters at ``path``, each under the reference model's own name for it (a tied
     parameter saved under another of its names is the same parameter)."""
     params = load_params(path)
@@ -130,8 +130,8 @@ def _weights(found: Findings, b: Evaluation, c: Evaluation, tol: float, hint: st
     """The candidate's final parameters against the baseline's (``b``, ``c``: what the harness
     evaluated of each; both saved final parameters)."""
     names = {**b.aliases, **c.aliases}
-    wb, wc = _known(b.final_weights, names), _known(c.final_weights, names)
-    w0, c0 = _known(b.initial_weights, names), _known(c.initial_weights, names)
+    wb, wc = known_params(b.final_weights, names), known_params(c.final_weights, names)
+    w0, c0 = known_params(b.initial_weights, names), known_params(c.initial_weights, names)
     if wb is None or wc is None:
         found.reasons.append("the final parameters could not be read")
         return

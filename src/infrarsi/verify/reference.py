@@ -20,7 +20,7 @@ from typing import Any
 
 from infrarsi.contract import Contract
 from infrarsi.trial.record import TrialRecord
-from infrarsi.verify.evidence import load_params, weight_distance
+from infrarsi.verify.evidence import known_params, weight_distance
 from infrarsi.workloads import Manifest, change_kinds, precision_of
 
 # The bf16 candidate's distance from its own fp32 run, as a share of the bf16 reference's from
@@ -97,8 +97,9 @@ def _apart(low: TrialRecord, high: TrialRecord) -> float | None:
     a, b = low.evaluation, high.evaluation
     if a is None or b is None:
         return None
-    wl, wh = load_params(a.final_weights), load_params(b.final_weights)
-    w0 = load_params(b.initial_weights)
+    names = {**a.aliases, **b.aliases}  # a parameter by the reference's name, as verify reads it
+    wl, wh = known_params(a.final_weights, names), known_params(b.final_weights, names)
+    w0 = known_params(b.initial_weights, names)
     if wl is None or wh is None or w0 is None or set(wl) != set(wh):
         return None
     return weight_distance(wh, wl, w0, set(b.inert_params))
