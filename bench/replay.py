@@ -5,32 +5,41 @@ that answers its trials, the target set and the regret of what it would recommen
 table it is scored on: the candidates (the table's cells), the analytic memory estimate (a
 prefilter for any searcher; a prior for InfraRSI's memory model), the start points (the
 baseline, and the catalog's pick among the cells the estimate says fit), the knobs that are
-derived, and the between-run noise *as the Doctor would measure it*: the spread of
-``DOCTOR_RUNS`` draws of the baseline cell's repeats (never the table's spread over all cells).
+derived, whether the candidates are the whole space (a full-factorial table) or a sample of it,
+and the between-run noise *as the Doctor would measure it*: the spread of ``DOCTOR_RUNS`` draws
+of the baseline cell's replay repeats (never the table's spread over all cells).
+
+**Two pools of repeats.** Where every ok cell has at least ``TRUTH_SPLIT_MIN`` repeats, each
+cell's repeats are split (seeded by the cell) into a *replay* pool, which answers trials, and a
+*truth* pool, whose mean is the cell's true step time; a searcher that re-measures a cell often
+then converges on an estimate, not on the score. A table with fewer repeats uses all of them for
+both, and its results say so (``truth_split``).
 
 **The oracle** answers a trial of a cell at the capacity by the replay rule (see
 ``bench/data/README.md``): ``oom`` (costing the cell's cost times the measured OOM/ok ratio)
-when the cell's peak is above the capacity, else one of its repeats drawn at random (common
-random numbers: a seed draws the same repeat for the same visit of a cell, whatever the
+when the cell's peak is above the capacity, else one of its replay repeats drawn at random
+(common random numbers: a seed draws the same repeat for the same visit of a cell, whatever the
 searcher). A searcher that sets a slow bound (``Searcher.slow_bound``) has a trial whose cost
-passes it cut there: told ``slow`` at the bound's censored time, charged the bound.
+passes it cut there: told ``slow`` at the bound's censored time, charged the bound. A trial's
+cost also charges the searcher's own compute for that trial (its ``ask`` and ``tell``, CPU
+seconds of this process, so another job on the machine does not inflate it).
 
-**Scoring** is by the true means (the mean over a cell's repeats). The *target set* is every
-feasible cell not distinguishable from the best — its mean log step time within two standard
-errors of the best's. *Simple regret* is ``log(true step time of the recommended cell / best)``;
-before any feasible trial nothing is recommended and the regret is the baseline's (infinite
-where the baseline does not fit). Two recommendation rules: ``own`` (what the searcher
-recommends) and ``remeasure`` — one rule for all: the searcher's top ``TOP_K`` configs, each
-measured ``REMEASURE`` more times, the best mean wins (Apply's rule, without its checks).
+**Scoring** (``scoring.py``): the target set, the normalised regret of a recommendation, trials
+to target. Two recommendation rules: ``own`` (the searcher's incumbent, as its authors define
+it) and ``remeasure`` — one rule for all, the primary: the searcher's top ``TOP_K`` configs, each
+measured ``REMEASURE`` more times, the best mean wins (Apply's rule, without its checks); the
+re-measures of trial *i* are drawn by (seed, cell, *i*), the same for every searcher.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import dataclass
 
 import numpy as np
+import scoring
 import tables
 from models import config_of, offsets, space_of
 
@@ -43,8 +52,9 @@ OOM_FRACTION = 0.3
 DOCTOR_RUNS = 3
 TOP_K = 3
 REMEASURE = 2
-TARGET_SE = 2.0
-PEERS = ("smac",)  # benchmark-only peers, beside the registry's
+TRUTH_SPLIT_MIN = 6
+PEERS = ("smac", "tpe-prior")  # benchmark-only peers, beside the registry's
+MODEL_PEERS = ("tpe", "gp", "smac", "tpe-prior")  # a sampler proposes; what ran must be it
 ABLATIONS = {  # InfraRSI with one idea taken out
     "infrarsi-no-prior": {"prior": False},
     "infrarsi-no-censor": {"censored": False},
@@ -54,9 +64,20 @@ ABLATIONS = {  # InfraRSI with one idea taken out
 
 
 @dataclass
+class Pool:
+    """One cell's repeats as the replay sees them: those that answer trials and those whose
+    mean is the truth (the same list where the table is not split)."""
+
+    step_time_s: list[float]
+    cost_s: list[float]
+    peak_bytes: list[float]
+    truth_s: list[float]
+
+
+@dataclass
 class Setting:
-    """A table at a capacity, with its truth: per config the true mean log step time, and the
-    target set."""
+    """A table at a capacity, with its truth: per config the true mean log step time (of its
+    truth pool), the target set, the best and the baseline."""
 
     table: tables.Table
     capacity: float
@@ -66,10 +87,44 @@ class Setting:
     target: set
     best_log: float
     baseline_regret: float
+    pools: dict
+    truth_split: bool
+    norm_log: float  # log of the normaliser: the baseline's true time, or the slowest feasible
 
     def regret(self, config) -> float:
-        """Simple regret of recommending ``config`` (None: nothing found yet)."""
+        """Simple regret of recommending ``config``: log(true time / best) (None: nothing
+        found yet — the baseline's, infinite where it does not fit)."""
         return self.baseline_regret if config is None else self.true_log[config] - self.best_log
+
+    def regret_norm(self, config) -> float:
+        """Normalised regret (``scoring.normalised_regret``) of recommending ``config``."""
+        t_rec = None if config is None else math.exp(self.true_log[config])
+        return scoring.normalised_regret(t_rec, math.exp(self.best_log), math.exp(self.norm_log))
+
+
+def pools_of(table: tables.Table) -> tuple[dict, bool]:
+    """Each cell's replay and truth pools, and whether the table is split (see the module's
+    docstring)."""
+    ok = [c for c in table.cells.values() if c.ok]
+    split = bool(ok) and all(len(c.step_time_s) >= TRUTH_SPLIT_MIN for c in ok)
+    pools = {}
+    for cell in table.cells.values():
+        n = len(cell.step_time_s)
+        idx = list(range(n))
+        if split and cell.ok:
+            order = np.random.default_rng([int(cell.cell[1:]), 11]).permutation(n)
+            replay_idx, truth_idx = sorted(order[: (n + 1) // 2]), sorted(order[(n + 1) // 2 :])
+        else:
+            replay_idx = truth_idx = idx
+        pools[config_of(cell)] = Pool(
+            [cell.step_time_s[i] for i in replay_idx],
+            [cell.cost_s[min(i, len(cell.cost_s) - 1)] for i in replay_idx] if cell.cost_s else [],
+            [cell.peak_mem_bytes[min(i, len(cell.peak_mem_bytes) - 1)] for i in replay_idx]
+            if cell.peak_mem_bytes
+            else [],
+            [cell.step_time_s[i] for i in truth_idx],
+        )
+    return pools, split
 
 
 def setting_of(
@@ -86,20 +141,17 @@ def setting_of(
             capacity = max(capacity, base_cell.peak_bytes)
     cells = list(table.cells.values())
     by_config = {config_of(c): c for c in cells}
+    pools, split = pools_of(table)
     feasible = {config_of(c) for c in table.feasible(capacity)}
     true_log = {
-        cfg: math.log(c.mean_step_time_s) if c.step_time_s else math.inf
-        for cfg, c in by_config.items()
+        cfg: math.log(statistics.fmean(pools[cfg].truth_s)) if pools[cfg].truth_s else math.inf
+        for cfg in by_config
     }
-    best = min(feasible, key=lambda cfg: true_log[cfg])
-    se = {cfg: _se_log(by_config[cfg]) for cfg in feasible}
-    target = {
-        cfg
-        for cfg in feasible
-        if true_log[cfg] - true_log[best] <= TARGET_SE * math.hypot(se[cfg], se[best])
-    }
+    se = {cfg: _se_log(pools[cfg].truth_s) for cfg in feasible}
     base = config_of(table.cells[table.baseline])
+    target, best = scoring.target_set(true_log, se, feasible, base if base in feasible else None)
     base_regret = true_log[base] - true_log[best] if base in feasible else math.inf
+    norm_log = true_log[base] if base in feasible else max(true_log[c] for c in feasible)
     return Setting(
         table,
         capacity,
@@ -109,12 +161,15 @@ def setting_of(
         target,
         true_log[best],
         base_regret,
+        pools,
+        split,
+        norm_log,
     )
 
 
-def _se_log(cell) -> float:
-    """Standard error of a cell's mean log step time (0 with one repeat)."""
-    logs = [math.log(t) for t in cell.step_time_s]
+def _se_log(times: list[float]) -> float:
+    """Standard error of a mean log step time (0 with one repeat)."""
+    logs = [math.log(t) for t in times]
     return statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else 0.0
 
 
@@ -130,10 +185,10 @@ def oom_cost_ratio(table: tables.Table) -> float:
     return statistics.median(ratios) if ratios else 0.6
 
 
-def doctor_noise_var(table: tables.Table, seed: int) -> float:
+def doctor_noise_var(s: Setting, seed: int) -> float:
     """The between-run variance of log time the Doctor would report: ``DOCTOR_RUNS`` draws of
-    the baseline cell's repeats."""
-    times = table.cells[table.baseline].step_time_s
+    the baseline cell's replay repeats."""
+    times = s.pools[config_of(s.table.cells[s.table.baseline])].step_time_s
     if len(times) < 2:
         return run_to_run_var(None)
     rng = np.random.default_rng([seed, 7])
@@ -162,8 +217,9 @@ def problem_of(s: Setting, seed: int, prior: bool = True) -> Problem:
         analytic_log_peak=analytic,
         patch_log_speed=patch_speeds(manifest) if known and prior else {},
         savers=savers(manifest) if known else MemorySavers(),
-        noise_var_log=doctor_noise_var(table, seed),
+        noise_var_log=doctor_noise_var(s, seed),
         derived=derived,
+        complete=table.design == "full_factorial",
     )
 
 
@@ -178,11 +234,15 @@ def manifest_of(workload: str):
 
 
 def make_searcher(name: str, problem: Problem, seed: int):
-    """A registered searcher, or an InfraRSI ablation."""
+    """A registered searcher, a benchmark peer, or an InfraRSI ablation."""
     if name == "smac":
         from smac_peer import SMACSearcher  # a benchmark extra (scripts/setup.sh installs it)
 
         return SMACSearcher(problem, seed)
+    if name == "tpe-prior":
+        from infrarsi.run.optuna_peers import OptunaSearcher
+
+        return OptunaSearcher(problem, seed, sampler="tpe-prior")
     if name in ABLATIONS:
         from infrarsi.run.infrarsi_searcher import InfraRSISearcher
 
@@ -192,21 +252,21 @@ def make_searcher(name: str, problem: Problem, seed: int):
 
 
 class Oracle:
-    """Answers a replayed trial from the table (common random numbers per seed and visit)."""
+    """Answers a replayed trial from the table's replay pools (common random numbers per seed
+    and visit)."""
 
     def __init__(self, s: Setting, seed: int):
         self.s, self.seed, self.visits = s, seed, {}
 
-    def draw(self, config, stream: int = 0) -> int:
-        """Which repeat of the cell this visit draws."""
+    def draw(self, config) -> int:
+        """Which replay repeat of the cell this visit draws."""
         cell = self.s.by_config[config]
-        key = (config, stream)
-        visit = self.visits[key] = self.visits.get(key, 0) + 1
-        rng = np.random.default_rng([self.seed, int(cell.cell[1:]), visit, stream])
-        return int(rng.integers(len(cell.step_time_s)))
+        visit = self.visits[config] = self.visits.get(config, 0) + 1
+        rng = np.random.default_rng([self.seed, int(cell.cell[1:]), visit, 0])
+        return int(rng.integers(len(self.s.pools[config].step_time_s)))
 
     def run(self, config, bound=None) -> Outcome:
-        cell = self.s.by_config[config]
+        cell, pool = self.s.by_config[config], self.s.pools[config]
         if not cell.ok:
             return Outcome(
                 status=next(x for x in cell.status if x != TrialStatus.OK), cost_s=cell.mean_cost_s
@@ -216,59 +276,94 @@ class Oracle:
                 "oom", cost_s=cell.mean_cost_s * self.s.oom_ratio, cap_bytes=self.s.capacity
             )
         r = self.draw(config)
-        cost = cell.cost_s[min(r, len(cell.cost_s) - 1)]
+        cost = pool.cost_s[r] if pool.cost_s else 0.0
         if bound is not None and cost > bound.after_s:
             return Outcome("slow", step_time_s=bound.censored_step_time_s, cost_s=bound.after_s)
         return Outcome(
             "ok",
-            step_time_s=cell.step_time_s[r],
-            peak_bytes=cell.peak_mem_bytes[min(r, len(cell.peak_mem_bytes) - 1)],
+            step_time_s=pool.step_time_s[r],
+            peak_bytes=pool.peak_bytes[r] if pool.peak_bytes else None,
             cost_s=cost,
         )
 
-    def remeasured_best(self, searcher) -> object | None:
-        """The ``remeasure`` rule: of the searcher's top ``TOP_K``, the best mean of its
-        measured times and ``REMEASURE`` new draws (a stream of their own)."""
+    def remeasured_best(self, searcher, trial: int) -> object | None:
+        """The ``remeasure`` rule after trial ``trial``: of the searcher's top ``TOP_K``, the
+        best mean of its measured times and ``REMEASURE`` new draws, keyed by (seed, cell,
+        trial) — the same draws for every searcher that ranks that cell there."""
         top = searcher.ranking(TOP_K)
         if not top:
             return None
         means = {}
         for config in top:
-            cell = self.s.by_config[config]
+            cell, pool = self.s.by_config[config], self.s.pools[config]
             seen = [
                 o.step_time_s
                 for c, o in searcher.history
                 if c == config and o.status == TrialStatus.OK
             ]
-            more = [cell.step_time_s[self.draw(config, stream=1)] for _ in range(REMEASURE)]
+            rng = np.random.default_rng([self.seed, int(cell.cell[1:]), trial, 1])
+            more = [
+                pool.step_time_s[int(i)]
+                for i in rng.integers(len(pool.step_time_s), size=REMEASURE)
+            ]
             means[config] = statistics.fmean(math.log(t) for t in seen + more)
         return min(means, key=means.get)
 
 
+TRACE_KEYS = (
+    "regret",
+    "regret_own",
+    "regret_norm",
+    "regret_norm_own",
+    "in_target",
+    "in_target_own",
+    "oom",
+    "cost_s",
+    "searcher_cpu_s",
+)
+
+
 def replay(name: str, s: Setting, seed: int, budget: int, problem: Problem | None = None) -> dict:
-    """One searcher, one seed: after each trial, the regret of each rule's recommendation, the
-    OOM trials and the wall cost so far, and how many trials ran as the searcher proposed.
-    ``problem``: another problem than the one every searcher is given (a bank's advice added,
-    ``transfer.py``)."""
+    """One searcher, one seed: after each trial, each rule's recommendation's regret (log and
+    normalised) and whether it is in the target set, the OOM trials, the wall cost so far
+    (trials and the searcher's own compute) and that compute alone. On a full-factorial table
+    a peer whose sampler proposes must run exactly what it proposed, trial by trial
+    (AssertionError otherwise). ``problem``: another problem than the one every searcher is
+    given (a bank's advice added, ``transfer.py``)."""
     problem = problem or problem_of(s, seed, prior=ABLATIONS.get(name, {}).get("prior", True))
+    cpu0 = time.process_time()
     searcher = make_searcher(name, problem, seed)
+    setup_cpu = time.process_time() - cpu0
     oracle = Oracle(s, seed)
-    trace = {"regret": [], "regret_own": [], "oom": [], "cost_s": [], "in_target": []}
-    ooms, cost = 0, 0.0
-    for _ in range(budget):
+    exact_required = s.table.design == "full_factorial" and name in MODEL_PEERS
+    trace: dict = {k: [] for k in TRACE_KEYS}
+    ooms, cost, cpu = 0, 0.0, setup_cpu
+    for trial in range(1, budget + 1):
+        t0 = time.process_time()
         config = searcher.ask()
         if config is None:
             break
+        if exact_required and config != getattr(searcher, "proposed", None):
+            raise AssertionError(
+                f"{name} seed {seed} trial {trial} on {s.table.name}: ran {config.describe()}, "
+                f"its sampler proposed {getattr(searcher, 'proposed', None)}"
+            )
         outcome = oracle.run(config, searcher.slow_bound())
         searcher.tell(config, outcome)
+        step_cpu = time.process_time() - t0
         ooms += outcome.status == TrialStatus.OOM
-        cost += outcome.cost_s
-        chosen = oracle.remeasured_best(searcher)
+        cpu += step_cpu
+        cost += outcome.cost_s + step_cpu + (setup_cpu if trial == 1 else 0.0)
+        chosen, own = oracle.remeasured_best(searcher, trial), searcher.recommend()
         trace["regret"].append(s.regret(chosen))
-        trace["regret_own"].append(s.regret(searcher.recommend()))
+        trace["regret_own"].append(s.regret(own))
+        trace["regret_norm"].append(s.regret_norm(chosen))
+        trace["regret_norm_own"].append(s.regret_norm(own))
         trace["in_target"].append(chosen in s.target)
+        trace["in_target_own"].append(own in s.target)
         trace["oom"].append(ooms)
         trace["cost_s"].append(cost)
+        trace["searcher_cpu_s"].append(cpu)
     for key in trace:  # a searcher that ran out of candidates keeps its last answer
         trace[key] += [trace[key][-1]] * (budget - len(trace[key])) if trace[key] else []
     trace["snapped"] = getattr(searcher, "snapped", 0)

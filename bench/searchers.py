@@ -1,23 +1,28 @@
 """Replay every searcher on the measured tables: how fast each finds a config as fast as the best.
 
-    .venv/bin/python bench/searchers.py            # every table, 30 seeds, 40 trials
-    .venv/bin/python bench/searchers.py --quick    # a reduced version, a few minutes
-    .venv/bin/python bench/searchers.py --table other.csv --out other.json
-    .venv/bin/python bench/searchers.py --replot   # the plot again from searchers.json
+    .venv/bin/python bench/searchers.py                      # every table, 30 seeds
+    .venv/bin/python bench/searchers.py --quick              # 3 seeds, a few minutes
+    .venv/bin/python bench/searchers.py --table other.csv --seeds 10 --out other.json
+    .venv/bin/python bench/searchers.py --replot             # the plot again from searchers.json
 
 Each searcher is given what a user of it could give it and replayed on each table at a capacity
-where ~30% of the ok cells do not fit (``replay.py``: the problem, the oracle, the target set,
-the two recommendation rules). Per table and searcher, over seeds: the simple regret of the
-recommended config (``remeasure`` rule; the ``own`` rule beside it) at 10, 20 and 40 trials
-with bootstrap intervals of the median, trials and wall cost to recommend a cell of the target
-set (the cells not distinguishable from the best) and the share of seeds that did, OOM trials,
-and a paired one-sided Wilcoxon test of each peer's regret against InfraRSI's (the mean of the
-three budgets' regrets, per seed). A table's ``design`` says whether every cell a searcher may
-ask for was measured (``full_factorial``) or a random sample of a larger space (``sampled``,
-where a peer's proposal may land on a nearest cell; ``snapped_median`` counts those).
+where ~30% of the ok cells do not fit (``replay.py``: the problem, the oracle, the pools of
+repeats, the two recommendation rules). The budget is 25% of the table's cells; results are
+keyed by percent of the cells (``scoring.BUDGET_PCTS``). Per table and searcher, over seeds:
+the normalised regret of the recommendation (the shared ``remeasure`` rule; the searcher's own
+incumbent beside it) with bootstrap intervals of the median, its anytime curves over trials and
+over wall cost (the trials' cost and the searcher's own compute), trials and wall cost until
+the recommendation stays in the target set, OOM trials, and proposals that ran at a nearest
+candidate (``snapped``: 0 for every peer on a full-factorial table, checked trial by trial).
+Per table, each peer against InfraRSI: two-sided paired Wilcoxon tests of the per-seed area
+under the regret curve, Holm-corrected, with effect sizes and intervals; a table every
+searcher solves by its second trial is marked uninformative. Over the informative tables, each
+searcher's average rank and Nemenyi's critical difference (``scoring.py``).
 
-The searchers' constants are frozen in the code; ``constants`` in the results file says which
-tables chose them, so a table not among them is a held-out test.
+Every (table, searcher, seed) replay is stored as it finishes under ``bench/.cache/searchers``,
+keyed by a hash of the code and rules that produce it: an interrupted run resumes, and a run
+after any change to them replays afresh. The constants and the tables they were chosen on are
+``bench/constants.json`` (``rules.py``); a table chosen on by none is held out.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # small models: a second thread only spins (see run.space)
 
 import argparse  # noqa: E402
+import hashlib  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
@@ -36,169 +42,328 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from scipy import stats  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import rules  # noqa: E402
+import scoring  # noqa: E402
 import tables  # noqa: E402
-from replay import ABLATIONS, OOM_FRACTION, PEERS, replay, setting_of  # noqa: E402
+from replay import (  # noqa: E402
+    ABLATIONS,
+    OOM_FRACTION,
+    PEERS,
+    TRUTH_SPLIT_MIN,
+    replay,
+    setting_of,
+)
 
 from infrarsi.run import searchers as registry  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results" / "searchers.json"
-CHECKPOINTS = (10, 20, 40)
-SLOW_REPLAYS = ("gp", "smac", *ABLATIONS)  # replayed on the first --few-seeds seeds
-N_BOOT = 2000
-# the tables the searchers' constants were chosen on (replayed while tuning them); any other
-# table is held out
-TUNED_ON = (
-    "dense-1node-fb737a3983921667",
-    "dense-2node-fb737a3983921667",
-    "moe-1node-fb737a3983921667",
-    "moe-2node-fb737a3983921667",
-)
-CONSTANTS = (
-    "infrarsi_searcher: N_SEEDS, RERUN_EVERY, FIRM_TOP, P_OOM_MAX, PAIR_RISK, "
-    "PAIR_SAFE, STOP_EFFECT_MAX, PRIOR_SHRINK, PRIOR_DROP_EVIDENCE; "
-    "SLOW_MIN, SLOW_Z, PATCH_FADE_MIN, MEASURED_SLOW set a priori, on no table"
+BENCH = Path(__file__).parent
+RESULTS = BENCH / "results" / "searchers.json"
+CACHE = BENCH / ".cache" / "searchers"
+DEFAULT_SEEDS = 30
+OURS = "infrarsi"
+HASHED = (  # what a replay's result depends on, besides the table itself
+    "src/infrarsi/run",
+    "src/infrarsi/identity.py",
+    "bench/replay.py",
+    "bench/scoring.py",
+    "bench/smac_peer.py",
+    "bench/models.py",
+    "bench/tables.py",
 )
 
 
-def _finite(values: list[float]) -> list[float]:
-    """Regrets for statistics: an infinite one (nothing feasible found where the baseline does
-    not fit) ranks worse than any finite one."""
-    finite = [v for v in values if math.isfinite(v)]
-    worst = (max(finite) if finite else 0.0) + 1.0
-    return [v if math.isfinite(v) else worst for v in values]
+def all_searchers() -> list[str]:
+    """Every searcher the benchmark knows: the registry's, the benchmark's peers, ablations."""
+    return list(registry.SEARCHERS) + list(PEERS) + list(ABLATIONS)
 
 
-def _json(value: float) -> float | None:
+def code_hash(root: Path = BENCH.parent) -> str:
+    """A hash of the code and rules a replay depends on (``HASHED``) and of the samplers'
+    library versions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    h = hashlib.sha256()
+    for rel in HASHED:
+        path = root / rel
+        for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    for lib in ("optuna", "smac", "numpy", "scipy", "scikit-learn", "torch"):
+        try:
+            h.update(f"{lib}={version(lib)}".encode())
+        except PackageNotFoundError:
+            h.update(f"{lib}=none".encode())
+    return h.hexdigest()[:16]
+
+
+def table_hash(path: Path) -> str:
+    """A hash of a table's file: a table measured further replays afresh."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+
+
+class TraceStore:
+    """Every finished (table, searcher, seed) replay, one JSON line each, in a file per table,
+    searcher and key (code, table, budget)."""
+
+    def __init__(self, root: Path, key: str):
+        self.root, self.key = Path(root), key
+
+    def path(self, table: str, searcher: str) -> Path:
+        return self.root / table / f"{searcher}-{self.key}.jsonl"
+
+    def load(self, table: str, searcher: str) -> dict[int, dict]:
+        path = self.path(table, searcher)
+        out: dict[int, dict] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # a line cut short by a kill: replayed again
+                    continue
+                out[int(row["seed"])] = row["trace"]
+        return out
+
+    def add(self, table: str, searcher: str, seed: int, trace: dict) -> None:
+        path = self.path(table, searcher)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as handle:
+            handle.write(json.dumps({"seed": seed, "trace": _jsonable(trace)}) + "\n")
+            handle.flush()
+
+
+def _jsonable(trace: dict) -> dict:
+    return {
+        k: [None if isinstance(v, float) and not math.isfinite(v) else v for v in vals]
+        if isinstance(vals, list)
+        else vals
+        for k, vals in trace.items()
+    }
+
+
+def _num(values: list) -> list[float]:
+    return [math.inf if v is None else float(v) for v in values]
+
+
+def _json(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
-def boot_median(values: list[float], seed: int = 0) -> list[float | None]:
-    """95% percentile-bootstrap interval of the median over seeds."""
-    x = np.asarray(_finite(values))
-    rng = np.random.default_rng(seed)
-    medians = np.median(x[rng.integers(0, len(x), size=(N_BOOT, len(x)))], axis=1)
-    lo, hi = np.quantile(medians, [0.025, 0.975])
-    worst = max(values) if values else None
-    return [_json(lo), _json(hi) if worst is None or math.isfinite(worst) or hi < max(x) else None]
+def _median(values: list[float]) -> float | None:
+    return _json(statistics.median(values)) if values else None
 
 
-def first_in_target(trace: dict, budget: int) -> int | None:
-    """The trial after which the recommendation entered the target set (None: never)."""
-    return next((i + 1 for i, hit in enumerate(trace["in_target"][:budget]) if hit), None)
+def checkpoints(cells: int) -> dict[str, int]:
+    """Trials at each budget percentage of a table's cells."""
+    return {str(p): scoring.budget_trials(cells, p) for p in scoring.BUDGET_PCTS}
 
 
-def summarise(traces: list[dict], budget: int) -> dict:
-    """One searcher on one table, over seeds."""
+def summarise(traces: list[dict], cells: int, cost_grid_s: list[float]) -> dict:
+    """One searcher on one table, over seeds (see the module's docstring)."""
+    marks = checkpoints(cells)
 
-    def at(key, b):
-        return [t[key][min(b, len(t[key])) - 1] for t in traces if t[key]]
+    def at(key: str, n: int) -> list[float]:
+        return [_num(t[key])[n - 1] for t in traces]
 
-    hits = [first_in_target(t, budget) for t in traces]
-    reached = [(n, t["cost_s"][n - 1]) for n, t in zip(hits, traces) if n is not None]
-    missing = len(traces) - len(reached)
-    trials = [n for n, _ in reached] + [math.inf] * missing
-    costs = [c for _, c in reached] + [math.inf] * missing
+    hits = [scoring.trials_to_target(t["in_target"]) for t in traces]
+    own_hits = [scoring.trials_to_target(t["in_target_own"]) for t in traces]
+    trials = [math.inf if h is None else h for h in hits]
+    costs = [math.inf if h is None else _num(t["cost_s"])[h - 1] for t, h in zip(traces, hits)]
+    areas = [scoring.area(_num(t["regret_norm"])) for t in traces]
+    budget = len(traces[0]["regret_norm"])
     return {
-        "regret_median": {
-            str(b): _json(statistics.median(_finite(at("regret", b)))) if at("regret", b) else None
-            for b in CHECKPOINTS
+        "regret_norm_median": {p: _median(at("regret_norm", n)) for p, n in marks.items()},
+        "regret_norm_ci95": {
+            p: [_json(v) for v in scoring.boot_median_interval(np.array(at("regret_norm", n)))]
+            for p, n in marks.items()
         },
-        "regret_ci95": {str(b): boot_median(at("regret", b)) for b in CHECKPOINTS},
-        "regret_own_rule_median": {
-            str(b): _json(statistics.median(_finite(at("regret_own", b)))) for b in CHECKPOINTS
+        "trials_to_target_median": _median(trials),
+        "cost_to_target_s_median": _median(costs),
+        "share_reaching_target": sum(h is not None for h in hits) / len(traces),
+        "oom_trials_median": _median(at("oom", budget)),
+        "snapped_median": _median([float(t["snapped"]) for t in traces]),
+        "searcher_cpu_s_median": _median(at("searcher_cpu_s", budget)),
+        "cost_s_median": _median(at("cost_s", budget)),
+        "regret_area_median": _median(areas),
+        "own_rule": {
+            "regret_norm_median": {p: _median(at("regret_norm_own", n)) for p, n in marks.items()},
+            "trials_to_target_median": _median([math.inf if h is None else h for h in own_hits]),
         },
-        "trials_to_target_median": _json(statistics.median(trials)),
-        "cost_to_target_s_median": _json(statistics.median(costs)),
-        "share_reaching_target": len(reached) / len(traces),
-        "oom_trials_median": statistics.median(at("oom", budget)),
-        "cost_s_median": statistics.median(at("cost_s", budget)),
-        "snapped_median": statistics.median(t["snapped"] for t in traces),
+        "curve": {
+            "regret_norm_by_trial": [_median(at("regret_norm", n)) for n in range(1, budget + 1)],
+            "regret_norm_by_cost": [
+                statistics.median(regret_at_cost(t, c) for t in traces) for c in cost_grid_s
+            ],
+        },
         "per_seed": {
-            "regret": {str(b): [_json(v) for v in at("regret", b)] for b in CHECKPOINTS},
+            "area": areas,
             "trials_to_target": [_json(v) for v in trials],
             "cost_to_target_s": [_json(v) for v in costs],
         },
     }
 
 
-def paired_tests(per_searcher: dict) -> dict:
-    """Per peer: paired one-sided Wilcoxon signed-rank test that its regret (the mean over the
-    checkpoints, per seed) is above InfraRSI's, and the median difference."""
-
-    def score(result):
-        per = result["per_seed"]["regret"]
-        rows = [_finite([math.inf if v is None else v for v in per[str(b)]]) for b in CHECKPOINTS]
-        return np.mean(np.array(rows), axis=0)
-
-    ours = per_searcher.get("infrarsi")
-    out = {}
-    for name, result in per_searcher.items():
-        if name == "infrarsi" or ours is None:
-            continue
-        mine, theirs = score(ours), score(result)
-        n = min(len(mine), len(theirs))  # paired by seed: the seeds both ran
-        diff = theirs[:n] - mine[:n]
-        p = float(stats.wilcoxon(diff, alternative="greater").pvalue) if np.any(diff != 0) else 1.0
-        out[name] = {"median_regret_difference": float(np.median(diff)), "p_value": p}
-        result["p_vs_infrarsi"] = p
-    return out
+def regret_at_cost(trace: dict, cost_s: float) -> float:
+    """The normalised regret of the recommendation once ``cost_s`` seconds were spent (1:
+    nothing finished by then)."""
+    spent = _num(trace["cost_s"])
+    done = [i for i, c in enumerate(spent) if c <= cost_s]
+    return float(trace["regret_norm"][done[-1]]) if done else 1.0
 
 
-def bench_table(table, names, seeds, budget) -> dict:
-    """Every searcher over every seed on one table; ``seeds``: (most searchers', the slow
-    replays' — ``SLOW_REPLAYS``)."""
+def cost_grid(table: tables.Table, budget: int) -> list[float]:
+    """The wall-cost axis of a table's anytime curves: multiples of its mean trial cost."""
+    mean = statistics.fmean(c.mean_cost_s for c in table.cells.values() if c.cost_s) or 1.0
+    return [round(mean * k, 3) for k in range(1, budget + 1)]
+
+
+def tests_of(per: dict) -> dict:
+    """The paired two-sided tests of one table's searchers against InfraRSI."""
+    scores = {
+        n: np.array(_num(r["per_seed"]["area"]))
+        for n, r in per.items()
+        if isinstance(r, dict) and "per_seed" in r
+    }
+    return scoring.paired_tests(scores, OURS)
+
+
+def bench_table(path: Path, names: list[str], seeds: int, store_root: Path = CACHE) -> dict:
+    """Every searcher over every seed on one table (resuming from the store); the table's
+    entry of the results and its details."""
+    table = tables.load(path)
     s = setting_of(table, OOM_FRACTION)
+    cells = len(table.cells)
+    budget = scoring.budget_trials(cells, max(scoring.BUDGET_PCTS))
+    store = TraceStore(store_root, f"{code_hash()}-{table_hash(path)}-b{budget}")
+    grid = cost_grid(table, budget)
+    if not s.truth_split:
+        print(
+            f"  {table.name}: fewer than {TRUTH_SPLIT_MIN} repeats in some cell — every repeat "
+            "both answers trials and makes the truth",
+            file=sys.stderr,
+        )
     per = {}
     for name in names:
         t0 = time.perf_counter()
-        n = seeds[1] if name in SLOW_REPLAYS else seeds[0]
-        traces = [replay(name, s, seed, budget) for seed in range(n)]
-        per[name] = summarise(traces, budget)
-        r = per[name]["regret_median"]
+        done = store.load(table.name, name)
+        for seed in range(seeds):
+            if seed not in done:
+                done[seed] = _jsonable(replay(name, s, seed, budget))
+                store.add(table.name, name, seed, done[seed])
+        per[name] = summarise([done[k] for k in range(seeds)], cells, grid)
+        r = per[name]
         print(
-            f"  {table.name} {name:20s} regret 10/20/40: {r['10']}/{r['20']}/{r['40']}  "
-            f"to target: {per[name]['trials_to_target_median']} trials, "
-            f"{per[name]['cost_to_target_s_median']} s  OOMs {per[name]['oom_trials_median']}"
+            f"  {table.name} {name:20s} regret@5/10/25%: "
+            + "/".join(str(_round(v)) for v in r["regret_norm_median"].values())
+            + f"  to target: {r['trials_to_target_median']} trials, "
+            f"{_round(r['cost_to_target_s_median'])} s  snapped {r['snapped_median']}"
             f"  ({time.perf_counter() - t0:.0f} s)",
             file=sys.stderr,
             flush=True,
         )
-    tests = paired_tests(per)
-    feasible = table.feasible(s.capacity)
-    return {
-        "searchers": per,
-        "tests": tests,
+    entry = {
         "design": table.design,
+        "cells": cells,
+        "informative": scoring.informative(
+            {n: r["trials_to_target_median"] for n, r in per.items()}
+        ),
+        **per,
+    }
+    feasible = table.feasible(s.capacity)
+    detail = {
+        "tests": tests_of(per),
+        "seeds": seeds,
+        "budget_trials": budget,
+        "checkpoints_trials": checkpoints(cells),
+        "cost_grid_s": grid,
         "table": {
             "capacity_bytes": s.capacity,
-            "cells": len(table.cells),
+            "cells": cells,
             "oom_share": 1 - len(feasible) / max(1, len([c for c in table.cells.values() if c.ok])),
             "target_cells": len(s.target),
-            "best_speedup": math.exp(
-                s.true_log[min(s.target, key=s.true_log.get)] * -1 + s.true_log[_baseline(s)]
-            )
-            if math.isfinite(s.true_log[_baseline(s)])
-            else None,
+            "best_speedup": math.exp(s.norm_log - s.best_log),
             "baseline_fits": math.isfinite(s.baseline_regret),
-            "oom_cost_ratio": s.oom_ratio,
-            "held_out": table.name not in TUNED_ON,
+            "truth_split": s.truth_split,
+            "held_out": rules.held_out(table.name),
+        },
+    }
+    return {"entry": entry, "detail": detail}
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+def overall(results: dict) -> dict:
+    """Average ranks over the informative tables (by each searcher's mean per-seed area) and
+    Nemenyi's critical difference."""
+    per_table = {
+        name: {
+            s: float(np.mean(_num(r["per_seed"]["area"])))
+            for s, r in entry.items()
+            if isinstance(r, dict) and "per_seed" in r
+        }
+        for name, entry in results.items()
+        if entry.get("informative")
+    }
+    ranks = scoring.average_ranks(per_table)
+    return {
+        "average_rank": dict(sorted(ranks.items(), key=lambda kv: kv[1])),
+        "critical_difference": {
+            "alpha": scoring.ALPHA,
+            "tables": len(per_table),
+            "searchers": len(ranks),
+            "cd": scoring.critical_difference(len(ranks), len(per_table)),
+            "method": "Nemenyi, average ranks of the mean per-seed area under the normalised "
+            "regret curve over the informative tables",
         },
     }
 
 
-def _baseline(s):
-    from models import config_of
+def merge(path: Path, table_name: str, new: dict) -> dict:
+    """The results file with one table's replay merged in: searchers replayed now replace
+    their entries, the table's other searchers stay when they were replayed with the same
+    seeds and budget (their per-seed results are paired again), other tables stay; the tests
+    and the ranks are computed again."""
+    old = json.loads(path.read_text()) if path.exists() else {}
+    results, details = old.get("results", {}), old.get("details", {})
+    kept = results.get(table_name, {})
+    before = details.get(table_name, {})
+    same = {k: before.get(k) for k in ("seeds", "budget_trials")} == {
+        k: new["detail"][k] for k in ("seeds", "budget_trials")
+    }
+    entry = {**(kept if same else {}), **new["entry"]}
+    entry["informative"] = scoring.informative(
+        {n: r["trials_to_target_median"] for n, r in entry.items() if isinstance(r, dict)}
+    )
+    results[table_name] = entry
+    details[table_name] = {**new["detail"], "tests": tests_of(entry)}
+    return {
+        "results": results,
+        **overall(results),
+        "details": details,
+        "settings": {
+            "budget_pcts": list(scoring.BUDGET_PCTS),
+            "oom_fraction": OOM_FRACTION,
+            "primary_rule": "remeasure: the top 3 of each searcher re-measured twice, the best "
+            "mean recommended (own_rule: the searcher's own incumbent)",
+            "target": f"within max({scoring.TARGET_SE} standard errors of the best, "
+            f"{scoring.TARGET_MIN_GAP:.0%}) of the best and faster than the baseline",
+            "trials_to_target": "the first trial from which the recommendation stays in the "
+            "target set",
+        },
+        "constants": {
+            "registry": "bench/constants.json",
+            "held_out_tables": sorted(n for n in results if rules.held_out(n)),
+        },
+    }
 
-    return config_of(s.table.cells[s.table.baseline])
 
-
-def plot(results: dict, path: Path) -> None:
-    """Per table: each searcher's median simple regret (bootstrap 95% interval) at the
-    checkpoints, and its median wall cost to reach the target set."""
+def plot(results: dict, details: dict, path: Path) -> None:
+    """Per table: each searcher's median normalised regret by trial (top) and by wall cost
+    (bottom)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -208,91 +373,36 @@ def plot(results: dict, path: Path) -> None:
     fig, axes = plt.subplots(2, len(names), figsize=(4.5 * len(names), 7.0), squeeze=False)
     for col, name in enumerate(names):
         top, bottom = axes[0][col], axes[1][col]
-        per = _searchers_of(results[name])
-        for i, (searcher, res) in enumerate(per.items()):
-            xs = [int(b) for b in res["regret_median"]]
-            ys = [v if v is not None else np.nan for v in res["regret_median"].values()]
-            (line,) = top.plot(xs, ys, marker="o", label=searcher)
-            ci = res.get("regret_ci95") or {}
-            lo = [(ci.get(str(b)) or [None, None])[0] for b in xs]
-            hi = [(ci.get(str(b)) or [None, None])[1] for b in xs]
-            top.fill_between(
-                xs,
-                [np.nan if v is None else v for v in lo],
-                [np.nan if v is None else v for v in hi],
-                color=line.get_color(),
-                alpha=0.1,
-            )
-            cost = res.get("cost_to_target_s_median")
-            bottom.bar(
-                i,
-                cost if cost is not None else 0,
-                color=line.get_color(),
-                hatch="" if cost is not None else "//",
-            )
-        top.set_title(f"{name} ({results[name].get('design', 'sampled')})", fontsize=8)
+        grid = details.get(name, {}).get("cost_grid_s", [])
+        for searcher, res in results[name].items():
+            if not isinstance(res, dict):
+                continue
+            by_trial = res["curve"]["regret_norm_by_trial"]
+            (line,) = top.plot(range(1, len(by_trial) + 1), by_trial, label=searcher)
+            if grid:
+                bottom.plot(grid, res["curve"]["regret_norm_by_cost"], color=line.get_color())
+        entry = results[name]
+        tag = "" if entry.get("informative") else ", uninformative"
+        top.set_title(f"{name} ({entry.get('design')}{tag})", fontsize=8)
         top.set_xlabel("trials")
-        top.set_ylabel("simple regret, log(recommended / best)")
-        bottom.set_xticks(range(len(per)), list(per), rotation=60, fontsize=7)
-        bottom.set_ylabel("median wall cost to the target set (s); hatched: not reached")
-    axes[0][0].legend(fontsize=7)
+        top.set_ylabel("median normalised regret")
+        bottom.set_xlabel("wall cost (s), trials + searcher compute")
+        bottom.set_ylabel("median normalised regret")
+    axes[0][0].legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def _searchers_of(table_results: dict) -> dict:
-    """The searchers' entries of one table's results (its ``design`` left out)."""
-    return {k: v for k, v in table_results.items() if isinstance(v, dict)}
-
-
-def merge(path: Path, new: dict) -> dict:
-    """The results file with what was just replayed merged in (``tables.merge_results``), the
-    paired tests computed again on the merged per-seed results."""
-    return tables.merge_results(path, new, lambda per: paired_tests(_searchers_of(per)))
-
-
-def _bench_one(path, names, seeds, budget):
-    table = tables.load(path)
-    return table, bench_table(table, names, seeds, budget)
-
-
-def _bench_all(paths, names, seeds, budget, jobs: int):
-    """(table, detail) per table path as each is done; ``jobs`` > 1 replays tables in
-    parallel."""
-    if jobs <= 1 or len(paths) < 2:
-        for p in paths:
-            yield _bench_one(p, names, seeds, budget)
-        return
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(_bench_one, p, names, seeds, budget) for p in paths]
-        for future in as_completed(futures):
-            yield future.result()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a reduced version (3 seeds)")
     parser.add_argument("--table", action="append", help="a table CSV (default: bench/data)")
-    parser.add_argument("--seeds", type=int, default=None)
-    parser.add_argument(
-        "--searchers", default=",".join(list(registry.SEARCHERS) + list(PEERS) + list(ABLATIONS))
-    )
+    parser.add_argument("--seeds", type=int, default=None, help=f"default {DEFAULT_SEEDS}")
+    parser.add_argument("--searchers", default=",".join(all_searchers()))
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="tables replayed at once, one process each (replays are not timed)",
-    )
-    parser.add_argument(
-        "--few-seeds",
-        type=int,
-        default=None,
-        help="seeds for the slow replays — Optuna's GP and SMAC (~1 s and "
-        "~0.5 s per ask) and InfraRSI's ablations: the first N seeds, "
-        "paired with InfraRSI's same seeds",
+        "--cache", type=Path, default=CACHE, help="where finished replays are kept (resume)"
     )
     parser.add_argument(
         "--replot", action="store_true", help="only draw the plot again from the results file"
@@ -305,40 +415,14 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         parser.error("no table: measure one with bench/make_table.py or give --table PATH")
     names = [n for n in args.searchers.split(",") if n]
-    known = list(registry.SEARCHERS) + list(PEERS) + list(ABLATIONS)
-    unknown = [n for n in names if n not in known]
+    unknown = [n for n in names if n not in all_searchers()]
     if unknown:
-        parser.error(f"--searchers {','.join(unknown)}: choose among {', '.join(known)}")
-    seeds = args.seeds or (3 if args.quick else 30)
-    budget = max(CHECKPOINTS)
-    out = {
-        "results": {},
-        "settings": {
-            "seeds": seeds,
-            "budget": budget,
-            "checkpoints": list(CHECKPOINTS),
-            "oom_fraction": OOM_FRACTION,
-        },
-        "constants": {"tuned_on": list(TUNED_ON), "which": CONSTANTS},
-    }
-    out["settings"]["few_seeds"] = min(args.few_seeds or seeds, seeds)
+        parser.error(f"--searchers {','.join(unknown)}: choose among {', '.join(all_searchers())}")
+    seeds = args.seeds or (3 if args.quick else DEFAULT_SEEDS)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    for table, detail in _bench_all(
-        paths, names, (seeds, out["settings"]["few_seeds"]), budget, args.jobs
-    ):  # each table saved as it is done
-        one = dict(
-            out,
-            results={table.name: {"design": detail["design"], **detail["searchers"]}},
-            details={
-                table.name: {
-                    "tests": detail["tests"],
-                    "table": detail["table"],
-                    "seeds": seeds,
-                    "few_seeds": out["settings"]["few_seeds"],
-                }
-            },
-        )
-        merged = merge(args.out, one)
+    for path in paths:  # each table saved as it is done
+        one = bench_table(path, names, seeds, args.cache)
+        merged = merge(args.out, tables.load(path).name, one)
         tmp = args.out.with_suffix(".tmp")
         tmp.write_text(json.dumps(merged, indent=1))
         tmp.replace(args.out)
@@ -351,7 +435,7 @@ def _plot_file(path: Path) -> None:
     """The plot beside a results file (``searchers.png`` for ``searchers.json``)."""
     out = json.loads(path.read_text())
     try:
-        plot(out["results"], path.with_suffix(".png"))
+        plot(out["results"], out.get("details", {}), path.with_suffix(".png"))
     except ImportError:
         print("matplotlib missing: no plot", file=sys.stderr)
 

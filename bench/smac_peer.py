@@ -1,32 +1,36 @@
 """SMAC3 (random-forest Bayesian optimisation over mixed spaces) as the benchmark's stronger peer,
-given what a user of SMAC could give it — the same as the Optuna peers get.
+given what a user of SMAC could give it — the same as the Optuna peers get, run as its authors
+run it on a noisy objective.
 
-Each free knob is a hyperparameter (numbers as an ordinal integer, choices and booleans
-categorical), each patch a boolean; derived knobs follow. The start points (the baseline, the
-priors' pick) are SMAC's initial design with a few random configs. SMAC has no constraints:
-an out-of-memory trial is told the worst time seen so far (plus 0.1 in log seconds), and a
-proposal the analytic memory estimate says does not fit is told that without running. A
-proposal that is no candidate (a sampled table) runs its nearest untried candidate, which is
-what SMAC is told (``snapped`` counts those). Installed by ``scripts/setup.sh`` (``smac``, a
-benchmark extra); the product does not import it.
+The space is ``peer_space.PeerSpace`` (each free knob a hyperparameter — numbers as an ordinal
+integer, other values categorical — the patches one boolean each or one choice among the patch
+sets; derived knobs follow) and the ask loop ``peer_space.PeerSearcher``'s, so every trial runs
+exactly what SMAC proposed. The objective is noisy (a trial is one draw of a config's time), so
+SMAC runs with ``deterministic=False``: its intensifier re-runs promising configs under new seeds
+and races them against the incumbent, and its incumbent (what it recommends) is the config with
+the best mean over its runs. The initial design is the start points (the baseline, the priors'
+pick) first, then ``INITIAL_RANDOM`` Sobol configs. SMAC has no constraints: an out-of-memory
+trial is told the worst time seen so far plus 0.1 in log seconds (its documented way with a
+crashed run: a bad cost), and so is a proposal the analytic memory estimate says does not fit,
+without running. Installed by ``scripts/setup.sh`` (``smac``, a benchmark extra); the product
+does not import it.
 """
 
 from __future__ import annotations
 
 import math
 import tempfile
+from typing import Any
 
-from infrarsi.identity import canonical_value
+from infrarsi.run.peer_space import PeerSearcher
 from infrarsi.run.problem import Outcome, Problem
-from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.trial.record import TrialStatus
 
-ASK_TRIES = 20
 INITIAL_RANDOM = 3
 
 
-class SMACSearcher(Searcher):
+class SMACSearcher(PeerSearcher):
     """SMAC's hyperparameter-optimisation facade behind ask / tell."""
 
     name = "smac"
@@ -38,27 +42,24 @@ class SMACSearcher(Searcher):
         from smac import Scenario
 
         self._configuration = Configuration
-        self.dims = [d for d in problem.space.dims if d.name not in problem.derived]
         space = ConfigurationSpace(seed=seed)
-        for dim in self.dims:
+        for p in self.peer_space.params():
             space.add(
-                Integer(dim.name, (0, len(dim.levels) - 1))
-                if dim.kind == "num"
-                else Categorical(dim.name, [str(v) for v in dim.levels])
+                Integer(p.name, (0, len(p.choices) - 1))
+                if p.kind == "int"
+                else Categorical(p.name, list(p.choices))
             )
-        for patch in problem.space.patches:
-            space.add(Categorical("+" + patch, [False, True]))
         self.space = space
         scenario = Scenario(
             space,
-            deterministic=True,
+            deterministic=False,
             n_trials=10**6,
             seed=seed,
             output_directory=tempfile.mkdtemp(prefix="infrarsi-smac-"),
         )
-        starts = [Configuration(space, self._values(c)) for c in problem.start_points()]
-        design = HPO.get_initial_design(
-            scenario, n_configs=INITIAL_RANDOM, additional_configs=starts
+        starts = [Configuration(space, self.peer_space.values(c)) for c in problem.start_points()]
+        design = _starts_first(
+            HPO.get_initial_design(scenario, n_configs=INITIAL_RANDOM, additional_configs=starts)
         )
         self.smac = HPO(
             scenario,
@@ -67,59 +68,21 @@ class SMACSearcher(Searcher):
             overwrite=True,
             logging_level=40,
         )
-        self.fits = dict(zip(problem.candidates, problem.analytic_fits()))
-        self.fits.update({c: True for c in problem.start_points()})
-        self.pending: dict[Config, object] = {}
         self.worst_log_s: float | None = None
-        self.exact = self.snapped = 0
 
-    def _values(self, config: Config) -> dict:
-        knobs, out = config.knob_dict, {}
-        for dim in self.dims:
-            value = canonical_value(knobs.get(dim.name, dim.levels[0]))
-            level = next(i for i, v in enumerate(dim.levels) if canonical_value(v) == value)
-            out[dim.name] = level if dim.kind == "num" else str(dim.levels[level])
-        out.update({"+" + p: p in config.patches for p in self.problem.space.patches})
-        return out
-
-    def _config(self, values: dict) -> tuple[Config | None, Config]:
-        knobs = {}
-        for dim in self.dims:
-            value = values[dim.name]
-            knobs[dim.name] = (
-                dim.levels[int(value)]
-                if dim.kind == "num"
-                else next(v for v in dim.levels if canonical_value(v) == canonical_value(value))
-            )
-        patches = [p for p in self.problem.space.patches if bool(values["+" + p])]
-        target = Config.of(knobs, patches)
-        return self.problem.by_free_key().get(self.problem.free_key(target)), target
-
-    def ask(self) -> Config | None:
+    def _propose(self) -> tuple[Any, dict[str, Any]] | None:
         from smac.main.exceptions import ConfigurationSpaceExhaustedException
+
+        try:
+            info = self.smac.ask()
+        except (ConfigurationSpaceExhaustedException, StopIteration):  # every config told
+            return None
+        return info, dict(info.config)
+
+    def _refuse(self, handle: Any, unfit: bool) -> None:
         from smac.runhistory.dataclasses import TrialValue
 
-        target = self.problem.baseline
-        for _ in range(ASK_TRIES):
-            try:
-                info = self.smac.ask()
-            except (ConfigurationSpaceExhaustedException, StopIteration):  # every config told
-                break
-            found, target = self._config(dict(info.config))
-            if found is None:
-                self.smac.tell(info, TrialValue(cost=self._placeholder()))
-                break
-            if not self.fits.get(found, True):  # the analytic prefilter: free
-                self.smac.tell(info, TrialValue(cost=self._placeholder()))
-                continue
-            self.pending[found] = info
-            self.exact += 1
-            return found
-        found = self.problem.nearest(target, self.tried, self.rng)
-        if found is not None:
-            self.pending[found] = None
-            self.snapped += 1
-        return found
+        self.smac.tell(handle, TrialValue(cost=self._placeholder()))
 
     def tell(self, config: Config, outcome: Outcome) -> None:
         from smac.runhistory.dataclasses import TrialInfo, TrialValue
@@ -132,8 +95,31 @@ class SMACSearcher(Searcher):
             cost = self._placeholder()
         info = self.pending.pop(config, None)
         if info is None:  # what ran was not what SMAC asked: tell it what did
-            info = TrialInfo(config=self._configuration(self.space, self._values(config)), seed=0)
+            values = self.peer_space.values(config)
+            info = TrialInfo(config=self._configuration(self.space, values), seed=0)
         self.smac.tell(info, TrialValue(cost=cost))
+
+    def recommend(self) -> Config | None:
+        """SMAC's incumbent: the config with the best mean cost over its runs."""
+        incumbent = self.smac.intensifier.get_incumbent()
+        if incumbent is None:
+            return super().recommend()
+        found = self.peer_space.config(dict(incumbent))[0]
+        return found if found in self.tried else super().recommend()
 
     def _placeholder(self) -> float:
         return (self.worst_log_s if self.worst_log_s is not None else 0.0) + 0.1
+
+
+def _starts_first(design):
+    """SMAC's initial design with its additional configs (the start points) before its own
+    random ones (it appends them after)."""
+    select = design.select_configurations
+
+    def starts_first():
+        configs = select()
+        starts = [c for c in configs if c in design._additional_configs]
+        return starts + [c for c in configs if c not in starts]
+
+    design.select_configurations = starts_first
+    return design

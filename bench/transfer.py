@@ -52,7 +52,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import tables  # noqa: E402
 from models import config_of  # noqa: E402
 from replay import OOM_FRACTION, manifest_of, problem_of, replay, setting_of  # noqa: E402
-from searchers import first_in_target  # noqa: E402
 
 from infrarsi.bank.signatures import (  # noqa: E402
     hardware_signature,
@@ -192,6 +191,12 @@ def warm_problem(
         bank_log_speed=bank_time_prior(advice, problem.baseline),
     )
     return problem, advice
+
+
+def first_in_target(trace: dict, budget: int) -> int | None:
+    """The trial after which the recommendation first entered the target set (None:
+    never)."""
+    return next((i + 1 for i, hit in enumerate(trace["in_target"][:budget]) if hit), None)
 
 
 def doctor_peak(table: tables.Table) -> float | None:

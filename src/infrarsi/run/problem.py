@@ -105,6 +105,10 @@ class Problem:
     savers: MemorySavers = field(default_factory=MemorySavers)
     min_effect: float = 0.02
     noise_var_log: float = 0.0  # between repeated runs of one config (the Doctor's measure)
+    # every config the space names is a candidate unless the workload refuses it (a live run,
+    # a full-factorial table); False for a sample of a larger space, where a peer's proposal
+    # may name a config never measured (it then runs the nearest candidate: ``nearest``)
+    complete: bool = True
 
     def __post_init__(self) -> None:
         if self.baseline not in set(self.candidates):
