@@ -29,9 +29,11 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import re
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -46,6 +48,9 @@ from infrarsi.workloads.knobs import AssignmentError  # noqa: E402
 
 SCALE = "bench"
 OOM_FRACTION = 0.3
+SAMPLED_NAME = re.compile(r"[a-z0-9-]+?-[0-9a-f]{16}")
+# what a new table's rules are: the search and the benchmark's scoring and replay
+FROZEN = ("src/infrarsi/run", "bench/replay.py", "bench/scoring.py", "bench/constants.json")
 
 
 def factor_levels(manifest, cores: int) -> dict[str, list]:
@@ -156,7 +161,7 @@ def trial_row(table, manifest, fp, where: tuple[str, int, str], spec, subset, re
     peaks = [b for b in (m.peak_mem_bytes if m else []) if b is not None]
     row = {
         "table": table,
-        "design": "full_factorial" if "-full-" in table else "sampled",
+        "design": "sampled" if _sampled(table) else "full_factorial",
         "workload": manifest.name,
         "scale": SCALE,
         "fingerprint": fp,
@@ -184,50 +189,88 @@ def trial_row(table, manifest, fp, where: tuple[str, int, str], spec, subset, re
             ranks=m.ranks,
             peak_mem_bytes_max=max(peaks) if peaks else None,
             peak_mem_bytes_ranks=";".join(str(b) for b in m.peak_mem_bytes),
+            step_times_s=";".join(f"{t:.6f}" for t in m.step_times_s),
         )
     return row
 
 
-def table_path(out_dir: Path, name: str, full: bool = False) -> Path:
+def table_path(out_dir: Path, name: str, full: bool = False, label: str | None = None) -> Path:
     """Where the table of the workload called ``name`` (the manifest's name, never a path the
-    user gave: a manifest path has slashes) is kept for this host."""
-    kind = "-full" if full else ""
+    user gave: a manifest path has slashes) is kept for this host: ``<name>-<fp>.csv`` for a
+    sampled design, ``<name>-full-<fp>.csv`` for a full factorial, ``<name>-<label>-<fp>.csv``
+    for a full factorial with a label of its own (a second design on one host)."""
+    kind = f"-{label}" if label else "-full" if full else ""
     return Path(out_dir) / f"{name}{kind}-{fingerprint(machine_facts(usable_threads()))}.csv"
 
 
-def measure(
-    workload: str,
-    n_cells: int,
-    repeats: int,
-    n_validate: int,
-    seed: int,
-    out_dir: Path,
-    factors: dict | None = None,
-    patch_sets: list[tuple] | None = None,
-) -> Path:
-    """Measure (or resume) the table of ``workload`` on this host; returns its path. With
-    ``factors`` the design is their full factorial times ``patch_sets``."""
+def _sampled(table: str) -> bool:
+    """Whether a table's name is a sampled design's (``<workload>-<fingerprint>``)."""
+    return SAMPLED_NAME.fullmatch(table) is not None
+
+
+def rules_commit(root: Path = Path(__file__).resolve().parents[1]) -> str:
+    """The commit whose rules a new table will judge: HEAD, refused (ValueError saying what to
+    do) while the search's code or the benchmark's rules differ from it — a table measured
+    then could not say which rules were frozen before it."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--", *FROZEN)
+    if dirty:
+        raise ValueError(
+            f"uncommitted changes to the frozen rules ({', '.join(FROZEN)}):\n{dirty}\n"
+            "commit them first (the table then judges that commit), or give --pilot for a "
+            "pilot that judges nothing"
+        )
+    return git("rev-parse", "HEAD")
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """What a table measures: a sampled design (``n_cells``) or the full factorial of
+    ``factors`` times ``patch_sets``; ``repeats`` per cell, ``n_validate`` capped checks;
+    ``label`` names a second full-factorial design on one host; ``pilot`` measures without
+    freezing the rules (a pilot judges nothing)."""
+
+    n_cells: int = 100
+    repeats: int = 2
+    n_validate: int = 16
+    seed: int = 0
+    factors: dict | None = None
+    patch_sets: list[tuple] | None = None
+    label: str | None = None
+    pilot: bool = False
+
+
+def measure(workload: str, plan: TablePlan, out_dir: Path) -> Path:
+    """Measure (or resume) the table of ``workload`` on this host; returns its path."""
     manifest = find(workload)
     fp = fingerprint(machine_facts(usable_threads()))
-    path = table_path(out_dir, manifest.name, full=bool(factors))
+    path = table_path(out_dir, manifest.name, full=bool(plan.factors), label=plan.label)
     name = path.stem
-    cores = usable_threads()
+    commit = "pilot" if plan.pilot else rules_commit()
+    if path.exists():
+        same_rules(path, commit)
     cells = (
-        full_factorial(manifest, factors, patch_sets or [()])
-        if factors
-        else design(manifest, n_cells, seed, cores)
+        full_factorial(manifest, plan.factors, plan.patch_sets or [()])
+        if plan.factors
+        else design(manifest, plan.n_cells, plan.seed, usable_threads())
     )
     done = (
         {(r["cell"], r["repeat"], r["phase"]) for r in tables.read_rows(path)}
         if path.exists()
         else set()
     )
-    plan = [(c, r) for c in range(len(cells)) for r in range(repeats)]
-    random.Random(seed + 1).shuffle(plan)
-    todo = [(c, r) for c, r in plan if (f"c{c:03d}", str(r), "grid") not in done]
+    order = [(c, r) for c in range(len(cells)) for r in range(plan.repeats)]
+    random.Random(plan.seed + 1).shuffle(order)
+    todo = [(c, r) for c, r in order if (f"c{c:03d}", str(r), "grid") not in done]
     print(
-        f"{name}: {len(cells)} cells x {repeats} repeats, {len(plan) - len(todo)} done, "
-        f"{len(todo)} to run",
+        f"{name}: {len(cells)} cells x {plan.repeats} repeats, {len(order) - len(todo)} done, "
+        f"{len(todo)} to run (rules: {commit})",
         file=sys.stderr,
         flush=True,
     )
@@ -238,16 +281,35 @@ def measure(
             overrides, subset = cells[c]
             spec = prepare(manifest, SCALE, overrides, list(subset), evaluate=False)
             record = run_trial(spec, Path(workdir))
-            tables.append_row(
-                path,
-                trial_row(name, manifest, fp, (f"c{c:03d}", r, "grid"), spec, subset, record),
-                knob_names,
-            )
+            row = trial_row(name, manifest, fp, (f"c{c:03d}", r, "grid"), spec, subset, record)
+            tables.append_row(path, {**row, "rules_commit": commit}, knob_names)
             _progress(i, len(todo), t0, f"c{c:03d}/{r}", record)
             _clean(Path(workdir), record)
-        validate(manifest, path, cells, n_validate, fp, Path(workdir), knob_names)
+        validate(manifest, path, cells, plan.n_validate, fp, Path(workdir), knob_names)
     refresh_analytic(manifest, path, cells)
     return path
+
+
+def same_rules(path: Path, commit: str, root: Path = Path(__file__).resolve().parents[1]) -> None:
+    """Refuse to resume a table under other rules than those it was started under (a
+    ValueError naming both commits); a pilot resumes only as a pilot."""
+    import subprocess
+
+    started = {r.get("rules_commit") or "" for r in tables.read_rows(path)} - {""}
+    for before in started - {commit}:
+        if "pilot" in (before, commit):
+            raise ValueError(
+                f"{path.name}: started as {before}, resumed as {commit}: not one table"
+            )
+        changed = subprocess.run(
+            ["git", "diff", "--quiet", before, commit, "--", *FROZEN],
+            cwd=root,
+        ).returncode
+        if changed:
+            raise ValueError(
+                f"{path.name} was started under the rules of {before[:10]}; they changed by "
+                f"{commit[:10]}: measure a new table (--label) for the new rules"
+            )
 
 
 def refresh_analytic(manifest, path: Path, cells) -> None:
@@ -371,6 +433,17 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="a log of windows (START END ...) when other work ran: their rows are measured again",
     )
+    parser.add_argument(
+        "--label",
+        help="with --factor: name this full factorial <workload>-<LABEL>-<fingerprint>.csv "
+        "(a second design on one host)",
+    )
+    parser.add_argument(
+        "--pilot",
+        action="store_true",
+        help="measure without the rules committed (a pilot says whether a space is "
+        "informative; it judges no rules)",
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     manifest = find(args.workload)
@@ -381,22 +454,23 @@ def main(argv: list[str] | None = None) -> int:
             manifest.patch(pid)  # KeyError names an unknown patch before anything runs
     if args.drop_during:
         windows = read_windows(args.drop_during)
-        path = table_path(args.out, manifest.name, full=bool(factors))
+        path = table_path(args.out, manifest.name, full=bool(factors), label=args.label)
         if path.exists():
             print(
                 f"dropped {drop_rows_during(path, windows)} rows measured while other work ran",
                 file=sys.stderr,
             )
-    path = measure(
-        args.workload,
+    plan = TablePlan(
         args.cells,
         args.repeats,
         args.validate,
         args.seed,
-        args.out,
         factors,
         patch_sets,
+        args.label,
+        args.pilot,
     )
+    path = measure(args.workload, plan, args.out)
     print(path)
     return 0
 

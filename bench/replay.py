@@ -6,8 +6,10 @@ table it is scored on: the candidates (the table's cells), the analytic memory e
 prefilter for any searcher; a prior for InfraRSI's memory model), the start points (the
 baseline, and the catalog's pick among the cells the estimate says fit), the knobs that are
 derived, whether the candidates are the whole space (a full-factorial table) or a sample of it,
-and the between-run noise *as the Doctor would measure it*: the spread of ``DOCTOR_RUNS`` draws
-of the baseline cell's replay repeats (never the table's spread over all cells).
+and what the Doctor measured before the search: ``DOCTOR_RUNS`` runs of the baseline (draws of
+the baseline cell's replay repeats), told to every searcher as measurements of the baseline
+before its first trial (as a run tells its searcher), and their spread as the between-run noise
+(never the table's spread over all cells).
 
 **Two pools of repeats.** Where every ok cell has at least ``TRUTH_SPLIT_MIN`` repeats, each
 cell's repeats are split (seeded by the cell) into a *replay* pool, which answers trials, and a
@@ -185,15 +187,32 @@ def oom_cost_ratio(table: tables.Table) -> float:
     return statistics.median(ratios) if ratios else 0.6
 
 
+def doctor_runs(s: Setting, seed: int) -> list[Outcome]:
+    """The Doctor's ``DOCTOR_RUNS`` runs of the baseline: draws of the baseline cell's replay
+    repeats (ok, at the capacity the baseline fits; none where it does not)."""
+    base = config_of(s.table.cells[s.table.baseline])
+    pool, cell = s.pools[base], s.table.cells[s.table.baseline]
+    if not cell.ok or (cell.peak_bytes and cell.peak_bytes > s.capacity) or not pool.step_time_s:
+        return []
+    rng = np.random.default_rng([seed, 7])
+    picks = [int(i) for i in rng.integers(len(pool.step_time_s), size=DOCTOR_RUNS)]
+    return [
+        Outcome(
+            "ok",
+            step_time_s=pool.step_time_s[i],
+            peak_bytes=pool.peak_bytes[i] if pool.peak_bytes else None,
+            cost_s=pool.cost_s[i] if pool.cost_s else 0.0,
+        )
+        for i in picks
+    ]
+
+
 def doctor_noise_var(s: Setting, seed: int) -> float:
-    """The between-run variance of log time the Doctor would report: ``DOCTOR_RUNS`` draws of
-    the baseline cell's replay repeats."""
-    times = s.pools[config_of(s.table.cells[s.table.baseline])].step_time_s
+    """The between-run variance of log time the Doctor would report from its runs."""
+    times = [o.time_s for o in doctor_runs(s, seed)]
     if len(times) < 2:
         return run_to_run_var(None)
-    rng = np.random.default_rng([seed, 7])
-    draws = [times[int(i)] for i in rng.integers(len(times), size=DOCTOR_RUNS)]
-    return run_to_run_var(statistics.stdev(draws) / statistics.fmean(draws))
+    return run_to_run_var(statistics.stdev(times) / statistics.fmean(times))
 
 
 def problem_of(s: Setting, seed: int, prior: bool = True) -> Problem:
@@ -333,6 +352,8 @@ def replay(name: str, s: Setting, seed: int, budget: int, problem: Problem | Non
     problem = problem or problem_of(s, seed, prior=ABLATIONS.get(name, {}).get("prior", True))
     cpu0 = time.process_time()
     searcher = make_searcher(name, problem, seed)
+    for outcome in doctor_runs(s, seed):  # measured before the search, as in a run
+        searcher.tell(problem.baseline, outcome)
     setup_cpu = time.process_time() - cpu0
     oracle = Oracle(s, seed)
     exact_required = s.table.design == "full_factorial" and name in MODEL_PEERS

@@ -38,8 +38,6 @@ class SMACSearcher(PeerSearcher):
     def __init__(self, problem: Problem, seed: int = 0):
         super().__init__(problem, seed)
         from ConfigSpace import Categorical, Configuration, ConfigurationSpace, Integer
-        from smac import HyperparameterOptimizationFacade as HPO
-        from smac import Scenario
 
         self._configuration = Configuration
         space = ConfigurationSpace(seed=seed)
@@ -49,26 +47,49 @@ class SMACSearcher(PeerSearcher):
                 if p.kind == "int"
                 else Categorical(p.name, list(p.choices))
             )
-        self.space = space
-        scenario = Scenario(
-            space,
-            deterministic=False,
-            n_trials=10**6,
-            seed=seed,
-            output_directory=tempfile.mkdtemp(prefix="infrarsi-smac-"),
-        )
-        starts = [Configuration(space, self.peer_space.values(c)) for c in problem.start_points()]
-        design = _starts_first(
-            HPO.get_initial_design(scenario, n_configs=INITIAL_RANDOM, additional_configs=starts)
-        )
-        self.smac = HPO(
-            scenario,
-            lambda config, seed=0: 0.0,
-            initial_design=design,
-            overwrite=True,
-            logging_level=40,
-        )
+        self.space, self.seed = space, seed
         self.worst_log_s: float | None = None
+        self._smac = None
+
+    @property
+    def smac(self):
+        """SMAC's facade, made at the first proposal: its initial design is the start points
+        not measured yet (the Doctor's baseline runs are told before the search starts), then
+        its random configs; what was told before is told to it then."""
+        if self._smac is None:
+            from smac import HyperparameterOptimizationFacade as HPO
+            from smac import Scenario
+            from smac.runhistory.dataclasses import TrialInfo, TrialValue
+
+            scenario = Scenario(
+                self.space,
+                deterministic=False,
+                n_trials=10**6,
+                seed=self.seed,
+                output_directory=tempfile.mkdtemp(prefix="infrarsi-smac-"),
+            )
+            starts = [
+                self._configuration(self.space, self.peer_space.values(c))
+                for c in self.problem.start_points()
+                if c not in self.tried
+            ]
+            design = _starts_first(
+                HPO.get_initial_design(
+                    scenario, n_configs=INITIAL_RANDOM, additional_configs=starts
+                )
+            )
+            self._smac = HPO(
+                scenario,
+                lambda config, seed=0: 0.0,
+                initial_design=design,
+                overwrite=True,
+                logging_level=40,
+            )
+            for k, (config, outcome) in enumerate(self.history):
+                values = self.peer_space.values(config)
+                info = TrialInfo(config=self._configuration(self.space, values), seed=k)
+                self._smac.tell(info, TrialValue(cost=self._cost(outcome)))
+        return self._smac
 
     def _propose(self) -> tuple[Any, dict[str, Any]] | None:
         from smac.main.exceptions import ConfigurationSpaceExhaustedException
@@ -88,15 +109,13 @@ class SMACSearcher(PeerSearcher):
         from smac.runhistory.dataclasses import TrialInfo, TrialValue
 
         super().tell(config, outcome)
-        if outcome.status == TrialStatus.OK:
-            cost = math.log(outcome.step_time_s)
-            self.worst_log_s = cost if self.worst_log_s is None else max(self.worst_log_s, cost)
-        else:
-            cost = self._placeholder()
+        cost = self._cost(outcome)
+        if self._smac is None:  # told before the first proposal: told to SMAC when it is made
+            return
         info = self.pending.pop(config, None)
         if info is None:  # what ran was not what SMAC asked: tell it what did
             values = self.peer_space.values(config)
-            info = TrialInfo(config=self._configuration(self.space, values), seed=0)
+            info = TrialInfo(config=self._configuration(self.space, values), seed=len(self.history))
         self.smac.tell(info, TrialValue(cost=cost))
 
     def recommend(self) -> Config | None:
@@ -106,6 +125,14 @@ class SMACSearcher(PeerSearcher):
             return super().recommend()
         found = self.peer_space.config(dict(incumbent))[0]
         return found if found in self.tried else super().recommend()
+
+    def _cost(self, outcome: Outcome) -> float:
+        """The cost SMAC is told: log seconds per step, or the placeholder for a failure."""
+        if outcome.status == TrialStatus.OK:
+            cost = math.log(outcome.time_s)
+            self.worst_log_s = cost if self.worst_log_s is None else max(self.worst_log_s, cost)
+            return cost
+        return self._placeholder()
 
     def _placeholder(self) -> float:
         return (self.worst_log_s if self.worst_log_s is not None else 0.0) + 0.1

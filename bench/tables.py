@@ -45,6 +45,8 @@ COLUMNS = [
     "started_unix_s",
     "error",
     "design",
+    "step_times_s",
+    "rules_commit",
 ]
 DESIGNS = ("full_factorial", "sampled")  # every cell of a space measured, or a random sample
 KNOB_PREFIX = "k_"
@@ -65,6 +67,8 @@ class Cell:
     step_time_s: list[float] = field(default_factory=list)
     cost_s: list[float] = field(default_factory=list)
     peak_mem_bytes: list[float] = field(default_factory=list)
+    # each ok repeat's per-step times (empty lists where the table has no such column)
+    per_step_s: list[list[float]] = field(default_factory=list)
     analytic_peak_bytes: float | None = None
     patch_mem_ratio: float = 1.0
 
@@ -166,6 +170,8 @@ def load(path: Path) -> Table:
             cell.cost_s.append(float(row["cost_s"]))
         if row["status"] == TrialStatus.OK:
             cell.step_time_s.append(float(row["step_time_s"]))
+            steps = row.get("step_times_s") or ""
+            cell.per_step_s.append([float(t) for t in steps.split(";") if t])
             if row["peak_mem_bytes_max"]:
                 cell.peak_mem_bytes.append(float(row["peak_mem_bytes_max"]))
     first = rows[0]

@@ -73,6 +73,10 @@ def test_the_audit_trail_holds_every_trial_of_the_search_and_of_apply(optimized)
     run_lines = [line for line in lines if line["stage"] == "run"]
     apply_lines = [line for line in lines if line["stage"] == "apply"]
     assert len(run_lines) == answer["trials"]
+    # the Doctor's baseline runs count as the search's measurements of its baseline: the
+    # search spends its first trial on another config
+    first = min(run_lines, key=lambda line: line["seq"])
+    assert first["patches"] or first["knobs"] != answer["baseline"]["knobs"]
     applied = json.loads((run_dir / "apply.json").read_text())
     # Apply may end before its last round once the candidate cannot be promoted any more; the
     # runs verify needed besides (a patch with other knobs: the same knobs without it, per

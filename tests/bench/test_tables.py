@@ -118,3 +118,33 @@ def test_the_log_of_other_work_reads_its_windows_and_skips_other_lines(tmp_path)
     log = tmp_path / "busy.log"
     log.write_text("10.5 20.0 pytest -q\nimport sys  # a command's second line\n30 40\n\n")
     assert make_table.read_windows(log) == [(10.5, 20.0), (30.0, 40.0)]
+
+
+def test_a_new_table_judges_a_commit_and_resumes_only_under_the_same_rules(tmp_path):
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    rules = tmp_path / "src/infrarsi/run/search.py"
+    rules.parent.mkdir(parents=True)
+    rules.write_text("STEP = 1\n")
+    git("init", "-q")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qam", "x", "--allow-empty")
+    git("add", ".")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "rules")
+    first = make_table.rules_commit(tmp_path)
+    assert first == git("rev-parse", "HEAD")
+    rules.write_text("STEP = 2\n")  # the rules changed and not committed: no table judges them
+    with pytest.raises(ValueError, match="uncommitted changes to the frozen rules"):
+        make_table.rules_commit(tmp_path)
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qam", "new rules")
+    table = tmp_path / "t.csv"
+    tables.append_row(table, {"cell": "c000", "rules_commit": first}, [])
+    with pytest.raises(ValueError, match="measure a new table"):
+        make_table.same_rules(table, make_table.rules_commit(tmp_path), tmp_path)
+    with pytest.raises(ValueError, match="not one table"):
+        make_table.same_rules(table, "pilot", tmp_path)
+    make_table.same_rules(table, first, tmp_path)  # the same rules: it resumes

@@ -29,7 +29,7 @@ from infrarsi.events import (
     ignore,
 )
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
-from infrarsi.objective import ranked_step_time_s, steady_step_time_s
+from infrarsi.objective import steady_step_time_s
 from infrarsi.options import Budget, SearchOptions
 from infrarsi.proposal import (
     FinishedTrial,
@@ -51,6 +51,8 @@ from infrarsi.records import (
     RunResult,
 )
 from infrarsi.run import searchers as registry
+from infrarsi.run.known import disagrees, doctor_baseline
+from infrarsi.run.outcomes import config_from_json, config_json, outcome_of, outcome_of_stored
 from infrarsi.run.problem import Outcome, Problem, SlowBound
 from infrarsi.run.problem_build import build_problem, with_proposed
 from infrarsi.run.searcher_base import Searcher
@@ -92,48 +94,9 @@ class RunStart:
         )
 
 
-def outcome_of(
-    record: TrialRecord, capacity: float | None, objective: str = "tokens_per_s"
-) -> Outcome:
-    """What a trial record tells a searcher: the time the contract's objective ranks by, per
-    step (``objective.ranked_step_time_s``: for ``e2e_time`` compile and warm-up count), the
-    largest per-rank peak, the cost, and the trial's own noise."""
-    m = record.metrics
-    if record.status is TrialStatus.SLOW and record.censored_time_per_step_s:
-        return Outcome(
-            TrialStatus.SLOW, step_time_s=record.censored_time_per_step_s, cost_s=record.cost_s
-        )
-    if record.status is TrialStatus.SLOW:  # cut without a bound on record: says nothing of time
-        return Outcome(TrialStatus.TIMEOUT, cost_s=record.cost_s)
-    if record.status is not TrialStatus.OK or m is None:
-        status = record.status.value
-        return Outcome(
-            status,
-            cost_s=record.cost_s,
-            cap_bytes=record.mem_cap_bytes or capacity if status == TrialStatus.OOM else None,
-        )
-    steady = max(1, m.steps - m.warmup_steps)
-    return Outcome(
-        TrialStatus.OK,
-        step_time_s=ranked_step_time_s(record, objective),
-        peak_bytes=m.max_peak_mem_bytes,
-        cost_s=record.cost_s,
-        noise_var_log=(m.step_time_cv**2) / steady,
-    )
-
-
 def describe_changes(config: Config, baseline: Config) -> str:
     """What a config changes from the baseline (``identity.describe_changes``)."""
     return identity.describe_changes(config.knob_dict, config.patches, baseline.knob_dict)
-
-
-def config_json(config: Config) -> dict[str, Any]:
-    """A config as stored: knobs and sorted patches."""
-    return {"knobs": config.knob_dict, "patches": sorted(config.patches)}
-
-
-def _config_from(data: dict[str, Any]) -> Config:
-    return Config.of(data["knobs"], data["patches"])
 
 
 class RunLoop:
@@ -175,6 +138,8 @@ class RunLoop:
         self.proposer = proposer
         self._proposed_at: int | None = None
         self._writers = proposed_by(self.run_dir)  # proposed patch id -> who wrote it
+        self._known: list[Outcome] = []  # the Doctor's baseline runs, told to the searcher
+        self._remeasuring = False  # the baseline is being measured again (an outlier)
 
     def _problem(self) -> Problem:
         proposed = self.proposer.accepted() if self.proposer else []
@@ -196,12 +161,20 @@ class RunLoop:
         has been told every finished trial of the run, in order."""
         problem = self._problem()
         searcher = registry.make(self.options.searcher, problem, self.options.seed)
+        self._known = doctor_baseline(
+            store.trials(run_id, Stage.DOCTOR),
+            problem.baseline,
+            problem.capacity_bytes,
+            self.contract.objective,
+        )
+        for outcome in self._known:  # the Doctor's baseline runs: measured already, here
+            searcher.tell(problem.baseline, outcome)
         for trial in store.trials(run_id):
-            config = _config_from(trial.config_json)
+            config = config_from_json(trial.config_json)
             if trial.status.is_finished() and config in problem.index:
                 searcher.tell(
                     config,
-                    _outcome_of_stored(trial, problem.capacity_bytes, self.contract.objective),
+                    outcome_of_stored(trial, problem.capacity_bytes, self.contract.objective),
                 )
         return problem, searcher
 
@@ -306,10 +279,10 @@ class RunLoop:
     def _loop(self, store: Store, run_id: str, requeue: list[StoredTrial]) -> RunResult:
         problem, searcher = self._searcher(store, run_id)  # resumed: told what was measured
         finished = [t for t in store.trials(run_id) if t.status.is_finished()]
-        queue = [
-            (_config_from(t.config_json), t)
+        queue: list[tuple[Config, StoredTrial | None]] = [
+            (config_from_json(t.config_json), t)
             for t in requeue
-            if _config_from(t.config_json) not in searcher.tried
+            if config_from_json(t.config_json) not in searcher.tried
         ]
         seq = max((t.seq for t in store.trials(run_id)), default=-1) + 1
         spent_s = sum(t.cost_s or 0.0 for t in finished)
@@ -381,6 +354,8 @@ class RunLoop:
             )
             searcher.tell(config, outcome)
             count, spent_s = count + 1, spent_s + record.cost_s
+            if self._measure_again(config, outcome, problem):
+                queue.insert(0, (problem.baseline, None))  # before the searcher decides more
             best = searcher.recommend()
             self.on_event(
                 TrialEnded(
@@ -399,6 +374,17 @@ class RunLoop:
         store.set_ranking(run_id, ranked)
         store.set_run_status(run_id, RunStatus.FINISHED, reason)
         return self._result(store, run_id, searcher, reason, len(requeue), ranked)
+
+    def _measure_again(self, config: Config, outcome: Outcome, problem: Problem) -> bool:
+        """Whether a search measurement of the baseline disagrees with the Doctor's runs by
+        more than the noise allows (``known.disagrees``) and is to be measured once more
+        before the searcher proposes anything else; a second disagreeing one stands (the
+        load changed: the drift correction takes it from there)."""
+        if config != problem.baseline or not self._known:
+            return False
+        again = not self._remeasuring and disagrees(outcome, self._known, problem.noise_var_log)
+        self._remeasuring = again
+        return again
 
     def _trials_left(self, count: int, spent_s: float) -> int | None:
         """Trials the budget still allows: by count, or by seconds at the mean cost so far."""
@@ -520,20 +506,10 @@ def _times_of(trials: list[StoredTrial], config: Config) -> list[float]:
     return [
         t.step_time_s
         for t in trials
-        if t.status.is_ok() and t.step_time_s is not None and _config_from(t.config_json) == config
+        if t.status.is_ok()
+        and t.step_time_s is not None
+        and config_from_json(t.config_json) == config
     ]
-
-
-def _outcome_of_stored(trial: StoredTrial, capacity: float | None, objective: str) -> Outcome:
-    if trial.record is not None:
-        return outcome_of(trial.record, capacity, objective)
-    return Outcome(
-        trial.status,
-        step_time_s=trial.step_time_s,
-        peak_bytes=trial.peak_mem_bytes,
-        cost_s=trial.cost_s or 0.0,
-        cap_bytes=capacity if trial.status == TrialStatus.OOM else None,
-    )
 
 
 def _censored(record: TrialRecord, bound: SlowBound | None) -> TrialRecord:

@@ -6,7 +6,8 @@ boolean each or one choice among the patch sets); the ask loop — the analytic 
 refused configs, ``proposed`` — is ``peer_space.PeerSearcher``'s, so every trial runs exactly
 what the sampler proposed (a proposal already run runs again: a new measurement of it, as an
 Optuna study would make for its user). The problem's start points (the baseline, the Doctor's
-seeds, the priors' pick) are enqueued first. Memory enters as a constraint set with
+seeds, the priors' pick) are enqueued first, less those measured before the search (the
+Doctor's baseline runs, told to the study as trials). Memory enters as a constraint set with
 ``trial.set_constraint``: an ok trial tells its true slack ``log(peak / capacity)`` (<= 0), an
 out-of-memory one only that the cap was exceeded (a positive placeholder) — TPE ignores failed
 trials, so an OOM is told COMPLETE with a placeholder value (the worst time seen) plus that
@@ -55,12 +56,20 @@ class OptunaSearcher(PeerSearcher):
             made = optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials)
         self.study = optuna.create_study(direction="minimize", sampler=made)
         self.dists = self._distributions()
-        starts = problem.start_points()
-        if sampler == "tpe-prior":
-            starts = list(dict.fromkeys(starts + prior_ranked(problem, PRIOR_PICKS)))
-        for start in starts:
-            self.study.enqueue_trial(self.peer_space.values(start))
         self.worst_log_s: float | None = None
+        self._enqueued = False
+
+    def _enqueue_starts(self) -> None:
+        """The start points (for ``tpe-prior`` the priors' top picks after them) enqueued
+        before the first proposal, less those already measured (the Doctor's baseline runs,
+        told before the search starts)."""
+        starts = self.problem.start_points()
+        if self.name == "tpe-prior":
+            starts = list(dict.fromkeys(starts + prior_ranked(self.problem, PRIOR_PICKS)))
+        for start in starts:
+            if start not in self.tried:
+                self.study.enqueue_trial(self.peer_space.values(start))
+        self._enqueued = True
 
     def _distributions(self) -> dict[str, BaseDistribution]:
         return {
@@ -71,6 +80,8 @@ class OptunaSearcher(PeerSearcher):
         }
 
     def _propose(self) -> tuple[Any, dict[str, Any]]:
+        if not self._enqueued:
+            self._enqueue_starts()
         trial = self.study.ask(self.dists)
         return trial, trial.params
 
