@@ -49,7 +49,8 @@ from infrarsi.workloads.knobs import AssignmentError  # noqa: E402
 SCALE = "bench"
 OOM_FRACTION = 0.3
 SAMPLED_NAME = re.compile(r"[a-z0-9-]+?-[0-9a-f]{16}")
-# what a new table's rules are: the search and the benchmark's scoring and replay
+# what a new table's rules are: the search and the benchmark's scoring and replay (not its
+# peers, bench/peers.py: a peer added later changes no rule)
 FROZEN = ("src/infrarsi/run", "bench/replay.py", "bench/scoring.py", "bench/constants.json")
 
 

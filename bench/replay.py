@@ -28,8 +28,9 @@ seconds of this process, so another job on the machine does not inflate it).
 
 **Scoring** (``scoring.py``): the target set, the normalised regret of a recommendation, trials
 to target. Two recommendation rules: ``own`` (the searcher's incumbent, as its authors define
-it) and ``remeasure`` — one rule for all, the primary: the searcher's top ``TOP_K`` configs, each
-measured ``REMEASURE`` more times, the best mean wins (Apply's rule, without its checks); the
+it) and ``remeasure`` — one rule for all, the primary: the searcher's top ``TOP_K`` configs and
+the baseline, each measured ``REMEASURE`` more times, the best mean wins (Apply's rule, without
+its checks: a candidate no faster than the baseline leaves the baseline in place); the
 re-measures of trial *i* are drawn by (seed, cell, *i*), the same for every searcher.
 """
 
@@ -38,14 +39,14 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scoring
 import tables
 from models import config_of, offsets, space_of
+from peers import ABLATIONS, MODEL_PEERS, make_searcher
 
-from infrarsi.run import searchers as registry
 from infrarsi.run.problem import MemorySavers, Outcome, Problem
 from infrarsi.run.problem_build import patch_speeds, run_to_run_var, savers
 from infrarsi.trial.record import TrialStatus
@@ -55,14 +56,6 @@ DOCTOR_RUNS = 3
 TOP_K = 3
 REMEASURE = 2
 TRUTH_SPLIT_MIN = 6
-PEERS = ("smac", "tpe-prior")  # benchmark-only peers, beside the registry's
-MODEL_PEERS = ("tpe", "gp", "smac", "tpe-prior")  # a sampler proposes; what ran must be it
-ABLATIONS = {  # InfraRSI with one idea taken out
-    "infrarsi-no-prior": {"prior": False},
-    "infrarsi-no-censor": {"censored": False},
-    "infrarsi-no-pairing": {"pairing": False},
-    "infrarsi-no-cut": {"cut_slow": False},
-}
 
 
 @dataclass
@@ -74,6 +67,7 @@ class Pool:
     cost_s: list[float]
     peak_bytes: list[float]
     truth_s: list[float]
+    per_step_s: list[list[float]] = field(default_factory=list)  # each replay repeat's steps
 
 
 @dataclass
@@ -92,6 +86,7 @@ class Setting:
     pools: dict
     truth_split: bool
     norm_log: float  # log of the normaliser: the baseline's true time, or the slowest feasible
+    something_to_find: bool  # the baseline is not within the target width of the best
 
     def regret(self, config) -> float:
         """Simple regret of recommending ``config``: log(true time / best) (None: nothing
@@ -125,6 +120,7 @@ def pools_of(table: tables.Table) -> tuple[dict, bool]:
             if cell.peak_mem_bytes
             else [],
             [cell.step_time_s[i] for i in truth_idx],
+            [cell.per_step_s[i] for i in replay_idx] if cell.per_step_s else [],
         )
     return pools, split
 
@@ -154,6 +150,7 @@ def setting_of(
     target, best = scoring.target_set(true_log, se, feasible, base if base in feasible else None)
     base_regret = true_log[base] - true_log[best] if base in feasible else math.inf
     norm_log = true_log[base] if base in feasible else max(true_log[c] for c in feasible)
+    width = scoring.target_width(se.get(best, 0.0))
     return Setting(
         table,
         capacity,
@@ -166,6 +163,7 @@ def setting_of(
         pools,
         split,
         norm_log,
+        norm_log - true_log[best] > width,
     )
 
 
@@ -252,24 +250,6 @@ def manifest_of(workload: str):
         return None
 
 
-def make_searcher(name: str, problem: Problem, seed: int):
-    """A registered searcher, a benchmark peer, or an InfraRSI ablation."""
-    if name == "smac":
-        from smac_peer import SMACSearcher  # a benchmark extra (scripts/setup.sh installs it)
-
-        return SMACSearcher(problem, seed)
-    if name == "tpe-prior":
-        from infrarsi.run.optuna_peers import OptunaSearcher
-
-        return OptunaSearcher(problem, seed, sampler="tpe-prior")
-    if name in ABLATIONS:
-        from infrarsi.run.infrarsi_searcher import InfraRSISearcher
-
-        options = {k: v for k, v in ABLATIONS[name].items() if k != "prior"}
-        return InfraRSISearcher(problem, seed, **options)
-    return registry.make(name, problem, seed)
-
-
 class Oracle:
     """Answers a replayed trial from the table's replay pools (common random numbers per seed
     and visit)."""
@@ -284,7 +264,11 @@ class Oracle:
         rng = np.random.default_rng([self.seed, int(cell.cell[1:]), visit, 0])
         return int(rng.integers(len(self.s.pools[config].step_time_s)))
 
-    def run(self, config, bound=None) -> Outcome:
+    def run(self, config, bound=None, stop_after=lambda config, steps: None) -> Outcome:
+        """A trial of ``config``: ``bound`` cuts it at a wall cost (``Searcher.slow_bound``),
+        ``stop_after(config, step_times)`` after the number of steps it returns (a
+        multi-fidelity searcher's pruner; None runs every step): told ``slow`` with the median
+        of the steps it ran (the first, a warm-up, left out), charged what it ran."""
         cell, pool = self.s.by_config[config], self.s.pools[config]
         if not cell.ok:
             return Outcome(
@@ -298,6 +282,14 @@ class Oracle:
         cost = pool.cost_s[r] if pool.cost_s else 0.0
         if bound is not None and cost > bound.after_s:
             return Outcome("slow", step_time_s=bound.censored_step_time_s, cost_s=bound.after_s)
+        steps = pool.per_step_s[r] if pool.per_step_s else []
+        cut = stop_after(config, steps)
+        if cut is not None and steps and 0 < cut < len(steps):  # a fidelity: fewer steps
+            return Outcome(
+                "slow",
+                step_time_s=statistics.median(steps[1:cut] or steps[:cut]),
+                cost_s=cost - sum(steps[cut:]),
+            )
         return Outcome(
             "ok",
             step_time_s=pool.step_time_s[r],
@@ -306,12 +298,19 @@ class Oracle:
         )
 
     def remeasured_best(self, searcher, trial: int) -> object | None:
-        """The ``remeasure`` rule after trial ``trial``: of the searcher's top ``TOP_K``, the
-        best mean of its measured times and ``REMEASURE`` new draws, keyed by (seed, cell,
-        trial) — the same draws for every searcher that ranks that cell there."""
+        """The ``remeasure`` rule after trial ``trial``: of the searcher's top ``TOP_K`` and
+        the baseline (as Apply keeps the baseline unless a candidate beats it), the best mean
+        of its measured times and ``REMEASURE`` new draws, keyed by (seed, cell, trial) — the
+        same draws for every searcher that ranks that cell there. None before anything ran
+        ok."""
         top = searcher.ranking(TOP_K)
         if not top:
             return None
+        base = config_of(self.s.table.cells[self.s.table.baseline])
+        if base not in top and any(
+            c == base and o.status == TrialStatus.OK for c, o in searcher.history
+        ):
+            top = [*top, base]
         means = {}
         for config in top:
             cell, pool = self.s.by_config[config], self.s.pools[config]
@@ -369,7 +368,9 @@ def replay(name: str, s: Setting, seed: int, budget: int, problem: Problem | Non
                 f"{name} seed {seed} trial {trial} on {s.table.name}: ran {config.describe()}, "
                 f"its sampler proposed {getattr(searcher, 'proposed', None)}"
             )
-        outcome = oracle.run(config, searcher.slow_bound())
+        outcome = oracle.run(
+            config, searcher.slow_bound(), getattr(searcher, "stop_after", lambda c, s: None)
+        )
         searcher.tell(config, outcome)
         step_cpu = time.process_time() - t0
         ooms += outcome.status == TrialStatus.OOM

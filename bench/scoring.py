@@ -17,6 +17,9 @@ target, the paired tests and the ranks over tables — pure functions, the rules
   curve paired by seed, a two-sided Wilcoxon signed-rank test, Holm-corrected over the peers,
   with the matched-pairs rank-biserial correlation (positive: the peer's regret is higher) and
   a bootstrap interval of the median paired difference.
+- **Informative**: a table where the baseline is within the target width of the best has
+  nothing to find, and one every searcher solves by its second trial tells none apart: both
+  are reported apart.
 - **Over tables**: each searcher's average rank on the informative tables (rank 1 the lowest
   mean area) and Nemenyi's critical difference at 5%.
 """
@@ -42,13 +45,18 @@ def budget_trials(cells: int, pct: float) -> int:
     return max(1, math.ceil(pct / 100.0 * cells - 1e-9))
 
 
+def target_width(se_best: float) -> float:
+    """How far above the best's log time a cell may be and still be in the target set."""
+    return max(TARGET_SE * se_best, math.log1p(TARGET_MIN_GAP))
+
+
 def target_set(
     true_log: dict, se_log: dict, feasible: set, baseline: object | None
 ) -> tuple[set, object]:
     """(the target set, the best cell) by the rule above; ``baseline`` None when it does not
     fit."""
     best = min(feasible, key=lambda c: true_log[c])
-    width = max(TARGET_SE * se_log.get(best, 0.0), math.log1p(TARGET_MIN_GAP))
+    width = target_width(se_log.get(best, 0.0))
     base_log = true_log[baseline] if baseline in feasible else math.inf
     target = {
         c
@@ -173,9 +181,12 @@ def critical_difference(k: int, n_tables: int, alpha: float = ALPHA) -> float | 
     return float(q * math.sqrt(k * (k + 1) / (6.0 * n_tables)))
 
 
-def informative(trials_to_target_medians: dict[str, float | None]) -> bool:
-    """Whether a table tells searchers apart: not every searcher reached the target by trial
-    ``UNINFORMATIVE_TRIALS`` (median over seeds)."""
-    return not all(
+def informative(
+    trials_to_target_medians: dict[str, float | None], something_to_find: bool = True
+) -> bool:
+    """Whether a table tells searchers apart: there is something to find (the baseline is
+    not within the target width of the best) and not every searcher reached the target by
+    trial ``UNINFORMATIVE_TRIALS`` (median over seeds)."""
+    return something_to_find and not all(
         t is not None and t <= UNINFORMATIVE_TRIALS for t in trials_to_target_medians.values()
     )

@@ -48,14 +48,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import rules  # noqa: E402
 import scoring  # noqa: E402
 import tables  # noqa: E402
-from replay import (  # noqa: E402
-    ABLATIONS,
-    OOM_FRACTION,
-    PEERS,
-    TRUTH_SPLIT_MIN,
-    replay,
-    setting_of,
-)
+from peers import ABLATIONS, PEERS  # noqa: E402
+from replay import OOM_FRACTION, TRUTH_SPLIT_MIN, replay, setting_of  # noqa: E402
 
 from infrarsi.run import searchers as registry  # noqa: E402
 
@@ -70,6 +64,7 @@ HASHED = (  # what a replay's result depends on, besides the table itself
     "bench/replay.py",
     "bench/scoring.py",
     "bench/smac_peer.py",
+    "bench/peers.py",
     "bench/models.py",
     "bench/tables.py",
 )
@@ -267,8 +262,9 @@ def bench_table(path: Path, names: list[str], seeds: int, store_root: Path = CAC
         "design": table.design,
         "cells": cells,
         "informative": scoring.informative(
-            {n: r["trials_to_target_median"] for n, r in per.items()}
+            {n: r["trials_to_target_median"] for n, r in per.items()}, s.something_to_find
         ),
+        "something_to_find": s.something_to_find,
         **per,
     }
     feasible = table.feasible(s.capacity)
@@ -336,7 +332,8 @@ def merge(path: Path, table_name: str, new: dict) -> dict:
     }
     entry = {**(kept if same else {}), **new["entry"]}
     entry["informative"] = scoring.informative(
-        {n: r["trials_to_target_median"] for n, r in entry.items() if isinstance(r, dict)}
+        {n: r["trials_to_target_median"] for n, r in entry.items() if isinstance(r, dict)},
+        bool(entry.get("something_to_find", True)),
     )
     results[table_name] = entry
     details[table_name] = {**new["detail"], "tests": tests_of(entry)}
@@ -347,8 +344,8 @@ def merge(path: Path, table_name: str, new: dict) -> dict:
         "settings": {
             "budget_pcts": list(scoring.BUDGET_PCTS),
             "oom_fraction": OOM_FRACTION,
-            "primary_rule": "remeasure: the top 3 of each searcher re-measured twice, the best "
-            "mean recommended (own_rule: the searcher's own incumbent)",
+            "primary_rule": "remeasure: the top 3 of each searcher and the baseline re-measured "
+            "twice, the best mean recommended (own_rule: the searcher's own incumbent)",
             "target": f"within max({scoring.TARGET_SE} standard errors of the best, "
             f"{scoring.TARGET_MIN_GAP:.0%}) of the best and faster than the baseline",
             "trials_to_target": "the first trial from which the recommendation stays in the "

@@ -304,3 +304,25 @@ def test_the_priors_pick_keeps_the_knobs_no_prior_speaks_of_at_the_baseline():
         configs, space, base, patch_log_speed={"fast": math.log(0.8)}, measured_log_speed=measured
     )
     assert told.prior_pick() == Config.of({"micro_batch": 4, "compile": "off"}, ["fast"])
+
+
+def test_the_trust_region_narrows_after_failures_widens_after_wins_and_bounds_proposals():
+    from infrarsi.run import infrarsi_searcher as mod
+    from infrarsi.run.problem import distance
+
+    p = problem()
+    s = InfraRSISearcher(p, seed=0)
+    assert s.trust_radius() == mod.TRUST_RADIUS
+    for c in s.start:  # the start counts for the best time, not for the region
+        s.tell(c, Outcome("ok", step_time_s=1.0, peak_bytes=1e9, cost_s=5.0))
+    assert s.trust_radius() == mod.TRUST_RADIUS
+    others = [c for c in p.candidates if c not in s.tried]
+    for c in others[: mod.TRUST_FAILURES]:  # none faster than the best measured
+        s.tell(c, Outcome("ok", step_time_s=2.0, peak_bytes=1e9, cost_s=5.0))
+    assert s.trust_radius() == mod.TRUST_RADIUS - 1
+    rest = others[mod.TRUST_FAILURES :]
+    for k, c in enumerate(rest[: 2 * mod.TRUST_SUCCESSES]):  # each faster than the last
+        s.tell(c, Outcome("ok", step_time_s=0.9 - 0.01 * k, peak_bytes=1e9, cost_s=5.0))
+    assert s.trust_radius() == mod.TRUST_RADIUS + 1
+    radius, centre = s.trust_radius(), s.recommend()
+    assert all(distance(c, centre) <= radius for c in s.ask_batch(3))

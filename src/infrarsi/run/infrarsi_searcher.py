@@ -27,6 +27,10 @@
 - **Slow trials cut short** (``slow_bound``): a trial still running after ``k`` times the
   incumbent's cost is ended and told ``slow``, its time right-censored at ``k`` times the
   incumbent's (entered at that bound: it only needs to look slow).
+- **Trust region**: after the start, proposals change at most ``trust_radius()`` knobs and
+  patches of the incumbent (CASMOPOLITAN's Hamming-distance region for mixed spaces): wider
+  after improvements in a row, narrower after failures, restarted below one; the models stay
+  global.
 - **Re-measures** the top two configs (by posterior mean) one trial in seven, so the
   recommendation rests on more than one lucky draw.
 - **Stops** when the trials left are not expected to gain the minimum detectable effect: the
@@ -387,6 +391,9 @@ class InfraRSISearcher(Searcher):
         allowed = untried & (p_oom <= P_OOM_MAX)
         if not allowed.any():
             allowed = untried
+        region = self._trust_region(incumbent)
+        if region is not None and (allowed & region).any():
+            allowed = allowed & region
         chosen: list[int] = []
         for _ in range(k):
             score = np.where(allowed, acq, -np.inf)
@@ -403,6 +410,44 @@ class InfraRSISearcher(Searcher):
         gains = np.where(untried, np.exp(log_ei) * (1 - p_oom), 0.0)
         self._gains = np.sort(gains)[::-1][:MAX_LEFT]
         return [p.candidates[j] for j in chosen]
+
+    def _trust_region(self, incumbent: int | None) -> Array | None:
+        """The candidates within the trust radius (changes counted as in ``distance``) of the
+        incumbent, or None (no region: before any trial ran ok, or switched off)."""
+        radius = self.trust_radius()
+        if radius is None or incumbent is None:
+            return None
+        p = self.problem
+        centre = p.candidates[incumbent]
+        return np.array([distance(c, centre) <= radius for c in p.candidates])
+
+    def trust_radius(self) -> int | None:
+        """The trust region's radius after the trials so far, replayed from the history (so
+        a resumed search has the same): ``TRUST_RADIUS`` at first; one wider after
+        ``TRUST_SUCCESSES`` trials in a row that improved on the best measured time, one
+        narrower after ``TRUST_FAILURES`` in a row that did not, back to the start below 1
+        (a restart: the models keep every trial)."""
+        if TRUST_RADIUS is None:
+            return None
+        widest = len(self.problem.space.dims) + len(self.problem.space.patches)
+        radius, wins, losses, best = TRUST_RADIUS, 0, 0, math.inf
+        started = set(self.start)
+        for c, o in self.history:
+            t = math.log(o.time_s) if o.status == TrialStatus.OK else math.inf
+            if c in started or c == self.problem.baseline:
+                best = min(best, t)
+                continue
+            if t < best:
+                wins, losses, best = wins + 1, 0, t
+            else:
+                wins, losses = 0, losses + 1
+            if wins >= TRUST_SUCCESSES:
+                radius, wins = min(radius + 1, widest), 0
+            if losses >= TRUST_FAILURES:
+                radius, losses = radius - 1, 0
+            if radius < 1:
+                radius = TRUST_RADIUS
+        return radius
 
     def _pair(
         self,
@@ -525,6 +570,13 @@ def slow_factor(noise_var_log: float) -> float:
     return max(SLOW_MIN, math.exp(SLOW_Z * math.sqrt(max(noise_var_log, 0.0))))
 
 
+# a trust region around the incumbent (CASMOPOLITAN's, Wan et al. 2021: Hamming-distance
+# regions for categorical and mixed spaces): proposals change at most this many knobs and
+# patches of the incumbent; chosen on the 2026-12-03 replays of the six informative tables
+# committed then (area under the normalised regret curve, 10 seeds: 0.630 -> 0.615)
+TRUST_RADIUS: int | None = 2
+TRUST_SUCCESSES = 2
+TRUST_FAILURES = 3
 SLOW_MIN = 2.0
 SLOW_Z = 4.0
 MAX_LEFT = 200  # candidates whose expected gains are kept for the stopping rule

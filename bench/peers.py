@@ -1,0 +1,35 @@
+"""The searchers the benchmark replays besides the registry's: its own peers (SMAC, TPE guided
+by the catalog's priors) and InfraRSI with one idea taken out. Kept apart from the replay's
+rules (``replay.py``), so adding a peer changes no rule a table was measured to judge."""
+
+from __future__ import annotations
+
+from infrarsi.run import searchers as registry
+from infrarsi.run.problem import Problem
+
+PEERS = ("smac", "tpe-prior")  # benchmark-only peers, beside the registry's
+MODEL_PEERS = ("tpe", "gp", "smac", "tpe-prior")  # a sampler proposes; what ran must be it
+ABLATIONS = {  # InfraRSI with one idea taken out
+    "infrarsi-no-prior": {"prior": False},
+    "infrarsi-no-censor": {"censored": False},
+    "infrarsi-no-pairing": {"pairing": False},
+    "infrarsi-no-cut": {"cut_slow": False},
+}
+
+
+def make_searcher(name: str, problem: Problem, seed: int):
+    """A registered searcher, a benchmark peer, or an InfraRSI ablation."""
+    if name == "smac":
+        from smac_peer import SMACSearcher  # a benchmark extra (scripts/setup.sh installs it)
+
+        return SMACSearcher(problem, seed)
+    if name == "tpe-prior":
+        from infrarsi.run.optuna_peers import OptunaSearcher
+
+        return OptunaSearcher(problem, seed, sampler="tpe-prior")
+    if name in ABLATIONS:
+        from infrarsi.run.infrarsi_searcher import InfraRSISearcher
+
+        options = {k: v for k, v in ABLATIONS[name].items() if k != "prior"}
+        return InfraRSISearcher(problem, seed, **options)
+    return registry.make(name, problem, seed)
