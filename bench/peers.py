@@ -1,5 +1,6 @@
 """The searchers the benchmark replays besides the registry's: its own peers (SMAC, TPE guided
-by the catalog's priors) and InfraRSI with one idea taken out. Kept apart from the replay's
+by the catalog's priors, TPE with successive halving over steps) and InfraRSI with one idea
+taken out. Kept apart from the replay's
 rules (``replay.py``), so adding a peer changes no rule a table was measured to judge."""
 
 from __future__ import annotations
@@ -7,8 +8,9 @@ from __future__ import annotations
 from infrarsi.run import searchers as registry
 from infrarsi.run.problem import Problem
 
-PEERS = ("smac", "tpe-prior")  # benchmark-only peers, beside the registry's
-MODEL_PEERS = ("tpe", "gp", "smac", "tpe-prior")  # a sampler proposes; what ran must be it
+PEERS = ("smac", "tpe-prior", "tpe-asha")  # benchmark-only peers, beside the registry's
+MODEL_PEERS = ("tpe", "gp", "smac", "tpe-prior", "tpe-asha")  # a sampler proposes: what ran
+# must be what it proposed
 ABLATIONS = {  # InfraRSI with one idea taken out
     "infrarsi-no-prior": {"prior": False},
     "infrarsi-no-censor": {"censored": False},
@@ -23,6 +25,10 @@ def make_searcher(name: str, problem: Problem, seed: int):
         from smac_peer import SMACSearcher  # a benchmark extra (scripts/setup.sh installs it)
 
         return SMACSearcher(problem, seed)
+    if name == "tpe-asha":
+        from fidelity_peer import FidelitySearcher
+
+        return FidelitySearcher(problem, seed)
     if name == "tpe-prior":
         from infrarsi.run.optuna_peers import OptunaSearcher
 

@@ -65,6 +65,7 @@ HASHED = (  # what a replay's result depends on, besides the table itself
     "bench/scoring.py",
     "bench/smac_peer.py",
     "bench/peers.py",
+    "bench/fidelity_peer.py",
     "bench/models.py",
     "bench/tables.py",
 )

@@ -19,7 +19,7 @@ import searchers as bench  # noqa: E402
 import tables  # noqa: E402
 
 KNOBS = ["a", "b", "c"]
-PEERS = ["tpe", "gp", "smac", "tpe-prior"]
+PEERS = ["tpe", "gp", "smac", "tpe-prior", "tpe-asha"]
 
 
 def synthetic_table(
@@ -58,6 +58,7 @@ def synthetic_table(
                     "k_c": "off",
                     "status": "ok",
                     "step_time_s": step * (1 + 0.01 * r),
+                    "step_times_s": ";".join(str(step * (1 + 0.01 * r)) for _ in range(5)),
                     "cost_s": 5.0 + 3 * step,
                     "peak_mem_bytes_max": peak,
                 },
@@ -240,3 +241,22 @@ def test_a_replayed_trial_past_the_slow_bound_is_cut_there_and_costs_the_bound(t
     slow = [o for o in outcomes.values() if o.status == "slow"]
     assert slow and all(o.cost_s == 6.5 and o.step_time_s == 2.0 for o in slow)
     assert all(o.cost_s <= 6.5 for o in outcomes.values() if o.status == "ok")
+
+
+def test_the_multi_fidelity_peer_stops_poor_trials_after_a_few_steps_and_pays_what_ran(tmp_path):
+    s = replay.setting_of(tables.load(synthetic_table(tmp_path / "t.csv", repeats=6)))
+    trace = replay.replay("tpe-asha", s, seed=2, budget=10)
+    assert trace["snapped"] == 0 and trace["exact"] == 10
+    searcher = replay.make_searcher("tpe-asha", replay.problem_of(s, 2), 2)
+    oracle = replay.Oracle(s, seed=2)
+    slow = []
+    for _ in range(10):
+        config = searcher.ask()
+        outcome = oracle.run(config, None, searcher.stop_after)
+        searcher.tell(config, outcome)
+        if outcome.status == "slow":
+            slow.append((config, outcome))
+    assert slow, "successive halving stopped no trial"
+    for config, outcome in slow:  # charged the steps it ran, not the whole trial
+        full = max(s.pools[config].cost_s)
+        assert outcome.cost_s < full
