@@ -307,6 +307,9 @@ def overall(results: dict) -> dict:
     }
     ranks = scoring.average_ranks(per_table)
     return {
+        "infrarsi_vs_best_peer": {
+            name: against_best_peer(entry) for name, entry in results.items() if OURS in entry
+        },
         "average_rank": dict(sorted(ranks.items(), key=lambda kv: kv[1])),
         "critical_difference": {
             "alpha": scoring.ALPHA,
@@ -317,6 +320,24 @@ def overall(results: dict) -> dict:
             "regret curve over the informative tables",
         },
     }
+
+
+def against_best_peer(entry: dict) -> dict:
+    """InfraRSI's median wall cost to the target against the best peer's (the lowest median
+    among the searchers that are not InfraRSI or its ablations; a searcher that never
+    reaches it counts as infinite): the ratio the issue's 0.7 is read against."""
+    peers = {
+        n: r["cost_to_target_s_median"]
+        for n, r in entry.items()
+        if isinstance(r, dict) and "per_seed" in r and not n.startswith(OURS)
+    }
+    ours = entry[OURS]["cost_to_target_s_median"]
+    reached = {n: c for n, c in peers.items() if c is not None}
+    if not reached:
+        return {"best_peer": None, "cost_ratio": 0.0 if ours is not None else None}
+    best = min(reached, key=reached.get)
+    ratio = None if ours is None else ours / reached[best]
+    return {"best_peer": best, "best_peer_cost_s": reached[best], "cost_ratio": ratio}
 
 
 def merge(path: Path, table_name: str, new: dict) -> dict:
