@@ -441,13 +441,39 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for path in paths:  # each table saved as it is done
         one = bench_table(path, names, seeds, args.cache)
-        merged = merge(args.out, tables.load(path).name, one)
+        name = tables.load(path).name
+        if rules.held_out(name) and args.out == RESULTS:
+            keep_first(name, one, seeds)
+        merged = merge(args.out, name, one)
         tmp = args.out.with_suffix(".tmp")
         tmp.write_text(json.dumps(merged, indent=1))
         tmp.replace(args.out)
     _plot_file(args.out)
     print(f"-> {args.out}")
     return 0
+
+
+def first_replay_path(table: str) -> Path:
+    """Where a held-out table's first replay is kept, unrevised."""
+    return RESULTS.parent / f"searchers-first-{table}.json"
+
+
+def keep_first(table: str, one: dict, seeds: int) -> Path | None:
+    """Write a held-out table's first full replay (every searcher, the default seeds) once,
+    with the commit it ran at; a later replay never rewrites it. None when it exists or this
+    replay is not a full one."""
+    import subprocess
+
+    path = first_replay_path(table)
+    full = set(all_searchers()) <= set(one["entry"]) and seeds >= DEFAULT_SEEDS
+    if path.exists() or not full:
+        return None
+    commit = subprocess.run(
+        ["git", "-C", str(BENCH.parent), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    entry = {"results": {table: one["entry"]}, "details": {table: one["detail"]}}
+    path.write_text(json.dumps({**entry, "commit": commit, "seeds": seeds}, indent=1))
+    return path
 
 
 def _plot_file(path: Path) -> None:
