@@ -225,14 +225,45 @@ def tests_of(per: dict) -> dict:
     return scoring.paired_tests(scores, OURS)
 
 
-def bench_table(path: Path, names: list[str], seeds: int, store_root: Path = CACHE) -> dict:
+def replay_seeds(path: Path, name: str, seeds: int, store_root: Path) -> dict[int, dict]:
+    """One searcher's replays of one table for seeds ``0..seeds-1``: those stored, and the
+    others run and stored as each finishes (a worker of its own: one file per searcher)."""
+    table = tables.load(path)
+    s = setting_of(table, OOM_FRACTION)
+    budget = scoring.budget_trials(len(table.cells), max(scoring.BUDGET_PCTS))
+    store = TraceStore(store_root, f"{code_hash()}-{table_hash(path)}-b{budget}")
+    done = store.load(table.name, name)
+    for seed in range(seeds):
+        if seed not in done:
+            done[seed] = _jsonable(replay(name, s, seed, budget))
+            store.add(table.name, name, seed, done[seed])
+    return {k: done[k] for k in range(seeds)}
+
+
+def _all_replays(path: Path, names: list[str], seeds: int, store_root: Path, jobs: int):
+    """(searcher, its replays) as each searcher is done; ``jobs`` > 1 replays searchers in
+    parallel processes (replays are not timed: the searchers' compute is CPU time)."""
+    if jobs <= 1:
+        for name in names:
+            yield name, replay_seeds(path, name, seeds, store_root)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {n: pool.submit(replay_seeds, path, n, seeds, store_root) for n in names}
+        for name in names:
+            yield name, futures[name].result()
+
+
+def bench_table(
+    path: Path, names: list[str], seeds: int, store_root: Path = CACHE, jobs: int = 1
+) -> dict:
     """Every searcher over every seed on one table (resuming from the store); the table's
     entry of the results and its details."""
     table = tables.load(path)
     s = setting_of(table, OOM_FRACTION)
     cells = len(table.cells)
     budget = scoring.budget_trials(cells, max(scoring.BUDGET_PCTS))
-    store = TraceStore(store_root, f"{code_hash()}-{table_hash(path)}-b{budget}")
     grid = cost_grid(table, budget)
     if not s.truth_split:
         print(
@@ -241,14 +272,9 @@ def bench_table(path: Path, names: list[str], seeds: int, store_root: Path = CAC
             file=sys.stderr,
         )
     per = {}
-    for name in names:
-        t0 = time.perf_counter()
-        done = store.load(table.name, name)
-        for seed in range(seeds):
-            if seed not in done:
-                done[seed] = _jsonable(replay(name, s, seed, budget))
-                store.add(table.name, name, seed, done[seed])
-        per[name] = summarise([done[k] for k in range(seeds)], cells, grid)
+    t0 = time.perf_counter()
+    for name, done in _all_replays(path, names, seeds, store_root, jobs):
+        per[name] = summarise(list(done.values()), cells, grid)
         r = per[name]
         print(
             f"  {table.name} {name:20s} regret@5/10/25%: "
@@ -424,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
         "--cache", type=Path, default=CACHE, help="where finished replays are kept (resume)"
     )
     parser.add_argument(
+        "--jobs", type=int, default=1, help="searchers replayed at once, one process each"
+    )
+    parser.add_argument(
         "--replot", action="store_true", help="only draw the plot again from the results file"
     )
     args = parser.parse_args(argv)
@@ -440,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = args.seeds or (3 if args.quick else DEFAULT_SEEDS)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for path in paths:  # each table saved as it is done
-        one = bench_table(path, names, seeds, args.cache)
+        one = bench_table(path, names, seeds, args.cache, args.jobs)
         name = tables.load(path).name
         if rules.held_out(name) and args.out == RESULTS:
             keep_first(name, one, seeds)

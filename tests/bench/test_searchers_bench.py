@@ -71,7 +71,7 @@ def test_results_file_has_the_interface_and_replots(tmp_path):
     out, cache = tmp_path / "searchers.json", tmp_path / "cache"
     path = synthetic_table(tmp_path / "synthetic.csv")
     names = ["infrarsi", "random", "tpe", "infrarsi-no-cut"]
-    argv = ["--table", str(path), "--seeds", "3", "--searchers", ",".join(names)]
+    argv = ["--table", str(path), "--seeds", "3", "--searchers", ",".join(names), "--jobs", "2"]
     assert bench.main([*argv, "--out", str(out), "--cache", str(cache)]) == 0
     data = json.loads(out.read_text())
     results = data["results"]["synthetic"]
