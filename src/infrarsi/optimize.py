@@ -20,7 +20,7 @@ from infrarsi.apply import apply_run
 from infrarsi.bank import BankStore, advice_for, ingest_run
 from infrarsi.contract import Contract
 from infrarsi.derive import derive_workload
-from infrarsi.doctor import run_doctor, sealed_contract
+from infrarsi.doctor import UNDETECTABLE, headroom, run_doctor, sealed_contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.events import (
     BankAdvised,
@@ -160,6 +160,10 @@ def _one_round(
     """Doctor, Run, Apply and Report once, then the bank ingests the round."""
     round_dir.mkdir(parents=True, exist_ok=True)
     contract, report = _doctor(contract, round_dir, r, options, emit)
+    gain, undetectable = headroom(report)
+    emit(Note(text=f"objective headroom: {gain}", round=r))
+    if undetectable:  # said before the budget is spent; the search still runs
+        emit(Note(text=f"warning: {UNDETECTABLE}", round=r))
     advice = _advice(contract, report, r, emit, bank)
     emit(StageStarted(stage="run", round=r, budget_trials=options.search.budget.trials))
     run_dir = (round_dir / "run").resolve()

@@ -47,6 +47,16 @@ class Noise(_Frozen):
     mde_pct: dict[str, float] = Field(description="minimum detectable speed-up (%) by repeats")
     recommended_repeats: int
     method: str
+    outside_share: float = Field(
+        0.0, description="share of the compared time outside the timed steps (start-up, ...)"
+    )
+    amdahl_bound: float | None = Field(
+        None, description="most a change to the steps can gain on the objective; None: no bound"
+    )
+    headroom: str = Field("", description="what the objective can gain, as a sentence")
+    undetectable: bool = Field(
+        False, description="no change to the steps can gain what Apply's rounds detect"
+    )
 
 
 class Finding(_Frozen):
@@ -367,6 +377,9 @@ class ReportSummary(_Frozen):
     decision: str
     baseline: ReportSide
     winner: ReportWinner | None = None
+    headroom: str | None = Field(
+        None, description="what the objective can gain at this scale (the Doctor's Amdahl bound)"
+    )
 
 
 class Report(_Frozen):

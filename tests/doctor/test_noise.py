@@ -1,3 +1,5 @@
+import pytest
+
 from infrarsi.doctor.noise import cv, min_detectable_effect, recommended_repeats, warmup_steps
 
 
@@ -34,3 +36,19 @@ def test_recommended_repeats():
     assert recommended_repeats(0.03, 3) == 7
     assert recommended_repeats(1.0, 3) == 10
     assert cv([1.0]) == 0.0 and abs(cv([1.0, 3.0]) - 0.7071) < 1e-3
+
+
+def test_the_objective_headroom_is_amdahls_bound_on_the_outside_share():
+    from infrarsi.doctor.noise import amdahl_bound, cannot_detect, gain_note, outside_share
+
+    # two runs of ~6 s end to end whose timed steps take 0.5 s: start-up is ~92%
+    share = outside_share([6.0, 6.2], [0.5, 0.5])
+    assert share == pytest.approx(((1 - 0.5 / 6.0) + (1 - 0.5 / 6.2)) / 2)
+    bound = amdahl_bound(share)
+    assert bound == pytest.approx(1 / share) and bound < 1.1
+    assert cannot_detect(bound, 0.12) and not cannot_detect(bound, 0.05)
+    assert "at most 1.09x" in gain_note(bound, share, 0.12, 3)
+    # a throughput objective compares the steady step: nothing outside, no bound
+    assert outside_share([0.1], [0.5]) == 0.0 and amdahl_bound(0.0) is None
+    assert not cannot_detect(None, 0.5)
+    assert "no bound" in gain_note(None, 0.0, 0.05, 3)

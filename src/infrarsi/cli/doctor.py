@@ -9,7 +9,7 @@ from rich.table import Table
 
 from infrarsi.cli.errors import user_error
 from infrarsi.contract import load_contract
-from infrarsi.doctor import run_doctor, sealed_contract
+from infrarsi.doctor import UNDETECTABLE, headroom, run_doctor, sealed_contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors.choice import make_executor
 from infrarsi.records import DoctorReport
@@ -83,6 +83,10 @@ def show(report: DoctorReport, out: Console) -> None:
         + f"; verifier repeats {n.recommended_repeats}",
         markup=False,
     )
+    gain, undetectable = headroom(r)
+    out.print(f"objective headroom: {gain}", markup=False)
+    if undetectable:
+        out.print(f"warning: {UNDETECTABLE}", markup=False)
     if r.top_ops:
         out.print(
             "top operators: " + ", ".join(f"{o['name']} {o['share']:.0%}" for o in r.top_ops[:5]),

@@ -55,3 +55,34 @@ def recommended_repeats(
         if min_detectable_effect(cv_between, n, runs_measured) <= target:
             return n
     return MAX_REPEATS
+
+
+def outside_share(compared_s: list[float], steps_s: list[float]) -> float:
+    """The share of the compared time spent outside the timed steps (start-up, compile,
+    teardown), the mean over the baseline's runs: what no change to the training steps can
+    remove. 0 where the compared time is the steps themselves (a throughput objective)."""
+    shares = [max(0.0, 1.0 - s / c) for c, s in zip(compared_s, steps_s) if c > 0]
+    return sum(shares) / len(shares) if shares else 0.0
+
+
+def amdahl_bound(share: float) -> float | None:
+    """The most a change confined to the timed steps can speed the compared time up (Amdahl:
+    the steps made free leave the outside share): 1 / share; None (no bound) at share 0."""
+    return None if share <= 0 else 1.0 / share
+
+
+def gain_note(bound: float | None, share: float, mde: float, rounds: int) -> str:
+    """What the objective can gain at this scale, as a sentence: the outside share, the
+    Amdahl bound and the speed-up Apply's rounds detect."""
+    detect = f"Apply's {rounds} rounds detect {1 + mde:.2f}x"
+    if bound is None:
+        return f"the compared time is the training steps themselves: no bound; {detect}"
+    return (
+        f"start-up and teardown are {share:.0%} of the compared time at this scale: a change "
+        f"to the training steps can gain at most {bound:.2f}x; {detect}"
+    )
+
+
+def cannot_detect(bound: float | None, mde: float) -> bool:
+    """Whether no change to the training steps can gain what Apply detects."""
+    return bound is not None and bound < 1.0 + mde

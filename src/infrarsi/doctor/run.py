@@ -20,7 +20,7 @@ from infrarsi.doctor.hardware import probe_hardware
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
 from infrarsi.mfu import mfu as compute_mfu
-from infrarsi.objective import ranked_step_time_s
+from infrarsi.objective import compared_time, ranked_step_time_s
 from infrarsi.records import DOCTOR_BASELINE_LABEL, DoctorReport, DoctorTrial
 from infrarsi.trial import TrialRecord, TrialStatus, prepare
 from infrarsi.trial.metrics import critical, read_probe_files
@@ -211,6 +211,10 @@ def build_report(
     )
     cv_between = noise.cv(objective)
     runs_n = len(runs)
+    outside = noise.outside_share(
+        [compared_time(r, contract.objective) or 0.0 for r in runs],
+        [r.measured.train_time_s for r in runs],
+    )
     top = top_ops(profile, hardware["facts"]["device_type"]) if profile is not None else []
     peaks = [
         max((b for b in col if b is not None), default=None)
@@ -260,6 +264,9 @@ def build_report(
                 },
                 "recommended_repeats": noise.recommended_repeats(cv_between, runs_n),
                 "method": noise.METHOD,
+                "outside_share": outside,
+                "amdahl_bound": noise.amdahl_bound(outside),
+                **_headroom(cv_between, runs_n, outside),
             },
             "runs": [
                 {
@@ -350,6 +357,32 @@ def noise_policy(report: DoctorReport) -> NoisePolicy:
             report.noise.cv_between, n, report.noise.runs
         ),
     )
+
+
+def _headroom(cv_between: float, runs: int, outside: float) -> dict:
+    """What the objective can gain at this scale (``noise.gain_note``) and whether that is
+    below what Apply's rounds detect — then a search can find nothing Apply would confirm, and
+    ``run`` and ``optimize`` say so before spending the budget."""
+    rounds = noise.recommended_repeats(cv_between, runs)
+    mde = noise.min_detectable_effect(cv_between, rounds, runs)
+    bound = noise.amdahl_bound(outside)
+    return {
+        "headroom": noise.gain_note(bound, outside, mde, rounds),
+        "undetectable": noise.cannot_detect(bound, mde),
+    }
+
+
+def headroom(report: DoctorReport) -> tuple[str, bool]:
+    """The report's objective headroom: (the sentence, whether Apply cannot detect it)."""
+    return report.noise.headroom, report.noise.undetectable
+
+
+UNDETECTABLE = (
+    "no change to the training steps can gain what Apply detects with this objective at this "
+    "scale; the search still runs (ranks, threads and compile change start-up too), but a "
+    "throughput objective ('maximise training throughput') or a scale with more steps would "
+    "measure what the steps gain"
+)
 
 
 def sealed_contract(contract: Contract, report: DoctorReport) -> tuple[Contract, DoctorReport]:

@@ -184,6 +184,7 @@ def summarise(data: ReportData) -> dict:
         "search_cost_s": sum(t["cost_s"] or 0 for t in data.trials),
         "capacity_bytes": data.contract.mem_cap_bytes,
         "applied": a is not None,
+        "headroom": data.doctor.noise.headroom or None if data.doctor is not None else None,
         "compared": a.compared if a else None,
         "promoted": bool(a and a.promoted),
         "decision": a.decision if a else "not re-verified: run `infrarsi apply RUN_DIR`",

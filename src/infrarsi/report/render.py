@@ -40,6 +40,8 @@ def headline(summary: dict) -> list[str]:
         f"memory, {s.get('slow_trials', 0)} cut short as slow, "
         f"{s['search_cost_s']:.0f} s of search."
     )
+    if s.get("headroom"):
+        lines.append(f"Objective headroom (the Doctor's): {s['headroom']}.")
     w, b = s.get("winner"), s["baseline"]
     if w is None:
         lines.append(f"No winner promoted. {s['decision']}")
