@@ -25,7 +25,7 @@ from infrarsi.workloads import Manifest, change_kinds, precision_of
 
 # The bf16 candidate's distance from its own fp32 run, as a share of the bf16 reference's from
 # its fp32 one, below which bf16 did not run: rounding moves both by the same order (measured
-# at tiny scale: see the README's verification section), a run that stays fp32 by ~0.
+# at tiny scale: see docs/verification.md), a run that stays fp32 by ~0.
 PRECISION_SHARE = 0.25
 Knobs = dict[str, Any]
 
