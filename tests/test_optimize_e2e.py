@@ -44,7 +44,11 @@ def test_optimize_ends_with_one_json_object_and_every_file(optimized):
     ):
         assert (run_dir / name).is_file(), name
     applied = json.loads((run_dir / "apply.json").read_text())
+    report = (run_dir / "report.md").read_text()
+    assert "Objective headroom (the Doctor's)" in report  # what the objective can gain
+    assert ("## What to do now" in report) == bool(answer["promoted"])
     if answer["promoted"]:
+        assert f"bash {run_dir.resolve() / 'launch.sh'}" in report
         w = answer["winner"]
         assert {"knobs", "patches", "speedup", "ci_low", "ci_high"} <= set(w)
         assert w["ci_low"] > 1 and (run_dir / "launch.sh").is_file()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+from pathlib import Path
 
 from infrarsi.identity import changed_knobs
 from infrarsi.proposal import FinishedTrial, ProposalStatus, patch_outcomes
@@ -239,10 +240,27 @@ def proposal_lines(data) -> tuple[str, list[list[str]]]:
     return intro, rows
 
 
+def next_steps(data) -> list[str]:
+    """What to do now, as commands: apply the winner's patch in the workload's folder and
+    launch it (empty when nothing was promoted)."""
+    run_dir = Path(data.run_dir).resolve()
+    patch, launch = run_dir / "winner.patch", run_dir / "launch.sh"
+    if data.summary.get("winner") is None or not launch.exists():
+        return []
+    steps = []
+    if patch.exists() and patch.read_text().strip():
+        steps.append(f"cd {data.manifest.root} && git apply {patch}")
+    return steps + [f"bash {launch}"]
+
+
 def markdown_report(data, figure_dir: str) -> str:
     """``report.md``."""
     s = data.summary
-    out = [f"# InfraRSI report: {s['workload']}", "", "## Summary", ""]
+    out = [f"# InfraRSI report: {s['workload']}", ""]
+    steps = next_steps(data)
+    if steps:
+        out += ["## What to do now", "", "```bash", *steps, "```", ""]
+    out += ["## Summary", ""]
     out += [f"- {line}" for line in headline(s)]
     if data.apply is not None:
         out += ["", "## Verification", "", _verification_md(data.apply)]
@@ -320,8 +338,12 @@ def html_report(data) -> str:
     parts = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>InfraRSI report: "
         f"{e(s['workload'])}</title><style>{STYLE}</style></head><body>",
-        f"<h1>InfraRSI report: {e(s['workload'])}</h1><h2>Summary</h2><ul>",
+        f"<h1>InfraRSI report: {e(s['workload'])}</h1>",
     ]
+    steps = next_steps(data)
+    if steps:
+        parts.append("<h2>What to do now</h2><pre>" + e("\n".join(steps)) + "</pre>")
+    parts.append("<h2>Summary</h2><ul>")
     parts += [f"<li>{e(line)}</li>" for line in headline(s)]
     parts.append("</ul>")
     if data.apply is not None:
