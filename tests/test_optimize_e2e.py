@@ -47,6 +47,7 @@ def test_optimize_ends_with_one_json_object_and_every_file(optimized):
     report = (run_dir / "report.md").read_text()
     assert "Objective headroom (the Doctor's)" in report  # what the objective can gain
     assert ("## What to do now" in report) == bool(answer["promoted"])
+    assert "| candidate | knobs changed | patches |" in report  # each candidate named
     if answer["promoted"]:
         assert f"bash {run_dir.resolve() / 'launch.sh'}" in report
         w = answer["winner"]

@@ -88,7 +88,9 @@ def trial_rows(data) -> list[list[str]]:
                 (t["error"] or "")[:120],
             ]
         )
+    by_label = {c.label: c for c in data.apply.candidates} if data.apply else {}
     for m in data.apply.measurements if data.apply else []:
+        knobs_changed, patches = _changes(by_label.get(m.label), base)
         verdict = (
             "" if m.valid is None else ("checks passed" if m.valid else "; ".join(m.reasons)[:120])
         )
@@ -97,8 +99,8 @@ def trial_rows(data) -> list[list[str]]:
                 "apply",
                 f"r{m.round + 1} {m.label}",
                 m.status,
-                "-",
-                "-",
+                knobs_changed,
+                patches,
                 _x(m.step_time_s, "{:.4f}"),
                 "-",
                 "-",
@@ -110,6 +112,15 @@ def trial_rows(data) -> list[list[str]]:
             ]
         )
     return rows
+
+
+def _changes(candidate, base: dict) -> tuple[str, str]:
+    """A candidate's knobs changed from the baseline and its patches, as table cells ("-"
+    for the baseline or a run that is no candidate)."""
+    if candidate is None:
+        return "-", "-"
+    knobs = ", ".join(f"{k}={v}" for k, v in changed_knobs(candidate.knobs, base).items())
+    return knobs or "-", ", ".join(candidate.patches) or "-"
 
 
 HEADER = [
@@ -263,7 +274,12 @@ def markdown_report(data, figure_dir: str) -> str:
     out += ["## Summary", ""]
     out += [f"- {line}" for line in headline(s)]
     if data.apply is not None:
-        out += ["", "## Verification", "", _verification_md(data.apply)]
+        out += [
+            "",
+            "## Verification",
+            "",
+            _verification_md(data.apply, data.summary["baseline"]["knobs"]),
+        ]
     if data.bank is not None:
         intro, rows = bank_lines(data)
         out += [
@@ -304,19 +320,20 @@ def markdown_report(data, figure_dir: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _verification_md(a) -> str:
+def _verification_md(a, base: dict) -> str:
     rows = [
         f"{a.decision}",
         "",
         f"Compared: {a.compared}; {a.rounds} rounds; {a.method}.",
         "",
         *([f"Evidence: {a.evidence}.", ""] if a.evidence else []),
-        "| candidate | patches | speed-up | interval | checks | promoted |",
-        "|---|---|---|---|---|---|",
+        "| candidate | knobs changed | patches | speed-up | interval | checks | promoted |",
+        "|---|---|---|---|---|---|---|",
     ]
     for c in a.candidates:
+        knobs, patches = _changes(c, base)
         rows.append(
-            f"| {c.label} | {', '.join(c.patches) or '-'} | {_x(c.speedup)} | "
+            f"| {c.label} | {knobs} | {patches} | {_x(c.speedup)} | "
             f"[{_x(c.ci_low)}, {_x(c.ci_high)}] | "
             f"{'passed' if c.verified else '; '.join(c.reasons[:1]) or 'failed'} | "
             f"{'yes' if c.promoted else 'no'} |"
@@ -355,11 +372,19 @@ def html_report(data) -> str:
         )
         parts.append(
             _table(
-                ["candidate", "patches", "speed-up", "interval", "checks", "promoted"],
+                [
+                    "candidate",
+                    "knobs changed",
+                    "patches",
+                    "speed-up",
+                    "interval",
+                    "checks",
+                    "promoted",
+                ],
                 [
                     [
                         c.label,
-                        ", ".join(c.patches) or "-",
+                        *_changes(c, s["baseline"]["knobs"]),
                         _x(c.speedup),
                         f"[{_x(c.ci_low)}, {_x(c.ci_high)}]",
                         "passed" if c.verified else "; ".join(c.reasons[:1]) or "failed",
