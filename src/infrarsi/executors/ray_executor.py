@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor, LocalExecutor, TrialCancelled, TrialRequest
 from infrarsi.trial import TrialRecord, TrialStatus, run_trial
 
@@ -47,8 +48,32 @@ SKIP = ("tmp", "cache", "home", "__pycache__")  # scratch a trial leaves that no
 _IDLE: dict[tuple, list] = {}  # (job, CPUs, resources) -> slots free for a trial
 
 
-class RayUnavailable(ValueError):
-    """Ray is not installed, or the cluster cannot be reached; the message says which."""
+class RayUnavailable(InfraRSIError, ValueError):
+    """Ray is not installed, or the cluster cannot be reached; the message says which (bad
+    input: exit 2, before any trial is spent)."""
+
+
+REACH_TIMEOUT_S = 3.0  # how long an explicit cluster address may take to answer a connection
+
+
+def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """RayUnavailable naming ``address`` and the fix unless a TCP connection to it opens
+    within ``timeout_s`` (``auto`` and ``ray://`` client addresses are left to Ray, which
+    answers those at once): Ray itself retries an unreachable head for about a minute."""
+    import socket
+
+    if address in ("auto", "local") or address.startswith("ray://"):
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise RayUnavailable(f"--ray-address {address!r}: give HOST:PORT of a Ray head (or auto)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise RayUnavailable(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one with "
+            "`ray start --head` there, or give --ray-address HOST:PORT of a running head"
+        ) from None
 
 
 class RayExecutor(Executor):
@@ -72,6 +97,7 @@ class RayExecutor(Executor):
                 "the Ray executor needs Ray: pip install 'infrarsi[ray]'"
             ) from None
         if not ray.is_initialized():
+            check_reachable(address)
             try:
                 ray.init(
                     address=address,
