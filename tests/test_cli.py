@@ -255,6 +255,7 @@ def test_the_demo_is_optimize_on_the_bundled_workload_offline_with_the_given_bud
     screen.demo_command("tiny", 5, 2, out, err)
     workload, instruction, options = seen["args"]
     assert workload == "dense-1node" and "loss within 1%" in instruction
+    assert "throughput" in instruction  # what the steps move at tiny, not start-up
     assert options.proposer.kind == "catalog" and options.search.budget.trials == 5
     assert options.top_k == 2 and options.scale == "tiny" and seen["yes"] is True
 
@@ -295,3 +296,51 @@ def test_a_run_store_that_cannot_be_reached_says_so(tmp_path):
 
     with pytest.raises(StoreError, match="cannot open the store"):
         Store("postgresql+psycopg://nobody@127.0.0.1:1/none")
+
+
+def test_optimize_ends_with_what_was_promoted_its_verified_speed_up_and_the_paths():
+    from infrarsi.cli.optimize import headline
+    from infrarsi.optimize import OptimizeResult, RoundResult
+    from infrarsi.records import CandidateResult
+
+    winner = CandidateResult(
+        label="c1",
+        knobs={"micro_batch": 4, "nproc": 2},
+        patches=["sdpa_attention"],
+        ratios=[1.4, 1.5, 1.45],
+        speedup=1.45,
+        ci_low=1.3,
+        ci_high=1.6,
+        verified=True,
+        promoted=True,
+    )
+    round_ = RoundResult(
+        round=1,
+        run_dir="/runs/r1/run",
+        contract_hash="h",
+        trials=8,
+        oom_trials=1,
+        search_cost_s=60.0,
+        promoted=True,
+        winner=winner,
+        decision="c1 promoted",
+        compared="harness_step_time_s",
+        report_html="/runs/r1/run/report.html",
+        report_md="/runs/r1/run/report.md",
+    )
+    result = OptimizeResult(
+        run_dir="/runs/r1/run",
+        promoted=True,
+        winner=winner,
+        baseline={"knobs": {"micro_batch": 2, "nproc": 2}, "step_time_s": 0.03, "mfu_pct": 3.6},
+        trials=8,
+        oom_trials=1,
+        cumulative_speedup=1.45,
+        rounds=[round_],
+        wall_s=300.0,
+    )
+    lines = headline(result)
+    assert lines[0].startswith("baseline: steady step 0.0300 s (step_time_s)")
+    assert lines[-3] == "round 1: promoted micro_batch=4 +sdpa_attention (8 search trials, 1 OOM)"
+    assert "1.450x [1.300, 1.600] on harness_step_time_s over 3 interleaved rounds" in lines[-2]
+    assert lines[-1] == "  report: /runs/r1/run/report.html; patch: /runs/r1/run/winner.patch"

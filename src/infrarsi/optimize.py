@@ -61,6 +61,7 @@ class RoundResult(BaseModel):
     promoted: bool
     winner: CandidateResult | None = Field(description="what Apply promoted, if anything")
     decision: str
+    compared: str | None = Field(None, description="what Apply compared (ApplyResult.compared)")
     report_html: str
     report_md: str
 
@@ -213,6 +214,7 @@ def _one_round(
         promoted=applied.winner is not None,
         winner=applied.winner,
         decision=applied.decision,
+        compared=applied.compared,
         report_html=written.html,
         report_md=written.markdown,
     )
