@@ -344,3 +344,31 @@ def test_optimize_ends_with_what_was_promoted_its_verified_speed_up_and_the_path
     assert lines[-3] == "round 1: promoted micro_batch=4 +sdpa_attention (8 search trials, 1 OOM)"
     assert "1.450x [1.300, 1.600] on harness_step_time_s over 3 interleaved rounds" in lines[-2]
     assert lines[-1] == "  report: /runs/r1/run/report.html; patch: /runs/r1/run/winner.patch"
+
+
+def test_a_trial_line_names_each_time_and_shows_only_what_changed():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "run"))
+    from test_objective import _record
+
+    from infrarsi.cli.optimize import _line
+    from infrarsi.events import TrialEnded
+
+    record = _record(0.0212, 0.0)
+    line = _line(
+        TrialEnded(
+            stage="run",
+            record=record,
+            status=record.status,
+            seq=3,
+            changes="micro_batch=4 +sdpa_attention",
+            ranked_time_per_step_s=0.742,
+        )
+    )
+    assert line == (
+        "  trial 3: micro_batch=4 +sdpa_attention -> ok: end to end "
+        f"{record.metrics.e2e_time_s:.2f} s, steady step 0.0212 s, ranked 0.7420 s/step"
+    )
+    assert "\n" not in line

@@ -79,8 +79,7 @@ def _line(event: Event) -> str | None:
         case TrialEnded(stage="doctor", label=label, status=status):
             return f"  doctor: {label} {status}"
         case TrialEnded(seq=seq, changes=changes, status=status, ranked_time_per_step_s=t):
-            step = f"{t:.4f} s/step" if t else ""
-            return f"  trial {seq}: {changes} -> {status} {step}"
+            return f"  trial {seq}: {changes} -> {status}{_times(event.record, t)}"
         case PatchesAsked(proposer=proposer, trials=trials):
             return f"  {proposer}: asked for a patch after {trials} trials"
         case CandidateDropped(label=label, round=r):
@@ -88,9 +87,20 @@ def _line(event: Event) -> str | None:
         case MeasurementEnded(measurement=m):
             return (
                 f"  apply {event.index + 1}/{event.total}: round {m.round + 1} "
-                f"{m.label} {m.status} {m.compared_s or 0:.4f} s{_verdict(m)}"
+                f"{m.label} {m.status}, compared time {m.compared_s or 0:.4f} s{_verdict(m)}"
             )
     return None
+
+
+def _times(record, ranked_s: float | None) -> str:
+    """A trial's times, each named: end to end, the steady step, and the time per step the
+    search ranks by (the objective's)."""
+    m = record.metrics
+    if m is None:
+        return ""
+    steady = m.harness_step_time_s or m.step_time_s
+    ranked = f", ranked {ranked_s:.4f} s/step" if ranked_s else ""
+    return f": end to end {m.e2e_time_s:.2f} s, steady step {steady:.4f} s{ranked}"
 
 
 def _verdict(m: Measurement) -> str:
