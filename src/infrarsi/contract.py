@@ -133,6 +133,11 @@ class NoisePolicy(_Frozen):
     repeats: int | None = Field(None, ge=1)
     confidence: float = Field(0.95, gt=0, lt=1)
     min_detectable_effect: float | None = None
+    max_gain: float | None = Field(
+        None,
+        description="the most a change to the training steps can gain on the objective at "
+        "this scale (the Doctor's Amdahl bound); None: no bound, or not measured",
+    )
 
 
 class Contract(_Frozen):
@@ -170,6 +175,8 @@ class Contract(_Frozen):
     def compute_hash(self) -> str:
         """sha256 of the canonical JSON of every field but the hash itself."""
         body = self.model_dump(mode="json", exclude={"contract_hash"})
+        if body["noise"].get("max_gain") is None:  # contracts sealed before the field: same hash
+            body["noise"].pop("max_gain", None)
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
     def sealed(self) -> Contract:

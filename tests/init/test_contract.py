@@ -55,3 +55,17 @@ def test_a_changed_locked_file_is_refused(dense, tmp_path):
     with pytest.raises(ContractError, match="data.py"):
         c.check_locked(root)
     assert load_manifest(root).name == "dense-1node"
+
+
+def test_the_noise_policys_headroom_is_sealed_and_an_older_contract_keeps_its_hash(dense, tmp_path):
+    import hashlib
+    import json
+
+    c = _contract(dense, EN)
+    older = c.model_dump(mode="json", exclude={"contract_hash"})
+    older["noise"].pop("max_gain")  # as a contract sealed before the field was written
+    assert c.contract_hash == hashlib.sha256(json.dumps(older, sort_keys=True).encode()).hexdigest()
+    bounded = c.model_copy(update={"noise": c.noise.model_copy(update={"max_gain": 1.08})})
+    assert bounded.sealed().contract_hash != c.contract_hash  # the bound is part of the seal
+    bounded.sealed().save(tmp_path / "c.yaml")
+    assert load_contract(tmp_path / "c.yaml").noise.max_gain == 1.08

@@ -356,6 +356,7 @@ def noise_policy(report: DoctorReport) -> NoisePolicy:
         min_detectable_effect=noise.min_detectable_effect(
             report.noise.cv_between, n, report.noise.runs
         ),
+        max_gain=report.noise.amdahl_bound,
     )
 
 
