@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import re
 import sys
 import tempfile
 import time
@@ -48,7 +47,6 @@ from infrarsi.workloads.knobs import AssignmentError  # noqa: E402
 
 SCALE = "bench"
 OOM_FRACTION = 0.3
-SAMPLED_NAME = re.compile(r"[a-z0-9-]+?-[0-9a-f]{16}")
 # what a new table's rules are: the search and the benchmark's scoring and replay (not its
 # peers, bench/peers.py: a peer added later changes no rule)
 FROZEN = ("src/infrarsi/run", "bench/replay.py", "bench/scoring.py", "bench/constants.json")
@@ -155,14 +153,17 @@ def patch_mem_ratio(manifest, subset: tuple) -> float:
     return math.prod(manifest.patch(p).prior.peak_mem_ratio for p in subset)
 
 
-def trial_row(table, manifest, fp, where: tuple[str, int, str], spec, subset, record) -> dict:
-    """One CSV row from a trial record; ``where``: (cell id, repeat, phase)."""
+def trial_row(
+    table, manifest, fp, where: tuple[str, int, str], spec, subset, record, design: str
+) -> dict:
+    """One CSV row from a trial record; ``where``: (cell id, repeat, phase); ``design``: the
+    table's (``full_factorial`` or ``sampled``)."""
     cell_id, repeat, phase = where
     m = record.metrics
     peaks = [b for b in (m.peak_mem_bytes if m else []) if b is not None]
     row = {
         "table": table,
-        "design": "sampled" if _sampled(table) else "full_factorial",
+        "design": design,
         "workload": manifest.name,
         "scale": SCALE,
         "fingerprint": fp,
@@ -202,11 +203,6 @@ def table_path(out_dir: Path, name: str, full: bool = False, label: str | None =
     for a full factorial with a label of its own (a second design on one host)."""
     kind = f"-{label}" if label else "-full" if full else ""
     return Path(out_dir) / f"{name}{kind}-{fingerprint(machine_facts(usable_threads()))}.csv"
-
-
-def _sampled(table: str) -> bool:
-    """Whether a table's name is a sampled design's (``<workload>-<fingerprint>``)."""
-    return SAMPLED_NAME.fullmatch(table) is not None
 
 
 def rules_commit(root: Path = Path(__file__).resolve().parents[1]) -> str:
@@ -256,6 +252,7 @@ def measure(workload: str, plan: TablePlan, out_dir: Path) -> Path:
     commit = "pilot" if plan.pilot else rules_commit()
     if path.exists():
         same_rules(path, commit)
+    design = "full_factorial" if plan.factors else "sampled"
     cells = (
         full_factorial(manifest, plan.factors, plan.patch_sets or [()])
         if plan.factors
@@ -282,7 +279,8 @@ def measure(workload: str, plan: TablePlan, out_dir: Path) -> Path:
             overrides, subset = cells[c]
             spec = prepare(manifest, SCALE, overrides, list(subset), evaluate=False)
             record = run_trial(spec, Path(workdir))
-            row = trial_row(name, manifest, fp, (f"c{c:03d}", r, "grid"), spec, subset, record)
+            where = (f"c{c:03d}", r, "grid")
+            row = trial_row(name, manifest, fp, where, spec, subset, record, design)
             tables.append_row(path, {**row, "rules_commit": commit}, knob_names)
             _progress(i, len(todo), t0, f"c{c:03d}/{r}", record)
             _clean(Path(workdir), record)
@@ -353,7 +351,16 @@ def validate(manifest, path, cells, n_validate, fp, workdir, knob_names) -> None
         record = run_trial(spec, workdir)
         tables.append_row(
             path,
-            trial_row(table.name, manifest, fp, (cell.cell, 0, "validate"), spec, subset, record),
+            trial_row(
+                table.name,
+                manifest,
+                fp,
+                (cell.cell, 0, "validate"),
+                spec,
+                subset,
+                record,
+                table.design,
+            ),
             knob_names,
         )
         _progress(i, len(chosen), t0, f"{cell.cell} capped", record)

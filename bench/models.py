@@ -62,6 +62,30 @@ def space_of(table: tables.Table) -> Space:
     return Space.from_levels(levels, patches)
 
 
+def inferred_derived(table: tables.Table) -> tuple[str, ...]:
+    """The knobs of a full-factorial table that follow the others (accumulation steps derived
+    from the micro-batch and the ranks): a varying knob whose value is the same in every pair
+    of cells that agree on the other knobs not found derived and on the patches. What a table
+    of a workload this checkout does not ship says of itself, in place of its manifest's
+    ``derive``. Columns are tried last first (a derived column follows those it derives from,
+    so of two knobs that determine each other the later one is derived); a sampled table
+    says nothing (its cells rarely share the other knobs)."""
+    if table.design != "full_factorial":
+        return ()
+    cells = list(table.cells.values())
+    varying = [k for k in table.knob_names if len({c.knobs[k] for c in cells}) > 1]
+    derived: list[str] = []
+    for k in reversed(varying):
+        rest = [o for o in varying if o != k and o not in derived]
+        seen: dict[tuple, str] = {}
+        if all(
+            seen.setdefault((tuple(c.knobs[o] for o in rest), c.patches), c.knobs[k]) == c.knobs[k]
+            for c in cells
+        ):
+            derived.append(k)
+    return tuple(reversed(derived))
+
+
 def config_of(cell: tables.Cell) -> Config:
     """A table cell as a search-space config."""
     return Config.of(cell.knobs, cell.patches)
