@@ -261,3 +261,19 @@ def test_the_multi_fidelity_peer_stops_poor_trials_after_a_few_steps_and_pays_wh
     for config, outcome in slow:  # charged the steps it ran, not the whole trial
         full = max(s.pools[config].cost_s)
         assert outcome.cost_s < full
+
+
+def test_a_column_that_follows_the_others_is_found_derived(tmp_path):
+    import models
+
+    path = synthetic_table(tmp_path / "t.csv")
+    rows = tables.read_rows(path)
+    for row in rows:  # accumulation that follows knob a, written as its own column
+        row["k_d"] = str({"1": 4, "2": 2, "3": 1}[row["k_a"]])
+    tables.rewrite(path, rows, list(rows[0]) + ([] if "k_d" in rows[0] else ["k_d"]))
+    table = tables.load(path)
+    assert models.inferred_derived(table) == ("d",)  # a and b vary freely, c is constant
+    for row in rows:
+        row["design"] = "sampled"
+    tables.rewrite(path, rows)
+    assert models.inferred_derived(tables.load(path)) == ()  # a sample says nothing
