@@ -1,0 +1,123 @@
+"""What a training script accepts, read from its source without running it: ``argparse``
+arguments (``add_argument`` calls with literal options) and nanoGPT-style configurator globals
+(module-level literal assignments a ``--key=value`` overrides)."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+TYPES = {"int": "int", "float": "float", "str": "str", "bool": "bool"}
+
+
+@dataclass(frozen=True)
+class ScriptArg:
+    """One argument of a script: its destination name, its option strings, its type (int,
+    float, str, bool or None when unknown), its default, the choices it declares, and whether
+    it is a switch (``store_true``/``store_false``: present or absent)."""
+
+    dest: str
+    options: tuple[str, ...]
+    type: str | None
+    default: Any = None
+    choices: tuple[Any, ...] = ()
+    switch: bool = False
+    help: str = ""
+
+
+def read_arguments(source: str) -> list[ScriptArg]:
+    """Every argument the script declares: its argparse arguments, else (a nanoGPT-style
+    script that ``exec``s a configurator) its module-level literal globals."""
+    tree = ast.parse(source)
+    found = [a for a in (_argparse(node) for node in ast.walk(tree)) if a is not None]
+    if found:
+        return found
+    if "configurator" in source:
+        return _globals(tree)
+    return []
+
+
+def _argparse(node: ast.AST) -> ScriptArg | None:
+    """A ``*.add_argument("--x", ...)`` call as a ScriptArg (None for anything else)."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "add_argument"
+    ):
+        return None
+    options: tuple[str, ...] = tuple(
+        a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+    )
+    if not options:
+        return None
+    kw = {k.arg: k.value for k in node.keywords if k.arg}
+    action = _literal(kw.get("action"))
+    long = [o for o in options if o.startswith("--")] or list(options)
+    dest = _literal(kw.get("dest")) or long[0].lstrip("-").replace("-", "_")
+    switch = action in ("store_true", "store_false")
+    default = _literal(kw.get("default"))
+    if switch and default is None:
+        default = action == "store_false"
+    kind = "bool" if switch else _type(kw.get("type"), default)
+    choices = _literal(kw.get("choices"))
+    return ScriptArg(
+        dest=str(dest),
+        options=options,
+        type=kind,
+        default=default,
+        choices=tuple(choices) if isinstance(choices, list | tuple) else (),
+        switch=switch,
+        help=str(_literal(kw.get("help")) or ""),
+    )
+
+
+def _type(node: ast.AST | None, default: Any) -> str | None:
+    """An argument's type: its ``type=`` (int, float, str), else its default's."""
+    if isinstance(node, ast.Name) and node.id in TYPES:
+        return TYPES[node.id]
+    if node is None and default is not None:
+        return _kind_of(default)
+    return None if node is not None else "str"
+
+
+def _kind_of(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    return None
+
+
+def _literal(node: ast.AST | None) -> Any:
+    """A node's literal value (None when it is not a literal)."""
+    if node is None:
+        return None
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return None
+
+
+def _globals(tree: ast.Module) -> list[ScriptArg]:
+    """Module-level ``name = literal`` assignments before the configurator is run: the
+    settings ``--name=value`` overrides (nanoGPT's ``configurator.py``)."""
+    out = []
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
+            value = _literal(node.value)
+            kind = _kind_of(value)
+            name = node.targets[0].id
+            if kind is not None and not name.startswith("_"):
+                out.append(ScriptArg(name, (f"--{name}",), kind, value, (), False))
+        if isinstance(node, ast.Expr) and "configurator" in ast.unparse(node):
+            break
+    return out
