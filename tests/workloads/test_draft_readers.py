@@ -64,3 +64,92 @@ def test_configurator_globals_are_the_settings_of_a_nanogpt_style_script():
     }
     assert args["compile"].type == "bool" and args["learning_rate"].type == "float"
     assert args["batch_size"].options == ("--batch_size",)
+
+
+@pytest.mark.parametrize(
+    "name, kind, role",
+    [
+        ("batch_size", "int", "micro_batch"),
+        ("per_device_train_batch_size", "int", "micro_batch"),
+        ("per_device_eval_batch_size", "int", None),
+        ("gradient_accumulation_steps", "int", "grad_accum"),
+        ("accum", "int", "grad_accum"),
+        ("bf16", "bool", "precision"),
+        ("dtype", "str", "precision"),
+        ("torch_compile", "bool", "compile"),
+        ("compile", "bool", "compile"),
+        ("gradient_checkpointing", "bool", "activation_checkpointing"),
+        ("dataloader_num_workers", "int", "data"),
+        ("optim", "str", "optimizer"),
+        ("threads", "int", "threads"),
+        ("attn", "str", "attention"),
+        ("learning_rate", "float", None),
+        ("batch_size", "str", None),  # a batch size that is not a number is no micro-batch
+    ],
+)
+def test_roles_are_read_from_the_names_scripts_use(name, kind, role):
+    from infrarsi.workloads.draft.arguments import ScriptArg
+    from infrarsi.workloads.draft.roles import role_of
+
+    assert role_of(ScriptArg(name, (f"--{name}",), kind)) == role
+
+
+def test_the_steps_seed_and_logging_arguments_are_recognised():
+    from infrarsi.workloads.draft.arguments import ScriptArg
+    from infrarsi.workloads.draft.roles import is_log_every, is_seed, is_steps
+
+    assert all(is_steps(ScriptArg(n, (), "int")) for n in ("max_iters", "max_steps", "iters"))
+    assert not is_steps(ScriptArg("warmup_steps", (), "int"))
+    assert is_seed(ScriptArg("seed", (), "int")) and is_seed(ScriptArg("data_seed", (), "int"))
+    assert is_log_every(ScriptArg("logging_steps", (), "int"))
+    assert is_log_every(ScriptArg("log_interval", (), "int"))
+
+
+def _lines(texts, every_s=0.05):
+    return [(i * every_s, t) for i, t in enumerate(texts)]
+
+
+def test_the_step_line_its_loss_and_its_time_in_the_printed_unit():
+    from infrarsi.workloads.draft.metrics import read_metrics
+    from infrarsi.workloads.manifest import StdoutMetrics
+
+    lines = _lines(
+        ["tokens per iter: 256"] + [f"iter {i}: loss 2.{i}1, time 41.{i}ms" for i in range(4)]
+    )
+    metrics, notes = read_metrics(lines, 4)
+    spec = StdoutMetrics.model_validate(metrics)  # what a manifest holds
+    assert spec.step_time.unit == "ms" and spec.tokens_per_step is not None
+    from infrarsi.trial.metrics import read_stdout
+
+    steps = read_stdout("\n".join(t for _, t in lines), spec)[0].steps
+    assert [s["step_time_s"] for s in steps] == pytest.approx([0.0410, 0.0411, 0.0412, 0.0413])
+    assert [s["loss"] for s in steps] == pytest.approx([2.01, 2.11, 2.21, 2.31])
+    assert not notes
+
+
+def test_a_unit_not_printed_is_read_from_the_clock():
+    from infrarsi.workloads.draft.metrics import read_metrics
+
+    ms = [f"step {i} | loss {3 - i:.2f} | time {250 + i}" for i in range(3)]
+    metrics, notes = read_metrics(_lines(ms, every_s=0.25), 3)
+    assert metrics["step_time"]["unit"] == "ms" and "from the clock" in notes[0]
+    s = [f"step {i} | loss {3 - i:.2f} | time {0.25 + i / 100}" for i in range(3)]
+    assert read_metrics(_lines(s, every_s=0.25), 3)[0]["step_time"]["unit"] == "s"
+
+
+def test_hugging_face_log_dicts_give_the_loss_and_no_time_yet():
+    from infrarsi.workloads.draft.metrics import LOSS_PATTERNS, MetricsDraftError, read_metrics
+
+    hf = [f"{{'loss': '{2.5 - i / 10:.4f}', 'grad_norm': 1.2, 'epoch': 0.{i}}}" for i in range(3)]
+    assert len(__import__("re").findall(LOSS_PATTERNS[0], "\n".join(hf))) == 3
+    with pytest.raises(MetricsDraftError, match="arrival is not built yet"):
+        read_metrics(_lines(hf, every_s=0.25), 3)
+
+
+def test_a_run_that_prints_no_step_lines_says_what_to_print():
+    from infrarsi.workloads.draft.metrics import MetricsDraftError, read_metrics
+
+    with pytest.raises(MetricsDraftError, match="one line per optimizer step"):
+        read_metrics(_lines(["starting", "done"]), 4)
+    with pytest.raises(MetricsDraftError, match="no step time"):
+        read_metrics(_lines([f"loss {i}" for i in range(4)]), 4)

@@ -1,0 +1,106 @@
+"""The stdout patterns of a manifest, read from a dry run's lines: which line repeats once per
+step, where its loss and its time are, and the time's unit — checked against the harness's own
+clock between those lines. Every pattern must find exactly one match per step, as the harness
+reads them (``trial.metrics.read_stdout``)."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+
+from infrarsi.errors import InfraRSIError
+
+NUMBER = r"([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+POSITIVE = r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+LOSS_PATTERNS = (
+    r"'loss': '?" + NUMBER,  # Hugging Face's log dicts (recent versions quote the number)
+    r'"loss": "?' + NUMBER,
+    r"(?<![\w.])loss[ :=]+" + NUMBER,
+    r"(?<![\w.])train[_ ]loss[ :=]+" + NUMBER,
+)
+TIME_PATTERNS: tuple[tuple[str, str | None], ...] = (  # (pattern, unit; None: by the clock)
+    (r"time[ :=]+" + POSITIVE + r" ?ms", "ms"),
+    (r"dt[ :=]+" + POSITIVE + r" ?ms", "ms"),
+    (r"time[ :=]+" + POSITIVE + r" ?us", "us"),
+    (r"time[ :=]+" + POSITIVE + r" ?s\b", "s"),
+    (r"(?<![\w.])" + POSITIVE + r" ?ms/(?:step|it(?:er)?)", "ms"),
+    (r"(?<![\w.])" + POSITIVE + r" ?s/(?:step|it(?:er)?)", "s"),
+    (r"(?:step_)?time[ :=]+" + POSITIVE, None),
+)
+TOKENS_PATTERNS = (r"tokens per (?:iter(?:ation)?|step)[ :=]+(\d+)", r"tokens_per_step[ :=]+(\d+)")
+UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+class MetricsDraftError(InfraRSIError):
+    """The dry run printed no line the harness could read a step from; the message says what
+    it saw and what a script must print."""
+
+
+def read_metrics(lines: list[tuple[float, str]], steps: int) -> tuple[dict, list[str]]:
+    """The manifest's ``launch.metrics`` from a dry run's stdout lines (arrival time in
+    seconds, text) that ran ``steps`` steps, and notes for the user."""
+    text = "\n".join(line for _, line in lines)
+    loss = _once_per_step(text, LOSS_PATTERNS, steps)
+    if loss is None:
+        raise MetricsDraftError(
+            f"no line gave a loss once per step in {steps} steps (saw {len(lines)} lines, e.g. "
+            f"{_sample(lines)}); print one line per optimizer step with its loss, e.g. "
+            "'step 3: loss 2.31, time 41.2ms'"
+        )
+    notes = []
+    time = _step_time(lines, text, loss, steps)
+    if time is None:
+        raise MetricsDraftError(
+            f"the loss lines ({loss!r}) carry no step time; print it on the same line, e.g. "
+            "'time 41.2ms' (timing by the lines' arrival is not built yet)"
+        )
+    pattern, unit, note = time
+    if note:
+        notes.append(note)
+    metrics: dict = {"step_time": {"pattern": pattern, "unit": unit}, "loss": loss}
+    tokens = next((p for p in TOKENS_PATTERNS if len(re.findall(p, text)) in (1, steps)), None)
+    if tokens is not None:
+        metrics["tokens_per_step"] = tokens
+    else:
+        notes.append("no tokens-per-step line: the harness will not check that invariant")
+    return metrics, notes
+
+
+def _once_per_step(text: str, patterns, steps: int) -> str | None:
+    """The first pattern that matches once per step, case-insensitive (as written: ``(?i)``)."""
+    found = next((p for p in patterns if len(re.findall(p, text, re.I)) == steps), None)
+    return None if found is None else "(?i)" + found
+
+
+def _step_time(lines, text: str, loss: str, steps: int) -> tuple[str, str, str | None] | None:
+    """(pattern, unit, note) of the step time on the loss lines; a unit not printed is the one
+    that puts the printed times nearest the clock between the loss lines."""
+    for pattern, unit in TIME_PATTERNS:
+        if len(re.findall(pattern, text, re.I)) != steps:
+            continue
+        if unit is not None:
+            return "(?i)" + pattern, unit, None
+        return "(?i)" + pattern, *_unit_by_clock(lines, loss, pattern)
+    return None
+
+
+def _unit_by_clock(lines, loss: str, pattern: str) -> tuple[str, str]:
+    """The unit for times printed without one: of s, ms and us, the one whose values are
+    nearest (in log) the seconds between consecutive loss lines by the harness's clock."""
+    arrivals = [t for t, line in lines if re.search(loss, line, re.I)]
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:]) if b > a]
+    values = [float(v) for v in re.findall(pattern, "\n".join(x for _, x in lines), re.I)]
+    if not gaps or not values or statistics.median(values) <= 0:
+        return "s", "the step time's unit was not printed and could not be checked: seconds"
+    gap, value = statistics.median(gaps), statistics.median(values)
+    unit = min(UNITS, key=lambda u: abs(math.log(value * UNITS[u] / gap)))
+    return unit, (
+        f"the step time's unit was not printed: {unit}, from the clock (a median {value:g} "
+        f"printed, {gap:.3f} s between lines)"
+    )
+
+
+def _sample(lines: list[tuple[float, str]]) -> str:
+    shown = [line for _, line in lines if line.strip()][:3]
+    return "; ".join(repr(s[:80]) for s in shown) or "nothing"

@@ -1,0 +1,59 @@
+"""What a script's argument is for, guessed from its name and type, the way training scripts
+name them (argparse, Hugging Face ``TrainingArguments``, nanoGPT's globals): the roles a
+manifest's knobs carry, the step count, the seed, the logging interval, and arguments that
+are evaluation-only (never a training knob)."""
+
+from __future__ import annotations
+
+import re
+
+from infrarsi.workloads.draft.arguments import ScriptArg
+
+ROLE_NAMES: tuple[tuple[str, str], ...] = (  # (role, regex on the lower-cased name), in order
+    ("grad_accum", r"grad(ient)?_?accum(ulation)?(_steps|_iters)?$|^accum(ulation)?(_steps)?$"),
+    ("micro_batch", r"^(per_device_train_)?(micro_)?batch(_size)?$|^bs$|^train_batch_size$"),
+    ("precision", r"^(bf16|fp16|half|amp|dtype|precision|mixed_precision|use_amp)$"),
+    ("compile", r"(^|_)compile$"),
+    (
+        "activation_checkpointing",
+        r"gradient_checkpointing|activation_checkpoint(ing)?|checkpoint_activations|grad_ckpt",
+    ),
+    ("threads", r"^(num_)?threads(_per_rank)?$|^omp_num_threads$|^torch_threads$"),
+    ("data", r"^(dataloader_)?num_workers$"),
+    ("optimizer", r"^optim(izer)?$|^fused_adam(w)?$"),
+    ("attention", r"^attn(_impl(ementation)?)?$|^attention(_impl(ementation)?)?$|sdpa|flash"),
+)
+STEPS = r"^(max_)?(iters|steps|num_steps|train_steps|max_train_steps|iterations|num_iters)$"
+SEED = r"(^|_)seed$"
+LOG_EVERY = r"^(log_interval|logging_steps|log_every|print_every|log_freq|log_steps)$"
+EVAL_ONLY = r"eval|valid|test|val_"
+
+
+def role_of(arg: ScriptArg) -> str | None:
+    """The role the argument's name says it plays (None: none recognised)."""
+    name = arg.dest.lower()
+    if re.search(EVAL_ONLY, name):
+        return None
+    for role, pattern in ROLE_NAMES:
+        if re.search(pattern, name):
+            if role == "precision" and arg.type not in ("bool", "str"):
+                continue
+            if role in ("micro_batch", "grad_accum", "threads", "data") and arg.type != "int":
+                continue
+            return role
+    return None
+
+
+def is_steps(arg: ScriptArg) -> bool:
+    """Whether the argument sets the number of optimizer steps."""
+    return arg.type == "int" and re.search(STEPS, arg.dest.lower()) is not None
+
+
+def is_seed(arg: ScriptArg) -> bool:
+    """Whether the argument seeds the run (what the challenge seed sets)."""
+    return arg.type == "int" and re.search(SEED, arg.dest.lower()) is not None
+
+
+def is_log_every(arg: ScriptArg) -> bool:
+    """Whether the argument sets how often the script logs (set to every step in a trial)."""
+    return arg.type == "int" and re.search(LOG_EVERY, arg.dest.lower()) is not None
