@@ -397,6 +397,9 @@ def report(
 from infrarsi.cli.bank import bank_app  # noqa: E402 - the sub-commands of `infrarsi bank`
 
 app.add_typer(bank_app, name="bank")
+from infrarsi.cli.manifest import manifest_app  # noqa: E402 - `infrarsi manifest draft`
+
+app.add_typer(manifest_app, name="manifest")
 
 
 @app.command()

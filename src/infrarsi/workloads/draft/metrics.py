@@ -59,7 +59,10 @@ def read_metrics(lines: list[tuple[float, str]], steps: int) -> tuple[dict, list
     if note:
         notes.append(note)
     metrics: dict = {"step_time": {"pattern": pattern, "unit": unit}, "loss": loss}
-    tokens = next((p for p in TOKENS_PATTERNS if len(re.findall(p, text)) in (1, steps)), None)
+    tokens = next(
+        ("(?i)" + p for p in TOKENS_PATTERNS if len(re.findall(p, text, re.I)) in (1, steps)),
+        None,
+    )
     if tokens is not None:
         metrics["tokens_per_step"] = tokens
     else:

@@ -1,0 +1,121 @@
+"""The whole draft: read the command and the script, decide the knobs, run a few steps to read
+the metrics, and put the manifest together (``draft_manifest``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from infrarsi.workloads.draft.command import CommandError, parse_command
+from infrarsi.workloads.draft.draft import (
+    DRY_STEPS,
+    SEQ_NAMES,
+    Draft,
+    launch_command,
+    local_imports,
+    plan,
+    read_script,
+    render,
+    value_given,
+)
+from infrarsi.workloads.draft.dry import dry_run
+from infrarsi.workloads.draft.metrics import read_metrics
+
+DryRun = Callable[[list[str], Path, float], tuple[list[tuple[float, str]], float]]
+DATA_FILES = r"(^|_)(data|dataset|datasets|dataloader|prepare)\.py$"
+# the loss drift two runs may show, point-wise per step (the bundled workloads' fp32 and bf16
+# tolerances); the Doctor measures this job's own noise floor and tightens what it verifies
+LOSS_RTOL = 1.0e-4
+LOSS_RTOL_BF16 = 2.0e-2
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """A drafted manifest (a dict ``load_manifest`` validates) and what the user should know:
+    what was guessed, what was left out."""
+
+    manifest: dict
+    notes: list[str]
+    dry_run_s: float
+
+
+def draft_manifest(
+    argv: list[str], folder: Path, cores: int, timeout_s: float = 120.0, run: DryRun = dry_run
+) -> Drafted:
+    """The manifest of the training job ``argv`` runs from ``folder`` (see the package)."""
+    folder = Path(folder).resolve()
+    draft = plan(read_script(parse_command(argv), folder), cores)
+    if not draft.knobs:
+        raise CommandError(
+            "no argument of the script has a role a search can use (batch size with "
+            "accumulation, threads, precision, compile, checkpointing ...): nothing to tune"
+        )
+    command = launch_command(draft)
+    steps = min(DRY_STEPS, int(draft.params["steps"]))
+    lines, wall = run(render(command, draft, {**draft.params, "steps": steps}), folder, timeout_s)
+    metrics, notes = read_metrics(lines, steps)
+    params, invariant = _invariant(draft, metrics, lines)
+    timeout = max(120.0, 4 * wall)
+    full_timeout = max(timeout, 4 * wall * int(draft.params["steps"]) / steps)
+    manifest = {
+        "name": _workload_name(draft.command.script),
+        "description": f"drafted by infrarsi manifest draft from: {' '.join(argv)}",
+        "launch": {"command": command, "metrics": metrics},
+        "scales": {
+            "tiny": {
+                "params": {**params, "steps": steps},
+                "warmup_steps": 1,
+                "timeout_s": round(timeout),
+            },
+            "full": {"params": params, "warmup_steps": 1, "timeout_s": round(full_timeout)},
+        },
+        "knobs": draft.knobs,
+        "constraints": draft.constraints,
+        "invariants": {
+            "tokens_per_step": invariant,
+            "loss_rtol": LOSS_RTOL,
+            "loss_rtol_bf16": LOSS_RTOL_BF16,
+        },
+        "files": _files(folder / draft.command.script),
+    }
+    return Drafted(manifest, draft.notes + notes, wall)
+
+
+def _invariant(draft: Draft, metrics: dict, lines) -> tuple[dict, str]:
+    """The scale parameters and the invariant (tokens per optimizer step): the number the
+    script printed, else the global batch times the sequence length argument, else the
+    global batch in sequences (said in a note)."""
+    params = dict(draft.params)
+    pattern = metrics.get("tokens_per_step")
+    if pattern:
+        found = re.findall(pattern, "\n".join(line for _, line in lines))
+        params["tokens_per_step"] = int(found[0])
+        return params, "tokens_per_step"
+    seq = next((a for a in draft.args.values() if re.search(SEQ_NAMES, a.dest.lower())), None)
+    batch = " * ".join(
+        k["name"] for k in draft.knobs if k["name"] in ("micro_batch", "grad_accum", "nproc")
+    )
+    if seq is not None and isinstance(value_given(draft, seq), int):
+        params["seq_len"] = value_given(draft, seq)
+        return params, f"{batch} * seq_len" if batch else "seq_len"
+    draft.notes.append(
+        "tokens per step: the script prints none and no sequence-length argument was found: "
+        "counted in sequences of the global batch (tokens_per_s is then sequences per second)"
+    )
+    return params, batch or "1"
+
+
+def _files(script: Path) -> dict:
+    """Editable: the modules the script imports from its folder, but its data code; locked:
+    the script itself and its data code."""
+    imports = local_imports(script)
+    data = [f for f in imports if re.search(DATA_FILES, f)]
+    return {"editable": [f for f in imports if f not in data], "locked": [script.name, *data]}
+
+
+def _workload_name(script: str) -> str:
+    stem = Path(script).stem.lower()
+    name = re.sub(r"[^a-z0-9]+", "-", stem).strip("-")
+    return name or "workload"

@@ -1,0 +1,285 @@
+"""A manifest drafted from the command a user runs today and from their script: the knobs
+(arguments with a recognised role, and ``torchrun``'s ranks), the step count and the seed as
+scale parameters, the invariant, the stdout patterns from a dry run, the files — as a dict a
+``Manifest`` validates, and notes that say what was guessed and what was left out."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infrarsi.workloads.draft import roles
+from infrarsi.workloads.draft.arguments import ScriptArg, read_arguments
+from infrarsi.workloads.draft.command import Command, CommandError
+
+DRY_STEPS = 6  # the steps of the dry run and of the drafted ``tiny`` scale
+SEQ_NAMES = r"^(block_size|seq_len|seq_length|max_seq_length|context_length|sequence_length|block)$"
+
+
+@dataclass
+class Draft:
+    """What is being drafted: the command, the script's arguments, and what is decided."""
+
+    command: Command
+    args: dict[str, ScriptArg]
+    knobs: list[dict] = field(default_factory=list)
+    template: list[str] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    constraints: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    used: set[str] = field(default_factory=set)  # the script's options the draft sets
+    baseline: dict[str, Any] = field(default_factory=dict)  # every knob's baseline value
+
+
+def read_script(command: Command, folder: Path) -> Draft:
+    """The script's declared arguments (CommandError when the script is not in ``folder``)."""
+    path = Path(folder) / command.script
+    if not path.is_file():
+        raise CommandError(f"{command.script}: no such file in {folder} (run from its folder)")
+    args = {a.dest: a for a in read_arguments(path.read_text())}
+    return Draft(command, args)
+
+
+def value_given(draft: Draft, arg: ScriptArg) -> Any:
+    """The argument's value in the user's command (typed like its default), else its default;
+    a switch is True when given."""
+    for g in draft.command.given:
+        if g.option in arg.options:
+            if arg.switch:
+                return True
+            return _typed(g.value, arg.type)
+    return arg.default
+
+
+def _typed(text: str | None, kind: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        return text
+    if kind == "bool":
+        return text.lower() in ("1", "true", "yes", "on")
+    return text
+
+
+def plan(draft: Draft, cores: int) -> Draft:
+    """Decide the knobs, the scale parameters, the constraint and the launch template."""
+    by_role: dict[str, ScriptArg] = {}
+    for arg in draft.args.values():
+        role = roles.role_of(arg)
+        if role is not None and role not in by_role:
+            by_role[role] = arg
+    nproc = draft.command.nproc() if draft.command.launcher == "torchrun" else None
+    _batch(draft, by_role, nproc, cores)
+    for role in ("threads", "data"):
+        if role in by_role:
+            arg = by_role[role]
+            top = cores if role == "threads" else min(4, cores)
+            _knob(draft, arg, role, sorted({0, *range(1, top + 1), value_given(draft, arg) or 0}))
+    for role in ("precision", "compile", "activation_checkpointing", "attention", "optimizer"):
+        if role in by_role:
+            _choice_knob(draft, by_role[role], role)
+    _fixed(draft)
+    return draft
+
+
+def _batch(draft: Draft, by_role: dict, nproc: int | None, cores: int) -> None:
+    """Micro-batch and accumulation (and torchrun's ranks) at a fixed global batch."""
+    mb, acc = by_role.get("micro_batch"), by_role.get("grad_accum")
+    if nproc is not None:
+        draft.knobs.append(
+            {
+                "name": "nproc",
+                "role": "ranks",
+                "type": "int",
+                "values": sorted({*range(1, cores + 1), nproc}),
+                "default": nproc,
+            }
+        )
+    if nproc is not None:
+        draft.baseline["nproc"] = nproc
+    if mb is None or acc is None:
+        if mb is not None:
+            draft.notes.append(
+                f"{mb.dest}: no accumulation argument was found, so a micro-batch change would "
+                "change the global batch: kept as given"
+            )
+        return
+    mb0, acc0 = value_given(draft, mb), value_given(draft, acc)
+    if not isinstance(mb0, int) or not isinstance(acc0, int) or mb0 < 1 or acc0 < 1:
+        draft.notes.append(f"{mb.dest}, {acc.dest}: no integer baseline values: kept as given")
+        return
+    world = " * nproc" if nproc is not None else ""
+    total = mb0 * acc0 * (nproc or 1)
+    per_rank = total // (nproc or 1)
+    mbs = [d for d in range(1, per_rank + 1) if per_rank % d == 0]
+    _knob(draft, mb, "micro_batch", mbs, name="micro_batch")
+    draft.knobs.append(
+        {
+            "name": "grad_accum",
+            "role": "grad_accum",
+            "type": "int",
+            "values": sorted(
+                {total // (m * n) for m in mbs for n in _ranks(draft) if total % (m * n) == 0}
+            ),
+            "derive": f"{total} // (micro_batch{world})",
+        }
+    )
+    draft.template += [f"{_option(acc)}={{grad_accum}}"]
+    draft.used |= set(acc.options)
+    draft.baseline["grad_accum"] = acc0
+    draft.constraints.append(
+        {
+            "expr": f"micro_batch * grad_accum{world} == {total}",
+            "why": f"the global batch of the baseline ({total} sequences) is fixed",
+        }
+    )
+    draft.notes.append(
+        f"accumulation: {acc.dest} = {total} // (micro-batch{world and ' x ranks'}) keeps the "
+        "global batch; check this is how your script counts it (nanoGPT divides its "
+        "accumulation by the world size itself)"
+    )
+
+
+def _ranks(draft: Draft) -> list[int]:
+    for k in draft.knobs:
+        if k["name"] == "nproc":
+            return list(k["values"])
+    return [1]
+
+
+def _knob(draft: Draft, arg: ScriptArg, role: str, values: list, name: str | None = None) -> None:
+    name = name or _name(arg.dest)
+    draft.baseline[name] = value_given(draft, arg)
+    draft.knobs.append(
+        {
+            "name": name,
+            "role": role,
+            "type": "int" if arg.type == "int" else "choice",
+            "values": values,
+            "default": draft.baseline[name],
+        }
+    )
+    draft.template.append(f"{_option(arg)}={{{name}}}")
+    draft.used |= set(arg.options)
+
+
+def _choice_knob(draft: Draft, arg: ScriptArg, role: str) -> None:
+    """A switch or a choice: a switch as a bool knob with its flag, a choice over the values
+    the parser declares (an argument without declared choices is kept as given)."""
+    name, given = _name(arg.dest), value_given(draft, arg)
+    draft.used |= set(arg.options)
+    draft.baseline[name] = bool(given) if arg.switch else str(given)
+    if arg.switch:
+        draft.knobs.append(
+            {
+                "name": name,
+                "role": role,
+                "type": "bool",
+                "flag": _option(arg),
+                "default": bool(given),
+            }
+        )
+        draft.template.append(f"{{{name}}}")
+    elif arg.choices:
+        draft.knobs.append(
+            {
+                "name": name,
+                "role": role,
+                "type": "choice",
+                "values": [str(c) for c in arg.choices],
+                "default": str(given),
+            }
+        )
+        draft.template.append(f"{_option(arg)}={{{name}}}")
+    else:
+        draft.used -= set(arg.options)
+        draft.notes.append(f"{arg.dest} ({role}): declares no choices: kept as given")
+
+
+def _fixed(draft: Draft) -> None:
+    """Steps and seed as scale parameters; the logging interval at every step; every other
+    argument the user gave kept as given."""
+    for arg in draft.args.values():
+        if roles.is_steps(arg) and "steps" not in draft.params:
+            draft.params["steps"] = value_given(draft, arg)
+            draft.template.append(f"{_option(arg)}={{steps}}")
+        elif roles.is_seed(arg) and "seed" not in draft.params:
+            draft.params["seed"] = value_given(draft, arg)
+            draft.template.append(f"{_option(arg)}={{seed}}")
+        elif roles.is_log_every(arg):
+            draft.template.append(f"{_option(arg)}=1")
+        else:
+            continue
+        draft.used |= set(arg.options)
+    if "steps" not in draft.params:
+        raise CommandError(
+            "no argument sets the number of steps (max_iters, max_steps, --steps ...): a "
+            "trial must run a fixed number of steps"
+        )
+    for g in draft.command.given:
+        if g.option is None or g.option in draft.used:
+            continue
+        draft.template.append(g.option if g.value is None else f"{g.option}={g.value}")
+
+
+def _option(arg: ScriptArg) -> str:
+    long = [o for o in arg.options if o.startswith("--")]
+    return (long or list(arg.options))[0]
+
+
+def _name(dest: str) -> str:
+    name = re.sub(r"[^a-z0-9_]", "_", dest.lower()).strip("_")
+    return name if re.match(r"^[a-z]", name) else f"k_{name}"
+
+
+def local_imports(script: Path) -> list[str]:
+    """The files of the script's folder the script imports (the model file, the data code)."""
+    tree = ast.parse(script.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return sorted(f"{n}.py" for n in names if (script.parent / f"{n}.py").is_file())
+
+
+def launch_command(draft: Draft) -> list[str]:
+    """The manifest's launch template: the launcher (torchrun standalone with its ranks as a
+    knob), the script, the positionals as given, then the options."""
+    c = draft.command
+    head = ["python"]
+    if c.launcher == "torchrun":
+        keep = {
+            k: v
+            for k, v in c.launcher_options.items()
+            if not k.startswith(("--nproc", "--rdzv", "--master", "--standalone", "--nnodes"))
+        }
+        head = ["torchrun", "--standalone", "--nproc-per-node={nproc}"]
+        head += [k if v is None else f"{k}={v}" for k, v in keep.items()]
+    positionals = [g.value for g in c.given if g.option is None and g.value is not None]
+    return [*head, c.script, *positionals, *draft.template]
+
+
+def render(command: list[str], draft: Draft, params: dict) -> list[str]:
+    """The launch template with the baseline's values and ``params`` (a bool knob with a
+    flag: the flag when true, nothing when false)."""
+    values = draft.baseline | dict(params)
+    flags = {k["name"]: k["flag"] for k in draft.knobs if k.get("flag")}
+    out = []
+    for word in command:
+        name = word[1:-1] if word.startswith("{") and word.endswith("}") else ""
+        if name in flags:
+            if values.get(name):
+                out.append(flags[name])
+            continue
+        out.append(re.sub(r"\{(\w+)\}", lambda m: str(values.get(m.group(1))), word))
+    return out
