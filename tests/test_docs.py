@@ -17,8 +17,8 @@ COMMAND = re.compile(r"(?:\.venv/bin/)?infrarsi\s+([a-z][a-z-]*)((?:[^\n`#|]|\\\
 
 
 def commands(page: Path) -> list[tuple[str, list[str]]]:
-    """(subcommand, its --flags) of each ``infrarsi`` command in a page's code blocks and
-    inline code."""
+    """(subcommand, the words after it) of each ``infrarsi`` command in a page's code blocks
+    and inline code."""
     text = page.read_text()
     blocks = re.findall(r"```(?:bash|sh)?\n(.*?)```", text, re.S) + re.findall(r"`([^`\n]+)`", text)
     out = []
@@ -29,14 +29,26 @@ def commands(page: Path) -> list[tuple[str, list[str]]]:
                 words = shlex.split(rest, comments=True)
             except ValueError:  # an inline fragment with an open quote: flags still count
                 words = rest.split()
-            out.append((sub, [w.split("=")[0] for w in words if w.startswith("--")]))
+            out.append((sub, words))
     return out
 
 
+def path_and_flags(sub: str, words: list[str]) -> tuple[tuple[str, ...], list[str]]:
+    """The command path (``bank list``, ``manifest draft``: a sub-command when the word after
+    ``sub`` names one) and the --flags given to it, up to a ``--`` (what follows belongs to
+    the user's own command)."""
+    path: tuple[str, ...] = (sub,)
+    if words and re.fullmatch(r"[a-z][a-z-]*", words[0]) and help_of((sub, words[0])):
+        path, words = (sub, words[0]), words[1:]
+    if "--" in words:
+        words = words[: words.index("--")]
+    return path, [w.split("=")[0] for w in words if w.startswith("--")]
+
+
 @cache
-def help_of(sub: str) -> str | None:
+def help_of(path: tuple[str, ...]) -> str | None:
     result = subprocess.run(
-        [sys.executable, "-m", "infrarsi", sub, "--help"],
+        [sys.executable, "-m", "infrarsi", *path, "--help"],
         capture_output=True,
         text=True,
         env={"COLUMNS": "400", "PATH": "/usr/bin:/bin", "TERM": "dumb"},
@@ -49,13 +61,14 @@ def help_of(sub: str) -> str | None:
 def test_every_command_in_the_guide_parses_against_the_cli(page):
     found = commands(page)
     problems = []
-    for sub, flags in found:
-        text = help_of(sub)
+    for sub, words in found:
+        path, flags = path_and_flags(sub, words)
+        text = help_of(path)
         if text is None:
             problems.append(f"`infrarsi {sub}`: no such command")
             continue
         problems += [
-            f"`infrarsi {sub} {f}`: no such option"
+            f"`infrarsi {' '.join(path)} {f}`: no such option"
             for f in flags
             if not re.search(re.escape(f) + r"(?![\w-])", text)
         ]
