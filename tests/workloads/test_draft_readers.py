@@ -153,3 +153,43 @@ def test_a_run_that_prints_no_step_lines_says_what_to_print():
         read_metrics(_lines(["starting", "done"]), 4)
     with pytest.raises(MetricsDraftError, match="no step time"):
         read_metrics(_lines([f"loss {i}" for i in range(4)]), 4)
+
+
+NANOGPT = """
+batch_size = 12
+gradient_accumulation_steps = 40
+block_size = 1024
+max_iters = 600000
+log_interval = 10
+compile = True
+dtype = 'bfloat16'
+exec(open('configurator.py').read())
+ddp_world_size = 2
+gradient_accumulation_steps //= ddp_world_size
+"""
+
+
+def test_a_nanogpt_style_job_under_torchrun_keeps_its_accumulation_convention(tmp_path):
+    from infrarsi.workloads.draft.command import parse_command
+    from infrarsi.workloads.draft.draft import launch_command, plan, read_script
+
+    (tmp_path / "train.py").write_text(NANOGPT)
+    command = parse_command(
+        ["torchrun", "--standalone", "--nproc_per_node=2", "train.py", "--batch_size=8"]
+        + ["--max_iters=100", "--compile=False"]
+    )
+    draft = plan(read_script(command, tmp_path), cores=2)
+    knobs = {k["name"]: k for k in draft.knobs}
+    assert set(knobs) == {"nproc", "micro_batch", "grad_accum", "compile"}
+    # the script divides its accumulation by the world size: the job's total is 8 x 40
+    assert knobs["grad_accum"]["derive"] == "320 // (micro_batch)"
+    assert {c["expr"] for c in draft.constraints} == {
+        "micro_batch * grad_accum == 320",
+        "grad_accum % nproc == 0",
+    }
+    assert knobs["compile"]["type"] == "bool" and knobs["compile"]["default"] is False
+    assert draft.params == {"steps": 100}
+    command_line = launch_command(draft)
+    assert command_line[:3] == ["torchrun", "--standalone", "--nproc-per-node={nproc}"]
+    assert "--compile={compile}" in command_line and "--log_interval=1" in command_line
+    assert "--max_iters={steps}" in command_line and "--batch_size={micro_batch}" in command_line

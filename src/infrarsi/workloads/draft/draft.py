@@ -25,6 +25,7 @@ class Draft:
 
     command: Command
     args: dict[str, ScriptArg]
+    source: str = ""
     knobs: list[dict] = field(default_factory=list)
     template: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
@@ -39,8 +40,9 @@ def read_script(command: Command, folder: Path) -> Draft:
     path = Path(folder) / command.script
     if not path.is_file():
         raise CommandError(f"{command.script}: no such file in {folder} (run from its folder)")
-    args = {a.dest: a for a in read_arguments(path.read_text())}
-    return Draft(command, args)
+    source = path.read_text()
+    args = {a.dest: a for a in read_arguments(source)}
+    return Draft(command, args, source)
 
 
 def value_given(draft: Draft, arg: ScriptArg) -> Any:
@@ -116,19 +118,23 @@ def _batch(draft: Draft, by_role: dict, nproc: int | None, cores: int) -> None:
     if not isinstance(mb0, int) or not isinstance(acc0, int) or mb0 < 1 or acc0 < 1:
         draft.notes.append(f"{mb.dest}, {acc.dest}: no integer baseline values: kept as given")
         return
-    world = " * nproc" if nproc is not None else ""
-    total = mb0 * acc0 * (nproc or 1)
-    per_rank = total // (nproc or 1)
-    mbs = [d for d in range(1, per_rank + 1) if per_rank % d == 0]
+    # nanoGPT's convention: the accumulation given is the whole job's, divided by the world
+    # size in the script; else (Hugging Face's, most scripts') it is per rank
+    divides = re.search(rf"\b{re.escape(acc.dest)}\s*//=\s*\w*world", draft.source) is not None
+    world = " * nproc" if nproc is not None and not divides else ""
+    total = mb0 * acc0 * (nproc if world and nproc else 1)
+    ranks = _ranks(draft) if world else [1]
+    # micro-batch m, accumulation a and ranks n with m * a * n == total (n = 1: the script's
+    # own convention already takes the ranks out)
+    mbs = [m for m in range(1, total + 1) if any(total % (m * n) == 0 for n in ranks)]
     _knob(draft, mb, "micro_batch", mbs, name="micro_batch")
+    accs = sorted({total // (m * n) for m in mbs for n in ranks if total % (m * n) == 0})
     draft.knobs.append(
         {
             "name": "grad_accum",
             "role": "grad_accum",
             "type": "int",
-            "values": sorted(
-                {total // (m * n) for m in mbs for n in _ranks(draft) if total % (m * n) == 0}
-            ),
+            "values": accs,
             "derive": f"{total} // (micro_batch{world})",
         }
     )
@@ -141,10 +147,19 @@ def _batch(draft: Draft, by_role: dict, nproc: int | None, cores: int) -> None:
             "why": f"the global batch of the baseline ({total} sequences) is fixed",
         }
     )
+    if divides and nproc is not None:
+        draft.constraints.append(
+            {"expr": "grad_accum % nproc == 0", "why": "the script divides it by the ranks"}
+        )
+    how = (
+        f"the job's total, which the script divides by the ranks ({acc.dest} //= world size)"
+        if divides
+        else "per rank (the script does not divide it by the ranks)"
+    )
+    per = " x ranks" if world else ""
     draft.notes.append(
-        f"accumulation: {acc.dest} = {total} // (micro-batch{world and ' x ranks'}) keeps the "
-        "global batch; check this is how your script counts it (nanoGPT divides its "
-        "accumulation by the world size itself)"
+        f"accumulation: {acc.dest} is read as {how}; {total} // (micro-batch{per}) keeps the "
+        "global batch — check it"
     )
 
 
@@ -188,6 +203,10 @@ def _choice_knob(draft: Draft, arg: ScriptArg, role: str) -> None:
             }
         )
         draft.template.append(f"{{{name}}}")
+    elif arg.type == "bool":  # a setting written out (--compile=False), not a switch
+        draft.knobs.append({"name": name, "role": role, "type": "bool", "default": bool(given)})
+        draft.baseline[name] = bool(given)
+        draft.template.append(f"{_option(arg)}={{{name}}}")
     elif arg.choices:
         draft.knobs.append(
             {
