@@ -193,3 +193,48 @@ def test_a_nanogpt_style_job_under_torchrun_keeps_its_accumulation_convention(tm
     assert command_line[:3] == ["torchrun", "--standalone", "--nproc-per-node={nproc}"]
     assert "--compile={compile}" in command_line and "--log_interval=1" in command_line
     assert "--max_iters={steps}" in command_line and "--batch_size={micro_batch}" in command_line
+
+
+HF_SCRIPT = """
+from dataclasses import dataclass, field
+from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+
+@dataclass
+class ModelArguments:
+    block_size: int = field(default=128, metadata={"help": "sequence length"})
+    n_layer: int = 2
+
+
+parser = HfArgumentParser((ModelArguments, TrainingArguments))
+model_args, training_args = parser.parse_args_into_dataclasses()
+"""
+
+
+def test_a_hugging_face_script_reads_its_dataclasses_and_the_training_arguments(tmp_path):
+    from infrarsi.workloads.draft.command import CommandError, parse_command
+    from infrarsi.workloads.draft.draft import launch_command, plan, read_script
+
+    (tmp_path / "run_clm.py").write_text(HF_SCRIPT)
+    argv = ["python", "run_clm.py", "--per_device_train_batch_size", "4"]
+    argv += ["--gradient_accumulation_steps", "2", "--bf16", "--output_dir", "out"]
+    with pytest.raises(CommandError, match="--max_steps"):  # trains by epochs unless given
+        plan(read_script(parse_command(argv), tmp_path), cores=2)
+    draft = plan(read_script(parse_command([*argv, "--max_steps", "20"]), tmp_path), cores=2)
+    knobs = {k["name"]: k for k in draft.knobs}
+    assert knobs["micro_batch"]["values"] == [1, 2, 4, 8] and knobs["micro_batch"]["default"] == 4
+    assert knobs["bf16"] == {
+        "name": "bf16",
+        "role": "precision",
+        "type": "bool",
+        "flag": "--bf16",
+        "default": True,
+    }
+    assert {"torch_compile", "gradient_checkpointing", "dataloader_num_workers", "optim"} <= set(
+        knobs
+    )
+    assert "fp16" not in knobs  # one precision knob
+    assert draft.params == {"steps": 20, "seed": 42}
+    command = launch_command(draft)
+    assert "--output_dir=out" in command and "--logging_steps=1" in command
+    assert "--per_device_train_batch_size={micro_batch}" in command

@@ -5,6 +5,7 @@ arguments (``add_argument`` calls with literal options) and nanoGPT-style config
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,15 +28,80 @@ class ScriptArg:
 
 
 def read_arguments(source: str) -> list[ScriptArg]:
-    """Every argument the script declares: its argparse arguments, else (a nanoGPT-style
-    script that ``exec``s a configurator) its module-level literal globals."""
+    """Every argument the script declares: its argparse arguments, the fields of its own
+    dataclasses and of Hugging Face's ``TrainingArguments`` when it parses them with
+    ``HfArgumentParser``, else (a nanoGPT-style script that ``exec``s a configurator) its
+    module-level literal globals."""
     tree = ast.parse(source)
     found = [a for a in (_argparse(node) for node in ast.walk(tree)) if a is not None]
+    if "HfArgumentParser" in source:
+        found += _dataclass_fields(tree)
+        if "TrainingArguments" in source:
+            known = {a.dest for a in found}
+            found += [a for a in TRAINING_ARGUMENTS if a.dest not in known]
     if found:
         return found
     if "configurator" in source:
         return _globals(tree)
     return []
+
+
+def _hf(name: str, kind: str, default: Any, choices: tuple = ()) -> ScriptArg:
+    """One of ``TrainingArguments``' fields as HfArgumentParser exposes it (a bool that
+    defaults to False is a switch: ``--bf16``)."""
+    switch = kind == "bool" and default is False
+    return ScriptArg(name, (f"--{name}",), kind, default, choices, switch)
+
+
+# the fields of transformers.TrainingArguments a search may tune or must set (their defaults)
+TRAINING_ARGUMENTS = (
+    _hf("per_device_train_batch_size", "int", 8),
+    _hf("gradient_accumulation_steps", "int", 1),
+    _hf("bf16", "bool", False),
+    _hf("fp16", "bool", False),
+    _hf("torch_compile", "bool", False),
+    _hf("gradient_checkpointing", "bool", False),
+    _hf("dataloader_num_workers", "int", 0),
+    _hf("optim", "str", "adamw_torch", ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd")),
+    _hf("max_steps", "int", -1),
+    _hf("seed", "int", 42),
+    _hf("logging_steps", "int", 500),
+)
+
+
+def _dataclass_fields(tree: ast.Module) -> list[ScriptArg]:
+    """The annotated fields of the script's own ``@dataclass`` classes (what
+    HfArgumentParser turns into ``--field`` options), with literal defaults."""
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef) or not any(
+            "dataclass" in ast.unparse(d) for d in node.decorator_list
+        ):
+            continue
+        for item in node.body:
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                default = _field_default(item.value)
+                kind = _annotation_kind(item.annotation) or _kind_of(default)
+                name = item.target.id
+                switch = kind == "bool" and default is False
+                out.append(ScriptArg(name, (f"--{name}",), kind, default, (), switch))
+    return out
+
+
+def _field_default(node: ast.AST | None) -> Any:
+    """A field's default: a literal, or ``field(default=...)``'s."""
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "field":
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        return _literal(kw.get("default"))
+    return _literal(node)
+
+
+def _annotation_kind(node: ast.AST) -> str | None:
+    text = ast.unparse(node)
+    for kind in ("bool", "int", "float", "str"):
+        if re.search(rf"\b{kind}\b", text):
+            return kind
+    return None
 
 
 def _argparse(node: ast.AST) -> ScriptArg | None:

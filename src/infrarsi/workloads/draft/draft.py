@@ -238,6 +238,11 @@ def _fixed(draft: Draft) -> None:
         else:
             continue
         draft.used |= set(arg.options)
+    if isinstance(draft.params.get("steps"), int) and draft.params["steps"] < 1:
+        raise CommandError(
+            f"the step count is {draft.params['steps']} (the script trains by epochs?): give "
+            "the number of optimizer steps on the command (e.g. --max_steps 200)"
+        )
     if "steps" not in draft.params:
         raise CommandError(
             "no argument sets the number of steps (max_iters, max_steps, --steps ...): a "
