@@ -277,3 +277,17 @@ def test_a_column_that_follows_the_others_is_found_derived(tmp_path):
         row["design"] = "sampled"
     tables.rewrite(path, rows)
     assert models.inferred_derived(tables.load(path)) == ()  # a sample says nothing
+
+
+@pytest.mark.parametrize("name", ["tpe", "smac"])
+def test_a_peer_learns_to_avoid_combinations_the_workload_refuses(tmp_path, name):
+    """A full factorial whose manifest refused some combinations (a = 3 with b = y here, as
+    two ranks with micro-batch 8 are refused where the global batch is 8): the product of
+    the peer's parameters names configs that are no cell; told infeasible, the sampler moves
+    away, and every trial still runs what it proposed."""
+    path = synthetic_table(tmp_path / "t.csv", patch_sets=("", "p", "q"))
+    rows = [r for r in tables.read_rows(path) if not (r["k_a"] == "3" and r["k_b"] == "y")]
+    tables.rewrite(path, rows)
+    s = replay.setting_of(tables.load(path))
+    trace = replay.replay(name, s, seed=0, budget=14)
+    assert trace["snapped"] == 0 and trace["exact"] == 14

@@ -11,8 +11,8 @@ Doctor's baseline runs, told to the study as trials). Memory enters as a constra
 ``trial.set_constraint``: an ok trial tells its true slack ``log(peak / capacity)`` (<= 0), an
 out-of-memory one only that the cap was exceeded (a positive placeholder) — TPE ignores failed
 trials, so an OOM is told COMPLETE with a placeholder value (the worst time seen) plus that
-positive constraint. A config the workload refuses is told FAIL. The recommendation is the
-study's own incumbent: its best feasible trial.
+positive constraint. A config the workload refuses is told the same way (infeasible, free).
+The recommendation is the study's own incumbent: its best feasible trial.
 
 ``tpe-prior`` is TPE guided by the catalog's claims as a user of Optuna could guide it: after
 the start points, the candidates the priors rank fastest (among those the estimate says fit)
@@ -86,11 +86,12 @@ class OptunaSearcher(PeerSearcher):
         return trial, trial.params
 
     def _refuse(self, handle: Any, unfit: bool) -> None:
-        if unfit:  # the analytic prefilter: infeasible, free
-            handle.set_constraint(CONSTRAINT, OOM_EXCESS)
-            self.study.tell(handle, self._placeholder())
-        else:  # a config the workload refuses
-            self.study.tell(handle, state=optuna.trial.TrialState.FAIL)
+        """A proposal that did not run — the analytic prefilter says it does not fit, or the
+        workload refuses the combination — is told infeasible (the constraint violated, the
+        placeholder value), free: TPE learns nothing from a FAILed trial and proposed a
+        refused combination again and again (20 in a row on the first held-out table)."""
+        handle.set_constraint(CONSTRAINT, OOM_EXCESS)
+        self.study.tell(handle, self._placeholder())
 
     def _placeholder(self) -> float:
         return (self.worst_log_s if self.worst_log_s is not None else 0.0) + 0.1

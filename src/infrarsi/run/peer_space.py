@@ -108,7 +108,7 @@ class PeerSearcher(Searcher):
     A proposal the analytic memory estimate says does not fit is told infeasible without
     running (the prefilter a user of any tool could apply) and the sampler asks again; after
     ``ASK_TRIES`` such proposals in a row the last one runs as proposed. A proposal that names
-    no candidate is a config the workload refuses: told failed, free, and asked again — except
+    no candidate is a config the workload refuses: told infeasible, free, and asked again — except
     on an incomplete problem (a sampled table), where it runs the nearest untried candidate
     instead (counted in ``snapped``; on a complete problem that happens only when
     ``ASK_TRIES`` proposals in a row named no candidate). ``proposed`` is the config the
