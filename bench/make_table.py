@@ -284,7 +284,7 @@ def measure(workload: str, plan: TablePlan, out_dir: Path) -> Path:
             tables.append_row(path, {**row, "rules_commit": commit}, knob_names)
             _progress(i, len(todo), t0, f"c{c:03d}/{r}", record)
             _clean(Path(workdir), record)
-        validate(manifest, path, cells, plan.n_validate, fp, Path(workdir), knob_names)
+        validate(manifest, path, cells, plan.n_validate, (fp, commit), Path(workdir), knob_names)
     refresh_analytic(manifest, path, cells)
     return path
 
@@ -323,8 +323,10 @@ def refresh_analytic(manifest, path: Path, cells) -> None:
     tables.rewrite(path, rows)
 
 
-def validate(manifest, path, cells, n_validate, fp, workdir, knob_names) -> None:
-    """Run the cells nearest a ~30%-OOM capacity under that real cap (resumable)."""
+def validate(manifest, path, cells, n_validate, where, workdir, knob_names) -> None:
+    """Run the cells nearest a ~30%-OOM capacity under that real cap (resumable); ``where``:
+    (the host's fingerprint, the rules' commit the rows name)."""
+    fp, commit = where
     table = tables.load(path)
     done = {row["cell"] for row in table.validation}
     if len(done) >= n_validate:
@@ -349,20 +351,10 @@ def validate(manifest, path, cells, n_validate, fp, workdir, knob_names) -> None
             manifest, SCALE, overrides, list(subset), evaluate=False, mem_cap_bytes=capacity
         )
         record = run_trial(spec, workdir)
-        tables.append_row(
-            path,
-            trial_row(
-                table.name,
-                manifest,
-                fp,
-                (cell.cell, 0, "validate"),
-                spec,
-                subset,
-                record,
-                table.design,
-            ),
-            knob_names,
+        row = trial_row(
+            table.name, manifest, fp, (cell.cell, 0, "validate"), spec, subset, record, table.design
         )
+        tables.append_row(path, {**row, "rules_commit": commit}, knob_names)
         _progress(i, len(chosen), t0, f"{cell.cell} capped", record)
         _clean(workdir, record)
 
