@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -205,25 +206,25 @@ def table_path(out_dir: Path, name: str, full: bool = False, label: str | None =
     return Path(out_dir) / f"{name}{kind}-{fingerprint(machine_facts(usable_threads()))}.csv"
 
 
+def _git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """A git command in ``root``'s repository, its output captured."""
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, check=check
+    )
+
+
 def rules_commit(root: Path = Path(__file__).resolve().parents[1]) -> str:
     """The commit whose rules a new table will judge: HEAD, refused (ValueError saying what to
     do) while the search's code or the benchmark's rules differ from it — a table measured
     then could not say which rules were frozen before it."""
-    import subprocess
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(root), *args], capture_output=True, text=True, check=True
-        ).stdout.strip()
-
-    dirty = git("status", "--porcelain", "--", *FROZEN)
+    dirty = _git(root, "status", "--porcelain", "--", *FROZEN).stdout.strip()
     if dirty:
         raise ValueError(
             f"uncommitted changes to the frozen rules ({', '.join(FROZEN)}):\n{dirty}\n"
             "commit them first (the table then judges that commit), or give --pilot for a "
             "pilot that judges nothing"
         )
-    return git("rev-parse", "HEAD")
+    return _git(root, "rev-parse", "HEAD").stdout.strip()
 
 
 @dataclass(frozen=True)
@@ -292,17 +293,14 @@ def measure(workload: str, plan: TablePlan, out_dir: Path) -> Path:
 def same_rules(path: Path, commit: str, root: Path = Path(__file__).resolve().parents[1]) -> None:
     """Refuse to resume a table under other rules than those it was started under (a
     ValueError naming both commits); a pilot resumes only as a pilot."""
-    import subprocess
-
     started = {r.get("rules_commit") or "" for r in tables.read_rows(path)} - {""}
     for before in started - {commit}:
         if "pilot" in (before, commit):
             raise ValueError(
                 f"{path.name}: started as {before}, resumed as {commit}: not one table"
             )
-        changed = subprocess.run(
-            ["git", "diff", "--quiet", before, commit, "--", *FROZEN],
-            cwd=root,
+        changed = _git(
+            root, "diff", "--quiet", before, commit, "--", *FROZEN, check=False
         ).returncode
         if changed:
             raise ValueError(

@@ -14,7 +14,7 @@ from rich.table import Table
 from infrarsi.bank import advice_for, ingest_run
 from infrarsi.cli.errors import user_error
 from infrarsi.contract import Contract, load_contract
-from infrarsi.doctor import UNDETECTABLE, headroom
+from infrarsi.doctor import UNDETECTABLE
 from infrarsi.errors import InfraRSIError
 from infrarsi.events import (
     Event,
@@ -111,8 +111,8 @@ def _start(
         raise RunError("give a contract (from `infrarsi init`) or --resume RUN_DIR")
     contract = load_contract(command.contract)
     report = _doctor_report(contract, command.contract)
-    if report is not None and headroom(report)[1]:  # said before the budget is spent
-        err.print(f"warning: {UNDETECTABLE} ({headroom(report)[0]})", markup=False)
+    if report is not None and report.noise.undetectable:  # said before the budget is spent
+        err.print(f"warning: {UNDETECTABLE} ({report.noise.headroom})", markup=False)
     directory = command.run_dir or Path(".infrarsi") / "runs" / contract.contract_hash[:12]
     advice = advice_for(contract, report, bank_store) if bank_store is not None else None
     check_kind(command.proposer.kind)  # a missing endpoint fails before the folder is made

@@ -211,6 +211,7 @@ def build_report(
     )
     cv_between = noise.cv(objective)
     runs_n = len(runs)
+    repeats = noise.recommended_repeats(cv_between, runs_n)
     outside = noise.outside_share(
         [compared_time(r, contract.objective) or 0.0 for r in runs],
         [r.measured.train_time_s for r in runs],
@@ -262,11 +263,11 @@ def build_report(
                     str(n): 100 * noise.min_detectable_effect(cv_between, n, runs_n)
                     for n in (1, 3, 5)
                 },
-                "recommended_repeats": noise.recommended_repeats(cv_between, runs_n),
+                "recommended_repeats": repeats,
                 "method": noise.METHOD,
                 "outside_share": outside,
                 "amdahl_bound": noise.amdahl_bound(outside),
-                **_headroom(cv_between, runs_n, outside),
+                **_headroom(cv_between, runs_n, outside, repeats),
             },
             "runs": [
                 {
@@ -360,11 +361,10 @@ def noise_policy(report: DoctorReport) -> NoisePolicy:
     )
 
 
-def _headroom(cv_between: float, runs: int, outside: float) -> dict:
+def _headroom(cv_between: float, runs: int, outside: float, rounds: int) -> dict:
     """What the objective can gain at this scale (``noise.gain_note``) and whether that is
     below what Apply's rounds detect — then a search can find nothing Apply would confirm, and
     ``run`` and ``optimize`` say so before spending the budget."""
-    rounds = noise.recommended_repeats(cv_between, runs)
     mde = noise.min_detectable_effect(cv_between, rounds, runs)
     bound = noise.amdahl_bound(outside)
     return {

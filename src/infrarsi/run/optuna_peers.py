@@ -147,11 +147,9 @@ def prior_ranked(problem: Problem, k: int) -> list[Config]:
     """The ``k`` candidates the priors (the catalog's claimed ratios and the Doctor's measured
     ones) expect fastest, among those the analytic estimate says fit: what a user of Optuna
     could enqueue from the catalog. Empty without a prior."""
-    if problem.prior_log_speed is None and not problem.measured.any():
+    prior = problem.prior_log_ratio()
+    if prior is None:
         return []
-    prior = problem.measured + (
-        problem.prior_log_speed(problem.candidates) if problem.prior_log_speed else 0.0
-    )
     prior = np.where(problem.analytic_fits(), prior, np.inf)
     order = np.argsort(prior, kind="stable")
     return [problem.candidates[i] for i in order[:k] if np.isfinite(prior[i])]

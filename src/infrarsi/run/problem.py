@@ -190,11 +190,9 @@ class Problem:
     def _pick_and_claim(self) -> tuple[Config | None, float]:
         """The priors' pick and the log speed-up they claim for it (None and -inf without
         one)."""
-        if self.prior_log_speed is None and not self.measured.any():
+        prior = self.prior_log_ratio()
+        if prior is None:
             return None, -math.inf
-        prior = self.measured + (
-            self.prior_log_speed(self.candidates) if self.prior_log_speed else 0.0
-        )
         ok = self.analytic_fits() & (self.measured <= math.log(MEASURED_SLOW))
         if not ok.any():
             return None, -math.inf
@@ -202,6 +200,15 @@ class Problem:
         best = np.flatnonzero(prior <= prior.min() + PRIOR_TIE)
         pick = min((self.candidates[i] for i in best), key=lambda c: distance(c, self.baseline))
         return pick, -float(prior[self.index[pick]])
+
+    def prior_log_ratio(self) -> np.ndarray | None:
+        """Per candidate, the log step-time ratio the priors claim: what the Doctor measured
+        plus the catalog's ratios (not the bank's); None without either."""
+        if self.prior_log_speed is None and not self.measured.any():
+            return None
+        return self.measured + (
+            self.prior_log_speed(self.candidates) if self.prior_log_speed else 0.0
+        )
 
     def start_points(self) -> list[Config]:
         """The baseline, the seeds (the Doctor's, the bank's) and the priors' pick: what every

@@ -237,7 +237,7 @@ def render(
             command.append(part.format(**fields))
         elif (flag := flags[part]) is not None:  # a flag knob that is on: its flag; off: nothing
             command.append(flag)
-    command[0] = _resolve_program(command[0])
+    command[0] = resolve_program(command[0])
     env = {k: v.format(**fields) for k, v in spec.manifest.launch.env.items()}
     return command, env
 
@@ -249,7 +249,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def _resolve_program(program: str) -> str:
+def resolve_program(program: str) -> str:
     """``python`` and ``torchrun`` mean the ones of the interpreter running InfraRSI."""
     if program in ("python", "python3"):
         return sys.executable

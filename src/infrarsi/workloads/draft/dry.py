@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from infrarsi.errors import InfraRSIError
+from infrarsi.trial.runner import resolve_program
 
 LINK_ABOVE_BYTES = 16 << 20  # a larger file (data, checkpoints) is linked, not copied
 SKIP = (".git", "__pycache__", ".infrarsi", ".venv", "venv", "wandb", "out")
@@ -55,14 +56,6 @@ def dry_run(
         tail = "\n".join(line for _, line in lines[-15:])
         raise DryRunError(f"the dry run ended with exit {proc.returncode}:\n{tail}")
     return lines, wall
-
-
-def resolve_program(program: str) -> str:
-    """``python`` and ``torchrun`` mean the ones of the interpreter running InfraRSI, as in a
-    trial."""
-    from infrarsi.trial.runner import _resolve_program
-
-    return _resolve_program(program)
 
 
 def _read(proc: subprocess.Popen, t0: float, timeout_s: float) -> tuple[list, bool]:
