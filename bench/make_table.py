@@ -50,7 +50,14 @@ SCALE = "bench"
 OOM_FRACTION = 0.3
 # what a new table's rules are: the search and the benchmark's scoring and replay (not its
 # peers, bench/peers.py: a peer added later changes no rule)
-FROZEN = ("src/infrarsi/run", "bench/replay.py", "bench/scoring.py", "bench/constants.json")
+FROZEN = (
+    "src/infrarsi/run",
+    "bench/replay.py",
+    "bench/scoring.py",
+    "bench/models.py",
+    "bench/tables.py",
+    "bench/constants.json",
+)
 
 
 def factor_levels(manifest, cores: int) -> dict[str, list]:

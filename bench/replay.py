@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scoring
 import tables
-from models import config_of, offsets, space_of
+from models import config_of, inferred_derived, offsets, space_of
 from peers import ABLATIONS, MODEL_PEERS, make_searcher
 
 from infrarsi.run.problem import MemorySavers, Outcome, Problem
@@ -225,7 +225,11 @@ def problem_of(s: Setting, seed: int, prior: bool = True) -> Problem:
         lookup = dict(zip(configs, log_offsets))
         analytic = lambda cs: np.array([lookup[c] for c in cs])  # noqa: E731
     known = manifest is not None
-    derived = tuple(k.name for k in manifest.knobs if k.derive is not None) if known else ()
+    derived = (
+        tuple(k.name for k in manifest.knobs if k.derive is not None)
+        if known
+        else inferred_derived(table)
+    )
     return Problem(
         configs,
         space_of(table),

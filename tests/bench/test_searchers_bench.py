@@ -273,6 +273,8 @@ def test_a_column_that_follows_the_others_is_found_derived(tmp_path):
     tables.rewrite(path, rows, list(rows[0]) + ([] if "k_d" in rows[0] else ["k_d"]))
     table = tables.load(path)
     assert models.inferred_derived(table) == ("d",)  # a and b vary freely, c is constant
+    problem = replay.problem_of(replay.setting_of(table), seed=0)
+    assert problem.derived == ("d",)  # the searchers are told so, as a manifest would
     for row in rows:
         row["design"] = "sampled"
     tables.rewrite(path, rows)
