@@ -116,6 +116,19 @@ def test_metrics_read_from_stdout(tmp_path):
     assert 0.5 < record.metrics.outside_train_span_s < 3.0
 
 
+def test_a_script_that_prints_no_time_is_timed_by_its_lines_arrival(tmp_path):
+    manifest = load_manifest(FIXTURES / "toy-stdout")
+    metrics = manifest.launch.metrics.model_copy(update={"step_time": None})
+    manifest = manifest.model_copy(
+        update={"launch": manifest.launch.model_copy(update={"metrics": metrics})}
+    )
+    record = _run(manifest, tmp_path, mode="print", sleep_ms=200)
+    assert record.status is TrialStatus.OK, record.error
+    times = record.metrics.step_times_s
+    assert len(times) == 4 and all(0.15 < t < 2.0 for t in times)  # each step sleeps 0.2 s
+    assert times[1:] == pytest.approx(record.metrics.harness_step_times_s[1:])
+
+
 def test_terminating_the_tool_ends_the_trial_it_was_running(tmp_path):
     import signal
     import subprocess

@@ -55,10 +55,18 @@ def read_probe_files(paths: list[Path]) -> list[RankReport]:
     return sorted(reports, key=lambda r: r.rank)
 
 
-def read_stdout(text: str, spec: StdoutMetrics) -> list[RankReport]:
-    """Steps read from rank 0's stdout by the manifest's regexes, numbers in their stated units."""
-    times = _numbers(text, spec.step_time)
+def read_stdout(
+    text: str, spec: StdoutMetrics, arrivals_s: list[float] | None = None
+) -> list[RankReport]:
+    """Steps read from rank 0's stdout by the manifest's regexes, numbers in their stated units;
+    a manifest with no step-time pattern times each step by its line's arrival (``arrivals_s``,
+    seconds by the harness's clock; without them, as when only counting steps, no time)."""
     losses = _numbers(text, spec.loss)
+    times = (
+        _numbers(text, spec.step_time)
+        if spec.step_time is not None
+        else by_arrival(arrivals_s, len(losses))
+    )
     if len(times) != len(losses):
         raise MetricsError(
             f"stdout patterns found {len(times)} step times and {len(losses)} "
@@ -78,6 +86,21 @@ def read_stdout(text: str, spec: StdoutMetrics) -> list[RankReport]:
         for i, (t, loss, n) in enumerate(zip(times, losses, counts))
     ]
     return [RankReport(rank=0, steps=steps, end={})]
+
+
+def by_arrival(arrivals_s: list[float] | None, steps: int) -> list[float]:
+    """Each step's time from the arrivals of its line: the gap since the previous step line;
+    the first step, whose start no line marks, as long as the median of the others (its warm-up
+    is then counted outside the steps, as start-up is). Zeros when the arrivals are unknown."""
+    if arrivals_s is None:
+        return [0.0] * steps
+    if len(arrivals_s) != steps:
+        raise MetricsError(
+            f"{len(arrivals_s)} step lines arrived for {steps} losses; the loss pattern must "
+            "match one line per step"
+        )
+    gaps = [b - a for a, b in zip(arrivals_s, arrivals_s[1:])]
+    return [statistics.median(gaps) if gaps else 0.0, *gaps][:steps]
 
 
 def _numbers(text: str, pattern) -> list[float]:

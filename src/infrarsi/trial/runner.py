@@ -381,7 +381,7 @@ def _channel(spec: TrialSpec, trial_dir: Path, tcp_host: str | None = None) -> M
     how = spec.manifest.launch.metrics
     if how == "probe":
         return MetricsChannel(trial_dir, tcp_host=tcp_host)
-    return MetricsChannel.for_stdout(trial_dir, how.step_time.pattern)
+    return MetricsChannel.for_stdout(trial_dir, how.step_line)
 
 
 class _Spread:

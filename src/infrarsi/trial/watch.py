@@ -144,7 +144,9 @@ class MetricsChannel:
     def reports(self, stdout_spec=None) -> list[RankReport]:
         """The ranks' reports from what arrived; MetricsError naming what is wrong."""
         if not self.probe:
-            return read_stdout(self.stdout_text(), stdout_spec)
+            with self._lock:
+                arrivals = list(self.steps_s.get("stdout", []))
+            return read_stdout(self.stdout_text(), stdout_spec, arrivals)
         if self.problems:
             raise MetricsError("; ".join(self.problems[:3]))
         reports = []

@@ -174,13 +174,21 @@ class StdoutMetrics(_Strict):
     """Regexes that read per-step metrics from rank 0's stdout, for scripts not instrumented.
 
     A bare string is a pattern whose number is in seconds (``step_time_s: "time ([0-9.]+)"``);
-    ``step_time: {pattern: "time ([0-9.]+)ms", unit: ms}`` states another unit.
-    ``tokens_per_step`` (optional) lets the harness check the workload invariant.
+    ``step_time: {pattern: "time ([0-9.]+)ms", unit: ms}`` states another unit. A script that
+    prints no step time leaves ``step_time`` out: its loss lines are the step lines, and each
+    step is timed by the harness's clock between their arrivals (the first, whose start no line
+    marks, as long as the median of the others). ``tokens_per_step`` (optional) lets the
+    harness check the workload invariant.
     """
 
-    step_time: StdoutPattern
+    step_time: StdoutPattern | None = None
     loss: StdoutPattern
     tokens_per_step: StdoutPattern | None = None
+
+    @property
+    def step_line(self) -> str:
+        """The pattern that marks one step's line: the step time's, else the loss's."""
+        return (self.step_time or self.loss).pattern
 
     @model_validator(mode="before")
     @classmethod
