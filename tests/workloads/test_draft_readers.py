@@ -162,6 +162,8 @@ def test_arrivals_that_do_not_match_the_loss_lines_are_an_error():
     assert by_arrival([1.0], 1) == [0.0]  # one step: nothing to time it by
     with pytest.raises(MetricsError, match="2 step lines arrived for 3 losses"):
         by_arrival([1.0, 2.0], 3)
+    with pytest.raises(MetricsError, match="cannot be timed by their lines' arrival"):
+        by_arrival([1.0, 1.0001, 1.0002, 1.0003], 4)  # read together, not as they ran
 
 
 def test_a_run_that_prints_no_step_lines_says_what_to_print():
@@ -171,9 +173,12 @@ def test_a_run_that_prints_no_step_lines_says_what_to_print():
         read_metrics(_lines(["starting", "done"]), 4)
     metrics, notes = read_metrics(_lines([f"loss {i}" for i in range(4)]), 4)
     assert "step_time" not in metrics and "no step time" in notes[0]
+    with pytest.raises(MetricsDraftError, match="too close to time the steps"):
+        read_metrics(_lines([f"loss {i}" for i in range(4)], every_s=0.0001), 4)
 
 
 NANOGPT = """
+\"\"\"Trains a GPT. Settings below are overridden by configurator.py (--key=value).\"\"\"
 batch_size = 12
 gradient_accumulation_steps = 40
 block_size = 1024
@@ -198,14 +203,17 @@ def test_a_nanogpt_style_job_under_torchrun_keeps_its_accumulation_convention(tm
     )
     draft = plan(read_script(command, tmp_path), cores=2)
     knobs = {k["name"]: k for k in draft.knobs}
-    assert set(knobs) == {"nproc", "micro_batch", "grad_accum", "compile"}
+    assert set(knobs) == {"nproc", "micro_batch", "grad_accum", "compile", "dtype"}
+    assert knobs["dtype"]["values"] == ["bfloat16", "float32"]  # in the spelling given
     # the script divides its accumulation by the world size: the job's total is 8 x 40
     assert knobs["grad_accum"]["derive"] == "320 // (micro_batch)"
     assert {c["expr"] for c in draft.constraints} == {
         "micro_batch * grad_accum == 320",
         "grad_accum % nproc == 0",
     }
-    assert knobs["compile"]["type"] == "bool" and knobs["compile"]["default"] is False
+    # written out as the script reads it (a configurator's literal_eval): True/False, not 1/0
+    assert knobs["compile"]["values"] == ["False", "True"]
+    assert knobs["compile"]["default"] == "False"
     assert draft.params == {"steps": 100}
     command_line = launch_command(draft)
     assert command_line[:3] == ["torchrun", "--standalone", "--nproc-per-node={nproc}"]

@@ -88,6 +88,11 @@ def read_stdout(
     return [RankReport(rank=0, steps=steps, end={})]
 
 
+# below this median gap between step lines, arrival times say more about the reader's
+# scheduling than about the steps (lines already in the pipe are read together)
+ARRIVAL_FLOOR_S = 0.005
+
+
 def by_arrival(arrivals_s: list[float] | None, steps: int) -> list[float]:
     """Each step's time from the arrivals of its line: the gap since the previous step line;
     the first step, whose start no line marks, as long as the median of the others (its warm-up
@@ -100,6 +105,12 @@ def by_arrival(arrivals_s: list[float] | None, steps: int) -> list[float]:
             "match one line per step"
         )
     gaps = [b - a for a, b in zip(arrivals_s, arrivals_s[1:])]
+    if gaps and statistics.median(gaps) < ARRIVAL_FLOOR_S:
+        raise MetricsError(
+            f"the step lines arrived a median {statistics.median(gaps) * 1e3:.1f} ms apart: "
+            "steps this short cannot be timed by their lines' arrival (a busy reader takes "
+            "several at once); print each step's time on its line and give its pattern"
+        )
     return [statistics.median(gaps) if gaps else 0.0, *gaps][:steps]
 
 
@@ -108,7 +119,7 @@ def _numbers(text: str, pattern) -> list[float]:
     out = []
     for match in re.findall(pattern.pattern, text):
         try:
-            out.append(float(match) * factor)
+            out.append(float(match.replace(",", "")) * factor)  # 491,520: thousands
         except ValueError:
             raise MetricsError(
                 f"pattern {pattern.pattern!r} captured {match!r}, not a number"

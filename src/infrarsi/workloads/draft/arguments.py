@@ -184,6 +184,13 @@ def _globals(tree: ast.Module) -> list[ScriptArg]:
             name = node.targets[0].id
             if kind is not None and not name.startswith("_"):
                 out.append(ScriptArg(name, (f"--{name}",), kind, value, (), False))
-        if isinstance(node, ast.Expr) and "configurator" in ast.unparse(node):
+        if _runs_configurator(node):
             break
     return out
+
+
+def _runs_configurator(node: ast.stmt) -> bool:
+    """A statement that calls something naming the configurator (``exec(open(...).read())``),
+    not a docstring or a string that mentions it."""
+    call = node.value if isinstance(node, ast.Expr) else None
+    return isinstance(call, ast.Call) and "configurator" in ast.unparse(call)

@@ -91,10 +91,10 @@ def _invariant(draft: Draft, metrics: dict, lines) -> tuple[dict, str]:
     pattern = metrics.get("tokens_per_step")
     if pattern:
         found = re.findall(pattern, "\n".join(line for _, line in lines))
-        params["tokens_per_step"] = int(found[0])
+        params["tokens_per_step"] = int(found[0].replace(",", ""))
         return params, "tokens_per_step"
     seq = next((a for a in draft.args.values() if re.search(SEQ_NAMES, a.dest.lower())), None)
-    batch = " * ".join(
+    batch = draft.global_batch or " * ".join(
         k["name"] for k in draft.knobs if k["name"] in ("micro_batch", "grad_accum", "nproc")
     )
     if seq is not None and isinstance(value_given(draft, seq), int):

@@ -33,6 +33,7 @@ class Draft:
     notes: list[str] = field(default_factory=list)
     used: set[str] = field(default_factory=set)  # the script's options the draft sets
     baseline: dict[str, Any] = field(default_factory=dict)  # every knob's baseline value
+    global_batch: str = ""  # the knobs' product that is the global batch, in sequences
 
 
 def read_script(command: Command, folder: Path) -> Draft:
@@ -139,6 +140,7 @@ def _batch(draft: Draft, by_role: dict, nproc: int | None, cores: int) -> None:
         }
     )
     draft.template += [f"{_option(acc)}={{grad_accum}}"]
+    draft.global_batch = f"micro_batch * grad_accum{world}"
     draft.used |= set(acc.options)
     draft.baseline["grad_accum"] = acc0
     draft.constraints.append(
@@ -203,24 +205,41 @@ def _choice_knob(draft: Draft, arg: ScriptArg, role: str) -> None:
             }
         )
         draft.template.append(f"{{{name}}}")
-    elif arg.type == "bool":  # a setting written out (--compile=False), not a switch
-        draft.knobs.append({"name": name, "role": role, "type": "bool", "default": bool(given)})
-        draft.baseline[name] = bool(given)
-        draft.template.append(f"{_option(arg)}={{{name}}}")
-    elif arg.choices:
+    elif arg.type == "bool":  # a setting written out (--compile=False), not a switch: kept in
+        # Python's spelling, which a configurator's literal_eval and Hugging Face's parser
+        # read (a bool knob would be written 1 or 0)
+        values = [str(bool(given)), str(not given)]
         draft.knobs.append(
-            {
-                "name": name,
-                "role": role,
-                "type": "choice",
-                "values": [str(c) for c in arg.choices],
-                "default": str(given),
-            }
+            {"name": name, "role": role, "type": "choice", "values": values, "default": values[0]}
+        )
+        draft.baseline[name] = values[0]
+        draft.template.append(f"{_option(arg)}={{{name}}}")
+    elif arg.choices or (role == "precision" and _dtype_spelling(given)):
+        values = [str(c) for c in arg.choices] or _dtype_spelling(given)
+        draft.knobs.append(
+            {"name": name, "role": role, "type": "choice", "values": values, "default": str(given)}
         )
         draft.template.append(f"{_option(arg)}={{{name}}}")
     else:
         draft.used -= set(arg.options)
         draft.notes.append(f"{arg.dest} ({role}): declares no choices: kept as given")
+
+
+# the spellings of full and bfloat16 precision a script's dtype string is written in
+DTYPE_SPELLINGS = (("float32", "bfloat16"), ("fp32", "bf16"), ("32", "bf16"), ("no", "bf16"))
+
+
+def _dtype_spelling(given: Any) -> list[str]:
+    """For a precision setting that declares no choices (nanoGPT's ``dtype = 'bfloat16'``):
+    full and bfloat16 precision in the spelling of the value given, the given value first;
+    [] when the value is in no known spelling."""
+    text = str(given).lower()
+    for family in DTYPE_SPELLINGS:
+        if text in family:
+            return [str(given), *(v for v in family if v != text)]
+    if text in ("float16", "fp16", "16"):  # fp16 given: offer bf16 in its spelling beside it
+        return [str(given), "bfloat16" if text == "float16" else "bf16"]
+    return []
 
 
 def _fixed(draft: Draft) -> None:

@@ -6,6 +6,7 @@ cap) is not applied to it yet."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -53,9 +54,21 @@ def dry_run(
     if timed_out and not lines:
         raise DryRunError(f"the dry run printed nothing in {timeout_s:.0f} s")
     if proc.returncode not in (0, None) and not timed_out:
-        tail = "\n".join(line for _, line in lines[-15:])
-        raise DryRunError(f"the dry run ended with exit {proc.returncode}:\n{tail}")
+        raise DryRunError(f"the dry run ended with exit {proc.returncode}:\n{_why(lines)}")
     return lines, wall
+
+
+FAILURE = re.compile(r"Traceback|Error|terminate called|Aborted|Killed|Segmentation fault")
+
+
+def _why(lines: list[tuple[float, str]]) -> str:
+    """What a failed run printed that says why: from its first failure line (a traceback, an
+    abort — a launcher's summary of its ranks says less), then its last lines."""
+    text = [line for _, line in lines]
+    first = next((i for i, line in enumerate(text) if FAILURE.search(line)), None)
+    head = text[first : first + 12] if first is not None else []
+    tail = [line for line in text[-8:] if line not in head]
+    return "\n".join(head + (["..."] if head and tail else []) + tail)
 
 
 def _read(proc: subprocess.Popen, t0: float, timeout_s: float) -> tuple[list, bool]:

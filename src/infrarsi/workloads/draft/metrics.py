@@ -10,6 +10,7 @@ import re
 import statistics
 
 from infrarsi.errors import InfraRSIError
+from infrarsi.trial.metrics import ARRIVAL_FLOOR_S
 
 NUMBER = r"([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
 POSITIVE = r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
@@ -28,7 +29,10 @@ TIME_PATTERNS: tuple[tuple[str, str | None], ...] = (  # (pattern, unit; None: b
     (r"(?<![\w.])" + POSITIVE + r" ?s/(?:step|it(?:er)?)", "s"),
     (r"(?:step_)?time[ :=]+" + POSITIVE, None),
 )
-TOKENS_PATTERNS = (r"tokens per (?:iter(?:ation)?|step)[ :=]+(\d+)", r"tokens_per_step[ :=]+(\d+)")
+TOKENS_PATTERNS = (  # nanoGPT prints "tokens per iteration will be: 491,520"
+    r"tokens per (?:iter(?:ation)?|step)(?: will be)?[ :=]+(\d[\d,]*)",
+    r"tokens_per_step[ :=]+(\d[\d,]*)",
+)
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
@@ -52,6 +56,7 @@ def read_metrics(lines: list[tuple[float, str]], steps: int) -> tuple[dict, list
     metrics: dict = {"loss": loss}
     time = _step_time(lines, text, loss, steps)
     if time is None:
+        _timeable_by_arrival(lines, loss)
         notes.append(
             "the script prints no step time: each step is timed by the harness's clock "
             "between its loss lines"
@@ -88,6 +93,18 @@ def _step_time(lines, text: str, loss: str, steps: int) -> tuple[str, str, str |
             return "(?i)" + pattern, unit, None
         return "(?i)" + pattern, *_unit_by_clock(lines, loss, pattern)
     return None
+
+
+def _timeable_by_arrival(lines, loss: str) -> None:
+    """MetricsDraftError when the loss lines came too close together to time the steps by."""
+    arrivals = [t for t, line in lines if re.search(loss, line, re.I)]
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    if gaps and statistics.median(gaps) < ARRIVAL_FLOOR_S:
+        raise MetricsDraftError(
+            f"the loss lines ({loss!r}) carry no step time and came a median "
+            f"{statistics.median(gaps) * 1e3:.1f} ms apart, too close to time the steps by "
+            "their arrival; print each step's time on its line, e.g. 'time 41.2ms'"
+        )
 
 
 def _unit_by_clock(lines, loss: str, pattern: str) -> tuple[str, str]:
