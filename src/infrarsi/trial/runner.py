@@ -258,18 +258,31 @@ def resolve_program(program: str) -> str:
 
 
 def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -> dict[str, str]:
+    env = isolated_env(trial_dir, {**workload_env, **spec.extra_env}, spec.mem_cap_bytes)
+    if "INFRARSI_PROFILE_STEP" in env:  # a profiled run writes into its own folder
+        env["INFRARSI_PROFILE_FILE"] = str(trial_dir / PROFILE_FILE)
+    if seed_setting(spec) == SEED_BY_BOOTSTRAP:  # no seed parameter: offset its own seeds
+        env["INFRARSI_SEED_OFFSET"] = str(spec.seed)
+    return env
+
+
+def isolated_env(
+    trial_dir: Path, workload_env: dict[str, str], mem_cap_bytes: int | None = None
+) -> dict[str, str]:
+    """The environment a trial's processes run in (a draft's dry run too): the host's without
+    its thread settings and the harness's own variables, the workload's added; unbuffered
+    output (lines reach the harness's clock as printed), the bootstrap hooks, a private empty
+    home, cache and temporary folder in ``trial_dir``, the isolation hooks' settings and each
+    rank's memory cap."""
     env = {
         k: v for k, v in os.environ.items() if k not in THREAD_ENV and not k.startswith("INFRARSI_")
     }
     env.update(workload_env)
-    env.update(spec.extra_env)
-    env["PYTHONUNBUFFERED"] = "1"  # lines reach the log, and the harness's clock, as printed
+    env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOKS_DIR), env.get("PYTHONPATH")]))
     env["INFRARSI_ERROR_FILE"] = str(trial_dir / "error.rank{rank}.jsonl")
     env["INFRARSI_WEIGHTS_DIR"] = str(evaluation.weights_dir(trial_dir))
     env["INFRARSI_TRIAL_DIR"] = str(trial_dir)
-    if "INFRARSI_PROFILE_STEP" in env:  # a profiled run writes into its own folder
-        env["INFRARSI_PROFILE_FILE"] = str(trial_dir / PROFILE_FILE)
     for name, var in (("home", "HOME"), ("cache", "XDG_CACHE_HOME")):  # private, empty
         (trial_dir / name).mkdir(exist_ok=True)
         env[var] = str(trial_dir / name)
@@ -279,10 +292,8 @@ def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -
         env["TMPDIR"] = str(trial_dir / "tmp")  # the only writable place besides its folder
         env["INFRARSI_ISOLATE"] = "1"
         env["INFRARSI_HIDE"] = os.pathsep.join(isolation["hidden"])
-    if spec.mem_cap_bytes is not None:
-        env["INFRARSI_RANK_MEM_CAP_BYTES"] = str(spec.mem_cap_bytes)
-    if seed_setting(spec) == SEED_BY_BOOTSTRAP:  # no seed parameter: offset its own seeds
-        env["INFRARSI_SEED_OFFSET"] = str(spec.seed)
+    if mem_cap_bytes is not None:
+        env["INFRARSI_RANK_MEM_CAP_BYTES"] = str(mem_cap_bytes)
     return env
 
 
@@ -313,7 +324,7 @@ def _launch(
     envs = [_trial_env(spec, trial_dir, workload_env) for _, workload_env in rendered]
     for env, command in zip(envs, commands):
         env.update(channel.env())
-        if not _is_launcher(command):
+        if not is_launcher(command):
             env["INFRARSI_CAP_SELF"] = "1"  # a plain launch: the one process is rank 0
     remote = (
         _Spread(spread, workspace, trial_dir, base["trial_id"], spec.cut_after_s, channel)
@@ -427,7 +438,8 @@ class _Spread:
         return dict(sorted(memory.items())) if memory is not None else None
 
 
-def _is_launcher(command: list[str]) -> bool:
+def is_launcher(command: list[str]) -> bool:
+    """A command that starts ranks (torchrun), as against one that is rank 0 itself."""
     return Path(command[0]).name == "torchrun" or "torch.distributed.run" in command
 
 

@@ -68,6 +68,7 @@ class MetricsChannel:
         self.entries: dict[int, list[dict]] = {}  # rank -> the probe's entries, in order
         self.problems: list[str] = []
         self._stdout: list[bytes] = []
+        self._stdout_at: list[float] = []  # each line's arrival, seconds since the launch
         self._lock = threading.Lock()
         self._readers: list[threading.Thread] = []
         self._halt = threading.Event()
@@ -133,8 +134,14 @@ class MetricsChannel:
         now = time.monotonic() - self.t0
         with self._lock:
             self._stdout.append(line)
+            self._stdout_at.append(now)
             if self._step_regex is not None and self._step_regex.search(line):
                 self.steps_s.setdefault("stdout", []).append(now)
+
+    def stdout_lines(self) -> list[tuple[float, str]]:
+        """Every line the launchers printed with its arrival (seconds since the launch)."""
+        with self._lock:
+            return [(t, b.decode(errors="replace")) for t, b in zip(self._stdout_at, self._stdout)]
 
     def stdout_text(self) -> str:
         """Everything the launchers printed, as the harness received it."""

@@ -23,7 +23,8 @@ from infrarsi.workloads.draft.draft import (
 from infrarsi.workloads.draft.dry import dry_run
 from infrarsi.workloads.draft.metrics import read_metrics
 
-DryRun = Callable[[list[str], Path, float], tuple[list[tuple[float, str]], float]]
+DryRun = Callable[[list[str], Path, float, int], tuple[list[tuple[float, str]], float]]
+DRY_MEMORY_SHARE = 0.5  # of the host's memory, shared by the dry run's ranks
 DATA_FILES = r"(^|_)(data|dataset|datasets|dataloader|prepare)\.py$"
 # the loss drift two runs may show, point-wise per step (the bundled workloads' fp32 and bf16
 # tolerances); the Doctor measures this job's own noise floor and tightens what it verifies
@@ -54,7 +55,8 @@ def draft_manifest(
         )
     command = launch_command(draft)
     steps = min(DRY_STEPS, int(draft.params["steps"]))
-    lines, wall = run(render(command, draft, {**draft.params, "steps": steps}), folder, timeout_s)
+    argv_dry = render(command, draft, {**draft.params, "steps": steps})
+    lines, wall = run(argv_dry, folder, timeout_s, dry_cap_bytes(draft.command.nproc() or 1))
     metrics, notes = read_metrics(lines, steps)
     params, invariant = _invariant(draft, metrics, lines)
     timeout = max(120.0, 4 * wall)
@@ -81,6 +83,14 @@ def draft_manifest(
         "files": _files(folder / draft.command.script),
     }
     return Drafted(manifest, draft.notes + notes, wall)
+
+
+def dry_cap_bytes(ranks: int) -> int:
+    """Each rank's memory cap in the dry run: half the host's memory shared by its ranks (a
+    script that would take the machine ends there, as a capped trial would)."""
+    import psutil
+
+    return int(psutil.virtual_memory().total * DRY_MEMORY_SHARE) // max(1, ranks)
 
 
 def _invariant(draft: Draft, metrics: dict, lines) -> tuple[dict, str]:

@@ -1,0 +1,62 @@
+"""The draft's dry run runs the user's code as a trial runs: a private home, each rank's memory
+capped, and no process of it left behind (real processes; no PyTorch, so it is quick)."""
+
+import os
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+from infrarsi.workloads.draft.dry import DryRunError, dry_run
+
+STRAY = "3600.125"
+
+
+def script(folder: Path, body: str) -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / "train.py").write_text(textwrap.dedent(body))
+    return folder
+
+
+def test_the_dry_run_has_a_home_of_its_own_and_leaves_no_process(tmp_path):
+    folder = script(
+        tmp_path / "job",
+        f"""
+        import os, subprocess
+        subprocess.Popen(["sleep", "{STRAY}"], start_new_session=True)  # outlives the script
+        print("home", os.environ["HOME"], flush=True)
+        for i in range(3):
+            print(f"step {{i}} loss {{3 - i}}", flush=True)
+        """,
+    )
+    lines, wall_s = dry_run(["python", "train.py"], folder, timeout_s=60)
+    text = [line for _, line in lines]
+    assert text[1:] == ["step 0 loss 3", "step 1 loss 2", "step 2 loss 1"]
+    home = text[0].split()[1]
+    assert home != os.environ.get("HOME") and "infrarsi-dry-" in home
+    assert all(t >= 0 for t, _ in lines) and wall_s > 0
+    left = [p for p in psutil.process_iter(["cmdline"]) if STRAY in (p.info["cmdline"] or [])]
+    assert not left, "a process of the dry run outlived it"
+
+
+def test_a_script_past_its_memory_cap_ends_the_dry_run_with_what_it_printed(tmp_path):
+    folder = script(
+        tmp_path / "job",
+        """
+        print("allocating", flush=True)
+        block = bytearray(512 << 20)
+        print("allocated", flush=True)
+        """,
+    )
+    with pytest.raises(DryRunError, match="ended with exit") as failed:
+        dry_run(["python", "train.py"], folder, timeout_s=60, mem_cap_bytes=128 << 20)
+    said = str(failed.value)
+    assert "MemoryError" in said or "past the dry run's cap of 128 MiB per rank" in said
+    assert "allocated" not in str(failed.value).split("allocating")[-1]
+
+
+def test_a_script_that_prints_nothing_before_the_limit_is_named(tmp_path):
+    folder = script(tmp_path / "job", "import time\ntime.sleep(30)\n")
+    with pytest.raises(DryRunError, match="printed nothing in 2 s"):
+        dry_run(["python", "train.py"], folder, timeout_s=2)
