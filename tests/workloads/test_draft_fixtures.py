@@ -31,6 +31,7 @@ class Case:
     global_batch: str  # the constraint that keeps the global batch
     timed_by_arrival: bool
     tokens_per_step: int | None  # what the script printed, when it prints it
+    counts_flops: bool  # the script prints its parameter count (so MFU can be reported)
 
 
 CASES = [
@@ -43,6 +44,7 @@ CASES = [
         "micro_batch * grad_accum * nproc == 16",
         True,
         None,
+        False,
     ),
     Case(
         "configurator-lm",
@@ -53,6 +55,7 @@ CASES = [
         "micro_batch * grad_accum == 16",
         False,
         4 * 4 * 64,
+        True,
     ),
 ]
 
@@ -92,6 +95,8 @@ def test_a_script_is_drafted_then_doctored_and_searched_with_no_hand_edit(case, 
     report = json.loads(doctor.stdout)
     assert 0.0005 < report["step_time_s"] < 5  # seconds, whether printed in ms or timed
     assert report["tokens_per_s"] > 0
+    assert ("flops" in raw) is case.counts_flops
+    assert (report["mfu_pct"] is not None) is case.counts_flops  # else "not available"
 
     run = run_cli("run", "c.yaml", "--budget", "2", "--no-bank", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr

@@ -177,6 +177,33 @@ def test_a_run_that_prints_no_step_lines_says_what_to_print():
         read_metrics(_lines([f"loss {i}" for i in range(4)], every_s=0.0001), 4)
 
 
+@pytest.mark.parametrize(
+    "printed, count",
+    [
+        ("number of parameters: 10.65M", "1.065e+07"),
+        ("  Number of trainable parameters = 124,439,808", "1.24440e+08"),
+        ("model params: 85000", "85000"),
+        ("num_params=2.5B", "2.5e+09"),
+    ],
+)
+def test_flops_per_token_from_a_printed_parameter_count(printed, count):
+    from infrarsi.workloads.draft.metrics import read_flops
+    from infrarsi.workloads.manifest import Flops
+
+    flops, note = read_flops(_lines(["starting", printed, "iter 0: loss 2.0"]))
+    Flops.model_validate(flops)  # what a manifest holds
+    assert flops["per_token"].startswith("6 * ")
+    assert float(flops["per_token"][4:]) == pytest.approx(float(count), rel=1e-4)
+    assert "from the printed count" in note
+
+
+def test_no_parameter_count_leaves_flops_unknown_and_says_so():
+    from infrarsi.workloads.draft.metrics import read_flops
+
+    flops, note = read_flops(_lines(["iter 0: loss 2.0, time 4ms", "step_params: none"]))
+    assert flops is None and "MFU will read 'not available'" in note
+
+
 NANOGPT = """
 \"\"\"Trains a GPT. Settings below are overridden by configurator.py (--key=value).\"\"\"
 batch_size = 12

@@ -21,7 +21,7 @@ from infrarsi.workloads.draft.draft import (
     value_given,
 )
 from infrarsi.workloads.draft.dry import dry_run
-from infrarsi.workloads.draft.metrics import read_metrics
+from infrarsi.workloads.draft.metrics import read_flops, read_metrics
 
 DryRun = Callable[[list[str], Path, float, int], tuple[list[tuple[float, str]], float]]
 DRY_MEMORY_SHARE = 0.5  # of the host's memory, shared by the dry run's ranks
@@ -82,6 +82,10 @@ def draft_manifest(
         },
         "files": _files(folder / draft.command.script),
     }
+    flops, flops_note = read_flops(lines)
+    notes.append(flops_note)
+    if flops is not None:
+        manifest["flops"] = flops
     return Drafted(manifest, draft.notes + notes, wall)
 
 

@@ -34,6 +34,13 @@ TOKENS_PATTERNS = (  # nanoGPT prints "tokens per iteration will be: 491,520"
     r"tokens_per_step[ :=]+(\d[\d,]*)",
 )
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+# a parameter count as scripts print it: nanoGPT's "number of parameters: 10.65M", "Number of
+# trainable parameters = 124,439,808", "params: 1.2M", "num_params=85000"
+PARAMS_PATTERN = (
+    r"(?i)(?:number of (?:trainable )?parameters|num[_ ]?params|n_params|(?<![\w.])params"
+    r"|(?<![\w.])parameters)\s*[:=]\s*(\d[\d,]*(?:\.\d+)?)\s*([KMBG])?\b"
+)
+SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9}
 
 
 class MetricsDraftError(InfraRSIError):
@@ -126,3 +133,27 @@ def _unit_by_clock(lines, loss: str, pattern: str) -> tuple[str, str]:
 def _sample(lines: list[tuple[float, str]]) -> str:
     shown = [line for _, line in lines if line.strip()][:3]
     return "; ".join(repr(s[:80]) for s in shown) or "nothing"
+
+
+def read_flops(lines: list[tuple[float, str]]) -> tuple[dict | None, str]:
+    """The manifest's ``flops`` from the parameter count the dry run printed (6N per token:
+    forward and backward of N parameters, attention's sequence term left out), else None; and
+    a note for the user either way."""
+    for _, line in lines:
+        match = re.search(PARAMS_PATTERN, line)
+        if match:
+            count = float(match.group(1).replace(",", "")) * SUFFIX[(match.group(2) or "").upper()]
+            if count >= 1:
+                n = f"{count:.6g}"
+                return (
+                    {
+                        "per_token": f"6 * {n}",
+                        "formula": f"6N with N = {n} parameters as the script printed them "
+                        f"({line.strip()[:60]!r}); attention's sequence term left out",
+                    },
+                    f"FLOPs per token: 6 x {n} parameters, from the printed count: check it",
+                )
+    return None, (
+        "FLOPs: the dry run printed no parameter count, so MFU will read 'not available' "
+        "(add flops.per_token to the manifest to have it)"
+    )
