@@ -40,7 +40,7 @@ CASES = [
         ("torchrun", "--standalone", "--nproc-per-node", "2", "train.py")
         + ("--micro_batch_size", "4", "--gradient_accumulation_steps", "2", "--max_steps", "6"),
         {"nproc": "ranks", "micro_batch": "micro_batch", "grad_accum": "grad_accum"}
-        | {"dtype": "precision"},
+        | {"dtype": "precision", "omp_num_threads": "threads"},
         "micro_batch * grad_accum * nproc == 16",
         True,
         None,
@@ -51,7 +51,7 @@ CASES = [
         ("torchrun", "--standalone", "--nproc-per-node=2", "train.py", "--batch_size=4")
         + ("--gradient_accumulation_steps=4", "--max_iters=6"),
         {"nproc": "ranks", "micro_batch": "micro_batch", "grad_accum": "grad_accum"}
-        | {"dtype": "precision", "compile": "compile"},
+        | {"dtype": "precision", "compile": "compile", "omp_num_threads": "threads"},
         "micro_batch * grad_accum == 16",
         False,
         4 * 4 * 64,

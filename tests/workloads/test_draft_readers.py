@@ -230,7 +230,12 @@ def test_a_nanogpt_style_job_under_torchrun_keeps_its_accumulation_convention(tm
     )
     draft = plan(read_script(command, tmp_path), cores=2)
     knobs = {k["name"]: k for k in draft.knobs}
-    assert set(knobs) == {"nproc", "micro_batch", "grad_accum", "compile", "dtype"}
+    assert set(knobs) == {"nproc", "micro_batch", "grad_accum", "compile", "dtype"} | {
+        "omp_num_threads"  # no threads argument: the environment's, unset at the baseline
+    }
+    assert knobs["omp_num_threads"]["values"] == [0, 1, 2]
+    assert draft.baseline["omp_num_threads"] == 0
+    assert draft.env == {"OMP_NUM_THREADS": "{omp_num_threads}"}
     assert knobs["dtype"]["values"] == ["bfloat16", "float32"]  # in the spelling given
     # the script divides its accumulation by the world size: the job's total is 8 x 40
     assert knobs["grad_accum"]["derive"] == "320 // (micro_batch)"

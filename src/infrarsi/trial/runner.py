@@ -239,7 +239,9 @@ def render(
             command.append(flag)
     command[0] = resolve_program(command[0])
     env = {k: v.format(**fields) for k, v in spec.manifest.launch.env.items()}
-    return command, env
+    # a thread count of 0 leaves the variable unset: the launcher's default (torchrun's 1 per
+    # rank with several ranks, else every core), as a job started without it has
+    return command, {k: v for k, v in env.items() if not (k in THREAD_ENV and v == "0")}
 
 
 def free_port(host: str = "127.0.0.1") -> int:

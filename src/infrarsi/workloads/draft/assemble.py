@@ -64,7 +64,7 @@ def draft_manifest(
     manifest = {
         "name": _workload_name(draft.command.script),
         "description": f"drafted by infrarsi manifest draft from: {' '.join(argv)}",
-        "launch": {"command": command, "metrics": metrics},
+        "launch": {"command": command, "env": draft.env, "metrics": metrics},
         "scales": {
             "tiny": {
                 "params": {**params, "steps": steps},

@@ -34,6 +34,7 @@ class Draft:
     used: set[str] = field(default_factory=set)  # the script's options the draft sets
     baseline: dict[str, Any] = field(default_factory=dict)  # every knob's baseline value
     global_batch: str = ""  # the knobs' product that is the global batch, in sequences
+    env: dict[str, str] = field(default_factory=dict)  # the launch's environment templates
 
 
 def read_script(command: Command, folder: Path) -> Draft:
@@ -86,11 +87,30 @@ def plan(draft: Draft, cores: int) -> Draft:
             arg = by_role[role]
             top = cores if role == "threads" else min(4, cores)
             _knob(draft, arg, role, sorted({0, *range(1, top + 1), value_given(draft, arg) or 0}))
+    if "threads" not in by_role:
+        _omp_threads(draft, cores)
     for role in ("precision", "compile", "activation_checkpointing", "attention", "optimizer"):
         if role in by_role:
             _choice_knob(draft, by_role[role], role)
     _fixed(draft)
     return draft
+
+
+def _omp_threads(draft: Draft, cores: int) -> None:
+    """The threads knob every PyTorch job has when its script declares none: OMP_NUM_THREADS
+    per process, 0 (the baseline) leaving it unset as the user's command does."""
+    draft.knobs.append(
+        {
+            "name": "omp_num_threads",
+            "role": "threads",
+            "type": "int",
+            "values": list(range(0, cores + 1)),
+            "default": 0,
+            "help": "OMP_NUM_THREADS per process; 0 leaves it unset (the launcher's default)",
+        }
+    )
+    draft.baseline["omp_num_threads"] = 0
+    draft.env["OMP_NUM_THREADS"] = "{omp_num_threads}"
 
 
 def _batch(draft: Draft, by_role: dict, nproc: int | None, cores: int) -> None:
