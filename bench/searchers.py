@@ -331,20 +331,29 @@ def overall(results: dict) -> dict:
         for name, entry in results.items()
         if entry.get("informative")
     }
-    ranks = scoring.average_ranks(per_table)
+    held = {name: areas for name, areas in per_table.items() if rules.held_out(name)}
+    ranks, held_ranks = scoring.average_ranks(per_table), scoring.average_ranks(held)
     return {
         "infrarsi_vs_best_peer": {
             name: against_best_peer(entry) for name, entry in results.items() if OURS in entry
         },
         "average_rank": dict(sorted(ranks.items(), key=lambda kv: kv[1])),
-        "critical_difference": {
-            "alpha": scoring.ALPHA,
-            "tables": len(per_table),
-            "searchers": len(ranks),
-            "cd": scoring.critical_difference(len(ranks), len(per_table)),
-            "method": "Nemenyi, average ranks of the mean per-seed area under the normalised "
-            "regret curve over the informative tables",
-        },
+        "critical_difference": _cd(ranks, per_table, "the informative tables"),
+        # the judgement the rules were frozen for: only tables measured after their freeze
+        "average_rank_held_out": dict(sorted(held_ranks.items(), key=lambda kv: kv[1])),
+        "critical_difference_held_out": _cd(held_ranks, held, "the informative held-out tables"),
+    }
+
+
+def _cd(ranks: dict, per_table: dict, over: str) -> dict:
+    """The Nemenyi critical difference of ``ranks`` over ``per_table``'s tables."""
+    return {
+        "alpha": scoring.ALPHA,
+        "tables": len(per_table),
+        "searchers": len(ranks),
+        "cd": scoring.critical_difference(len(ranks), len(per_table)),
+        "method": "Nemenyi, average ranks of the mean per-seed area under the normalised "
+        f"regret curve over {over}",
     }
 
 

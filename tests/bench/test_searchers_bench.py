@@ -94,6 +94,9 @@ def test_results_file_has_the_interface_and_replots(tmp_path):
     assert data["details"]["synthetic"]["table"]["held_out"]
     assert data["details"]["synthetic"]["table"]["truth_split"] is False  # 3 repeats a cell
     assert "average_rank" in data and "critical_difference" in data
+    held_out = data["average_rank_held_out"]  # the synthetic table was chosen on by no rule
+    assert held_out == data["average_rank"] or not results["informative"]
+    assert data["critical_difference_held_out"]["tables"] == int(results["informative"])
     assert set(data["infrarsi_vs_best_peer"]["synthetic"]) >= {"best_peer", "cost_ratio"}
     out.with_suffix(".png").unlink()
     assert bench.main(["--replot", "--out", str(out)]) == 0
