@@ -153,6 +153,27 @@ def test_an_llm_proposer_without_an_endpoint_names_the_variables(contract, tmp_p
     assert not (tmp_path / "o").exists()
 
 
+def test_an_llm_endpoint_that_does_not_answer_ends_an_llm_only_run_before_any_trial(
+    tmp_path, monkeypatch
+):
+    import time
+
+    from infrarsi.proposers import check_kind
+
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    monkeypatch.setenv("INFRARSI_LLM_BASE_URL", url)
+    monkeypatch.setenv("INFRARSI_LLM_MODEL", "m")
+    assert check_kind("both") == "both"  # the catalog is there to fall back on
+    t0 = time.monotonic()
+    result = run_cli(
+        "optimize", "dense-1node", INSTRUCTION, "--proposer", "llm", "--yes",
+        "--out", str(tmp_path / "o"),
+    )  # fmt: skip
+    assert result.returncode == 2 and f"no LLM endpoint answers at {url}" in result.stderr
+    assert "--proposer catalog" in result.stderr and time.monotonic() - t0 < 30
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.slow
 def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract, tmp_path, server):
     from infrarsi.apply import apply_run

@@ -57,12 +57,15 @@ def default_kind() -> str:
 
 def check_kind(kind: str | None) -> str:
     """The proposer kind to use (None: ``default_kind()``), checked before anything runs:
-    ValueError naming the choices, EndpointError naming the variables an LLM kind needs."""
+    ValueError naming the choices, EndpointError naming the variables an LLM kind needs (and,
+    for ``llm`` alone, an endpoint that does not answer; ``both`` falls back on the catalog)."""
     kind = kind or default_kind()
     if kind not in KINDS:
         raise InfraRSIError(f"proposer {kind!r}: choose one of {', '.join(KINDS)}")
     if kind != "catalog":
-        Endpoint.from_env()
+        endpoint = Endpoint.from_env()
+        if kind == "llm":  # nothing to fall back on: an endpoint that does not answer ends here
+            endpoint.check_reachable()
     return kind
 
 

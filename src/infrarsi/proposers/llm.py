@@ -48,6 +48,9 @@ from infrarsi.records import DoctorReport
 ENV_URL, ENV_MODEL, ENV_KEY = "INFRARSI_LLM_BASE_URL", "INFRARSI_LLM_MODEL", "INFRARSI_LLM_API_KEY"
 
 
+REACH_TIMEOUT_S = 3.0  # how long an endpoint may take to accept a connection up front
+
+
 class EndpointError(InfraRSIError):
     """The LLM endpoint is not configured; the message names the variables to set."""
 
@@ -72,6 +75,26 @@ class Endpoint:
                 f"{ENV_MODEL} ({ENV_KEY} if it needs a key)"
             )
         return cls(url, model, os.environ.get(ENV_KEY) or "not-needed")
+
+    def check_reachable(self, timeout_s: float = REACH_TIMEOUT_S) -> None:
+        """EndpointError naming the address and the fix unless a TCP connection to the
+        endpoint's host opens within ``timeout_s`` (the client would retry for minutes)."""
+        import socket
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.base_url)
+        if not parts.hostname:
+            raise EndpointError(
+                f"{ENV_URL}={self.base_url!r} is not a URL: give e.g. http://127.0.0.1:8000/v1"
+            )
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
+        except OSError as exc:
+            raise EndpointError(
+                f"no LLM endpoint answers at {self.base_url} ({exc.strerror or exc}); start "
+                f"the server, fix {ENV_URL}, or run with --proposer catalog"
+            ) from None
 
 
 def configured() -> bool:
