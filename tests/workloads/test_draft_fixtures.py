@@ -4,6 +4,8 @@ dry runs and real trials):
 
 - ``torchrun-lm``: argparse with Hugging Face-style names, launched with ``torchrun``, the
   accumulation per rank, printing its loss and no time (timed by its lines' arrival);
+- ``logging-lm``: argparse, launched with ``python``, its steps logged with Python's
+  ``logging`` (to standard error) with no time;
 - ``configurator-lm``: nanoGPT-style globals overridden by ``configurator.py``, launched with
   ``torchrun``, the accumulation the job's total divided by the ranks, a ``dtype`` string, and
   its tokens per iteration printed with a thousands separator.
@@ -12,6 +14,7 @@ dry runs and real trials):
 import json
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import yaml
@@ -35,6 +38,16 @@ class Case:
 
 
 CASES = [
+    Case(
+        "logging-lm",
+        ("python", "train.py", "--batch-size", "4", "--grad-accum", "2", "--num-steps", "6"),
+        {"micro_batch": "micro_batch", "grad_accum": "grad_accum", "bf16": "precision"}
+        | {"omp_num_threads": "threads"},
+        "micro_batch * grad_accum == 8",
+        True,
+        None,
+        False,
+    ),
     Case(
         "torchrun-lm",
         ("torchrun", "--standalone", "--nproc-per-node", "2", "train.py")
@@ -74,6 +87,7 @@ def test_a_script_is_drafted_then_doctored_and_searched_with_no_hand_edit(case, 
     assert case.global_batch in [c["expr"] for c in raw["constraints"]]
     metrics = raw["launch"]["metrics"]
     assert ("step_time" not in metrics) is case.timed_by_arrival
+    assert metrics.get("read_stderr", False) is (case.fixture == "logging-lm")
     assert raw["scales"]["tiny"]["params"].get("tokens_per_step") == case.tokens_per_step
 
     init = run_cli(
@@ -115,3 +129,77 @@ def store_trials(where, run_id):
 
     (path,) = where.glob(".infrarsi/runs/*/run.sqlite")
     return Store(f"sqlite:///{path}").trials(run_id)
+
+
+def test_the_patch_agent_edits_a_drafted_scripts_model_file(tmp_path, monkeypatch):
+    """``--proposer llm`` on a drafted manifest: the prompt carries the user's editable model
+    file, and a patch to it is smoke-tested and searched on that workload (a scripted
+    chat-completions server on loopback)."""
+    import difflib
+
+    from chat_server import ChatServer, fenced
+
+    from infrarsi.proposal import read_lines
+
+    folder = tmp_path / "job"
+    shutil.copytree(FIXTURES / "configurator-lm", folder)
+    command = ("python", "train.py", "--batch_size=4", "--gradient_accumulation_steps=4")
+    drafted = run_cli(
+        "manifest",
+        "draft",
+        "-o",
+        "workload.yaml",
+        "--yes",
+        "--",
+        *command,
+        "--max_iters=6",
+        cwd=folder,
+    )
+    assert drafted.returncode == 0, drafted.stderr
+    manifest = load_manifest(folder / "workload.yaml")
+    assert manifest.files.editable == ["model.py"] and "train.py" in manifest.files.locked
+    source = (folder / "model.py").read_text()
+    same_norm = source.replace(
+        "        x = self.norm(x)\n",
+        "        n = self.norm\n"
+        "        x = F.layer_norm(x, x.shape[-1:], n.weight, n.bias, n.eps)\n",
+    ).replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n")
+    diff = "".join(
+        difflib.unified_diff(
+            source.splitlines(keepends=True),
+            same_norm.splitlines(keepends=True),
+            "a/model.py",
+            "b/model.py",
+        )
+    )
+    expectation = {"step_time_ratio": 0.97, "peak_mem_ratio": 1.0, "addresses": "the norm"}
+    init = run_cli(
+        "init", str(folder / "workload.yaml"), THROUGHPUT, "-o", "c.yaml", "--yes", cwd=tmp_path
+    )  # the contract by the rules (no endpoint yet)
+    assert init.returncode == 0, init.stderr
+    chat = ChatServer([fenced(diff, expectation)])
+    monkeypatch.setenv("INFRARSI_LLM_BASE_URL", chat.env["INFRARSI_LLM_BASE_URL"])
+    monkeypatch.setenv("INFRARSI_LLM_MODEL", "scripted-model")
+    try:
+        run = run_cli(
+            "run",
+            "c.yaml",
+            "--budget",
+            "2",
+            "--no-bank",
+            "--proposer",
+            "llm",
+            "--llm-max-calls",
+            "1",
+            "--json",
+            cwd=tmp_path,
+        )
+    finally:
+        chat.close()
+    assert run.returncode == 0, run.stderr
+    assert "class LM(nn.Module)" in chat.prompt(0)  # the user's editable file, in the prompt
+    result = json.loads(run.stdout)
+    lines = read_lines(Path(result["run_dir"]))
+    assert [(x.status, x.stage) for x in lines] == [("accepted", "smoke")], lines
+    trials = store_trials(tmp_path, result["run_id"])
+    assert any(lines[0].patch_id in t.config_json["patches"] for t in trials)

@@ -31,11 +31,11 @@ def test_the_dry_run_has_a_home_of_its_own_and_leaves_no_process(tmp_path):
         """,
     )
     lines, wall_s = dry_run(["python", "train.py"], folder, timeout_s=60)
-    text = [line for _, line in lines]
+    text = [line for _, line, _ in lines]
     assert text[1:] == ["step 0 loss 3", "step 1 loss 2", "step 2 loss 1"]
     home = text[0].split()[1]
     assert home != os.environ.get("HOME") and "infrarsi-dry-" in home
-    assert all(t >= 0 for t, _ in lines) and wall_s > 0
+    assert all(t >= 0 for t, _, _ in lines) and wall_s > 0
     left = [p for p in psutil.process_iter(["cmdline"]) if STRAY in (p.info["cmdline"] or [])]
     assert not left, "a process of the dry run outlived it"
 
@@ -60,3 +60,27 @@ def test_a_script_that_prints_nothing_before_the_limit_is_named(tmp_path):
     folder = script(tmp_path / "job", "import time\ntime.sleep(30)\n")
     with pytest.raises(DryRunError, match="printed nothing in 2 s"):
         dry_run(["python", "train.py"], folder, timeout_s=2)
+
+
+def test_a_script_that_logs_its_steps_is_drafted_to_read_standard_error_too(tmp_path):
+    """Python's logging writes to standard error: the dry run keeps each line's stream, and
+    the draft reads the steps there when standard output has none."""
+    from infrarsi.workloads.draft.assemble import _metrics
+
+    folder = script(
+        tmp_path / "job",
+        """
+        import logging, sys, time
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+        print("starting", flush=True)
+        for i in range(4):
+            time.sleep(0.05)
+            logging.info("step %d | loss %.3f", i, 3 - i / 10)
+        """,
+    )
+    printed, _ = dry_run(["python", "train.py"], folder, timeout_s=60)
+    assert {stream for _, _, stream in printed} == {"stdout", "stderr"}
+    lines, metrics, notes = _metrics(printed, 4)
+    assert metrics["read_stderr"] is True and "standard error" in notes[0]
+    assert "step_time" not in metrics  # no time printed: timed by the lines' arrival
+    assert len(lines) == 5

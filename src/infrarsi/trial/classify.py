@@ -132,7 +132,9 @@ def _every_rank_finished(trial_dir: Path, spec: TrialSpec) -> bool:
     how = spec.manifest.launch.metrics
     try:
         if how != "probe":
-            steps = read_stdout(_read(trial_dir / "stdout.log"), how)[0].steps
+            text = _read(trial_dir / "stdout.log")
+            text += _read(trial_dir / "stderr.log") if how.read_stderr else ""
+            steps = read_stdout(text, how)[0].steps
             return len(steps) == int(spec.manifest.scale(spec.scale).params["steps"])
         reports = read_probe_files(list(trial_dir.glob("metrics.rank*.jsonl")))
     except MetricsError:

@@ -146,6 +146,9 @@ class Launchers:
     # the trial's other launchers are on other hosts (this one is one of them): it keeps the
     # host's network, which its peers reach it through
     spans_hosts: bool = False
+    # the local launchers' standard error goes to the channel too, line by line (a script
+    # that logs its steps with Python's logging, whose default stream it is)
+    read_stderr: bool = False
 
 
 def run_isolated(
@@ -186,9 +189,14 @@ def run_isolated(
             if i in remote:
                 procs.append(remote[i](cmd, {**env, **tags}))
                 continue
-            procs.append(_start_local(cmd, {**env, **tags}, cwd, err, cgroup_procs, inits, procs))
+            stream = subprocess.PIPE if launchers.read_stderr else err
+            procs.append(
+                _start_local(cmd, {**env, **tags}, cwd, stream, cgroup_procs, inits, procs)
+            )
         local = [p for p in procs if p.pid is not None]
         pumps = [_Pump(proc.stdout, out, channel) for proc in local]
+        if launchers.read_stderr:
+            pumps += [_Pump(proc.stderr, err, channel, "stderr") for proc in local]
         sampler = _RankSampler([p.pid for p in local])
         sampler.start()
         try:
@@ -271,20 +279,20 @@ def _end(procs: list, trial_id: str) -> int:
 
 
 class _Pump(threading.Thread):
-    """Copies one launcher's standard output, line by line as it arrives, to the log and the
-    channel."""
+    """Copies one launcher's standard output (or error), line by line as it arrives, to the
+    log and the channel."""
 
     _log_lock = threading.Lock()
 
-    def __init__(self, pipe, log, channel: MetricsChannel | None) -> None:
+    def __init__(self, pipe, log, channel: MetricsChannel | None, stream: str = "stdout") -> None:
         super().__init__(daemon=True)
-        self.pipe, self.log, self.channel = pipe, log, channel
+        self.pipe, self.log, self.channel, self.stream = pipe, log, channel, stream
         self.start()
 
     def run(self) -> None:
         for line in iter(self.pipe.readline, b""):
             if self.channel is not None:
-                self.channel.stdout_line(line)
+                self.channel.stdout_line(line, self.stream)
             with self._log_lock:
                 self.log.write(line)
                 self.log.flush()

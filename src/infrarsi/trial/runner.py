@@ -336,11 +336,13 @@ def _launch(
     with memcg.trial_cgroup(base["trial_id"], owner_alive) as cgroup:
         for env in envs[:1] if spread else envs:  # a remote launcher's host gives its own
             env.update(cgroup.env() if cgroup else {})
+        how = spec.manifest.launch.metrics
         launch = Launchers(
             commands=commands,
             envs=envs,
             cwd=workspace,
             remote=remote.starters(len(commands)) if remote else {},
+            read_stderr=how != "probe" and how.read_stderr,
         )
         result = run_isolated(
             launch,
@@ -394,7 +396,7 @@ def _channel(spec: TrialSpec, trial_dir: Path, tcp_host: str | None = None) -> M
     how = spec.manifest.launch.metrics
     if how == "probe":
         return MetricsChannel(trial_dir, tcp_host=tcp_host)
-    return MetricsChannel.for_stdout(trial_dir, how.step_line)
+    return MetricsChannel.for_stdout(trial_dir, how.step_line, how.read_stderr)
 
 
 class _Spread:

@@ -57,7 +57,11 @@ class MetricsChannel:
     ``env`` is what the ranks need to find it; ``stdout_line`` is fed by the launchers' pipes."""
 
     def __init__(
-        self, trial_dir: Path, step_pattern: str | None = None, tcp_host: str | None = None
+        self,
+        trial_dir: Path,
+        step_pattern: str | None = None,
+        tcp_host: str | None = None,
+        read_stderr: bool = False,
     ) -> None:
         self.trial_dir = Path(trial_dir)
         self.probe = step_pattern is None
@@ -67,8 +71,8 @@ class MetricsChannel:
         self.steps_s: dict[str, list[float]] = {}
         self.entries: dict[int, list[dict]] = {}  # rank -> the probe's entries, in order
         self.problems: list[str] = []
-        self._stdout: list[bytes] = []
-        self._stdout_at: list[float] = []  # each line's arrival, seconds since the launch
+        self.read_stderr = read_stderr  # the launchers' standard error carries metrics too
+        self._lines: list[tuple[float, bytes, str]] = []  # (arrival s, line, stream)
         self._lock = threading.Lock()
         self._readers: list[threading.Thread] = []
         self._halt = threading.Event()
@@ -79,9 +83,12 @@ class MetricsChannel:
         self._tcp_port: int | None = None
 
     @classmethod
-    def for_stdout(cls, trial_dir: Path, step_pattern: str) -> MetricsChannel:
-        """The launchers' standard output, step lines matched by the step-time pattern."""
-        return cls(trial_dir, step_pattern)
+    def for_stdout(
+        cls, trial_dir: Path, step_pattern: str, read_stderr: bool = False
+    ) -> MetricsChannel:
+        """The launchers' standard output (and error, with ``read_stderr``), step lines matched
+        by the step-time pattern."""
+        return cls(trial_dir, step_pattern, read_stderr=read_stderr)
 
     def env(self) -> dict[str, str]:
         """What a rank's probe on this host needs to find the channel."""
@@ -129,24 +136,28 @@ class MetricsChannel:
         if self.probe:
             self._write_files()
 
-    def stdout_line(self, line: bytes) -> None:
-        """One line of a launcher's standard output, as it arrives."""
+    def stdout_line(self, line: bytes, stream: str = "stdout") -> None:
+        """One line of a launcher's standard output (or error: ``stream``), as it arrives."""
         now = time.monotonic() - self.t0
         with self._lock:
-            self._stdout.append(line)
-            self._stdout_at.append(now)
+            self._lines.append((now, line, stream))
+            if stream != "stdout" and not self.read_stderr:
+                return
             if self._step_regex is not None and self._step_regex.search(line):
                 self.steps_s.setdefault("stdout", []).append(now)
 
-    def stdout_lines(self) -> list[tuple[float, str]]:
-        """Every line the launchers printed with its arrival (seconds since the launch)."""
+    def stdout_lines(self) -> list[tuple[float, str, str]]:
+        """Every line the launchers printed: (arrival in seconds since the launch, text,
+        stream: "stdout" or "stderr")."""
         with self._lock:
-            return [(t, b.decode(errors="replace")) for t, b in zip(self._stdout_at, self._stdout)]
+            return [(t, b.decode(errors="replace"), where) for t, b, where in self._lines]
 
     def stdout_text(self) -> str:
-        """Everything the launchers printed, as the harness received it."""
+        """What the launchers printed where the metrics are read (standard output, and error
+        with ``read_stderr``), in the order it arrived."""
         with self._lock:
-            return b"".join(self._stdout).decode(errors="replace")
+            read = [b for _, b, where in self._lines if where == "stdout" or self.read_stderr]
+        return b"".join(read).decode(errors="replace")
 
     def reports(self, stdout_spec=None) -> list[RankReport]:
         """The ranks' reports from what arrived; MetricsError naming what is wrong."""

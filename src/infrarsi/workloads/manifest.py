@@ -178,12 +178,14 @@ class StdoutMetrics(_Strict):
     prints no step time leaves ``step_time`` out: its loss lines are the step lines, and each
     step is timed by the harness's clock between their arrivals (the first, whose start no line
     marks, as long as the median of the others). ``tokens_per_step`` (optional) lets the
-    harness check the workload invariant.
+    harness check the workload invariant. ``read_stderr``: the lines are read from standard
+    error too, as they arrive (a script that logs with Python's ``logging``, which writes there).
     """
 
     step_time: StdoutPattern | None = None
     loss: StdoutPattern
     tokens_per_step: StdoutPattern | None = None
+    read_stderr: bool = False
 
     @property
     def step_line(self) -> str:

@@ -21,9 +21,9 @@ from infrarsi.workloads.draft.draft import (
     value_given,
 )
 from infrarsi.workloads.draft.dry import dry_run
-from infrarsi.workloads.draft.metrics import read_flops, read_metrics
+from infrarsi.workloads.draft.metrics import MetricsDraftError, read_flops, read_metrics
 
-DryRun = Callable[[list[str], Path, float, int], tuple[list[tuple[float, str]], float]]
+DryRun = Callable[[list[str], Path, float, int], tuple[list[tuple[float, str, str]], float]]
 DRY_MEMORY_SHARE = 0.5  # of the host's memory, shared by the dry run's ranks
 DATA_FILES = r"(^|_)(data|dataset|datasets|dataloader|prepare)\.py$"
 # the loss drift two runs may show, point-wise per step (the bundled workloads' fp32 and bf16
@@ -56,8 +56,8 @@ def draft_manifest(
     command = launch_command(draft)
     steps = min(DRY_STEPS, int(draft.params["steps"]))
     argv_dry = render(command, draft, {**draft.params, "steps": steps})
-    lines, wall = run(argv_dry, folder, timeout_s, dry_cap_bytes(draft.command.nproc() or 1))
-    metrics, notes = read_metrics(lines, steps)
+    printed, wall = run(argv_dry, folder, timeout_s, dry_cap_bytes(draft.command.nproc() or 1))
+    lines, metrics, notes = _metrics(printed, steps)
     params, invariant = _invariant(draft, metrics, lines)
     timeout = max(120.0, 4 * wall)
     full_timeout = max(timeout, 4 * wall * int(draft.params["steps"]) / steps)
@@ -82,11 +82,28 @@ def draft_manifest(
         },
         "files": _files(folder / draft.command.script),
     }
-    flops, flops_note = read_flops(lines)
+    flops, flops_note = read_flops([(t, text) for t, text, _ in printed])  # either stream
     notes.append(flops_note)
     if flops is not None:
         manifest["flops"] = flops
     return Drafted(manifest, draft.notes + notes, wall)
+
+
+def _metrics(printed: list[tuple[float, str, str]], steps: int):
+    """(the lines the metrics are read from, ``launch.metrics``, notes): from standard output,
+    else — a script that logs its steps with Python's logging — from standard error too."""
+    stdout = [(t, text) for t, text, stream in printed if stream == "stdout"]
+    try:
+        return (stdout, *read_metrics(stdout, steps))
+    except MetricsDraftError as on_stdout:
+        both = [(t, text) for t, text, _ in printed]
+        try:
+            metrics, notes = read_metrics(both, steps)
+        except MetricsDraftError:
+            raise on_stdout from None
+    metrics["read_stderr"] = True
+    note = "the step lines are on standard error (Python's logging writes there): read there too"
+    return both, metrics, [note, *notes]
 
 
 def dry_cap_bytes(ranks: int) -> int:

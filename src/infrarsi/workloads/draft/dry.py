@@ -29,10 +29,11 @@ class DryRunError(InfraRSIError):
 
 def dry_run(
     argv: list[str], folder: Path, timeout_s: float, mem_cap_bytes: int | None = None
-) -> tuple[list[tuple[float, str]], float]:
-    """Run ``argv`` in a copy of ``folder`` as a trial runs; (its stdout lines with their
-    arrival time in seconds since launch, the wall seconds it took). ``mem_cap_bytes``: each
-    rank's memory cap. DryRunError when it fails, or times out before printing anything."""
+) -> tuple[list[tuple[float, str, str]], float]:
+    """Run ``argv`` in a copy of ``folder`` as a trial runs; (every line it printed as
+    (arrival in seconds since launch, text, "stdout" or "stderr"), the wall seconds it took).
+    ``mem_cap_bytes``: each rank's memory cap. DryRunError when it fails, or times out before
+    printing anything."""
     with tempfile.TemporaryDirectory(prefix="infrarsi-dry-") as tmp:
         root = Path(tmp)
         work = root / "work"
@@ -41,13 +42,13 @@ def dry_run(
         env = isolated_env(root, {}, mem_cap_bytes)
         if not is_launcher(argv):
             env["INFRARSI_CAP_SELF"] = "1"  # a plain launch: the one process is rank 0
-        channel = MetricsChannel.for_stdout(root, "(?!)")  # no step lines: every line kept
+        channel = MetricsChannel.for_stdout(root, "(?!)", read_stderr=True)  # every line kept
         trial_id = f"dry-{secrets.token_hex(6)}"
         with memcg.trial_cgroup(trial_id, owner_alive) as cgroup:
             env.update(cgroup.env() if cgroup else {})
             try:
                 result = run_isolated(
-                    Launchers(commands=[argv], envs=[env], cwd=work),
+                    Launchers(commands=[argv], envs=[env], cwd=work, read_stderr=True),
                     trial_id=trial_id,
                     timeout_s=timeout_s,
                     logs=(root / "stdout.log", root / "stderr.log"),
@@ -58,16 +59,15 @@ def dry_run(
                 raise DryRunError(f"the dry run did not start: {exc}") from None
             oom_kills = sum(m.oom_kills for m in cgroup.ranks().values()) if cgroup else 0
         lines = [
-            (t, part)
-            for t, line in channel.stdout_lines()
+            (t, part, stream)
+            for t, line, stream in channel.stdout_lines()
             for part in line.rstrip("\n").split("\r")  # progress bars rewrite their line
             if part.strip()
         ]
-        errors = (root / "stderr.log").read_text(errors="replace").splitlines()
     if result.timed_out and not lines:
         raise DryRunError(f"the dry run printed nothing in {timeout_s:.0f} s")
     if not result.timed_out and result.returncode != 0:
-        printed = [line for _, line in lines] + errors
+        printed = [line for _, line, _ in lines]
         why = (
             f" (out of memory: past the dry run's cap of {mem_cap_bytes / 2**20:.0f} MiB per "
             "rank; give it less to do, e.g. a smaller batch on the command)"
