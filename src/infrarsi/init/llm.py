@@ -10,12 +10,11 @@ reason is shown. Offline, the rules alone are complete.
 from __future__ import annotations
 
 import json
-import os
-import re
 from collections.abc import Callable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from infrarsi import llm
 from infrarsi.init.parse import Reading
 from infrarsi.units import parse_bytes
 
@@ -52,7 +51,7 @@ class LLMDraft(BaseModel):
 
 def llm_configured() -> bool:
     """True when an endpoint and a model are set in the environment."""
-    return bool(os.environ.get("INFRARSI_LLM_BASE_URL") and os.environ.get("INFRARSI_LLM_MODEL"))
+    return llm.configured()
 
 
 def draft_reading(
@@ -62,13 +61,13 @@ def draft_reading(
     ``on_note`` (the screen's) is told why a draft was not used."""
     try:
         answer = _ask(instruction, files)
-        draft = LLMDraft.model_validate(json.loads(_strip_fences(answer)))
+        draft = LLMDraft.model_validate(json.loads(llm.json_object(answer)))
         unknown = sorted(set(draft.lock) - set(files))
         if unknown:
             raise ValueError(f"it locks files the workload does not have: {unknown}")
     except Exception as exc:  # any failure of the optional path falls back to the rules
         on_note(
-            f"the LLM draft was not used ({_short(exc)}); the contract comes from the "
+            f"the LLM draft was not used ({llm.short(exc)}); the contract comes from the "
             "deterministic rules"
         )
         return rules, "rules"
@@ -85,33 +84,4 @@ def draft_reading(
 
 
 def _ask(instruction: str, files: list[str]) -> str:
-    from openai import OpenAI
-
-    client = OpenAI(
-        base_url=os.environ["INFRARSI_LLM_BASE_URL"],
-        api_key=os.environ.get("INFRARSI_LLM_API_KEY", "not-needed"),
-        timeout=60,
-        max_retries=1,
-    )
-    reply = client.chat.completions.create(
-        model=os.environ["INFRARSI_LLM_MODEL"],
-        temperature=0,
-        messages=[
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": f"Files: {files}\nInstruction: {instruction}"},
-        ],
-    )
-    return reply.choices[0].message.content or ""
-
-
-def _strip_fences(text: str) -> str:
-    match = re.search(r"\{.*\}", text, re.DOTALL)
-    return match.group(0) if match else text
-
-
-def _short(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        return "invalid answer: " + "; ".join(
-            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
-        )
-    return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return llm.complete(SYSTEM_PROMPT, f"Files: {files}\nInstruction: {instruction}")

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrarsi import llm
 from infrarsi.workloads.draft.command import CommandError, parse_command
 from infrarsi.workloads.draft.draft import (
     DRY_STEPS,
@@ -21,6 +22,7 @@ from infrarsi.workloads.draft.draft import (
     value_given,
 )
 from infrarsi.workloads.draft.dry import dry_run
+from infrarsi.workloads.draft.llm_metrics import ask_patterns, check_patterns
 from infrarsi.workloads.draft.metrics import MetricsDraftError, read_flops, read_metrics
 
 DryRun = Callable[[list[str], Path, float, int], tuple[list[tuple[float, str, str]], float]]
@@ -89,21 +91,41 @@ def draft_manifest(
     return Drafted(manifest, draft.notes + notes, wall)
 
 
-def _metrics(printed: list[tuple[float, str, str]], steps: int):
-    """(the lines the metrics are read from, ``launch.metrics``, notes): from standard output,
-    else — a script that logs its steps with Python's logging — from standard error too."""
+def _metrics(printed: list[tuple[float, str, str]], steps: int, ask=None):
+    """(the lines the metrics are read from, ``launch.metrics``, notes): by the rules from
+    standard output, else — a script that logs with Python's logging — from standard error
+    too; else, with an LLM endpoint set, by the LLM's patterns, checked the same way."""
     stdout = [(t, text) for t, text, stream in printed if stream == "stdout"]
-    try:
-        return (stdout, *read_metrics(stdout, steps))
-    except MetricsDraftError as on_stdout:
-        both = [(t, text) for t, text, _ in printed]
+    both = [(t, text) for t, text, _ in printed]
+    attempts = ((stdout, False), (both, True))
+    errors = []
+    for lines, stderr in attempts:
         try:
-            metrics, notes = read_metrics(both, steps)
-        except MetricsDraftError:
-            raise on_stdout from None
-    metrics["read_stderr"] = True
-    note = "the step lines are on standard error (Python's logging writes there): read there too"
-    return both, metrics, [note, *notes]
+            return _read(lines, stderr, *read_metrics(lines, steps))
+        except MetricsDraftError as exc:
+            errors.append(exc)
+    if ask is None and not llm.configured():
+        raise errors[0]
+    try:
+        answer = ask_patterns(both, steps, ask or llm.complete)
+        for lines, stderr in attempts:
+            try:
+                return _read(lines, stderr, *check_patterns(answer, lines, steps))
+            except MetricsDraftError as exc:
+                last = exc
+        raise last
+    except MetricsDraftError as exc:
+        raise MetricsDraftError(f"{errors[0]}; {exc}") from None
+
+
+def _read(lines, stderr: bool, metrics: dict, notes: list[str]):
+    if stderr:
+        metrics["read_stderr"] = True
+        notes = [
+            "the step lines are on standard error (Python's logging writes there): read there too",
+            *notes,
+        ]
+    return lines, metrics, notes
 
 
 def dry_cap_bytes(ranks: int) -> int:

@@ -63,7 +63,7 @@ def read_metrics(lines: list[tuple[float, str]], steps: int) -> tuple[dict, list
     metrics: dict = {"loss": loss}
     time = _step_time(lines, text, loss, steps)
     if time is None:
-        _timeable_by_arrival(lines, loss)
+        timeable_by_arrival(lines, loss)
         notes.append(
             "the script prints no step time: each step is timed by the harness's clock "
             "between its loss lines"
@@ -73,15 +73,20 @@ def read_metrics(lines: list[tuple[float, str]], steps: int) -> tuple[dict, list
         metrics["step_time"] = {"pattern": pattern, "unit": unit}
         if note:
             notes.append(note)
-    tokens = next(
-        ("(?i)" + p for p in TOKENS_PATTERNS if len(re.findall(p, text, re.I)) in (1, steps)),
-        None,
-    )
+    tokens = tokens_pattern(text, steps)
     if tokens is not None:
         metrics["tokens_per_step"] = tokens
     else:
         notes.append("no tokens-per-step line: the harness will not check that invariant")
     return metrics, notes
+
+
+def tokens_pattern(text: str, steps: int) -> str | None:
+    """The pattern of a tokens-per-step line printed once or once per step, else None."""
+    return next(
+        ("(?i)" + p for p in TOKENS_PATTERNS if len(re.findall(p, text, re.I)) in (1, steps)),
+        None,
+    )
 
 
 def _once_per_step(text: str, patterns, steps: int) -> str | None:
@@ -102,7 +107,7 @@ def _step_time(lines, text: str, loss: str, steps: int) -> tuple[str, str, str |
     return None
 
 
-def _timeable_by_arrival(lines, loss: str) -> None:
+def timeable_by_arrival(lines, loss: str) -> None:
     """MetricsDraftError when the loss lines came too close together to time the steps by."""
     arrivals = [t for t, line in lines if re.search(loss, line, re.I)]
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
