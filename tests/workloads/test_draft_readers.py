@@ -23,6 +23,8 @@ def test_a_python_command_and_a_torchrun_command_are_read_apart():
     assert t.launcher_options["--standalone"] is None
     assert t.given == (Given("--steps", "-1"),)  # a negative number is a value
     assert parse_command(["torchrun", "--nproc_per_node=4", "x.py"]).nproc() == 4
+    m = parse_command(["python", "-m", "torch.distributed.run", "--nproc_per_node=2", "x.py"])
+    assert m.launcher == "torchrun" and m.nproc() == 2 and m.script == "x.py"
 
 
 @pytest.mark.parametrize(

@@ -79,6 +79,8 @@ def parse_command(argv: list[str]) -> Command:
         launcher, options = "python", {}
         while rest and rest[0].startswith("-") and rest[0] != "-m":
             options[rest.pop(0)] = None  # python's own switches (-u, -O ...)
+        if rest[:2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
+            return parse_command(["torchrun", *rest[2:]])  # torchrun by its module's name
         if rest and rest[0] == "-m":
             raise CommandError("python -m MODULE: give the script's path (python path/to/train.py)")
     elif head in TORCHRUN:
