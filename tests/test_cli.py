@@ -260,6 +260,21 @@ def test_the_demo_is_optimize_on_the_bundled_workload_offline_with_the_given_bud
     assert options.top_k == 2 and options.scale == "tiny" and seen["yes"] is True
 
 
+def test_the_demo_runs_the_tiny_model_over_more_steps_by_default():
+    """The demo's scale is the bundled workload's own: tiny's model, more steps to measure the
+    steady step it optimises (no demo-only model, baseline or check)."""
+    import inspect
+
+    from infrarsi import cli
+    from infrarsi.workloads import find
+
+    assert inspect.signature(cli.demo).parameters["scale"].default.default == "steady"
+    manifest = find("dense-1node")
+    tiny, steady = manifest.scale("tiny"), manifest.scale("steady")
+    assert {**steady.params, "steps": None} == {**tiny.params, "steps": None}
+    assert steady.params["steps"] >= 5 * tiny.params["steps"]
+
+
 @pytest.mark.parametrize(
     "args",
     [
