@@ -259,8 +259,10 @@ def resolve_program(program: str) -> str:
     return str(sibling) if "/" not in program and sibling.exists() else program
 
 
-def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -> dict[str, str]:
-    env = isolated_env(trial_dir, {**workload_env, **spec.extra_env}, spec.mem_cap_bytes)
+def _trial_env(
+    spec: TrialSpec, trial_dir: Path, command: list[str], workload_env: dict[str, str]
+) -> dict[str, str]:
+    env = isolated_env(trial_dir, command, {**workload_env, **spec.extra_env}, spec.mem_cap_bytes)
     if "INFRARSI_PROFILE_STEP" in env:  # a profiled run writes into its own folder
         env["INFRARSI_PROFILE_FILE"] = str(trial_dir / PROFILE_FILE)
     if seed_setting(spec) == SEED_BY_BOOTSTRAP:  # no seed parameter: offset its own seeds
@@ -269,13 +271,16 @@ def _trial_env(spec: TrialSpec, trial_dir: Path, workload_env: dict[str, str]) -
 
 
 def isolated_env(
-    trial_dir: Path, workload_env: dict[str, str], mem_cap_bytes: int | None = None
+    trial_dir: Path,
+    command: list[str],
+    workload_env: dict[str, str],
+    mem_cap_bytes: int | None = None,
 ) -> dict[str, str]:
-    """The environment a trial's processes run in (a draft's dry run too): the host's without
-    its thread settings and the harness's own variables, the workload's added; unbuffered
-    output (lines reach the harness's clock as printed), the bootstrap hooks, a private empty
-    home, cache and temporary folder in ``trial_dir``, the isolation hooks' settings and each
-    rank's memory cap."""
+    """The environment ``command`` runs in as a trial (a draft's dry run too): the host's
+    without its thread settings and the harness's own variables, the workload's added;
+    unbuffered output (lines reach the harness's clock as printed), the bootstrap hooks, a
+    private empty home, cache and temporary folder in ``trial_dir``, the isolation hooks'
+    settings and each rank's memory cap (a plain launch's one process being rank 0)."""
     env = {
         k: v for k, v in os.environ.items() if k not in THREAD_ENV and not k.startswith("INFRARSI_")
     }
@@ -296,6 +301,8 @@ def isolated_env(
         env["INFRARSI_HIDE"] = os.pathsep.join(isolation["hidden"])
     if mem_cap_bytes is not None:
         env["INFRARSI_RANK_MEM_CAP_BYTES"] = str(mem_cap_bytes)
+    if not is_launcher(command):
+        env["INFRARSI_CAP_SELF"] = "1"  # a plain launch: the one process is rank 0
     return env
 
 
@@ -323,11 +330,11 @@ def _launch(
         for node in range(spec.manifest.launch.nodes)
     ]
     commands = [command for command, _ in rendered]
-    envs = [_trial_env(spec, trial_dir, workload_env) for _, workload_env in rendered]
-    for env, command in zip(envs, commands):
+    envs = [
+        _trial_env(spec, trial_dir, command, workload_env) for command, workload_env in rendered
+    ]
+    for env in envs:
         env.update(channel.env())
-        if not is_launcher(command):
-            env["INFRARSI_CAP_SELF"] = "1"  # a plain launch: the one process is rank 0
     remote = (
         _Spread(spread, workspace, trial_dir, base["trial_id"], spec.cut_after_s, channel)
         if spread

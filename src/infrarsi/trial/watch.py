@@ -146,7 +146,7 @@ class MetricsChannel:
             if self._step_regex is not None and self._step_regex.search(line):
                 self.steps_s.setdefault("stdout", []).append(now)
 
-    def stdout_lines(self) -> list[tuple[float, str, str]]:
+    def lines(self) -> list[tuple[float, str, str]]:
         """Every line the launchers printed: (arrival in seconds since the launch, text,
         stream: "stdout" or "stderr")."""
         with self._lock:

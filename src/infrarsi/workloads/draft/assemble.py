@@ -98,24 +98,28 @@ def _metrics(printed: list[tuple[float, str, str]], steps: int, ask=None):
     stdout = [(t, text) for t, text, stream in printed if stream == "stdout"]
     both = [(t, text) for t, text, _ in printed]
     attempts = ((stdout, False), (both, True))
+    try:
+        return _first(attempts, lambda lines: read_metrics(lines, steps))
+    except MetricsDraftError as rules:
+        if ask is None and not llm.configured():
+            raise
+        try:
+            answer = ask_patterns(both, steps, ask or llm.complete)
+            return _first(attempts, lambda lines: check_patterns(answer, lines, steps), -1)
+        except MetricsDraftError as drafted:
+            raise MetricsDraftError(f"{rules}; {drafted}") from None
+
+
+def _first(attempts, read, which: int = 0):
+    """The first of ``attempts`` (lines, from standard error too) that ``read`` reads, as
+    ``_read`` returns it; when none does, the MetricsDraftError of attempt ``which``."""
     errors = []
     for lines, stderr in attempts:
         try:
-            return _read(lines, stderr, *read_metrics(lines, steps))
+            return _read(lines, stderr, *read(lines))
         except MetricsDraftError as exc:
             errors.append(exc)
-    if ask is None and not llm.configured():
-        raise errors[0]
-    try:
-        answer = ask_patterns(both, steps, ask or llm.complete)
-        for lines, stderr in attempts:
-            try:
-                return _read(lines, stderr, *check_patterns(answer, lines, steps))
-            except MetricsDraftError as exc:
-                last = exc
-        raise last
-    except MetricsDraftError as exc:
-        raise MetricsDraftError(f"{errors[0]}; {exc}") from None
+    raise errors[which]
 
 
 def _read(lines, stderr: bool, metrics: dict, notes: list[str]):

@@ -15,7 +15,7 @@ from pathlib import Path
 from infrarsi.errors import InfraRSIError
 from infrarsi.trial import memcg
 from infrarsi.trial.process import Launchers, owner_alive, run_isolated
-from infrarsi.trial.runner import is_launcher, isolated_env, resolve_program
+from infrarsi.trial.runner import isolated_env, resolve_program
 from infrarsi.trial.watch import MetricsChannel
 
 LINK_ABOVE_BYTES = 16 << 20  # a larger file (data, checkpoints) is linked, not copied
@@ -39,9 +39,7 @@ def dry_run(
         work = root / "work"
         _copy(Path(folder), work)
         argv = [resolve_program(argv[0]), *argv[1:]]
-        env = isolated_env(root, {}, mem_cap_bytes)
-        if not is_launcher(argv):
-            env["INFRARSI_CAP_SELF"] = "1"  # a plain launch: the one process is rank 0
+        env = isolated_env(root, argv, {}, mem_cap_bytes)
         channel = MetricsChannel.for_stdout(root, "(?!)", read_stderr=True)  # every line kept
         trial_id = f"dry-{secrets.token_hex(6)}"
         with memcg.trial_cgroup(trial_id, owner_alive) as cgroup:
@@ -60,7 +58,7 @@ def dry_run(
             oom_kills = sum(m.oom_kills for m in cgroup.ranks().values()) if cgroup else 0
         lines = [
             (t, part, stream)
-            for t, line, stream in channel.stdout_lines()
+            for t, line, stream in channel.lines()
             for part in line.rstrip("\n").split("\r")  # progress bars rewrite their line
             if part.strip()
         ]

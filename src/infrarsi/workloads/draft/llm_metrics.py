@@ -19,6 +19,7 @@ from infrarsi import llm
 from infrarsi.workloads.draft.metrics import (
     UNITS,
     MetricsDraftError,
+    line_gaps_s,
     timeable_by_arrival,
     tokens_pattern,
 )
@@ -114,8 +115,7 @@ def _once_per_step(name: str, pattern: str, text: str, steps: int) -> None:
 def _near_the_clock(lines, loss: str, step_time: StepTime) -> None:
     """MetricsDraftError when the printed times, in the LLM's unit, are further than
     ``CLOCK_FACTOR`` from the seconds between the loss lines by the harness's clock."""
-    arrivals = [t for t, line in lines if re.search(loss, line)]
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:]) if b > a]
+    gaps = [g for g in line_gaps_s(lines, loss) if g > 0]
     text = "\n".join(x for _, x in lines)
     values = [float(v.replace(",", "")) for v in re.findall(step_time.pattern, text)]
     if not gaps or not values or statistics.median(values) <= 0:

@@ -107,10 +107,16 @@ def _step_time(lines, text: str, loss: str, steps: int) -> tuple[str, str, str |
     return None
 
 
+def line_gaps_s(lines: list[tuple[float, str]], pattern: str) -> list[float]:
+    """The seconds between consecutive arrivals of the lines ``pattern`` matches (the rules'
+    patterns carry their own ``(?i)``)."""
+    arrivals = [t for t, line in lines if re.search(pattern, line)]
+    return [b - a for a, b in zip(arrivals, arrivals[1:])]
+
+
 def timeable_by_arrival(lines, loss: str) -> None:
     """MetricsDraftError when the loss lines came too close together to time the steps by."""
-    arrivals = [t for t, line in lines if re.search(loss, line, re.I)]
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    gaps = line_gaps_s(lines, loss)
     if gaps and statistics.median(gaps) < ARRIVAL_FLOOR_S:
         raise MetricsDraftError(
             f"the loss lines ({loss!r}) carry no step time and came a median "
@@ -122,8 +128,7 @@ def timeable_by_arrival(lines, loss: str) -> None:
 def _unit_by_clock(lines, loss: str, pattern: str) -> tuple[str, str]:
     """The unit for times printed without one: of s, ms and us, the one whose values are
     nearest (in log) the seconds between consecutive loss lines by the harness's clock."""
-    arrivals = [t for t, line in lines if re.search(loss, line, re.I)]
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:]) if b > a]
+    gaps = [g for g in line_gaps_s(lines, loss) if g > 0]
     values = [float(v) for v in re.findall(pattern, "\n".join(x for _, x in lines), re.I)]
     if not gaps or not values or statistics.median(values) <= 0:
         return "s", "the step time's unit was not printed and could not be checked: seconds"
