@@ -35,7 +35,11 @@ def dry_run(
     ``mem_cap_bytes``: each rank's memory cap. DryRunError when it fails, or times out before
     printing anything."""
     with tempfile.TemporaryDirectory(prefix="infrarsi-dry-") as tmp:
-        root = Path(tmp)
+        # the dry run's own folder, one below the temporary one: isolation hides a trial
+        # folder's parent (the other trials), which must not be /tmp, where the tool itself or
+        # the user's script may live
+        root = Path(tmp) / "dry"
+        root.mkdir()
         work = root / "work"
         _copy(Path(folder), work)
         argv = [resolve_program(argv[0]), *argv[1:]]
