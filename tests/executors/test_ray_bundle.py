@@ -6,7 +6,7 @@ import tarfile
 from pathlib import Path
 
 from infrarsi.executors import TrialRequest
-from infrarsi.executors.ray_executor import _bundle
+from infrarsi.executors.ray_node import bundle_of as _bundle
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

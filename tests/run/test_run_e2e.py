@@ -1,5 +1,6 @@
 """A real ``infrarsi run`` at tiny scale: it finishes; killed midway and resumed, its store holds
-every trial exactly once (the one that was running is re-run in its own row)."""
+every trial exactly once (the one that was running stays as the lost attempt, not charged, and
+is proposed again in a row of its own)."""
 
 import json
 import signal
@@ -66,13 +67,17 @@ def test_a_run_killed_midway_resumes_and_keeps_each_trial_once(tmp_path):
     resumed = run_cli("run", "--resume", str(run_dir), "--json", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     result = json.loads(resumed.stdout.strip().splitlines()[-1])
-    after = _trials(run_dir)
-    assert result["trials"] == len(after)
+    everything = _trials(run_dir)
+    (lost,) = [t for t in everything if t.status == "interrupted"]  # the attempt killed
+    assert lost.error.startswith("driver lost") and lost.trial_id
+    after = [t for t in everything if t is not lost]
+    assert result["trials"] == len(after)  # the lost attempt is not charged
     # the budget, unless the models expected nothing worth a trial from what was left
     assert len(after) == BUDGET or "detectable" in result["stop_reason"], result
-    assert sorted(t.seq for t in after) == list(range(len(after)))  # each trial exactly once
+    assert sorted(t.seq for t in everything) == list(range(len(everything)))  # each once
     assert all(t.status in ("ok", "oom", "timeout", "crash", "invalid", "slow") for t in after)
-    assert len({t.trial_id for t in after}) == len(after)
+    assert len({t.trial_id for t in everything}) == len(everything)
+    assert any(t.seq > lost.seq and t.config_json == lost.config_json for t in after)
     finished_before = {t.id: t for t in before if t.status != "running"}
     for t in after:  # nothing that had finished was run again
         if t.id in finished_before:

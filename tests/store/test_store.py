@@ -109,11 +109,21 @@ def test_trials_are_running_then_final_and_survive_reopening(store_url):
     assert [t.status for t in trials] == [TrialStatus.OK, TrialStatus.RUNNING]
     assert trials[0].predicted.p_oom == 0.1 and trials[0].step_time_s == 0.4
     assert trials[0].record == record("t0") and trials[1].record is None
-    interrupted = again.interrupt_running("r1")
-    assert [t.seq for t in interrupted] == [1]
-    assert [t.status for t in again.trials("r1")] == [TrialStatus.OK, TrialStatus.INTERRUPTED]
-    again.restart_trial(interrupted[0].id)
-    assert again.trials("r1")[1].status is TrialStatus.RUNNING
+    requeued = again.interrupt_running("r1")  # the driver died while trial 1 ran
+    assert [t.seq for t in requeued] == [2] and requeued[0].config_json == {
+        "knobs": {"a": 2},
+        "patches": [],
+    }
+    lost = again.trials("r1")[1]  # the attempt stays, not charged, under an id of its own
+    assert lost.status is TrialStatus.INTERRUPTED and lost.error.startswith("driver lost")
+    assert lost.trial_id == "driver-lost-r1-1" and "proposed again as trial 2" in lost.error
+    assert not TrialStatus.INTERRUPTED.is_finished()  # so the budget does not count it
+    again.restart_trial(requeued[0].id)
+    assert [t.status for t in again.trials("r1")] == [
+        TrialStatus.OK,
+        TrialStatus.INTERRUPTED,
+        TrialStatus.RUNNING,
+    ]
 
 
 def test_every_stages_trials_are_stored_once_with_their_stage_and_label(store_url):

@@ -31,20 +31,18 @@ import contextlib
 import dataclasses
 import io
 import itertools
-import shutil
 import tarfile
-import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor, LocalExecutor, TrialCancelled, TrialRequest
-from infrarsi.trial import TrialRecord, TrialStatus, run_trial
+from infrarsi.executors.ray_node import NodeAgent, bundle_of
+from infrarsi.trial import TrialRecord, TrialStatus
 
-SKIP = ("tmp", "cache", "home", "__pycache__")  # scratch a trial leaves that nobody reads
 _IDLE: dict[tuple, list] = {}  # (job, CPUs, resources) -> slots free for a trial
 
 
@@ -53,6 +51,7 @@ class RayUnavailable(InfraRSIError, ValueError):
     input: exit 2, before any trial is spent)."""
 
 
+PLACE_WAIT_S = 2.0  # how long submit waits for a new slot's nodes before queueing the trial
 REACH_TIMEOUT_S = 3.0  # how long an explicit cluster address may take to answer a connection
 
 
@@ -117,25 +116,53 @@ class RayExecutor(Executor):
     # -- submit ----------------------------------------------------------------------------
     def submit(self, request: TrialRequest, slot: _Slot | None = None) -> str:
         """Queue a trial on a slot (a placement group reserving a node's CPUs, and the agent
-        process that runs trials there): ``slot`` when given (a pinned comparison's), else
-        one from the pool this process keeps (one per trial in flight, kept between trials:
-        a new group and a new worker per trial cost seconds every time)."""
+        process that runs trials there): ``slot`` when given (a pinned comparison's), else an
+        idle one of the pool this process keeps (kept between trials: a new group and a new
+        worker per trial cost seconds every time), else a new group. A trial whose group waits
+        for a node is sent once the group is placed, or to a slot that falls idle first (a
+        waiting group would otherwise wait for ever while an idle slot holds the only free
+        node: a node lost, more trials in flight than nodes)."""
         spec = LocalExecutor(self.root).resolve(request)  # a bad request fails here
-        shipped, bundle = _bundle(request, self.root)
+        shipped, bundle = bundle_of(request, self.root)
+        nodes = _spread_over(spec.manifest)
         pooled = slot is None
         if slot is None:
-            slot = self._take_slot(_spread_over(spec.manifest))
-        ref = slot.agent.run.remote(shipped.model_dump(), bundle, slot.agents[1:])
+            slot = self._live_idle(self._idle(nodes))
+        if slot is None:
+            slot = self._new_slot(nodes)
+            self.ray.wait([slot.group.ready()], timeout=PLACE_WAIT_S)  # a free node: at once
         handle = f"ray-{next(self._next)}"
         self._jobs[handle] = {
-            "ref": ref,
+            "ref": None,
             "slot": slot,
             "pooled": pooled,
+            "nodes": nodes,
             "request": request,
+            "shipped": (shipped.model_dump(), bundle),
             "t0": time.time(),
             "record": None,
         }
+        self._dispatch(self._jobs[handle])
         return handle
+
+    def _dispatch(self, job: dict) -> bool:
+        """Send a queued trial to its slot once the slot's group is placed (or to an idle
+        slot that came free meanwhile); whether it is on its way."""
+        if job["ref"] is not None:
+            return True
+        slot = job["slot"]
+        if not slot.placed():
+            free = self._live_idle(self._idle(job["nodes"])) if job["pooled"] else None
+            if free is None:
+                return False
+            slot.remove()  # the waiting group gives way to the slot that came free
+            job["slot"] = slot = free
+        if not slot.agents:
+            self._equip(slot, job["nodes"])
+        request, bundle = job["shipped"]
+        job["ref"] = slot.agent.run.remote(request, bundle, slot.agents[1:])
+        job["t0"] = time.time()
+        return True
 
     @contextlib.contextmanager
     def pinned(self, manifest=None) -> Iterator[Executor]:
@@ -168,22 +195,51 @@ class RayExecutor(Executor):
         return _IDLE.setdefault(key, [])
 
     def _take_slot(self, nodes: int) -> _Slot:
-        """An idle slot still in place, or a new one: a placement group reserving the CPUs
-        (and the custom resources asked for) of ``nodes`` distinct nodes, and an agent on each."""
-        from ray.util.placement_group import placement_group, placement_group_table
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        """An idle slot still in place, or a new one (placed: this waits for the nodes)."""
+        slot = self._live_idle(self._idle(nodes)) or self._new_slot(nodes)
+        self.ray.get(slot.group.ready())
+        if not slot.agents:
+            self._equip(slot, nodes)
+        return slot
 
-        idle = self._idle(nodes)
+    @staticmethod
+    def _live_idle(idle: list[_Slot]) -> _Slot | None:
+        """An idle slot whose group is still in place (one whose node went away is removed)."""
         while idle:
             slot = idle.pop()
-            if placement_group_table(slot.group).get("state") == "CREATED":
+            if slot.placed():
                 return slot
-            slot.remove()  # a node of it went away while it was idle
+            slot.remove()
+        return None
+
+    def _new_slot(self, nodes: int) -> _Slot:
+        """A placement group reserving the CPUs (and the custom resources asked for) of
+        ``nodes`` distinct nodes; its agents come once it is placed."""
+        from ray.util.placement_group import placement_group
+
+        if self._cpus is None:
+            self._cpus = self.cpus_per_trial or self._node_cpus()
         group = placement_group(
             [{"CPU": self._cpus, **self.resources}] * nodes,
             strategy="STRICT_SPREAD" if nodes > 1 else "PACK",
         )
-        agents = [
+        return _Slot(group, [])
+
+    def _equip(self, slot: _Slot, nodes: int) -> None:
+        """A placed slot's agents, and the nodes it holds (ids and addresses: what a record
+        names if the slot's node is lost)."""
+        from ray.util.placement_group import placement_group_table
+
+        slot.agents = self._agents(slot.group, nodes)
+        ids = list(placement_group_table(slot.group).get("bundles_to_node_id", {}).values())
+        address = {n["NodeID"]: n["NodeManagerAddress"] for n in self.ray.nodes()}
+        slot.nodes, slot.hosts = ids, [address.get(i, "") for i in ids]
+
+    def _agents(self, group, nodes: int) -> list:
+        """An agent on each bundle of a placed group."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return [
             self._agent_class.options(
                 num_cpus=self._cpus,
                 resources=self.resources or None,
@@ -194,7 +250,6 @@ class RayExecutor(Executor):
             ).remote()
             for i in range(nodes)
         ]
-        return _Slot(group, agents)
 
     def _node_cpus(self) -> float:
         """A whole node's CPUs: the smallest node's (a trial then fits on any)."""
@@ -210,6 +265,8 @@ class RayExecutor(Executor):
         job = self._jobs[handle]
         if job["record"] is not None:
             return job["record"]
+        if not self._dispatch(job):
+            return None  # waiting for a node
         ready, _ = self.ray.wait([job["ref"]], timeout=0)
         if not ready:
             return None
@@ -227,7 +284,7 @@ class RayExecutor(Executor):
             errors.RaySystemError,
             errors.LocalRayletDiedError,
         ) as exc:
-            job["record"], lost = _lost(job["request"], job["t0"], exc), True
+            job["record"], lost = _lost(job["request"], job["t0"], exc, job["slot"]), True
         finally:
             self._release(job, lost=lost)
         return job["record"]
@@ -236,9 +293,10 @@ class RayExecutor(Executor):
         """Stop a trial that has not ended: its agent is killed (a trial's processes die with
         it) and its slot given up."""
         job = self._jobs[handle]
-        ready, _ = self.ray.wait([job["ref"]], timeout=0)
-        if ready:
-            return False
+        if job["ref"] is not None:
+            ready, _ = self.ray.wait([job["ref"]], timeout=0)
+            if ready:
+                return False
         self._release(job, lost=True)
         return True
 
@@ -288,12 +346,20 @@ class _Slot:
     """A placement group reserving the CPUs of one node per launcher (on distinct nodes), and
     the agent process running on each; the first agent runs the trial."""
 
-    group: object
+    group: Any  # a ray.util.placement_group.PlacementGroup
     agents: list
+    nodes: list[str] = dataclasses.field(default_factory=list)  # the Ray node ids it holds
+    hosts: list[str] = dataclasses.field(default_factory=list)  # and their addresses
 
     @property
     def agent(self):
         return self.agents[0]
+
+    def placed(self) -> bool:
+        """Whether the group holds its nodes now."""
+        from ray.util.placement_group import placement_group_table
+
+        return placement_group_table(self.group).get("state") == "CREATED"
 
     def remove(self) -> None:
         import ray
@@ -302,48 +368,6 @@ class _Slot:
         for agent in self.agents:
             ray.kill(agent, no_restart=True)
         remove_placement_group(self.group)
-
-
-class NodeAgent:
-    """A long-lived process on a node that runs the trials sent to its slot, one at a time:
-    warm, so a trial does not pay for a new Ray worker and its imports. In a slot of several
-    nodes, the first bundle's agent runs the trial and the others' run its other launchers
-    (``launch``; ``stop`` ends one, from another thread of the agent)."""
-
-    def __init__(self) -> None:
-        self._one_trial = threading.Lock()  # the agent takes more calls (stop) than trials
-
-    def run(self, request: dict, bundle: bytes, peers: Sequence = ()) -> tuple[str, str, bytes]:
-        with self._one_trial:  # trials sent to one slot run one after another
-            return _run_on_node(request, bundle, list(peers))
-
-    def launch(
-        self,
-        command: list[str],
-        env: dict[str, str],
-        workspace: bytes,
-        trial_dir: str,
-        trial_id: str,
-        timeout_s: float,
-    ):
-        import ray
-
-        from infrarsi.trial.remote import run_launcher
-
-        return run_launcher(
-            ray.get_runtime_context().get_node_id(),
-            command,
-            env,
-            workspace,
-            trial_dir,
-            trial_id,
-            timeout_s,
-        )
-
-    def stop(self, trial_id: str) -> int:
-        from infrarsi.trial.remote import stop_launcher
-
-        return stop_launcher(trial_id)
 
 
 class _Pinned(Executor):
@@ -362,73 +386,12 @@ class _Pinned(Executor):
         return self.parent.cancel(handle)
 
 
-def _bundle(request: TrialRequest, root: Path) -> tuple[TrialRequest, bytes]:
-    """The request as the node will run it (paths inside the bundle) and the bundle: the
-    workload's folder when named by path, and each diff file it names."""
-    buffer = io.BytesIO()
-    shipped = request.model_copy(deep=True)
-    shipped.workdir = "trials"  # inside the node's scratch folder; it lands at request.workdir
-    # links resolved: a workload may share files with another through links, which would
-    # point nowhere on the node (a local trial's workspace resolves them too)
-    with tarfile.open(fileobj=buffer, mode="w:gz", dereference=True) as archive:
-        path = root / request.workload
-        if path.exists():  # a manifest by path: its folder goes along
-            folder = path if path.is_dir() else path.parent
-            archive.add(folder, arcname="workload", filter=_no_scratch)
-            shipped.workload = "workload" if path.is_dir() else f"workload/{path.name}"
-        patches = []
-        for i, patch in enumerate(request.patches):
-            file = root / patch
-            if file.is_file():
-                name = f"patches/{i}-{file.name}"
-                archive.add(file, arcname=name)
-                patches.append(name)
-            else:
-                patches.append(patch)  # a catalog id: the node's workload has it
-        shipped.patches = patches
-    return shipped, buffer.getvalue()
-
-
-def _no_scratch(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    return None if Path(info.name).name in ("__pycache__", ".git") else info
-
-
-def _run_on_node(request: dict, bundle: bytes, peers: list) -> tuple[str, str, bytes]:
-    """On the node: unpack, run the trial as a local one (its other launchers on the peers'
-    nodes, when it has peers), pack its folder."""
-    import ray
-
-    scratch = Path(tempfile.mkdtemp(prefix="infrarsi-ray-"))
-    try:
-        with tarfile.open(fileobj=io.BytesIO(bundle)) as archive:
-            archive.extractall(scratch, filter="data")
-        req = TrialRequest.model_validate(request)
-        spec = LocalExecutor(scratch).resolve(req)
-        if peers:
-            from infrarsi.executors.ray_spread import RayElsewhere
-
-            spec = dataclasses.replace(spec, elsewhere=RayElsewhere(peers))
-        record = run_trial(spec, scratch / req.workdir)
-        record.node = ray.get_runtime_context().get_node_id()
-        workdir = scratch / req.workdir
-        record.save(Path(record.trial_dir) / "record.json")
-        out = io.BytesIO()
-        with tarfile.open(fileobj=out, mode="w:gz") as archive:
-            for item in sorted(workdir.iterdir()) if workdir.is_dir() else []:
-                if item.name == record.trial_id or item.name.startswith(f".{record.trial_id}."):
-                    archive.add(item, arcname=item.name, filter=_no_trial_scratch)
-        return record.model_dump_json(), str(workdir), out.getvalue()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _no_trial_scratch(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    parts = Path(info.name).parts
-    return None if len(parts) > 1 and parts[1] in SKIP else info
-
-
-def _lost(request: TrialRequest, t0: float, exc: Exception) -> TrialRecord:
-    """The record of a trial whose node was lost: ``crash``, "node lost"."""
+def _lost(request: TrialRequest, t0: float, exc: Exception, slot: _Slot | None) -> TrialRecord:
+    """The record of a trial whose node was lost: ``crash``, "node lost", naming the node(s)
+    its slot held."""
+    nodes, hosts = (slot.nodes, slot.hosts) if slot is not None else ([], [])
+    where = f" ({', '.join(hosts)})" if any(hosts) else ""
+    what = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if str(exc) else ""
     return TrialRecord(
         trial_id=f"lost-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
         workload=request.workload,
@@ -442,8 +405,8 @@ def _lost(request: TrialRequest, t0: float, exc: Exception) -> TrialRecord:
         timeout_s=request.timeout_s or 0.0,
         started_unix_s=t0,
         cost_s=time.time() - t0,
-        node="lost",
-        error=f"node lost: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        if str(exc)
-        else f"node lost: {type(exc).__name__}",
+        node=nodes[0] if nodes else "lost",
+        launcher_nodes=nodes if len(nodes) > 1 else [],
+        hosts=hosts if any(hosts) else [],
+        error=f"node lost{where}: {what or type(exc).__name__}",
     )

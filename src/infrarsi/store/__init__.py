@@ -4,7 +4,8 @@ SQLite in the run directory by default (``run.sqlite``), any SQLAlchemy URL othe
 (PostgreSQL included). The schema is versioned with Alembic from the first revision: opening a
 store upgrades it to the newest revision. A trial is written ``running`` when it is launched and
 rewritten when it ends, so a run killed at any point loses no finished trial, and a trial left
-``running`` is found and marked ``interrupted`` when the run resumes.
+``running`` is found when the run resumes: kept ``interrupted`` ("driver lost", not charged)
+and proposed again in a new row.
 """
 
 from __future__ import annotations
@@ -336,21 +337,51 @@ class Store:
             return [StoredTrial.model_validate(r, from_attributes=True) for r in rows]
 
     def interrupt_running(self, run_id: str) -> list[StoredTrial]:
-        """Mark the trials a killed run left ``running`` as ``interrupted``; returns them."""
+        """The search trials a killed run (its driver lost) left ``running``: each kept as the
+        record of that attempt — ``interrupted`` "driver lost", not charged (the budget and the
+        searcher count finished trials only), under an id of its own — and proposed again as a
+        new row after the run's last one, ``interrupted`` until the resumed run launches it;
+        returns the new rows."""
         with Session(self.engine) as s, s.begin():
             rows = list(
                 s.scalars(
-                    select(TrialRow).where(
+                    select(TrialRow)
+                    .where(
                         TrialRow.run_id == run_id,
                         TrialRow.stage == Stage.RUN,
                         TrialRow.status == TrialStatus.RUNNING,
                     )
+                    .order_by(TrialRow.seq)
                 )
             )
-            for row in rows:
+            last = s.scalar(
+                select(func.max(TrialRow.seq)).where(
+                    TrialRow.run_id == run_id, TrialRow.stage == Stage.RUN
+                )
+            )
+            again = []
+            for k, row in enumerate(rows, start=1):
+                seq = (last or 0) + k
                 row.status, row.ended_unix_s = TrialStatus.INTERRUPTED, time.time()
-                row.error = "the run was stopped while this trial ran; it is proposed again"
-            return [StoredTrial.model_validate(r, from_attributes=True) for r in rows]
+                row.trial_id = row.trial_id or f"driver-lost-{run_id}-{row.seq}"
+                row.error = (
+                    "driver lost: the run stopped while this trial ran; not charged, proposed "
+                    f"again as trial {seq}"
+                )
+                again.append(
+                    TrialRow(
+                        run_id=run_id,
+                        seq=seq,
+                        proposed_by=row.proposed_by,
+                        config_json=row.config_json,
+                        status=TrialStatus.INTERRUPTED,
+                        started_unix_s=time.time(),
+                        error=f"proposed again: trial {row.seq} was lost with the driver",
+                    )
+                )
+            s.add_all(again)
+            s.flush()
+            return [StoredTrial.model_validate(r, from_attributes=True) for r in again]
 
 
 def _one(session: Session, table: type[RowT], key: object) -> RowT:

@@ -33,7 +33,8 @@ class RunRow(Base):
 
 class TrialRow(Base):
     """One trial of any stage: a search trial is ``running`` when launched, final when it
-    ended, ``interrupted`` when the run was killed while it ran (it is then proposed again);
+    ended, ``interrupted`` when the run was killed while it ran ("driver lost": kept, not
+    charged, and proposed again in a new row);
     the Doctor's and Apply's trials are written once they ended."""
 
     __tablename__ = "trials"

@@ -228,6 +228,11 @@ class TrialRecord(BaseModel):
         "of each launcher, in launcher order (empty: all on "
         "``node``)",
     )
+    hosts: list[str] = Field(
+        [],
+        description="on a cluster: the address of each launcher's host, in launcher order "
+        "(the first: where the trial ran); empty for a trial run here",
+    )
     fingerprint: str = Field(
         "",
         description="the fingerprint of the host that ran it: times "

@@ -13,7 +13,9 @@ and its output come back in a ``RemoteOutcome`` and join the trial's as if they 
 from __future__ import annotations
 
 import io
+import os
 import shutil
+import socket
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
@@ -24,6 +26,47 @@ from infrarsi.trial import memcg
 from infrarsi.trial.process import Launchers, owner_alive, run_isolated
 
 SKIP = ("workspace", "tmp", "cache", "home", "stdout.log", "stderr.log")  # not sent back
+RDZV_HOST = "INFRARSI_RDZV_HOST"  # the address every launcher of a spread trial meets at
+# the variables that tell gloo and NCCL which interface carries their traffic
+SOCKET_IFNAMES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def route_source(address: str) -> str | None:
+    """This host's address that traffic to ``address`` leaves from (None when the routing
+    table has no way there)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((address, 9))  # no packet is sent: this only asks the routing table
+            return str(probe.getsockname()[0])
+    except OSError:
+        return None
+
+
+def route_interface(address: str) -> str | None:
+    """The name of this host's network interface that traffic to ``address`` leaves by (None
+    when that is loopback, or the route cannot be told): what gloo and NCCL must use on a host
+    whose name resolves to a loopback address (Debian's 127.0.1.1, a container's /etc/hosts),
+    where they otherwise advertise 127.0.0.1 to the other hosts and the rendezvous fails."""
+    import psutil
+
+    local = route_source(address)
+    if local is None or local.startswith("127."):
+        return None
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == local for a in addrs):
+            return name
+    return None
+
+
+def bind_interface(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with gloo's and NCCL's interface set to the one that reaches the rendezvous
+    host (``RDZV_HOST`` in ``env``), unless the user's environment or the workload's chose
+    one."""
+    host = env.get(RDZV_HOST)
+    if not host or any(k in env or k in os.environ for k in SOCKET_IFNAMES):
+        return env
+    name = route_interface(host)
+    return {**env, **dict.fromkeys(SOCKET_IFNAMES, name)} if name else env
 
 
 @dataclass
@@ -33,6 +76,7 @@ class RemoteOutcome:
     node: str
     returncode: int | None
     timed_out: bool
+    host: str = ""  # its address, as the rendezvous host reaches it
     memory: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (peak, kills)
     peak_rss_bytes: dict[int, int] = field(default_factory=dict)  # seen from outside
     stdout: bytes = b""
@@ -119,6 +163,7 @@ def run_launcher(
     env = {k: v.replace(there, str(scratch)) for k, v in env.items()}
     for name in ("home", "cache", "tmp"):
         (here / name).mkdir(exist_ok=True)
+    env = bind_interface(env)
     with memcg.trial_cgroup(trial_id, owner_alive) as cgroup:
         env.update(cgroup.env() if cgroup else {})
         result = run_isolated(
@@ -134,6 +179,7 @@ def run_launcher(
     try:
         return RemoteOutcome(
             node=node,
+            host=(route_source(env[RDZV_HOST]) or "") if RDZV_HOST in env else "",
             returncode=result.returncode,
             timed_out=result.timed_out,
             memory=memory,

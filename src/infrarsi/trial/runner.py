@@ -24,7 +24,7 @@ from infrarsi.trial.evalserver import isolation_for
 from infrarsi.trial.metrics import MetricsError
 from infrarsi.trial.process import Launchers, owner_alive, run_isolated, sweep_orphans
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
-from infrarsi.trial.remote import pack_workspace
+from infrarsi.trial.remote import RDZV_HOST, bind_interface, pack_workspace
 from infrarsi.trial.screen import screen
 from infrarsi.trial.spec import PatchSource, TrialSpec, seed_names
 from infrarsi.trial.watch import MetricsChannel
@@ -335,6 +335,10 @@ def _launch(
     ]
     for env in envs:
         env.update(channel.env())
+        if spread:
+            env[RDZV_HOST] = host
+    if spread:
+        envs[0] = bind_interface(envs[0])  # each other launcher's host binds its own
     remote = (
         _Spread(spread, workspace, trial_dir, base["trial_id"], spec.cut_after_s, channel)
         if spread
@@ -364,7 +368,7 @@ def _launch(
     base["ownership"] = result.ownership
     if remote is not None:
         memory = remote.join(trial_dir, memory, result)
-        base["launcher_nodes"] = remote.nodes
+        base["launcher_nodes"], base["hosts"] = remote.nodes, remote.hosts
     outcome = classify.outcome(result, trial_dir, spec, memory)
     if outcome.status is TrialStatus.OK:
         outcome = _measure(spec, channel, result, outcome, memory)
@@ -423,7 +427,7 @@ class _Spread:
         self.packed = pack_workspace(workspace)
         self.trial_dir, self.trial_id, self.timeout_s = trial_dir, trial_id, timeout_s
         self.launched: list = []
-        self.nodes = [elsewhere.node()]
+        self.nodes, self.hosts = [elsewhere.node()], [elsewhere.host()]
 
     def starters(self, count: int) -> dict:
         return {i: (lambda cmd, env, i=i: self._start(i, cmd, env)) for i in range(1, count)}
@@ -443,6 +447,7 @@ class _Spread:
             outcome = launcher.outcome()
             outcome.unpack(trial_dir)
             self.nodes.append(outcome.node)
+            self.hosts.append(outcome.host)
             if memory is not None:
                 memory.update(outcome.rank_memory())
             result.outside_peak_rss_bytes.update(outcome.peak_rss_bytes)
