@@ -57,15 +57,16 @@ def toy():
 
 
 def run_cli(
-    *args: str, cwd: Path | None = None, timeout: float = 600
+    *args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m infrarsi ARGS`` as a real process."""
+    """Run ``python -m infrarsi ARGS`` as a real process (``env``: set beside this one's)."""
     return subprocess.run(
         [sys.executable, "-m", "infrarsi", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=timeout,
+        env={**os.environ, **env} if env else None,
     )
 
 
@@ -83,7 +84,8 @@ def assert_no_leftovers(trial_id: str) -> None:
 
 def optimize_json(manifest: Path, instruction: str, out: Path, *options: str) -> dict:
     """Run ``infrarsi optimize MANIFEST INSTRUCTION --scale tiny --yes --json`` as a real
-    process in ``out``; its last line, parsed (the command must succeed)."""
+    process in ``out``; its stdout, which is the one JSON answer and nothing else, parsed (the
+    command must succeed)."""
     result = subprocess.run(
         [
             sys.executable,
@@ -106,7 +108,7 @@ def optimize_json(manifest: Path, instruction: str, out: Path, *options: str) ->
         cwd=out,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout)
 
 
 OPTIMIZE_INSTRUCTION = "cut time-to-train, loss within 1%"

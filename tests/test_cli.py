@@ -2,6 +2,8 @@
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -387,3 +389,22 @@ def test_a_trial_line_names_each_time_and_shows_only_what_changed():
         f"{record.metrics.e2e_time_s:.2f} s, steady step 0.0212 s, ranked 0.7420 s/step"
     )
     assert "\n" not in line
+
+
+def test_a_json_answer_is_the_whole_of_stdout_though_a_thread_prints_after_it():
+    """What Ray's driver does when a host is lost (its raylet log, printed to stdout from a
+    thread of its own, after the command has answered): the print lands on stderr."""
+    script = (
+        "import threading, time, sys\n"
+        "from infrarsi.cli.answer import keep_stdout_for_the_answer, print_answer\n"
+        "answer = keep_stdout_for_the_answer()\n"
+        "print('progress before the answer')\n"
+        "late = threading.Thread(target=lambda: (time.sleep(0.3), print('raylet log')))\n"
+        "late.start()\n"
+        "print_answer('{\"trials\": 3}', answer)\n"
+        "late.join()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"trials": 3}
+    assert done.stderr.splitlines() == ["progress before the answer", "raylet log"]

@@ -109,6 +109,18 @@ class BankOptions:
     use: bool = True
 
 
+APPLY_TOP_K = 3  # candidates Apply verifies unless told otherwise (``--top``)
+APPLY_MIN_ROUNDS = 5  # Apply's rounds, whatever the Doctor recommends: at least
+APPLY_MAX_ROUNDS = 10  # and at most
+
+
+def apply_rounds(recommended: int | None) -> int:
+    """Rounds Apply runs unless told otherwise: the Doctor's recommended repeats, within
+    [``APPLY_MIN_ROUNDS``, ``APPLY_MAX_ROUNDS``] (here so the Doctor can say what those rounds
+    detect without reaching into Apply)."""
+    return min(APPLY_MAX_ROUNDS, max(APPLY_MIN_ROUNDS, recommended or APPLY_MIN_ROUNDS))
+
+
 @dataclass(frozen=True, kw_only=True)
 class OptimizeOptions:
     """Everything ``optimize`` runs with besides the workload and the instruction."""
@@ -116,7 +128,7 @@ class OptimizeOptions:
     scale: str = "tiny"
     rounds: int = 1
     out_dir: Path = Path(".infrarsi") / "optimize"
-    top_k: int = 3
+    top_k: int = APPLY_TOP_K
     doctor_repeats: int = 3
     verify_rounds: int | None = None
     search: SearchOptions = field(default_factory=SearchOptions)

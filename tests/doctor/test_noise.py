@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from infrarsi.doctor.noise import cv, min_detectable_effect, recommended_repeats, warmup_steps
@@ -52,3 +54,19 @@ def test_the_objective_headroom_is_amdahls_bound_on_the_outside_share():
     assert outside_share([0.1], [0.5]) == 0.0 and amdahl_bound(0.0) is None
     assert not cannot_detect(None, 0.5)
     assert "no bound" in gain_note(None, 0.0, 0.05, 3)
+
+
+def test_apply_detects_less_than_one_comparison_promises_and_less_among_more_candidates():
+    from infrarsi.doctor.noise import apply_detectable_effect
+
+    one = min_detectable_effect(0.1, 10, 10_000)
+    assert (
+        apply_detectable_effect(0.1, 10, 1)
+        < apply_detectable_effect(0.1, 10, 3)
+        < (apply_detectable_effect(0.1, 10, 10))
+    )
+    assert apply_detectable_effect(0.1, 10, 3) > one
+    assert apply_detectable_effect(0.1, 10, 3) > apply_detectable_effect(0.1, 20, 3)
+    # the sum in log time: (t(1 - 0.05/6, 9) sqrt(1.5/10) + t(0.8, 9) sqrt(19.5)/10) * 0.1
+    expected = math.expm1((2.9333 * math.sqrt(0.15) + 0.8834 * math.sqrt(19.5) / 10) * 0.1)
+    assert abs(apply_detectable_effect(0.1, 10, 3) - expected) < 1e-3

@@ -19,6 +19,7 @@ from infrarsi.events import ApplyPlanned, EventSink, ignore
 from infrarsi.executors import Executor, LocalExecutor
 from infrarsi.identity import ConfigKey, config_key
 from infrarsi.objective import compared_name
+from infrarsi.options import APPLY_TOP_K
 from infrarsi.proposal import proposed_by, resolve
 from infrarsi.records import (
     DOCTOR_FILE,
@@ -127,7 +128,7 @@ def judge(
 
 def apply_run(
     run_dir: Path,
-    top_k: int = 3,
+    top_k: int = APPLY_TOP_K,
     executor: Executor | None = None,
     rounds: int | None = None,
     seed: int = 0,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-MIN_ROUNDS = 5
-MAX_ROUNDS = 10
+from infrarsi.options import apply_rounds
+
 N_BOOT = 4000
 METHOD = (
     "per round, ratio = geometric mean of the baselines before and after / candidate; "
@@ -46,8 +46,9 @@ class Interval:
 
 
 def rounds_needed(recommended: int | None) -> int:
-    """Rounds to run: the Doctor's recommended repeats, within [MIN_ROUNDS, MAX_ROUNDS]."""
-    return min(MAX_ROUNDS, max(MIN_ROUNDS, recommended or MIN_ROUNDS))
+    """Rounds to run: the Doctor's recommended repeats, within Apply's bounds
+    (``options.apply_rounds``)."""
+    return apply_rounds(recommended)
 
 
 def round_ratios(baseline_s: list[float | None], candidate_s: list[float | None]) -> list[float]:

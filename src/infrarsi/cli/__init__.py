@@ -37,7 +37,13 @@ from infrarsi.cli.options import (
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors import LocalExecutor, TrialRequest
 from infrarsi.executors.choice import make_executor
-from infrarsi.options import DEFAULT_BUDGET_TRIALS, Budget, OptimizeOptions, SearchOptions
+from infrarsi.options import (
+    APPLY_TOP_K,
+    DEFAULT_BUDGET_TRIALS,
+    Budget,
+    OptimizeOptions,
+    SearchOptions,
+)
 from infrarsi.trial import TrialRecord, TrialStatus
 from infrarsi.workloads import all_reference, find, parse_assignments
 
@@ -350,7 +356,7 @@ def run(
 @app.command()
 def apply(
     run_dir: Path = typer.Argument(..., help="a run directory written by `infrarsi run`"),
-    top: int = typer.Option(3, "--top", min=1, help="candidates to re-measure"),
+    top: int = typer.Option(APPLY_TOP_K, "--top", min=1, help="candidates to re-measure"),
     rounds: int | None = typer.Option(
         None,
         "--rounds",
@@ -420,7 +426,7 @@ def optimize(
     rounds: int = typer.Option(
         1, "--rounds", min=1, help="the winner becomes the next round's baseline"
     ),
-    top: int = typer.Option(3, "--top", min=1, help="candidates Apply re-measures"),
+    top: int = typer.Option(APPLY_TOP_K, "--top", min=1, help="candidates Apply re-measures"),
     verify_rounds: int | None = typer.Option(
         None,
         "--verify-rounds",

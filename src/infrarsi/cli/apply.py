@@ -14,6 +14,7 @@ from rich.table import Table
 from infrarsi.apply import apply_run
 from infrarsi.apply.branch import to_branch
 from infrarsi.bank import ingest_run
+from infrarsi.cli.answer import keep_stdout_for_the_answer, print_answer
 from infrarsi.cli.errors import user_error
 from infrarsi.contract import load_contract
 from infrarsi.errors import InfraRSIError
@@ -26,7 +27,7 @@ from infrarsi.events import (
 )
 from infrarsi.executors.choice import make_executor
 from infrarsi.identity import changed_knobs, describe_changes
-from infrarsi.options import BankOptions, ExecutorOptions
+from infrarsi.options import APPLY_TOP_K, BankOptions, ExecutorOptions
 from infrarsi.records import ApplyResult, Measurement
 from infrarsi.store.bank import BankStore
 
@@ -137,7 +138,7 @@ class ApplyCommand:
     commit a winner on, the bank and where the trials run."""
 
     run_dir: Path
-    top: int = 3
+    top: int = APPLY_TOP_K
     rounds: int | None = None
     branch: str | None = None
     bank: BankOptions = field(default_factory=BankOptions)
@@ -150,6 +151,7 @@ def apply_command(command: ApplyCommand, out: Console, err: Console) -> None:
     What it measured goes into the experience bank (unless it is left out); its trials run
     where ``command.executor`` says."""
     run_dir, branch, as_json = command.run_dir, command.branch, command.as_json
+    answer = keep_stdout_for_the_answer() if as_json else None
     screen = ApplyScreen(err if as_json else out)
     try:
         store = BankStore(command.bank.url) if command.bank.use else None
@@ -177,8 +179,8 @@ def apply_command(command: ApplyCommand, out: Console, err: Console) -> None:
             commit = to_branch(result, root, branch)
     except InfraRSIError as exc:
         user_error(err, exc)
-    if as_json:
-        print(json.dumps(result.model_dump(mode="json")))
+    if answer is not None:
+        print_answer(json.dumps(result.model_dump(mode="json")), answer)
         return
     show(result, out)
     if commit:

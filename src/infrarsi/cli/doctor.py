@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from infrarsi.cli.answer import keep_stdout_for_the_answer, print_answer
 from infrarsi.cli.errors import user_error
 from infrarsi.contract import load_contract
 from infrarsi.doctor import UNDETECTABLE, headroom, run_doctor, sealed_contract
@@ -28,6 +29,7 @@ def run_doctor_command(
 ) -> None:
     """Doctor the contract's baseline; the contract gets the measured noise policy. Its trials
     run on the executor named by ``executor`` (kind, Ray address)."""
+    answer = keep_stdout_for_the_answer() if as_json else None
     try:
         contract = load_contract(contract_path)
         runner = make_executor(executor[0], Path(workdir).resolve(), executor[1])
@@ -48,8 +50,8 @@ def run_doctor_command(
     sealed.save(contract_path)
     Path(workdir).mkdir(parents=True, exist_ok=True)
     report.save(Path(workdir) / f"doctor-{sealed.contract_hash[:12]}.json")
-    if as_json:
-        print(report.to_json())
+    if answer is not None:
+        print_answer(report.to_json(), answer)
     else:
         show(report, out)
     err.print(

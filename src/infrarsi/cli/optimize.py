@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from infrarsi.cli.answer import keep_stdout_for_the_answer, print_answer
 from infrarsi.cli.errors import user_error
 from infrarsi.errors import InfraRSIError
 from infrarsi.events import (
@@ -167,6 +168,7 @@ def optimize_command(
     err: Console,
 ) -> None:
     """Run every stage; exit 0 with or without a promoted winner, 2 on bad input."""
+    answer = keep_stdout_for_the_answer() if as_json else None
     screen = OptimizeScreen(err if as_json else out)
     try:
         result = optimize(
@@ -178,8 +180,8 @@ def optimize_command(
         )
     except InfraRSIError as exc:
         user_error(err, exc)
-    if as_json:
-        print(json.dumps(_json(result)))
+    if answer is not None:
+        print_answer(json.dumps(_json(result)), answer)
         return
     for line in headline(result):
         out.print(line, markup=False, highlight=False)

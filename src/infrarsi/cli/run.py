@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from infrarsi.bank import advice_for, ingest_run
+from infrarsi.cli.answer import keep_stdout_for_the_answer, print_answer
 from infrarsi.cli.errors import user_error
 from infrarsi.contract import Contract, load_contract
 from infrarsi.doctor import UNDETECTABLE
@@ -59,6 +60,7 @@ def run_command(command: RunCommand, out: Console, err: Console) -> None:
     """Start or resume a run; print its table and its result. A new run starts from the
     experience bank's advice; every run adds what it measured to the bank. A resumed run
     keeps the patches proposed before and asks for more only when a proposer is given."""
+    answer = keep_stdout_for_the_answer() if command.as_json else None
     screen = _Screen(err if command.as_json else out)
     try:
         bank_store = BankStore(command.bank.url) if command.bank.use else None
@@ -75,8 +77,8 @@ def run_command(command: RunCommand, out: Console, err: Console) -> None:
             )
     except InfraRSIError as exc:
         user_error(err, exc)
-    if command.as_json:
-        print(json.dumps(result.model_dump(mode="json")))
+    if answer is not None:
+        print_answer(json.dumps(result.model_dump(mode="json")), answer)
     else:
         _summary(result, out)
 

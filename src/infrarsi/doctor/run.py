@@ -21,6 +21,7 @@ from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
 from infrarsi.mfu import mfu as compute_mfu
 from infrarsi.objective import compared_time, ranked_step_time_s
+from infrarsi.options import APPLY_TOP_K, apply_rounds
 from infrarsi.records import DOCTOR_BASELINE_LABEL, DoctorReport, DoctorTrial
 from infrarsi.trial import TrialRecord, TrialStatus, prepare
 from infrarsi.trial.metrics import critical, read_probe_files
@@ -267,7 +268,7 @@ def build_report(
                 "method": noise.METHOD,
                 "outside_share": outside,
                 "amdahl_bound": noise.amdahl_bound(outside),
-                **_headroom(cv_between, runs_n, outside, repeats),
+                **_headroom(cv_between, outside, apply_rounds(repeats)),
             },
             "runs": [
                 {
@@ -361,11 +362,12 @@ def noise_policy(report: DoctorReport) -> NoisePolicy:
     )
 
 
-def _headroom(cv_between: float, runs: int, outside: float, rounds: int) -> dict:
+def _headroom(cv_between: float, outside: float, rounds: int) -> dict:
     """What the objective can gain at this scale (``noise.gain_note``) and whether that is
-    below what Apply's rounds detect — then a search can find nothing Apply would confirm, and
-    ``run`` and ``optimize`` say so before spending the budget."""
-    mde = noise.min_detectable_effect(cv_between, rounds, runs)
+    below what Apply's rounds detect (its decision among ``APPLY_TOP_K`` candidates:
+    ``noise.apply_detectable_effect``) — then a search can find nothing Apply would confirm,
+    and ``run`` and ``optimize`` say so before spending the budget."""
+    mde = noise.apply_detectable_effect(cv_between, rounds, APPLY_TOP_K)
     bound = noise.amdahl_bound(outside)
     return {
         "headroom": noise.gain_note(bound, outside, mde, rounds),
