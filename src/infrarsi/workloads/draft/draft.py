@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infrarsi import llm
 from infrarsi.workloads.draft import roles
 from infrarsi.workloads.draft.arguments import ScriptArg, read_arguments
 from infrarsi.workloads.draft.command import Command, CommandError
+from infrarsi.workloads.draft.llm_roles import guess_roles
+
+RoleAsker = Callable[[str, str], str]  # (system, user) -> the LLM's reply
 
 DRY_STEPS = 6  # the steps of the dry run and of the drafted ``tiny`` scale
 SEQ_NAMES = r"^(block_size|seq_len|seq_length|max_seq_length|context_length|sequence_length|block)$"
@@ -73,13 +78,17 @@ def _typed(text: str | None, kind: str | None) -> Any:
     return text
 
 
-def plan(draft: Draft, cores: int) -> Draft:
-    """Decide the knobs, the scale parameters, the constraint and the launch template."""
+def plan(draft: Draft, cores: int, ask: RoleAsker | None = None) -> Draft:
+    """Decide the knobs, the scale parameters, the constraint and the launch template.
+    ``ask``: an LLM that places the arguments the rules cannot (by default the configured
+    endpoint, when one is set)."""
     by_role: dict[str, ScriptArg] = {}
     for arg in draft.args.values():
         role = roles.role_of(arg)
         if role is not None and role not in by_role:
             by_role[role] = arg
+    if ask is not None or llm.configured():
+        _llm_roles(draft, by_role, ask or llm.complete)
     nproc = draft.command.nproc() if draft.command.launcher == "torchrun" else None
     _batch(draft, by_role, nproc, cores)
     for role in ("threads", "data"):
@@ -94,6 +103,20 @@ def plan(draft: Draft, cores: int) -> Draft:
             _choice_knob(draft, by_role[role], role)
     _fixed(draft)
     return draft
+
+
+def _llm_roles(draft: Draft, by_role: dict[str, ScriptArg], ask: RoleAsker) -> None:
+    """The LLM's roles for the arguments the rules placed nowhere, when a role a search needs
+    most (the batch, the accumulation) is still missing."""
+    if "micro_batch" in by_role and "grad_accum" in by_role:
+        return
+    placed = {a.dest for a in by_role.values()}
+    unplaced = [
+        a for a in draft.args.values() if a.dest not in placed and not roles.placed_otherwise(a)
+    ]
+    found, notes = guess_roles(unplaced, set(by_role), ask)
+    by_role.update(found)
+    draft.notes.extend(notes)
 
 
 def _omp_threads(draft: Draft, cores: int) -> None:

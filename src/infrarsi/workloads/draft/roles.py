@@ -29,19 +29,45 @@ LOG_EVERY = r"^(log_interval|logging_steps|log_every|print_every|log_freq|log_st
 EVAL_ONLY = r"eval|valid|test|val_"
 
 
+# the argument types a role needs (the others take any): a knob's values are built from them
+TYPE_NEEDED = {
+    "precision": "a switch or a string",
+    "micro_batch": "an integer",
+    "grad_accum": "an integer",
+    "threads": "an integer",
+    "data": "an integer",
+}
+
+
+def type_fits(role: str, arg: ScriptArg) -> bool:
+    """Whether ``arg``'s type is one ``role`` can be a knob of."""
+    if role == "precision":
+        return arg.type in ("bool", "str")
+    if role in ("micro_batch", "grad_accum", "threads", "data"):
+        return arg.type == "int"
+    return True
+
+
 def role_of(arg: ScriptArg) -> str | None:
     """The role the argument's name says it plays (None: none recognised)."""
     name = arg.dest.lower()
     if re.search(EVAL_ONLY, name):
         return None
     for role, pattern in ROLE_NAMES:
-        if re.search(pattern, name):
-            if role == "precision" and arg.type not in ("bool", "str"):
-                continue
-            if role in ("micro_batch", "grad_accum", "threads", "data") and arg.type != "int":
-                continue
+        if re.search(pattern, name) and type_fits(role, arg):
             return role
     return None
+
+
+def placed_otherwise(arg: ScriptArg) -> bool:
+    """Whether the argument is already read as something else than a knob's role: the step
+    count, the seed, the logging interval, or an evaluation-only setting."""
+    return (
+        is_steps(arg)
+        or is_seed(arg)
+        or is_log_every(arg)
+        or re.search(EVAL_ONLY, arg.dest.lower()) is not None
+    )
 
 
 def is_steps(arg: ScriptArg) -> bool:
