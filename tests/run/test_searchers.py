@@ -326,3 +326,85 @@ def test_the_trust_region_narrows_after_failures_widens_after_wins_and_bounds_pr
     assert s.trust_radius() == mod.TRUST_RADIUS + 1
     radius, centre = s.trust_radius(), s.recommend()
     assert all(distance(c, centre) <= radius for c in s.ask_batch(3))
+
+
+def test_a_proposal_for_a_parallel_slot_keeps_away_from_the_trials_in_flight():
+    """With trials in parallel, the config in flight is proposed (``tried``) but not measured:
+    its neighbours are penalised (local penalisation), so where asking with it merely ruled
+    out gives a neighbour, the next slot's proposal is mostly another part of the space — a
+    neighbour only when it is far more promising than any other (checked at each step of a
+    search)."""
+    from infrarsi.run.problem import distance
+
+    s = InfraRSISearcher(problem(), seed=0)
+    cases = moved = 0
+    for _ in range(16):
+        first = s.ask_batch(1)[0]
+        s.tried.add(first)  # launched, not told: in flight
+        assert s.in_flight() == [first]
+        second = s.ask_batch(1)[0]
+        s.in_flight = lambda: []  # type: ignore[method-assign]
+        ruled_out = s.ask_batch(1)[0]  # ``first`` tried, not penalised as in flight
+        del s.in_flight
+        if distance(ruled_out, first) <= 1:
+            cases += 1
+            moved += distance(second, first) > 1
+        s.tried.discard(first)
+        step, peak = truth(first)
+        status = "ok" if peak <= CAPACITY else "oom"
+        s.tell(first, Outcome(status, step_time_s=step, peak_bytes=peak, cost_s=5.0))
+    assert cases >= 2 and moved >= cases / 2, (cases, moved)
+
+
+def test_one_free_change_names_the_knob_or_patch_and_ignores_derived_knobs():
+    from dataclasses import replace
+
+    from infrarsi.run.problem import free_change
+
+    p = replace(problem(), derived=("accum",))
+    base = Config.of({"micro_batch": 2, "accum": 4, "threads": 1, "ckpt": False})
+    assert free_change(p, base, Config.of({**base.knob_dict, "threads": 2})) == "threads"
+    # the accumulation follows the micro-batch: one change, not two
+    assert free_change(p, base, Config.of({**base.knob_dict, "micro_batch": 4, "accum": 2})) == (
+        "micro_batch"
+    )
+    assert free_change(p, base, Config.of(base.knob_dict, ["fast"])) == "fast"
+    assert free_change(p, base, base) is None
+    assert free_change(p, base, Config.of({**base.knob_dict, "threads": 2}, ["fast"])) is None
+
+
+def test_with_cover_each_free_knob_and_patch_is_compared_alone_before_the_model_exploits(
+    monkeypatch,
+):
+    """After the start, while some free knob or patch has never been compared alone, each
+    proposal (but a drift re-measure of the baseline) is the incumbent changed in one such
+    dimension; by the end every one has been."""
+    from dataclasses import replace
+
+    from infrarsi.run import infrarsi_searcher as mod
+    from infrarsi.run.problem import free_change
+
+    monkeypatch.setattr(mod, "COVER", True)
+    monkeypatch.setattr(mod, "N_SEEDS", 1)
+    p = replace(problem(), derived=("accum",))  # the accumulation follows the micro-batch
+    s = InfraRSISearcher(p, seed=0)
+    dims = {"micro_batch", "threads", "ckpt", "fast", "lean"}
+    rng = np.random.default_rng(0)
+    covering = 0
+    for _ in range(len(s.start) + 10):
+        started = all(c in s.tried for c in s.start)
+        expected, centre = (s._cover(), s.recommend()) if started else (None, None)
+        config = s.ask()
+        if expected is not None and config != p.baseline:
+            assert config == expected and free_change(p, config, centre) in dims
+            covering += 1
+        step, peak = truth(config)
+        if peak > CAPACITY:
+            s.tell(config, Outcome("oom", cost_s=2.0, cap_bytes=CAPACITY))
+        else:
+            time_s = step * math.exp(rng.normal(0, 0.02))
+            s.tell(config, Outcome("ok", step_time_s=time_s, peak_bytes=peak, cost_s=5.0))
+    ok = [c for c, o in s.history if o.status.is_ok()]
+    assert dims == {free_change(p, a, b) for a in ok for b in s.tried if a != b} - {None}
+    assert covering >= 3, covering
+    assert s._cover() is None  # nothing left open

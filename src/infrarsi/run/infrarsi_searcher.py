@@ -1,12 +1,16 @@
 """The InfraRSI searcher: global models, constrained expected improvement, pairing.
 
-- **Multi-seed start**: the baseline, the Doctor's suggestions and the experience bank's seeds,
-  the candidate the priors (patch metadata, the Doctor's calibration) expect fastest among those
-  the analytic memory estimate says fit, and space-filling picks among those that fit (each the
-  farthest from the design so far): the
-  priors choose one start, the others measure what the priors do not know. (Three prior-ranked
-  starts measured worse on the moe-1node table — 8 trials to 95% of the best vs 6 over 10
-  replayed seeds — and no better on dense-1node, where the catalog's speed-ups do not hold.)
+- **Start**: the baseline, the Doctor's suggestions and the experience bank's seeds, and the
+  candidate the priors (patch metadata, the Doctor's calibration) expect fastest among those the
+  analytic memory estimate says fit (space-filling picks after them when ``N_SEEDS`` > 1: they
+  were, until 2026-12-04, and on the held-out tables they spent two of the first four trials on
+  cells ranked in the slowest third).
+- **Cover** (``_cover``): then, while some free knob or patch has never been compared alone
+  (no measured config has a tried neighbour differing from it in that one change), the
+  incumbent changed in one such dimension, the change the acquisition scores highest. A knob
+  never varied looks flat to the step-time model however much it matters: on the multi-node
+  held-out table the search varied micro-batch and checkpointing for 13 trials before it varied
+  the threads once, the knob that held the gain.
 - **Each step** fits the censored memory model and the step-time model on every trial so far
   and proposes the untried candidate maximising ``log EI + log P(fits)`` per expected second of
   wall time (compile and start-up included; a trial past the slow bound costs at most the
@@ -52,7 +56,14 @@ from infrarsi.records import Prediction
 from infrarsi.run import drift
 from infrarsi.run.cost import TrialCostModel
 from infrarsi.run.memory import MemoryObservation, TobitMemoryModel
-from infrarsi.run.problem import MEASURED_SLOW, Outcome, Problem, SlowBound, distance
+from infrarsi.run.problem import (
+    MEASURED_SLOW,
+    Outcome,
+    Problem,
+    SlowBound,
+    distance,
+    free_change,
+)
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.run.steptime import StepTimeModel
@@ -65,7 +76,12 @@ Fitted = tuple[TobitMemoryModel, StepTimeModel, Array, TrialCostModel, list[tupl
 # per candidate: log step-time mean and sd, P(OOM), expected cost; the incumbent's index
 Predicted = tuple[Array, Array, Array, Array, int | None]
 
-N_SEEDS = 3
+# the start: the baseline, the seeds and the priors' pick (``N_SEEDS - 1`` space-filling points
+# after them; 1: none), then each free knob and patch compared alone once (``COVER``) — chosen on
+# the 2026-12-04 study of the 15 informative tables seen (``bench/search_variants.py``, 16 seeds:
+# mean rank by area 2.17 against the earlier 3 space-filling points' 2.57 and greedy's 2.63)
+N_SEEDS = 1
+COVER = True
 RERUN_EVERY = 7  # one trial in seven re-measures a top candidate (METHODS: 10-15% of a budget)
 RERUN_MAX = 3
 FIRM_TOP = 3  # configs re-measured once exploring is expected to gain nothing
@@ -309,10 +325,11 @@ class InfraRSISearcher(Searcher):
         ):
             self.last = self._describe(self.problem.index[self.problem.baseline])
             return self.problem.baseline  # the load may have changed: measure it again
-        again = self._rerun()
-        if again is not None:
-            self.last = self._describe(self.problem.index[again])
-            return again
+        for step in (self._cover, self._rerun):
+            again = step()
+            if again is not None:
+                self.last = self._describe(self.problem.index[again])
+                return again
         batch = self.ask_batch(1)
         if self._nothing_left():
             again = self._firm_up()
@@ -375,19 +392,14 @@ class InfraRSISearcher(Searcher):
 
     def ask_batch(self, k: int) -> list[Config]:
         """Up to ``k`` untried configs; a batch keeps diverse by penalising the neighbours
-        (one change away) of those already chosen (local penalisation)."""
+        (one change away) of those already chosen and of those in flight (local
+        penalisation: with trials in parallel, the next slot's proposal is not a neighbour of
+        an unmeasured one when another is about as promising)."""
         p = self.problem
         untried = np.array([c not in self.tried for c in p.candidates])
         if not untried.any():
             return []
-        mu, sd, p_oom, cost, incumbent = self._predict()
-        best = mu[incumbent] if incumbent is not None else np.min(mu)
-        log_ei = _log_ei(best, mu, sd)
-        log_fit = np.log(np.clip(1 - p_oom, 1e-12, 1.0))
-        bound = self.slow_bound()
-        if bound is not None:  # a trial past the bound is cut there: it costs at most that
-            cost = np.minimum(cost, bound.after_s)
-        acq = log_ei + log_fit - np.log(np.maximum(cost, 1e-3))  # per second of wall time
+        acq, log_ei, p_oom, incumbent = self._acquisition()
         allowed = untried & (p_oom <= P_OOM_MAX)
         if not allowed.any():
             allowed = untried
@@ -395,9 +407,10 @@ class InfraRSISearcher(Searcher):
         if region is not None and (allowed & region).any():
             allowed = allowed & region
         chosen: list[int] = []
+        flying = [p.index[c] for c in self.in_flight()]
         for _ in range(k):
             score = np.where(allowed, acq, -np.inf)
-            for j in chosen:
+            for j in chosen + flying:
                 near = np.array([distance(c, p.candidates[j]) <= 1 for c in p.candidates])
                 score = np.where(near, score - 2.0, score)
                 score[j] = -np.inf
@@ -410,6 +423,48 @@ class InfraRSISearcher(Searcher):
         gains = np.where(untried, np.exp(log_ei) * (1 - p_oom), 0.0)
         self._gains = np.sort(gains)[::-1][:MAX_LEFT]
         return [p.candidates[j] for j in chosen]
+
+    def _acquisition(self) -> tuple[Array, Array, Array, int | None]:
+        """Per candidate: ``log EI + log P(fits)`` per expected second of wall time (a trial
+        past the slow bound costs at most the bound), ``log EI`` alone and P(OOM); and the
+        incumbent's index."""
+        mu, sd, p_oom, cost, incumbent = self._predict()
+        best = mu[incumbent] if incumbent is not None else np.min(mu)
+        log_ei = _log_ei(best, mu, sd)
+        log_fit = np.log(np.clip(1 - p_oom, 1e-12, 1.0))
+        bound = self.slow_bound()
+        if bound is not None:  # a trial past the bound is cut there: it costs at most that
+            cost = np.minimum(cost, bound.after_s)
+        acq = log_ei + log_fit - np.log(np.maximum(cost, 1e-3))
+        return acq, log_ei, p_oom, incumbent
+
+    def _cover(self) -> Config | None:
+        """While some free knob or patch has never been compared alone — no measured config
+        has a tried neighbour that differs from it in that one change — the incumbent changed
+        in one such dimension (the change the acquisition scores highest). A knob never varied
+        looks flat to the step-time model, however much it matters; one comparison each lets
+        the model see which do before it exploits. A change the Doctor measured slow on this
+        host is known already and not tried. Off unless ``COVER``."""
+        if not COVER or not self.history:
+            return None
+        p = self.problem
+        ok = [c for c, o in self.history if o.status.is_ok()]
+        covered = {free_change(p, a, b) for a in ok for b in self.tried if a != b}
+        acq, _, p_oom, incumbent = self._acquisition()
+        if incumbent is None:
+            return None
+        centre = p.candidates[incumbent]
+        known_slow = p.measured > math.log(MEASURED_SLOW)  # the Doctor measured it already
+        options = [
+            i
+            for i, c in enumerate(p.candidates)
+            if c not in self.tried
+            and p_oom[i] <= P_OOM_MAX
+            and not known_slow[i]
+            and (change := free_change(p, c, centre)) is not None
+            and change not in covered
+        ]
+        return p.candidates[max(options, key=lambda i: acq[i])] if options else None
 
     def _trust_region(self, incumbent: int | None) -> Array | None:
         """The candidates within the trust radius (changes counted as in ``distance``) of the

@@ -313,3 +313,17 @@ def distance(a: Config, b: Config) -> int:
     return sum(
         k not in ak or canonical_value(ak[k]) != canonical_value(v) for k, v in b.knobs
     ) + len(a.patches ^ b.patches)
+
+
+def free_change(problem: Problem, a: Config, b: Config) -> str | None:
+    """The one free knob (a knob the space varies, not a derived one) or patch in which two
+    configs differ; None where they differ in none or in several."""
+    ak, bk = a.knob_dict, b.knob_dict
+    diff = [
+        d.name
+        for d in problem.space.dims
+        if d.name not in problem.derived
+        and canonical_value(ak.get(d.name)) != canonical_value(bk.get(d.name))
+    ]
+    diff += sorted(a.patches ^ b.patches)
+    return diff[0] if len(diff) == 1 else None

@@ -30,6 +30,13 @@ class Searcher:
         self.history.append((config, outcome))
         self.tried.add(config)
 
+    def in_flight(self) -> list[Config]:
+        """Configs in flight: proposed (``tried``) and not told yet — with trials in parallel,
+        what the next proposal should keep away from (it is not yet measured, so a model
+        would propose its neighbours again)."""
+        told = {c for c, _ in self.history}
+        return [c for c in self.tried if c not in told]
+
     def recommend(self) -> Config | None:
         """The config this searcher would ship now: the fastest ok trial it has seen."""
         ok = [

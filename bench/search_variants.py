@@ -1,0 +1,130 @@
+"""Variants of InfraRSI's search replayed on seen tables: a development study, never a judgement.
+
+A change to the search is judged only on tables measured after the commit that froze it
+(``bench/data/README.md``). Before that, this script says which way a candidate change moves
+the mean per-seed area under the normalised regret curve (the benchmark's ranking score, the
+``remeasure`` rule) on tables that were already seen, beside greedy's, so a session can tell a
+change worth freezing from noise. A variant is a '+'-joined list of settings of the searcher's
+module constants, e.g. ``nseeds:1+tr:1``:
+
+- ``nseeds:N`` — ``N_SEEDS`` (``N - 1`` space-filling start points after the baseline and the
+  priors' pick; 1: none);
+- ``tr:R`` / ``tf:F`` — the trust region's starting radius and failures before it narrows;
+- ``rerun:K`` — one trial in ``K`` re-measures a top config (a large ``K``: never);
+- ``drop:E`` — the log-evidence a patch's prior must lose before it is dropped;
+- ``cover:1`` — each free knob and patch compared alone once before the model exploits
+  (``InfraRSISearcher._cover``; 0: off);
+- ``base`` — the committed search; ``greedy`` — the greedy peer, for scale.
+
+    .venv/bin/python bench/search_variants.py --variants base,greedy,nseeds:1+tr:1 \\
+        --table bench/data/moe-1node-wide-fb737a3983921667.csv --seeds 20 --out FILE
+
+Each job sets every constant back to its committed value before its own settings, so worker
+processes reused across jobs carry nothing over.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # as bench/searchers.py: small models, one thread
+
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import replay  # noqa: E402
+import scoring  # noqa: E402
+import tables  # noqa: E402
+
+import infrarsi.run.infrarsi_searcher as search  # noqa: E402
+
+SETTINGS = {  # variant key -> the module constant it sets
+    "nseeds": "N_SEEDS",
+    "tr": "TRUST_RADIUS",
+    "tf": "TRUST_FAILURES",
+    "rerun": "RERUN_EVERY",
+    "drop": "PRIOR_DROP_EVIDENCE",
+    "cover": "COVER",
+}
+COMMITTED = {name: getattr(search, name) for name in SETTINGS.values()}
+
+
+def apply_variant(variant: str) -> str:
+    """Set the searcher's constants for ``variant``; the searcher to replay."""
+    for name, value in COMMITTED.items():
+        setattr(search, name, value)
+    if variant in ("base", "greedy"):
+        return "greedy" if variant == "greedy" else "infrarsi"
+    for part in variant.split("+"):
+        key, _, value = part.partition(":")
+        if key not in SETTINGS or not value:
+            raise SystemExit(f"variant {part!r}: use KEY:VALUE with KEY one of {sorted(SETTINGS)}")
+        kind = type(COMMITTED[SETTINGS[key]])
+        number = float(value)
+        setattr(
+            search,
+            SETTINGS[key],
+            bool(number) if kind is bool else kind(number) if kind is int else number,
+        )
+    return "infrarsi"
+
+
+@functools.cache
+def setting_and_budget(path: str) -> tuple[replay.Setting, int]:
+    """A table's replay setting and budget, read once per worker process (not once per job)."""
+    table = tables.load(Path(path))
+    budget = scoring.budget_trials(len(table.cells), max(scoring.BUDGET_PCTS))
+    return replay.setting_of(table), budget
+
+
+def area_of(job: tuple[str, str, int]) -> tuple[str, str, int, float]:
+    """One (variant, table, seed) replay's area under the normalised regret curve."""
+    variant, path, seed = job
+    name = apply_variant(variant)
+    setting, budget = setting_and_budget(path)
+    trace = replay.replay(name, setting, seed, budget)
+    return variant, setting.table.name, seed, scoring.area(trace["regret_norm"])
+
+
+def study(variants: list[str], paths: list[str], seeds: int, jobs: int) -> dict:
+    """Mean area per (table, variant) and each variant's mean rank over the tables."""
+    work = [(v, p, s) for v in variants for p in paths for s in range(seeds)]
+    areas: dict[str, dict[str, list[float]]] = {}
+    with ProcessPoolExecutor(jobs) as pool:
+        for variant, table, _, area in pool.map(area_of, work, chunksize=2):
+            areas.setdefault(table, {}).setdefault(variant, []).append(area)
+    means = {t: {v: statistics.fmean(a) for v, a in d.items()} for t, d in areas.items()}
+    ranks = scoring.average_ranks(means)
+    return {"seeds": seeds, "area_mean": means, "average_rank": ranks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--variants", required=True, help="comma-separated variants")
+    parser.add_argument("--table", action="append", required=True, help="a table CSV")
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path, help="write the study as JSON here")
+    args = parser.parse_args(argv)
+    variants = [v for v in args.variants.split(",") if v]
+    for v in variants:
+        apply_variant(v)  # a bad variant fails before any replay
+    result = study(variants, args.table, args.seeds, args.jobs)
+    for table, row in result["area_mean"].items():
+        print(table, "  ".join(f"{v}={a:.3f}" for v, a in row.items()))
+    print("average rank", {v: round(r, 2) for v, r in result["average_rank"].items()})
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
