@@ -14,13 +14,13 @@ import numpy as np  # noqa: E402
 
 from infrarsi.trial.record import TrialStatus
 
-STATUS_STYLE = {
-    "ok": ("o", "tab:blue"),
-    "oom": (">", "tab:red"),
-    "timeout": ("s", "tab:orange"),
-    "crash": ("x", "tab:gray"),
-    "invalid": ("x", "tab:purple"),
-    "slow": ("^", "tab:brown"),
+STATUS_STYLE = {  # marker and colour per status (a str enum: its value finds it too)
+    TrialStatus.OK: ("o", "tab:blue"),
+    TrialStatus.OOM: (">", "tab:red"),
+    TrialStatus.TIMEOUT: ("s", "tab:orange"),
+    TrialStatus.CRASH: ("x", "tab:gray"),
+    TrialStatus.INVALID: ("x", "tab:purple"),
+    TrialStatus.SLOW: ("^", "tab:brown"),
 }
 
 
@@ -78,7 +78,7 @@ def best_so_far(trials: list[dict]) -> bytes:
         if t["status"] == TrialStatus.SLOW and t.get("censored_time_per_step_s")
     ]
     if slow:  # right-censored: cut short there, its time at least that
-        marker, colour = STATUS_STYLE["slow"]
+        marker, colour = STATUS_STYLE[TrialStatus.SLOW]
         ax.scatter(
             [x for x, _ in slow],
             [y for _, y in slow],

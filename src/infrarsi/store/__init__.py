@@ -64,6 +64,11 @@ class StoredRun(BaseModel):
         "first: {knobs, patches, step_time_s, trials}",
     )
 
+    @classmethod
+    def of(cls, row: object) -> StoredRun:
+        """The run a ``RunRow`` holds: the one place a stored run is read."""
+        return cls.model_validate(row, from_attributes=True)
+
     @property
     def contract(self) -> Contract:
         """The run's frozen contract, as stored with it."""
@@ -111,6 +116,12 @@ class StoredTrial(BaseModel):
     ended_unix_s: float | None = None
     error: str | None = None
     record: TrialRecord | None = Field(None, validation_alias="record_json")
+
+    @classmethod
+    def of(cls, row: object) -> StoredTrial:
+        """The trial a ``TrialRow`` holds, its record validated: the one place a stored trial
+        is read."""
+        return cls.model_validate(row, from_attributes=True)
 
     @property
     def predicted(self) -> Prediction:
@@ -183,13 +194,13 @@ class Store:
             if row is None:
                 known = [r for (r,) in s.execute(select(RunRow.run_id))]
                 raise UnknownNameError(f"no run {run_id!r} in {self.url}; it holds {known}")
-            return StoredRun.model_validate(row, from_attributes=True)
+            return StoredRun.of(row)
 
     def runs(self) -> list[StoredRun]:
         """Every run, oldest first."""
         with Session(self.engine) as s:
             rows = s.scalars(select(RunRow).order_by(RunRow.created_unix_s))
-            return [StoredRun.model_validate(r, from_attributes=True) for r in rows]
+            return [StoredRun.of(r) for r in rows]
 
     def set_run_status(self, run_id: str, status: RunStatus, reason: str | None = None) -> None:
         """Mark a run ``running``, ``finished`` or ``stopped`` (with why)."""
@@ -334,7 +345,7 @@ class Store:
             query = query.where(TrialRow.stage == stage)
         with Session(self.engine) as s:
             rows = s.scalars(query.order_by(order, TrialRow.seq, TrialRow.id))
-            return [StoredTrial.model_validate(r, from_attributes=True) for r in rows]
+            return [StoredTrial.of(r) for r in rows]
 
     def interrupt_running(self, run_id: str) -> list[StoredTrial]:
         """The search trials a killed run (its driver lost) left ``running``: each kept as the
@@ -381,7 +392,7 @@ class Store:
                 )
             s.add_all(again)
             s.flush()
-            return [StoredTrial.model_validate(r, from_attributes=True) for r in again]
+            return [StoredTrial.of(r) for r in again]
 
 
 def _one(session: Session, table: type[RowT], key: object) -> RowT:
