@@ -1,13 +1,17 @@
 """Every ``verify`` check decided on recorded evidence, without running a trial: records and
 parameter files are made here, the decision is the pure function's."""
 
+import math
+import random
+import statistics
+
 import pytest
 import torch
 
 from infrarsi.contract import Contract, Equivalence
 from infrarsi.doctor.calibrate import tolerances
 from infrarsi.trial.record import Evaluation, PatchRef, TrialRecord
-from infrarsi.verify import loss_drift, verify
+from infrarsi.verify import loss_drift, sampled_drift_sd, verify
 
 LOSS = [5.0, 4.6, 4.3, 4.1, 3.9, 3.8, 3.7, 3.6]
 
@@ -311,3 +315,24 @@ def test_a_job_that_works_on_after_its_last_step(tmp_path):
     ahead = _record(c, tmp_path, "c")
     ahead.metrics.harness_tail_s = 30.0
     assert "steps reported ahead of the work" in _reasons(c, base, ahead)
+
+
+def test_a_sampled_loss_floor_is_its_spread_not_one_draw():
+    """Two runs of one training that print other samples of its loss differ step by step by
+    that sampling noise alone: the drift's spread is read from those differences. A draw whose
+    noise happens to cancel in the first and last steps' means shows a small drift; its spread
+    is the same as that of a draw where it does not."""
+    rng = random.Random(0)
+    noise = [rng.gauss(0, 0.1) for _ in LOSS]
+    lucky = [v + e for v, e in zip(LOSS, noise)]
+    learned, _ = loss_drift(LOSS, lucky, 3)
+    sd = sampled_drift_sd(LOSS, lucky, 3)
+    fall = (5.0 + 4.6 + 4.3) / 3 - (3.8 + 3.7 + 3.6) / 3
+    spread = statistics.stdev(noise)
+    assert sd == pytest.approx(spread * math.sqrt(2 / 3) / fall)
+    assert sampled_drift_sd(LOSS, LOSS, 3) == 0.0  # the same samples: no spread
+    assert sampled_drift_sd([1.0, 1.0, 1.0], [1.1, 0.9, 1.0], 1) == 0.0  # no fall: no ratio
+    assert sampled_drift_sd(LOSS, LOSS[:-1], 3) == 0.0  # curves of different lengths
+    shifted = [v + 0.05 for v in LOSS]  # a constant offset moves no fall and has no spread
+    assert sampled_drift_sd(LOSS, shifted, 3) == pytest.approx(0.0, abs=1e-12)
+    assert learned >= 0 and sd > 0

@@ -12,6 +12,7 @@ on the precision: a comparison that involves bf16 uses the bf16 ones.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -274,6 +275,22 @@ def loss_drift(ref: list[float], got: list[float], last_k: int) -> tuple[float, 
     learned = abs(fall_got / fall_ref - 1) if fall_ref > 0 else 0.0
     pointwise = max((abs(g / r - 1) for g, r in zip(got, ref) if r), default=0.0)
     return learned, pointwise
+
+
+def sampled_drift_sd(ref: list[float], got: list[float], last_k: int) -> float:
+    """The standard deviation the learned drift (``loss_drift``'s first figure) would have if
+    the two curves differed by sampling noise alone: two runs of the same training that print
+    another sample of its loss (another split's last micro-batch) differ step by step by that
+    noise only, so its spread is read from their step-wise differences (one figure per step,
+    not the one draw the drift itself is), carried through the means of ``last_k`` steps and
+    the reference's fall. 0 when the reference did not fall or the curves are too short."""
+    if len(ref) != len(got) or len(ref) < 3:
+        return 0.0
+    fall_ref = statistics.fmean(ref[:last_k]) - statistics.fmean(ref[-last_k:])
+    if fall_ref <= 0:
+        return 0.0
+    spread = statistics.stdev(g - r for g, r in zip(got, ref))
+    return spread * math.sqrt(2 / last_k) / fall_ref
 
 
 def _loss(case: _Case) -> list[str]:
