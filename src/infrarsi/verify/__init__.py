@@ -266,12 +266,16 @@ def _workload(case: _Case) -> list[str]:
     return out
 
 
+def fall(curve: list[float], last_k: int) -> float:
+    """How far a loss curve fell: the mean of its first ``last_k`` steps less that of its last."""
+    return statistics.fmean(curve[:last_k]) - statistics.fmean(curve[-last_k:])
+
+
 def loss_drift(ref: list[float], got: list[float], last_k: int) -> tuple[float, float]:
     """(drift of what was learned, worst step's drift) of the loss curve ``got`` from ``ref``:
     ``|fall_got / fall_ref - 1|`` with the fall from the first to the last ``last_k`` steps'
     mean (0 when the reference did not fall), and the largest ``|got_i / ref_i - 1|``."""
-    fall_ref = statistics.fmean(ref[:last_k]) - statistics.fmean(ref[-last_k:])
-    fall_got = statistics.fmean(got[:last_k]) - statistics.fmean(got[-last_k:])
+    fall_ref, fall_got = fall(ref, last_k), fall(got, last_k)
     learned = abs(fall_got / fall_ref - 1) if fall_ref > 0 else 0.0
     pointwise = max((abs(g / r - 1) for g, r in zip(got, ref) if r), default=0.0)
     return learned, pointwise
@@ -286,7 +290,7 @@ def sampled_drift_sd(ref: list[float], got: list[float], last_k: int) -> float:
     the reference's fall. 0 when the reference did not fall or the curves are too short."""
     if len(ref) != len(got) or len(ref) < 3:
         return 0.0
-    fall_ref = statistics.fmean(ref[:last_k]) - statistics.fmean(ref[-last_k:])
+    fall_ref = fall(ref, last_k)
     if fall_ref <= 0:
         return 0.0
     spread = statistics.stdev(g - r for g, r in zip(got, ref))
@@ -309,11 +313,9 @@ def _loss(case: _Case) -> list[str]:
     learned, pointwise = loss_drift(ref, got, k)
     out = []
     if learned > tol:
-        fell = statistics.fmean(got[:k]) - statistics.fmean(got[-k:])
-        fell_ref = statistics.fmean(ref[:k]) - statistics.fmean(ref[-k:])
         out.append(
-            f"loss drift: the loss fell by {fell:.5f} over the run, the baseline's by "
-            f"{fell_ref:.5f} "
+            f"loss drift: the loss fell by {fall(got, k):.5f} over the run, the baseline's by "
+            f"{fall(ref, k):.5f} "
             f"({learned:.2%}; tolerance {tol:.2%})"
         )
     if case.contract.correctness.pointwise and pointwise > tol:
