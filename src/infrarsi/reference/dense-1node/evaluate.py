@@ -56,36 +56,6 @@ def aliases(model):
     return {name: first[id(param)] for name, param in model.named_parameters(remove_duplicate=False)}
 
 
-def aliases(model):
-    """Each name a parameter of the reference model goes by (a tied one has several) -> the
-    name ``named_parameters()`` gives it: a parameter is known by the model's structure, not
-    by the name a patch's registration order happened to give it."""
-    first = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        first.setdefault(id(param), name)
-    return {name: first[id(param)] for name, param in model.named_parameters(remove_duplicate=False)}
-
-
-def aliases(model):
-    """Each name a parameter of the reference model goes by (a tied one has several) -> the
-    name ``named_parameters()`` gives it: a parameter is known by the model's structure, not
-    by the name a patch's registration order happened to give it."""
-    first = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        first.setdefault(id(param), name)
-    return {name: first[id(param)] for name, param in model.named_parameters(remove_duplicate=False)}
-
-
-def aliases(model):
-    """Each name a parameter of the reference model goes by (a tied one has several) -> the
-    name ``named_parameters()`` gives it: a parameter is known by the model's structure, not
-    by the name a patch's registration order happened to give it."""
-    first = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        first.setdefault(id(param), name)
-    return {name: first[id(param)] for name, param in model.named_parameters(remove_duplicate=False)}
-
-
 def evaluate(path):
     """Eval loss of the parameters in ``path``, how they differ from the reference model, and
     the parameters whose gradient there is zero."""
@@ -112,12 +82,6 @@ def evaluate(path):
     return float(loss.detach()), [], {n for n, g in rms.items() if g <= INERT_SHARE * typical}
 
 
-torch.manual_seed(0)
-ALIASES = aliases(GPT(config))
-torch.manual_seed(0)
-ALIASES = aliases(GPT(config))
-torch.manual_seed(0)
-ALIASES = aliases(GPT(config))
 torch.manual_seed(0)
 ALIASES = aliases(GPT(config))
 final_loss, problems, inert = evaluate(args.weights)
