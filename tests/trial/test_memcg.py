@@ -113,3 +113,16 @@ def test_stale_trial_cgroups_of_a_dead_owner_are_swept():
         assert not stale.exists() and mine.path.exists()
     finally:
         mine.remove()
+
+
+def test_a_cgroup_whose_memory_controller_cannot_be_enabled_is_none_and_left_clean(
+    tmp_path, monkeypatch
+):
+    # a cgroup v2 parent that does not hand the memory controller down (an H200 host: the new
+    # cgroup had no cgroup.subtree_control to write) makes no trial cgroup; the trial runs and
+    # its peak comes from elsewhere, never an internal error
+    (tmp_path / "cgroup.subtree_control").mkdir()  # writing it fails as the kernel's would
+    monkeypatch.setattr(memcg, "available", lambda: memcg.Hierarchy(2, tmp_path))
+    with memcg.trial_cgroup("t1", lambda pid: True) as cgroup:
+        assert cgroup is None
+    assert [p.name for p in tmp_path.iterdir()] == ["cgroup.subtree_control"]

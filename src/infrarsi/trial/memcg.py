@@ -122,7 +122,13 @@ class TrialCgroup:
         self.path = hierarchy.path / f"{PREFIX}{os.getpid()}-{trial_id}"
         self.path.mkdir()
         if hierarchy.version == 2:
-            (self.path / "cgroup.subtree_control").write_text("+memory")
+            try:
+                _enable_memory(self.path)
+            except OSError as exc:
+                remove_tree(self.path, wait_s=1.0)
+                raise MemcgUnavailable(
+                    f"{self.path}: the memory controller cannot be enabled below it ({exc})"
+                ) from None
 
     @property
     def launchers_procs(self) -> Path:
@@ -156,6 +162,14 @@ class TrialCgroup:
     def remove(self, wait_s: float = 5.0) -> None:
         """Remove the rank cgroups and the trial's; waits for exiting processes to leave."""
         remove_tree(self.path, wait_s)
+
+
+def _enable_memory(path: Path) -> None:
+    """Turn the memory controller on for ``path``'s children (the ranks' cgroups), first for
+    ``path`` itself where its parent has not (a parent that holds processes refuses: OSError)."""
+    if "memory" not in _read(path / "cgroup.controllers").split():
+        (path.parent / "cgroup.subtree_control").write_text("+memory")
+    (path / "cgroup.subtree_control").write_text("+memory")
 
 
 def read_rank(path: Path, version: int) -> RankMemory:
@@ -192,7 +206,11 @@ def trial_cgroup(trial_id: str, owner_alive: Callable[[int], bool]) -> Iterator[
         yield None
         return
     sweep_stale(hierarchy, owner_alive)
-    cgroup = TrialCgroup(hierarchy, trial_id)
+    try:
+        cgroup = TrialCgroup(hierarchy, trial_id)
+    except MemcgUnavailable:
+        yield None
+        return
     try:
         yield cgroup
     finally:
