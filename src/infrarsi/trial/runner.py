@@ -8,6 +8,7 @@ outcome into exactly one status of the record.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -469,4 +470,25 @@ def _measure(spec: TrialSpec, channel: MetricsChannel, result, outcome, memory):
     except MetricsError as exc:
         measured = classify.Classified(TrialStatus.CRASH, f"metrics: {exc}")
     measured.warnings[:0] = outcome.warnings
+    if how == "probe" and reports and not reports[0].device.startswith("cuda"):
+        measured.warnings += host_cuda_unused()
     return measured
+
+
+@functools.cache
+def _host_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def host_cuda_unused() -> list[str]:
+    """The warning for a trial whose ranks ran on the CPU of a host with CUDA GPUs (its
+    workload chose so, or CUDA could not start inside the trial: its stderr says which)."""
+    gpus = _host_gpus()
+    if not gpus:
+        return []
+    return [
+        f"this host has {gpus} CUDA GPU(s) but the trial's ranks ran on the CPU: the workload "
+        "chose it, or CUDA could not start inside the trial (see its stderr.log)"
+    ]

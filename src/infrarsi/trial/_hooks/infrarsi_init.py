@@ -13,6 +13,10 @@ COMMAND...``.
   kills what is left (when the init exits, the kernel kills any process still in it) and writes
   ``survivors N`` to ``STATUS_FD``: how many processes outlived the launcher. Its exit status
   is the launcher's;
+- the namespace has a ``/proc`` of its own (a mount namespace whose ``/proc`` lists the
+  namespace's processes): a process's view of ``/proc`` must agree with its own PID, or a CUDA
+  driver refuses to start (``cuInit`` error 304, "OS call failed", seen on an H200 host: the
+  trial then ran on the CPU), and a trial sees no process outside its own;
 - before forking, it writes ``ready <what it set up>`` to ``STATUS_FD`` (or ``ready off: why``
   when the kernel refuses a PID namespace: then it only runs the command).
 """
@@ -26,7 +30,8 @@ import struct
 import sys
 import time
 
-CLONE_NEWNET, CLONE_NEWPID = 0x40000000, 0x20000000
+CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWNS = 0x40000000, 0x20000000, 0x00020000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
 PR_SET_PDEATHSIG = 1
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -60,6 +65,31 @@ def _network(net):
             os.close(fd)
         return "network joined"
     return "network host"
+
+
+def _mount(source, target, fstype, flags):
+    return _libc.mount(
+        source.encode() if source else None,
+        target.encode(),
+        fstype.encode() if fstype else None,
+        ctypes.c_ulong(flags),
+        None,
+    )
+
+
+def _own_proc():
+    """In the namespace's init: a mount namespace whose ``/proc`` is this PID namespace's.
+    Where the kernel refuses, the trial still runs, and its stderr says why."""
+    if (
+        _libc.unshare(CLONE_NEWNS) != 0
+        or _mount(None, "/", None, MS_REC | MS_PRIVATE) != 0
+        or _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC) != 0
+    ):
+        code = ctypes.get_errno()
+        sys.stderr.write(
+            f"infrarsi: the trial's PID namespace has the host's /proc ({os.strerror(code)}):"
+            " a CUDA driver may refuse to start in it\n"
+        )
 
 
 def _run_launcher(command):
@@ -124,6 +154,7 @@ def owned(net, tail_s, body, on_ready=None):
     init = os.fork()
     if init == 0:  # PID 1 of the namespace
         os.close(read)
+        _own_proc()
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         # a SIGTERM from the harness (a timeout, Ctrl-C) goes on to every process of the trial
         signal.signal(signal.SIGTERM, lambda *_: os.kill(-1, signal.SIGTERM))
