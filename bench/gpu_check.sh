@@ -3,7 +3,7 @@
 # a session may be lent): bench/gpu_check.py over the one-node workloads' `gpu` scale.
 #   bash bench/gpu_check.sh [OUT_DIR] [DEADLINE_S]
 # Where infrarsi's own dependencies are missing, the wheels in .whl (downloaded on a machine
-# with the registries: see docs/testing.md) are installed beside the checkout, not into the
+# with the registries: see docs/benchmarks.md) are installed beside the checkout, not into the
 # system. Writes gpu_check.json, gpu_check.txt and log.txt to OUT_DIR.
 set -uo pipefail
 out=${1:-${OUT:-bench/results/gpu}}
