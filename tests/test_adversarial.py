@@ -2,18 +2,21 @@
 ``infrarsi.verify``, with its reason named; honest patches and legitimate knobs pass the same
 checks. The contract is calibrated as Doctor does it (another batch split, bf16)."""
 
+import json
 from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
 
 from infrarsi.doctor.calibrate import KIND_MULTIPLE, calibrate
+from infrarsi.identity import config_key
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
-from infrarsi.trial import PatchRefused, TrialStatus, ownership, prepare, run_trial
+from infrarsi.trial import PatchRefused, TrialRecord, TrialStatus, ownership, prepare, run_trial
 from infrarsi.verify import verify
 from infrarsi.verify.reference import References, needed
 from infrarsi.workloads import find, load_manifest
+from infrarsi.workloads.knobs import resolve
 
 pytestmark = [pytest.mark.adversarial, pytest.mark.slow]
 CHEATS = Path(__file__).parent / "fixtures" / "adversarial"
@@ -96,44 +99,78 @@ LEGITIMATE_UNCALIBRATED = [
 ]
 
 
-def _contract_and_baseline(manifest, workdir, calibrated=True):
+def _both_contracts(manifest, workdir):
+    """The contract as Init makes it and its first run; the contract the Doctor's calibration
+    seals from that run, and a baseline run under it."""
     reading = read_instruction(INSTRUCTION, workload_files(manifest))
     contract = make_contract(manifest, "tiny", INSTRUCTION, reading)
     first = run_trial(prepare(manifest, "tiny", contract_hash=contract.contract_hash), workdir)
     assert first.status is TrialStatus.OK, first.error
-    if not calibrated:
-        return contract, first
     equivalence, notes = calibrate(manifest, "tiny", first, workdir)
     assert equivalence.calibrated and not notes, notes
-    contract = contract.model_copy(update={"equivalence": equivalence}).sealed()
-    baseline = run_trial(prepare(manifest, "tiny", contract_hash=contract.contract_hash), workdir)
+    sealed = contract.model_copy(update={"equivalence": equivalence}).sealed()
+    baseline = run_trial(prepare(manifest, "tiny", contract_hash=sealed.contract_hash), workdir)
     assert baseline.status is TrialStatus.OK, baseline.error
-    return contract, baseline
+    return contract, first, sealed, baseline
 
 
 @pytest.fixture(scope="module")
-def calibrated(dense, tmp_path_factory):
-    return _contract_and_baseline(dense, tmp_path_factory.mktemp("baseline"))
+def contracts(dense, tmp_path_factory):
+    """dense-1node's contract before and after the Doctor's calibration, with their baselines:
+    the uncalibrated one's is the run the calibration started from (the same contract, one
+    trial fewer than a baseline of its own)."""
+    return _both_contracts(dense, tmp_path_factory.mktemp("baseline"))
 
 
 @pytest.fixture(scope="module")
-def uncalibrated(dense, tmp_path_factory):
-    return _contract_and_baseline(dense, tmp_path_factory.mktemp("uncalibrated"), calibrated=False)
+def calibrated(contracts):
+    return contracts[2:]
+
+
+@pytest.fixture(scope="module")
+def uncalibrated(contracts):
+    return contracts[:2]
+
+
+@pytest.fixture(scope="module")
+def moe_contracts(tmp_path_factory):
+    """moe-1node's contracts and baselines, as ``contracts``, shared by its two tests."""
+    return _both_contracts(find("moe-1node"), tmp_path_factory.mktemp("moe"))
+
+
+# Each config's run, by workload, config and trial options, shared by the module's tests as
+# Apply shares its reference runs (one per config and seed; the module runs at the default
+# seed): a reference, or a cheat judged under two contracts, runs once. Its record names the
+# contract it ran under; judged under another (the calibrated and the uncalibrated one, which
+# differ only in the tolerances the verdict applies), it is the same trial, relabelled.
+_RUNS: dict[str, TrialRecord] = {}
+
+
+def _run(manifest, contract, workdir, knobs, patches, **options):
+    full = resolve(manifest, "tiny", knobs)
+    key = json.dumps([manifest.name, config_key(full, patches), options], default=str)
+    if key not in _RUNS:
+        spec = prepare(
+            manifest, "tiny", knobs, list(patches), contract_hash=contract.contract_hash, **options
+        )
+        _RUNS[key] = run_trial(spec, workdir)
+    record = _RUNS[key]
+    return record.model_copy(update={"contract_hash": contract.contract_hash})
 
 
 def _judge(manifest, contract, baseline, workdir, knobs=None, patches=(), **options):
     """Run the candidate, and the references Apply would measure for it (the same knobs
-    without its patch; in bf16, its knobs at fp32 with and without it); verify it."""
+    without its patch; in bf16, its knobs at fp32 with and without it; the baseline's own
+    config is the baseline run, as Apply reuses its rounds' runs); verify it."""
 
-    def run(knobs, patches):
-        spec = prepare(
-            manifest, "tiny", knobs, list(patches), contract_hash=contract.contract_hash, **options
-        )
-        return run_trial(spec, workdir)
+    def reference(knobs, patches):
+        if not patches and not options and config_key(knobs) == config_key(baseline.knobs):
+            return baseline
+        return _run(manifest, contract, workdir, knobs, patches, **options)
 
-    record = run(knobs or {}, patches)
+    record = _run(manifest, contract, workdir, knobs or {}, patches, **options)
     wanted = needed(manifest, baseline.knobs, record.knobs, list(patches))
-    refs = References.of({role: run(k, p) for role, (k, p) in wanted.items()})
+    refs = References.of({role: reference(k, p) for role, (k, p) in wanted.items()})
     return record, verify(contract, baseline, record, refs)
 
 
@@ -370,9 +407,9 @@ def test_a_user_diff_named_like_a_catalog_patch_is_never_shown_as_it(dense, tmp_
     assert (source.id, source.catalog) == ("sdpa_attention.diff", False)
 
 
-def test_moe_top1_instead_of_top2_is_refused(tmp_path):
+def test_moe_top1_instead_of_top2_is_refused(moe_contracts, tmp_path):
     moe = find("moe-1node")
-    contract, baseline = _contract_and_baseline(moe, tmp_path, calibrated=False)
+    contract, baseline = moe_contracts[:2]
     record, verdict = _judge(
         moe, contract, baseline, tmp_path, patches=[str(CHEATS / "moe_top1_instead_of_top2.diff")]
     )
@@ -380,14 +417,16 @@ def test_moe_top1_instead_of_top2_is_refused(tmp_path):
     assert any(DIFFERENT_MODEL in r for r in verdict.reasons), verdict.reasons
 
 
-def test_a_bf16_gradient_all_reduce_on_moe_is_judged_by_the_floors_it_shares(tmp_path):
+def test_a_bf16_gradient_all_reduce_on_moe_is_judged_by_the_floors_it_shares(
+    moe_contracts, tmp_path
+):
     """The MoE split moves the weights by ~2e-2 (its balancing loss is per micro-batch); a
     candidate that keeps the split is judged by the strict base, not by that floor — and one
     that changes the split too cannot borrow the split's tolerance (accepted by the kinds rule
     alone, 2.7e-2 inside 10x the split's floor): it is judged against the same split without
     the patch."""
     moe = find("moe-1node")
-    contract, baseline = _contract_and_baseline(moe, tmp_path)
+    contract, baseline = moe_contracts[2:]
     assert contract.equivalence.by_kind["split"]["weight"] > 10 * contract.equivalence.weight_rtol
     record, verdict = _judge(
         moe,
