@@ -56,6 +56,23 @@ def toy():
     return load_manifest(FIXTURES / "toy")
 
 
+@pytest.fixture(scope="session")
+def tiny_baseline(tmp_path_factory):
+    """A bundled workload's baseline trial at tiny (its knob defaults, no patch, no cap), run
+    once per session and shared by the tests that compare against it or cap it: ``get(name)``
+    returns its record."""
+    from infrarsi.trial import prepare, run_trial
+
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = run_trial(prepare(find(name), "tiny"), tmp_path_factory.mktemp(name))
+        return cache[name]
+
+    return get
+
+
 def run_cli(
     *args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None
 ) -> subprocess.CompletedProcess:

@@ -13,9 +13,9 @@ ABOVE = (1.1, 1.5)
 
 
 @pytest.mark.parametrize("name", ["dense-1node", "moe-1node"])
-def test_cap_sweep_is_oom_below_the_peak_and_ok_above(tmp_path, name):
+def test_cap_sweep_is_oom_below_the_peak_and_ok_above(tiny_baseline, tmp_path, name):
     manifest = find(name)
-    uncapped = run_trial(prepare(manifest, "tiny", {}), tmp_path)
+    uncapped = tiny_baseline(name)  # the session's uncapped baseline of this workload
     assert uncapped.status is TrialStatus.OK, uncapped.error
     peaks = uncapped.metrics.peak_mem_bytes
     assert uncapped.metrics.peak_mem_source == "memcg"

@@ -17,18 +17,10 @@ def rel_drift(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 
-@pytest.fixture(scope="module")
-def baselines(tmp_path_factory):
-    """Baseline record per workload, run once and shared by the module's tests."""
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            workdir = tmp_path_factory.mktemp(name)
-            cache[name] = run_trial(prepare(find(name), "tiny"), workdir)
-        return cache[name]
-
-    return get
+@pytest.fixture
+def baselines(tiny_baseline):
+    """The session's baseline record per workload (conftest.tiny_baseline)."""
+    return tiny_baseline
 
 
 @pytest.mark.parametrize("name", reference_names())
@@ -46,6 +38,8 @@ def test_patch_keeps_the_loss_within_tolerance(baselines, tmp_path, name, patch_
     manifest = find(name)
     record = run_trial(prepare(manifest, "tiny", {}, [patch_id]), tmp_path)
     assert record.status is TrialStatus.OK, record.error
+    assert [p.id for p in record.patches] == [patch_id]  # the record names what it applied
+    assert len(record.patches[0].sha256) == 64
     drift = rel_drift(record.metrics.loss, baselines(name).metrics.loss)
     assert drift <= manifest.invariants.rtol("fp32"), f"{patch_id}: drift {drift:.2e}"
     _same_held_out_loss(record, baselines(name), manifest.invariants.rtol("fp32"))
