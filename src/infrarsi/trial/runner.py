@@ -463,12 +463,14 @@ def is_launcher(command: list[str]) -> bool:
 def _measure(spec: TrialSpec, channel: MetricsChannel, result, outcome, memory):
     """Turn the ranks' reports, as the harness's channel received them, into metrics, or into
     ``invalid``/``crash`` with the reason."""
+    how = spec.manifest.launch.metrics
     try:
-        how = spec.manifest.launch.metrics
         reports = channel.reports(None if how == "probe" else how)
         measured = classify.measured(spec, reports, result, memory)
     except MetricsError as exc:
-        measured = classify.Classified(TrialStatus.CRASH, f"metrics: {exc}")
+        return classify.Classified(
+            TrialStatus.CRASH, f"metrics: {exc}", warnings=list(outcome.warnings)
+        )
     measured.warnings[:0] = outcome.warnings
     if how == "probe" and reports and not reports[0].device.startswith("cuda"):
         measured.warnings += host_cuda_unused()
