@@ -30,8 +30,8 @@ import struct
 import sys
 import time
 
-CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWNS = 0x40000000, 0x20000000, 0x00020000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+CLONE_NEWNET, CLONE_NEWPID = 0x40000000, 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 PR_SET_PDEATHSIG = 1
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -67,27 +67,19 @@ def _network(net):
     return "network host"
 
 
-def _mount(source, target, fstype, flags):
-    return _libc.mount(
-        source.encode() if source else None,
-        target.encode(),
-        fstype.encode() if fstype else None,
-        ctypes.c_ulong(flags),
-        None,
-    )
-
-
 def _own_proc():
     """In the namespace's init: a mount namespace whose ``/proc`` is this PID namespace's.
     Where the kernel refuses, the trial still runs, and its stderr says why."""
-    if (
-        _libc.unshare(CLONE_NEWNS) != 0
-        or _mount(None, "/", None, MS_REC | MS_PRIVATE) != 0
-        or _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC) != 0
-    ):
-        code = ctypes.get_errno()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I: the hooks' folder
+    import infrarsi_isolate as iso
+
+    try:
+        iso._check(iso._libc.unshare(iso.CLONE_NEWNS), "unshare(mount)")
+        iso._mount(None, "/", None, iso.MS_REC | iso.MS_PRIVATE)
+        iso._mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError as exc:
         sys.stderr.write(
-            f"infrarsi: the trial's PID namespace has the host's /proc ({os.strerror(code)}):"
+            f"infrarsi: the trial's PID namespace has the host's /proc ({exc}):"
             " a CUDA driver may refuse to start in it\n"
         )
 
