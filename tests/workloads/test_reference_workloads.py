@@ -17,15 +17,9 @@ def rel_drift(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 
-@pytest.fixture
-def baselines(tiny_baseline):
-    """The session's baseline record per workload (conftest.tiny_baseline)."""
-    return tiny_baseline
-
-
 @pytest.mark.parametrize("name", reference_names())
-def test_baseline_runs_on_two_or_more_ranks(baselines, name):
-    record = baselines(name)
+def test_baseline_runs_on_two_or_more_ranks(tiny_baseline, name):
+    record = tiny_baseline(name)
     assert record.status is TrialStatus.OK, record.error
     assert record.metrics.ranks >= 2
     assert len(record.metrics.loss) == find(name).scale("tiny").params["steps"]
@@ -34,15 +28,15 @@ def test_baseline_runs_on_two_or_more_ranks(baselines, name):
 
 
 @pytest.mark.parametrize("name, patch_id", CASES)
-def test_patch_keeps_the_loss_within_tolerance(baselines, tmp_path, name, patch_id):
+def test_patch_keeps_the_loss_within_tolerance(tiny_baseline, tmp_path, name, patch_id):
     manifest = find(name)
     record = run_trial(prepare(manifest, "tiny", {}, [patch_id]), tmp_path)
     assert record.status is TrialStatus.OK, record.error
     assert [p.id for p in record.patches] == [patch_id]  # the record names what it applied
     assert len(record.patches[0].sha256) == 64
-    drift = rel_drift(record.metrics.loss, baselines(name).metrics.loss)
+    drift = rel_drift(record.metrics.loss, tiny_baseline(name).metrics.loss)
     assert drift <= manifest.invariants.rtol("fp32"), f"{patch_id}: drift {drift:.2e}"
-    _same_held_out_loss(record, baselines(name), manifest.invariants.rtol("fp32"))
+    _same_held_out_loss(record, tiny_baseline(name), manifest.invariants.rtol("fp32"))
 
 
 def _same_held_out_loss(record, baseline, rtol):
@@ -53,10 +47,10 @@ def _same_held_out_loss(record, baseline, rtol):
 
 
 @pytest.mark.parametrize("name", reference_names())
-def test_bf16_stays_within_the_looser_tolerance(baselines, tmp_path, name):
+def test_bf16_stays_within_the_looser_tolerance(tiny_baseline, tmp_path, name):
     manifest = find(name)
     record = run_trial(prepare(manifest, "tiny", {"precision": "bf16"}), tmp_path)
     assert record.status is TrialStatus.OK, record.error
-    drift = rel_drift(record.metrics.loss, baselines(name).metrics.loss)
+    drift = rel_drift(record.metrics.loss, tiny_baseline(name).metrics.loss)
     assert drift <= manifest.invariants.rtol("bf16", "fp32"), f"bf16 drift {drift:.2e}"
-    _same_held_out_loss(record, baselines(name), manifest.invariants.rtol("bf16", "fp32"))
+    _same_held_out_loss(record, tiny_baseline(name), manifest.invariants.rtol("bf16", "fp32"))
