@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infrarsi.verify.evidence import load_params, weight_distance
+from infrarsi.trial import TrialRecord
+from infrarsi.verify.reference import apart
 
 # Knobs and patches of each workload's candidate: bf16, every kernel patch of its catalog that
 # applies alone or together (checked at tiny on CPU), a micro-batch twice the scale's default.
@@ -66,8 +67,6 @@ class Result:
     initial_eval_loss: float | None = None
     final_loss: float | None = None
     wall_s: float | None = None
-    final_weights: str | None = None
-    initial_weights: str | None = None
     trial_dir: str | None = None
 
 
@@ -97,27 +96,32 @@ def run_trial(res: Result, scale: str, workdir: Path, timeout_s: float) -> Resul
     res.wall_s = time.monotonic() - t0
     sys.stderr.write(proc.stderr[-4000:])
     try:
-        rec = json.loads(proc.stdout)
-    except json.JSONDecodeError:
+        trial_dir = Path(json.loads(proc.stdout)["trial_dir"])
+    except (json.JSONDecodeError, KeyError, TypeError):
         res.status, res.error = "no record", (proc.stdout + proc.stderr)[-2000:]
         return res
-    _read(res, rec)
+    _read(res, TrialRecord.load(trial_dir / "record.json"))
     return res
 
 
-def _read(res: Result, rec: dict[str, Any]) -> None:
-    res.status, res.error, res.trial_dir = rec["status"], rec.get("error"), rec.get("trial_dir")
-    m, ev = rec.get("metrics") or {}, rec.get("evaluation") or {}
-    res.step_time_s, res.e2e_time_s = m.get("step_time_s"), m.get("e2e_time_s")
-    res.startup_time_s = m.get("startup_time_s")
-    res.peak_mem_bytes, res.peak_mem_source = (
-        m.get("peak_mem_bytes") or [],
-        m.get("peak_mem_source"),
-    )
-    losses = m.get("loss") or []
-    res.final_loss = losses[-1] if losses else None
-    res.eval_loss, res.initial_eval_loss = ev.get("eval_loss"), ev.get("initial_eval_loss")
-    res.final_weights, res.initial_weights = ev.get("final_weights"), ev.get("initial_weights")
+def _read(res: Result, rec: TrialRecord) -> None:
+    """The figures the check reports, from the trial's stored record."""
+    res.status, res.error, res.trial_dir = rec.status.value, rec.error, rec.trial_dir
+    if rec.metrics is not None:
+        m = rec.metrics
+        res.step_time_s, res.e2e_time_s, res.startup_time_s = (
+            m.step_time_s,
+            m.e2e_time_s,
+            m.startup_time_s,
+        )
+        res.peak_mem_bytes = [b for b in m.peak_mem_bytes if b is not None]
+        res.peak_mem_source = m.peak_mem_source
+        res.final_loss = m.loss[-1] if m.loss else None
+    if rec.evaluation is not None:
+        res.eval_loss, res.initial_eval_loss = (
+            rec.evaluation.eval_loss,
+            rec.evaluation.initial_eval_loss,
+        )
 
 
 def compare(base: Result, cand: Result) -> dict[str, Any]:
@@ -133,11 +137,8 @@ def compare(base: Result, cand: Result) -> dict[str, Any]:
         out["speedup_e2e"] = base.e2e_time_s / cand.e2e_time_s
     if base.peak_mem_bytes and cand.peak_mem_bytes:
         out["peak_mem_ratio"] = max(cand.peak_mem_bytes) / max(base.peak_mem_bytes)
-    wb, wc, w0 = (
-        load_params(p) for p in (base.final_weights, cand.final_weights, base.initial_weights)
-    )
-    if wb is not None and wc is not None and w0 is not None and wb.keys() == wc.keys():
-        out["weight_distance"] = weight_distance(wb, wc, w0)
+    records = [TrialRecord.load(Path(r.trial_dir) / "record.json") for r in (cand, base)]
+    out["weight_distance"] = apart(*records)  # as verify reads it: aliases, inert parameters
     return out
 
 

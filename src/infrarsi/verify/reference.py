@@ -91,7 +91,7 @@ class Claimed:
     not_checked: list[str] = field(default_factory=list)
 
 
-def _apart(low: TrialRecord, high: TrialRecord) -> float | None:
+def apart(low: TrialRecord, high: TrialRecord) -> float | None:
     """How far ``low``'s final parameters are from ``high``'s, as a share of what ``high``
     learned (None where either saved none)."""
     a, b = low.evaluation, high.evaluation
@@ -115,7 +115,7 @@ def precision_ran(
     """The bf16 candidate measurably away from its own fp32 run: at least ``PRECISION_SHARE``
     of how far the bf16 reference is from its fp32 one, and beyond the strict fp32 base."""
     out = Claimed()
-    mine, theirs = _apart(cand, fp32_cand), _apart(ref, fp32_ref)
+    mine, theirs = apart(cand, fp32_cand), apart(ref, fp32_ref)
     if mine is None or theirs is None:
         out.not_checked.append("the precision that ran: the runs saved no comparable parameters")
         return out
