@@ -41,6 +41,8 @@ from typing import Any
 
 import torch
 
+from infrarsi.unixpath import at_path
+
 METRICS_ENV = "INFRARSI_METRICS_FILE"
 SOCKET_ENV = "INFRARSI_METRICS_SOCKET"  # the harness's channel: preferred to the file
 WEIGHTS_ENV = "INFRARSI_WEIGHTS_DIR"  # where the loop saves initial and final weights
@@ -106,18 +108,6 @@ class _SocketLines:
 
     def close(self) -> None:
         self._sock.close()
-
-
-def at_path(call: Any, path: str) -> Any:
-    """``call`` (a Unix socket's ``bind`` or ``connect``) at ``path``; a path longer than a
-    socket address holds is reached through its folder's descriptor."""
-    if len(os.fsencode(path)) < 100:
-        return call(path)
-    folder = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY)
-    try:
-        return call(f"/proc/self/fd/{folder}/{os.path.basename(path)}")
-    finally:
-        os.close(folder)
 
 
 def _connect(address: str) -> _SocketLines:

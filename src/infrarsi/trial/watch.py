@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infrarsi.probe import at_path
 from infrarsi.trial.metrics import MetricsError, RankReport, read_stdout
+from infrarsi.unixpath import at_path
 
 POLL_S = 0.01  # the resolution of the arrival times (lines are read as they come; this is
 # what the verification allows for the reader thread's scheduling)
