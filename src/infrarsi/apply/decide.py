@@ -16,7 +16,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from infrarsi.options import apply_rounds
 
@@ -74,6 +73,8 @@ def interval(
 ) -> Interval:
     """The geometric-mean speed-up over rounds with its two-sided interval at ``confidence``,
     Bonferroni-corrected for ``comparisons`` candidates."""
+    from scipy import stats  # here: a command that decides nothing starts without scipy
+
     x = np.log(np.asarray(ratios, dtype=float))
     n = len(x)
     if n == 0:
@@ -92,6 +93,8 @@ def interval(
 def _expanded_percentile(
     x: np.ndarray, alpha: float, t: float, seed: int, n_boot: int
 ) -> tuple[float, float]:
+    from scipy import stats
+
     n = len(x)
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, n, size=(n_boot, n))].mean(axis=1)
@@ -112,6 +115,8 @@ def futile(
     machine's noise, known sooner from all of them than from one (``pooled_sd``); without
     it, the candidate's own spread. Dropping only ends measurements early: it can never make
     Apply promote what it would not have promoted."""
+    from scipy import stats
+
     n = len(ratios)
     if n < 2:
         return False

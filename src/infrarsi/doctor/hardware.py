@@ -18,10 +18,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from infrarsi.host import CACHE_DIR, fingerprint, machine_facts, usable_threads
+
+if TYPE_CHECKING:  # imported where a measurement runs: reading the cache needs no torch
+    import torch
 
 CACHE_VERSION = 2
 COMM_PROBE = Path(__file__).with_name("_comm_probe.py")
@@ -38,6 +40,8 @@ def peak_flops(
     single matmul would not leave room for a few repeats ends the climb. Returns the best
     ``flops_per_s``, the size it was reached at, and whether the cap stopped the climb early.
     """
+    import torch
+
     start, best, best_size, capped = time.perf_counter(), 0.0, 0, False
     for size in sizes:
         a = torch.randn(size, size, device=device).to(dtype)
@@ -59,13 +63,15 @@ def peak_flops(
 def _time_mm(a: torch.Tensor, b: torch.Tensor, device: str) -> float:
     _sync(device)
     t0 = time.perf_counter()
-    torch.mm(a, b)
+    a.mm(b)
     _sync(device)
     return max(time.perf_counter() - t0, 1e-9)
 
 
 def memory_bandwidth(device: str, megabytes: int = 256, repeats: int = 5) -> float:
     """Best bytes/s of copying a large buffer (read + write counted)."""
+    import torch
+
     src = torch.empty(megabytes * 2**20 // 4, device=device).fill_(1.0)
     dst = torch.empty_like(src)
     best = float("inf")
@@ -95,6 +101,8 @@ def comm_bandwidth(ranks: int = 2, timeout_s: float = 120) -> dict:
 
 
 def _sync(device: str) -> None:
+    import torch
+
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 
@@ -115,6 +123,8 @@ def write_atomically(path: Path, text: str) -> None:
 
 def measure(threads: int | None = None) -> dict:
     """Measure this host now, with ``threads`` intra-op threads (default: every core)."""
+    import torch
+
     facts = machine_facts(threads or usable_threads())
     device = "cuda" if facts["device_type"] == "cuda" else "cpu"
     previous = torch.get_num_threads()

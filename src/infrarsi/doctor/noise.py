@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 import statistics
 
-from scipy import stats
-
 from infrarsi.trial.metrics import cv  # noqa: F401  (re-exported: the doctor's noise measure)
 
 ALPHA = 0.05  # two-sided significance
@@ -42,6 +40,8 @@ def min_detectable_effect(cv_between: float, repeats: int, runs_measured: int) -
     """Relative difference of two means of ``repeats`` runs each that a two-sided t-test at
     ``ALPHA`` detects with ``POWER``, given a run-to-run coefficient of variation estimated
     from ``runs_measured`` runs (its degrees of freedom add to the comparison's own)."""
+    from scipy import stats  # here: a command that decides nothing starts without scipy
+
     df = max(1, (runs_measured - 1) + 2 * (repeats - 1))
     t_sum = stats.t.ppf(1 - ALPHA / 2, df) + stats.t.ppf(POWER, df)
     return float(t_sum * math.sqrt(2 / repeats) * cv_between)
@@ -58,6 +58,8 @@ def apply_detectable_effect(cv_between: float, rounds: int, comparisons: int) ->
     noise a candidate this much faster beside two A/A candidates is promoted in ~80% of
     replays (``tests/apply/test_decide.py``); the single comparison of ``min_detectable_effect``
     promises that power and gives ~60% there."""
+    from scipy import stats
+
     df = max(1, rounds - 1)
     t_level = float(stats.t.ppf(1 - ALPHA / (2 * max(1, comparisons)), df))
     t_power = float(stats.t.ppf(POWER, df))

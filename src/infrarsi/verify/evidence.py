@@ -11,12 +11,13 @@ import math
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from infrarsi.contract import Contract
 from infrarsi.trial.record import Evaluation, TrialRecord
+
+if TYPE_CHECKING:  # torch is imported where weights are read: a command that never reads
+    import torch  # any (bad input, a verdict from records) starts without it
 
 FROZEN_SHARE = 1e-3  # a parameter that moved less than this share of the baseline's move
 INIT_RTOL = 1e-6  # the same seed gives the same initial parameters, to rounding
@@ -91,6 +92,8 @@ def _hint(contract: Contract, kinds: frozenset[str]) -> str:
 
 def load_params(path: str | None) -> dict[str, torch.Tensor] | None:
     """Parameters (name -> tensor) saved at ``path``; None for no path."""
+    import torch
+
     return torch.load(path, map_location="cpu", weights_only=True) if path else None
 
 
