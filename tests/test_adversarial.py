@@ -6,12 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import DOCTORED_INSTRUCTION, FIXTURES
 
+from infrarsi.contract import load_contract
 from infrarsi.doctor.calibrate import KIND_MULTIPLE, calibrate
 from infrarsi.identity import config_key
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
+from infrarsi.records import DOCTOR_BASELINE_LABEL
 from infrarsi.trial import PatchRefused, TrialRecord, TrialStatus, ownership, prepare, run_trial
 from infrarsi.verify import verify
 from infrarsi.verify.reference import References, needed
@@ -20,7 +22,7 @@ from infrarsi.workloads.knobs import resolve
 
 pytestmark = [pytest.mark.adversarial, pytest.mark.slow]
 CHEATS = Path(__file__).parent / "fixtures" / "adversarial"
-INSTRUCTION = "Cut end-to-end time; keep loss within 0.5% and memory under 2 GiB per rank"
+INSTRUCTION = DOCTORED_INSTRUCTION  # the contracts of conftest.doctored are made from it too
 DIFFERENT_MODEL = "final parameters differ from the baseline's"
 RUNNABLE = {  # dense-1node cheats, each with the reason it must be refused for
     "shorten_sequence": "loss drift",
@@ -101,7 +103,8 @@ LEGITIMATE_UNCALIBRATED = [
 
 def _both_contracts(manifest, workdir):
     """The contract as Init makes it and its first run; the contract the Doctor's calibration
-    seals from that run, and a baseline run under it."""
+    seals from that run, and the baseline under it: the same run, relabelled with the sealed
+    contract's hash (the two contracts differ only in the tolerances a verdict applies)."""
     reading = read_instruction(INSTRUCTION, workload_files(manifest))
     contract = make_contract(manifest, "tiny", INSTRUCTION, reading)
     first = run_trial(prepare(manifest, "tiny", contract_hash=contract.contract_hash), workdir)
@@ -109,9 +112,7 @@ def _both_contracts(manifest, workdir):
     equivalence, notes = calibrate(manifest, "tiny", first, workdir)
     assert equivalence.calibrated and not notes, notes
     sealed = contract.model_copy(update={"equivalence": equivalence}).sealed()
-    baseline = run_trial(prepare(manifest, "tiny", contract_hash=sealed.contract_hash), workdir)
-    assert baseline.status is TrialStatus.OK, baseline.error
-    return contract, first, sealed, baseline
+    return contract, first, sealed, first.model_copy(update={"contract_hash": sealed.contract_hash})
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +134,24 @@ def uncalibrated(contracts):
 
 
 @pytest.fixture(scope="module")
-def moe_contracts(tmp_path_factory):
-    """moe-1node's contracts and baselines, as ``contracts``, shared by its two tests."""
-    return _both_contracts(find("moe-1node"), tmp_path_factory.mktemp("moe"))
+def moe_contracts(doctored):
+    """moe-1node's contracts and baselines, as ``contracts``, from the session's
+    ``infrarsi doctor`` of it (``conftest.doctored``, whose report ``test_doctor.py`` checks):
+    the contract Init wrote and the Doctor's first baseline run under it (the run its
+    calibration started from), the contract the Doctor sealed and its second baseline run,
+    relabelled with the sealed contract's hash."""
+    done = doctored("moe-1node")
+    assert done.report["equivalence"]["calibrated"], done.report["equivalence_notes"]
+    assert not done.report["equivalence_notes"], done.report["equivalence_notes"]
+    before, sealed = (load_contract(path) for path in (done.before, done.contract))
+    first, second = (
+        TrialRecord.load(Path(t["trial_dir"]) / "record.json")
+        for t in done.report["trials"]
+        if t["label"].startswith(DOCTOR_BASELINE_LABEL)
+    )
+    assert first.contract_hash == before.contract_hash == second.contract_hash
+    assert first.status is second.status is TrialStatus.OK
+    return before, first, sealed, second.model_copy(update={"contract_hash": sealed.contract_hash})
 
 
 # Each config's run, by workload, config and trial options, shared by the module's tests as
