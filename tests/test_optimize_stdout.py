@@ -23,7 +23,7 @@ def test_a_faster_split_of_a_script_that_prints_one_micro_batch_loss_passes_ever
         "--top",
         "2",
         "--verify-rounds",
-        "3",
+        "2",
         "--doctor-repeats",
         "2",
     )
