@@ -119,7 +119,13 @@ def test_the_audit_holds_every_trial_of_every_stage_and_what_the_run_cost(optimi
     assert {"baseline run 1/2", "profiled run"} <= {line["label"] for line in doctor_lines}
     assert all(line["cost_s"] > 0 for line in lines)
     total = sum(line["cost_s"] for line in lines)
-    assert abs(total / answer["wall_s"] - 1) < 0.05, (total, answer["wall_s"])
+    # outside the trials: the tool's own work (its first imports of torch and scipy, fitting
+    # the models, the report), ~4.5 s of a 17-trial run here (5.1%); one unaudited trial more
+    # would put it near two trials' cost
+    costs = sorted(line["cost_s"] for line in lines)
+    median_s = costs[len(costs) // 2]
+    outside_s = answer["wall_s"] - total
+    assert abs(outside_s) < max(0.05 * answer["wall_s"], 1.5 * median_s), (total, answer["wall_s"])
 
 
 def test_apply_again_resumes_from_its_progress_and_decides_the_same(optimized):
