@@ -408,3 +408,34 @@ def test_a_json_answer_is_the_whole_of_stdout_though_a_thread_prints_after_it():
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"trials": 3}
     assert done.stderr.splitlines() == ["progress before the answer", "raylet log"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["doctor", "nope.yaml"],
+        ["run", "nope.yaml", "--searcher", "nope"],
+        ["apply", "nope"],
+        ["verify", "nope"],
+        ["bank", "stats"],
+    ],
+)
+def test_a_command_that_reads_no_weight_starts_without_torch_or_scipy(tmp_path, args):
+    """The CLI is the harness's own process: it imports PyTorch where it reads weights or
+    measures the hardware and scipy where it takes a quantile, not to parse its arguments
+    (both once cost ~2 s of every command's start). Read from Python's own import log."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "infrarsi", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "infrarsi.cli" in imported  # the log is read
+    assert not imported & {"torch", "scipy.stats", "sklearn", "optuna"}, result.stderr[-2000:]
