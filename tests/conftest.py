@@ -96,18 +96,8 @@ def _doctor(name: str, folder: Path) -> Doctored:
     before = folder / "c.before.yaml"
     shutil.copyfile(contract, before)
     calibrate = find(name).launch.nodes == 1
-    result = run_cli(
-        "doctor",
-        str(contract),
-        "--repeats",
-        "2",
-        "--workdir",
-        str(folder / "t"),
-        "--json",
-        *([] if calibrate else ["--no-calibrate"]),
-    )
-    assert result.returncode == 0, result.stderr
-    return Doctored(before, contract, json.loads(result.stdout))
+    options = [] if calibrate else ["--no-calibrate"]
+    return Doctored(before, contract, doctor_json(str(contract), str(folder / "t"), *options))
 
 
 @pytest.fixture(scope="session")
@@ -145,6 +135,16 @@ def cli_json(*args: str, cwd: Path | None = None) -> dict:
     """Run the CLI with ``--json`` and parse its standard output."""
     result = run_cli(*args, "--json", cwd=cwd)
     assert result.stdout.strip(), f"no output; stderr:\n{result.stderr}"
+    return json.loads(result.stdout)
+
+
+def doctor_json(contract: str, workdir: str, *options: str, cwd: Path | None = None) -> dict:
+    """Run ``infrarsi doctor CONTRACT --repeats 2 --workdir WORKDIR --json OPTIONS`` (the
+    command must succeed); its report, parsed."""
+    result = run_cli(
+        "doctor", contract, "--repeats", "2", "--workdir", workdir, "--json", *options, cwd=cwd
+    )
+    assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 

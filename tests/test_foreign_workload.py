@@ -5,7 +5,7 @@ trial --contract and verify, from a directory that is not the workload's."""
 import json
 
 import pytest
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, doctor_json, run_cli
 
 from infrarsi.contract import load_contract
 from infrarsi.trial import TrialRecord
@@ -40,18 +40,7 @@ def test_init_keeps_the_workload_path_and_hash(contract):
 def test_doctor_reports_what_stdout_cannot_measure_and_speaks_the_workloads_names(
     contract, tmp_path
 ):
-    result = run_cli(
-        "doctor",
-        str(contract),
-        "--repeats",
-        "2",
-        "--workdir",
-        str(tmp_path),
-        "--json",
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report = doctor_json(str(contract), str(tmp_path), cwd=tmp_path)
     assert report["phases"] == {} and "stdout metrics" in report["not_measured"]["phases"]
     assert report["top_ops"] == [] and report["peak_mem_source"] == "memcg"
     assert all(b and b > 10 * 2**20 for b in report["peak_mem_bytes"])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, doctor_json, run_cli
 
 from infrarsi.workloads import load_manifest
 
@@ -94,19 +94,7 @@ def test_a_script_is_drafted_then_doctored_and_searched_with_no_hand_edit(case, 
         "init", str(folder / "workload.yaml"), THROUGHPUT, "-o", "c.yaml", "--yes", cwd=tmp_path
     )
     assert init.returncode == 0, init.stderr
-    doctor = run_cli(
-        "doctor",
-        "c.yaml",
-        "--repeats",
-        "2",
-        "--no-calibrate",
-        "--workdir",
-        "w",
-        "--json",
-        cwd=tmp_path,
-    )
-    assert doctor.returncode == 0, doctor.stderr
-    report = json.loads(doctor.stdout)
+    report = doctor_json("c.yaml", "w", "--no-calibrate", cwd=tmp_path)
     assert 0.0005 < report["step_time_s"] < 5  # seconds, whether printed in ms or timed
     assert report["tokens_per_s"] > 0
     assert ("flops" in raw) is case.counts_flops
