@@ -101,9 +101,9 @@ def comm_bandwidth(ranks: int = 2, timeout_s: float = 120) -> dict:
 
 
 def _sync(device: str) -> None:
-    import torch
+    if device.startswith("cuda"):  # (inside the timed span: nothing more on the CPU path)
+        import torch
 
-    if device.startswith("cuda"):
         torch.cuda.synchronize()
 
 
