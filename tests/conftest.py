@@ -46,6 +46,30 @@ def own_bank(tmp_path_factory, monkeypatch):
     return path
 
 
+OWNED_BY = {
+    "root": "pid namespace; network namespace of its own",
+    "user": "pid namespace in a user namespace; network namespace of its own",
+    "subreaper": "subreaper (no namespace: no namespace asked for); host network",
+}
+
+
+@pytest.fixture
+def owned_by(request, monkeypatch):
+    """The way the harness owns a trial's processes (parametrised indirectly: ``root``,
+    ``user``, ``subreaper``), the stronger ones set aside through ``INFRARSI_OWNERSHIP``; the
+    ownership line a trial's record then carries."""
+    from infrarsi.trial import ownership
+
+    way = request.param
+    if way == "root" and os.geteuid() != 0:
+        pytest.skip("namespaces made by the harness itself need root")
+    if way == "user" and not ownership._user_namespaces_allowed():
+        pytest.skip("this kernel gives this user no user namespace")
+    if way != "root":
+        monkeypatch.setenv(ownership.MODE_ENV, way)
+    return OWNED_BY[way]
+
+
 @pytest.fixture(scope="session")
 def dense():
     """The dense-1node reference workload."""

@@ -32,3 +32,78 @@ def test_a_launcher_under_the_init_sees_its_own_namespace_in_proc():
     assert self_link == pid  # /proc/self is this process, by the namespace's numbering
     assert pid <= 3  # the init is 1, the launcher 2
     assert os.getpid() not in listed  # nothing outside the trial
+
+
+STRAY = """#!/bin/sh
+setsid sh -c 'exec sleep 300' &
+exit 3
+"""
+
+
+CAN_RUN_ITSELF = "import os, sys; sys.exit(not os.access(sys.executable, os.X_OK))"
+
+
+def _as_nobody() -> list[str]:
+    """The command prefix that runs a process as the unprivileged ``nobody`` (root and
+    util-linux's ``setpriv`` needed)."""
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("running a process as another user needs root and setpriv")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.mark.parametrize(
+    "way, ready", [("user", "pid network own user"), ("subreaper", "subreaper")]
+)
+def test_a_user_that_is_not_root_still_owns_every_process_of_its_trial(way, ready):
+    """The init run by an ordinary user (``nobody``, no capability): in a user namespace of its
+    own, or, where none is had, as the launcher's subreaper — either way the process the
+    launcher left in a session of its own is found, counted and killed."""
+    import shutil
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    nobody = _as_nobody()
+    python = next(
+        (
+            exe
+            for exe in (sys.executable, shutil.which("python3") or "", "/usr/bin/python3")
+            if exe
+            and subprocess.run([*nobody, exe, "-I", "-S", "-c", CAN_RUN_ITSELF]).returncode == 0
+        ),
+        None,
+    )
+    if python is None:
+        pytest.skip("no Python here that nobody may run")
+    with tempfile.TemporaryDirectory(prefix="infrarsi-nobody-") as folder:
+        hooks = Path(folder)  # where nobody may read them (pytest's own are root's alone)
+        for name in ("infrarsi_init.py", "infrarsi_isolate.py"):
+            shutil.copy(ownership.INIT_SCRIPT.parent / name, hooks / name)
+        (hooks / "stray.sh").write_text(STRAY.replace("sleep 300", f"sleep 300 # {hooks.name}"))
+        for path in (hooks, *hooks.iterdir()):
+            path.chmod(0o755)
+        _owned_as_nobody(nobody, python, hooks, way, ready)
+
+
+def _owned_as_nobody(nobody: list[str], python: str, hooks, way: str, ready: str) -> None:
+    driver = (
+        "import os, subprocess, sys\n"
+        "r, w = os.pipe()\n"
+        f"p = subprocess.Popen([sys.executable, '-I', '-S', {str(hooks / 'infrarsi_init.py')!r},"
+        f" str(w), '1', 'own', {way!r}, '--', 'sh', {str(hooks / 'stray.sh')!r}], pass_fds=(w,))\n"
+        "os.close(w)\n"
+        "p.wait()\n"
+        "print(p.returncode, os.read(r, 4096).decode().replace(chr(10), '|'))\n"
+    )
+    done = subprocess.run(
+        [*nobody, python, "-I", "-S", "-c", driver], capture_output=True, text=True, cwd="/"
+    )
+    assert done.returncode == 0, done.stderr
+    code, said = done.stdout.split(" ", 1)
+    assert code == "3", done  # the launcher's own exit status
+    assert said.startswith(f"ready {ready}"), said
+    assert "survivors 1" in said, said  # the sleep in a session of its own
+    left = subprocess.run(["pgrep", "-f", hooks.name], capture_output=True, text=True)
+    assert left.stdout == "", "a process of the trial outlived it"

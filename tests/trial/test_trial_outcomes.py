@@ -6,7 +6,7 @@ import psutil
 import pytest
 from conftest import FIXTURES, assert_no_leftovers
 
-from infrarsi.trial import TrialStatus, ownership, prepare, run_trial
+from infrarsi.trial import TrialStatus, prepare, run_trial
 from infrarsi.workloads import load_manifest
 
 pytestmark = pytest.mark.slow
@@ -74,18 +74,20 @@ def _strays() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == STRAY]
 
 
-def test_a_process_that_outlives_its_launcher_makes_the_trial_invalid_and_is_killed(toy, tmp_path):
+@pytest.mark.parametrize("owned_by", ["root", "user", "subreaper"], indirect=True)
+def test_a_process_that_outlives_its_launcher_makes_the_trial_invalid_and_is_killed(
+    toy, tmp_path, owned_by
+):
     """A rank leaves a grandchild in a session of its own with the trial's id renamed in its
-    environment (a sweep by id misses it): it is still in the trial's PID namespace, the
-    trial is invalid, and nothing of it is left."""
-    if not ownership.available():
-        pytest.skip("a PID namespace needs root (a renamed stray would survive the sweep)")
+    environment (a sweep by id misses it): it is still in the trial's PID namespace (as root,
+    or in a user namespace when not) or, with no namespace, still the descendant of the
+    trial's init (its subreaper); the trial is invalid, and nothing of it is left."""
     assert not _strays()
     record = _run(toy, tmp_path, mode="stray")
     assert not _strays(), "a process of the trial outlived it"
     assert record.status is TrialStatus.INVALID, record.error
     assert "process(es) of the trial were still alive" in record.error
-    assert record.ownership == "pid namespace; network namespace of its own"
+    assert record.ownership == owned_by
 
 
 def test_fewer_steps_is_invalid(toy, tmp_path):

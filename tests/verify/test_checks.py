@@ -336,3 +336,31 @@ def test_a_sampled_loss_floor_is_its_spread_not_one_draw():
     shifted = [v + 0.05 for v in LOSS]  # a constant offset moves no fall and has no spread
     assert sampled_drift_sd(LOSS, shifted, 3) == pytest.approx(0.0, abs=1e-12)
     assert learned >= 0 and sd > 0
+
+
+@pytest.mark.parametrize(
+    "ownership, owned",
+    [
+        ("pid namespace; network namespace of its own", True),
+        ("pid namespace in a user namespace; network namespace of its own", True),
+        ("subreaper (no namespace: unshare(user): Operation not permitted); host network", True),
+        ("off: the trial's init did not start", False),
+        ("", False),
+    ],
+)
+def test_the_verdict_says_who_owned_the_candidates_processes(tmp_path, ownership, owned):
+    """As root, in a user namespace or as the trial's subreaper, the harness owned every
+    process (none could outlive the launcher unnoticed): the verdict says what ran; an init
+    that did not start leaves that not checked, said so."""
+    c = _contract()
+    base = _record(c, tmp_path)
+    cand = _record(c, tmp_path, "cand").model_copy(update={"ownership": ownership})
+    verdict = verify(c, base, cand)
+    line = [r for r in verdict.ran if r.startswith("process ownership")]
+    unchecked = [r for r in verdict.not_checked if r.startswith("process ownership")]
+    assert verdict.valid
+    assert (line, unchecked) == (
+        ([f"process ownership: {ownership} (no process outlived the launcher)"], [])
+        if owned
+        else ([], [f"process ownership: {ownership or 'not recorded'}"])
+    )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infrarsi.host import CACHE_DIR
+from infrarsi.trial import ownership
 from infrarsi.trial.ownership import OUTLIVE_TAIL_S
 from infrarsi.trial.process import _die_with_parent
 
@@ -58,10 +59,10 @@ def owned(job):
     sys.path.insert(0, job["isolate"]["hooks"])
     import infrarsi_init
     try:
-        code, outlived = infrarsi_init.owned("own", job["isolate"]["tail_s"], lambda: run(job))
-    except OSError as exc:
-        sys.stderr.write(f"infrarsi: the script's processes are not owned: {exc}\n")
-        run(job)
+        code, outlived = infrarsi_init.owned(
+            "own", job["isolate"]["tail_s"], lambda: run(job), user=job["isolate"]["user"])
+    except OSError as exc:  # no namespace: still every process it starts is the fork's to reap
+        code, outlived = infrarsi_init.subreaped(job["isolate"]["tail_s"], lambda: run(job))
     if outlived:
         sys.stderr.write(
             f"infrarsi: {outlived} process(es) the script started outlived it (killed)\n")
@@ -167,13 +168,15 @@ class EvalServer:
 
 def isolation_for(trial_dir: Path) -> dict | None:
     """What a process running this trial's code may see (its trial folder; not the other
-    trials nor the harness's cache), or None where isolation needs root and this is not."""
-    if os.geteuid() != 0:
+    trials nor the harness's cache), or None where no namespace can be had (not root, and no
+    user namespace for this user)."""
+    if not ownership.available():
         return None
     return {
         "own": str(trial_dir),
         "hooks": str(HOOKS_DIR),
         "tail_s": OUTLIVE_TAIL_S,
+        "user": ownership.mode() == ownership.USER,
         "hidden": [str(Path(trial_dir).resolve().parent), str(CACHE_DIR)],
     }
 

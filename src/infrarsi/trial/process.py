@@ -244,15 +244,13 @@ def _start_local(
     inits: list[ownership.Init],
     started: list,
 ) -> subprocess.Popen:
-    """Start one launcher on this host: under its init where the harness can own its
-    processes (a later local launcher joins the first one's network), else as it is."""
-    pass_fds: tuple[int, ...] = ()
+    """Start one launcher on this host under its init (a later local launcher joins the first
+    one's network; ``ownership`` says how the init owns the trial's processes)."""
     init = inits[len(started)]
-    if ownership.available():
-        if init.net == "join:":
-            init.net = f"join:{next(p.pid for p in started if p.pid is not None)}"
-        command, write_fd = init.command(command)
-        pass_fds = (write_fd,)
+    if init.net == "join:":
+        init.net = f"join:{next(p.pid for p in started if p.pid is not None)}"
+    command, write_fd = init.command(command)
+    pass_fds = (write_fd,)
     proc = subprocess.Popen(
         command,
         cwd=cwd,
@@ -264,8 +262,7 @@ def _start_local(
         preexec_fn=_launcher_setup(cgroup_procs),
         pass_fds=pass_fds,
     )
-    if pass_fds:
-        init.started(pass_fds[0])
+    init.started(write_fd)
     return proc
 
 

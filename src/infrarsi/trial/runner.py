@@ -20,7 +20,7 @@ from typing import Any
 
 from infrarsi.errors import InfraRSIError
 from infrarsi.host import host_fingerprint
-from infrarsi.trial import classify, evaluation, memcg, patching
+from infrarsi.trial import classify, evaluation, memcg, ownership, patching
 from infrarsi.trial.evalserver import isolation_for
 from infrarsi.trial.metrics import MetricsError
 from infrarsi.trial.process import Launchers, owner_alive, run_isolated, sweep_orphans
@@ -139,7 +139,7 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
         fingerprint=host_fingerprint(),
         seed=spec.seed,
         seed_set_by=seed_setting(spec),
-        isolation="namespace" if isolation_for(trial_dir) else "off: not root",
+        isolation=_isolation(trial_dir),
     )
     shutil.copytree(
         spec.manifest.root, workspace, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -258,6 +258,14 @@ def resolve_program(program: str) -> str:
         return sys.executable
     sibling = Path(sys.executable).parent / program
     return str(sibling) if "/" not in program and sibling.exists() else program
+
+
+def _isolation(trial_dir: Path) -> str:
+    """What the record says of the ranks' isolation before they run (a rank whose kernel
+    refuses it says so after)."""
+    if isolation_for(trial_dir) is None:
+        return "off: not root, and the kernel gives this user no user namespace"
+    return "namespace" if ownership.mode() == ownership.ROOT else "namespace (in a user namespace)"
 
 
 def _trial_env(

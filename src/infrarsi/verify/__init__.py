@@ -17,6 +17,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from infrarsi.contract import Contract, ContractError
+from infrarsi.trial.ownership import owns
 from infrarsi.trial.patching import matches
 from infrarsi.trial.record import TrialMetrics, TrialRecord, TrialStatus
 from infrarsi.trial.watch import POLL_S
@@ -114,7 +115,7 @@ def _ended(baseline: TrialRecord, candidate: TrialRecord) -> list[str]:
 def _provenance(cand: TrialRecord) -> tuple[list[str], list[str]]:
     """(what ran, what could not be checked) of how the candidate was run: who owned its
     processes, and the challenge seed it ran at."""
-    owned = cand.ownership.startswith("pid")
+    owned = owns(cand.ownership)
     ran = (
         [f"process ownership: {cand.ownership} (no process outlived the launcher)"] if owned else []
     )

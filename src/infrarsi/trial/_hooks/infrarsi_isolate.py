@@ -18,7 +18,9 @@ moves into a mount namespace of its own where:
   them, live in an IPC namespace of its own, gone when its last process ends;
 
 and then gives up every capability (and the means to regain one), so it cannot undo any of it,
-raise a hard limit, or trace the harness. Not root: nothing is done (the caller says so).
+raise a hard limit, or trace the harness. Not root, the rank is root of the user namespace the
+trial's init made (``infrarsi_init.py``), where the same is done; a rank with no capability at all
+is refused a mount namespace and changes nothing (the caller says so).
 """
 
 import ctypes
@@ -95,12 +97,25 @@ def isolate(own_dir, hidden):
             or (point not in writable and not any(_inside(point, w) for w in writable))
         ):
             try:
-                _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+                _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _kept_flags(point))
             except IsolationError:
                 if point in ("/", "/sys/fs/cgroup") or point.startswith("/sys/fs/cgroup/"):
                     raise
     _enter_again(own_dir)
     drop_capabilities()
+
+
+def _kept_flags(point):
+    """The flags a read-only remount of ``point`` must keep: in a user namespace the kernel
+    refuses a remount that would drop one (nosuid, nodev, noexec, the access-time ones)."""
+    try:
+        have = os.statvfs(point).f_flag
+    except OSError:
+        return 0
+    # statvfs's ST_* bit -> mount's MS_* bit (nosuid, nodev, noexec, noatime, nodiratime,
+    # relatime)
+    pairs = ((2, 2), (4, 4), (8, 8), (1024, 1024), (2048, 2048), (4096, 1 << 21))
+    return sum(ms for st, ms in pairs if have & st)
 
 
 def _enter_again(own_dir):
