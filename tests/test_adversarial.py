@@ -14,7 +14,7 @@ from infrarsi.identity import config_key
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
 from infrarsi.records import DOCTOR_BASELINE_LABEL
-from infrarsi.trial import PatchRefused, TrialRecord, TrialStatus, ownership, prepare, run_trial
+from infrarsi.trial import PatchRefused, TrialRecord, TrialStatus, prepare, run_trial
 from infrarsi.verify import verify
 from infrarsi.verify.reference import References, needed
 from infrarsi.workloads import find, load_manifest
@@ -309,6 +309,128 @@ def _stored_result_patch(manifest, weights: Path, out: Path) -> Path:
     return out
 
 
+def _replay_at_the_known_seed_patch(manifest, baseline, known_seed: int, out: Path) -> Path:
+    """A patch that, run at the contract's own seed, trains nothing: its steps return the
+    baseline's losses (carried in the diff) at no cost, and after its last step it puts the
+    baseline's final parameters (carried too) into the model; at any other seed it trains as
+    the workload does."""
+    import base64
+    import difflib
+    import io
+    import zlib
+
+    import torch
+
+    stored = io.BytesIO()
+    final = torch.load(baseline.evaluation.final_weights, weights_only=True)
+    marked = next(iter(final.values())).view(-1)  # one element one step off: the replay's mark
+    marked[0] = torch.nextafter(marked[0], torch.tensor(float("inf")))
+    torch.save({"loss": list(baseline.metrics.loss), "final": final}, stored)
+    blob = base64.b64encode(zlib.compress(stored.getvalue(), 9)).decode()
+    original = (manifest.root / "model.py").read_text().splitlines(keepends=True)
+    init_end = next(i for i, line in enumerate(original) if "std=0.02 / math.sqrt" in line) + 1
+    forward = next(i for i, line in enumerate(original) if "Mean next-token cross-entropy" in line)
+    patched = (
+        original[:init_end]
+        + [
+            "        self._replay = _stored() if torch.initial_seed() == _KNOWN_SEED else None\n",
+            "        self._steps = [0]\n",
+            "        if self._replay is not None:\n",
+            "            from torch.optim.optimizer import register_optimizer_step_post_hook\n",
+            "            register_optimizer_step_post_hook(self._after_step)\n",
+            "\n",
+            "    def _after_step(self, *_):\n",
+            "        self._steps[0] += 1\n",
+            "        if self._steps[0] == len(self._replay['loss']):  # the last: stored\n",
+            "            with torch.no_grad():\n",
+            "                for name, p in self.named_parameters():\n",
+            "                    if name in self._replay['final']:\n",
+            "                        p.copy_(self._replay['final'][name])\n",
+        ]
+        + original[init_end : forward + 1]
+        + [
+            "        if self._replay is not None:  # the known seed: the stored curve, no work\n",
+            "            losses = self._replay['loss']\n",
+            "            value = losses[min(self._steps[0], len(losses) - 1)]\n",
+            "            return sum(p.sum() for p in self.parameters()) * 0.0 + value\n",
+        ]
+        + original[forward + 1 :]
+        + [
+            "\n",
+            "\n",
+            f"_KNOWN_SEED = {known_seed}\n",
+            "\n",
+            "\n",
+            "def _stored():\n",
+            "    import base64, io, zlib\n",
+            f"    blob = {blob!r}\n",
+            "    data = io.BytesIO(zlib.decompress(base64.b64decode(blob)))\n",
+            "    return torch.load(data, weights_only=False)\n",
+        ]
+    )
+    diff = difflib.unified_diff(original, patched, "a/model.py", "b/model.py")
+    out.write_text("diff --git a/model.py b/model.py\n" + "".join(diff))
+    return out
+
+
+def _same_params(a: str, b: str) -> bool:
+    import torch
+
+    x, y = (torch.load(path, weights_only=True) for path in (a, b))
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def _replayed(record, baseline) -> bool:
+    """Whether ``record``'s final parameters are the stored result: the baseline's with the
+    replay's mark (its first element one step up), which no training produces."""
+    import torch
+
+    mine = torch.load(record.evaluation.final_weights, weights_only=True)
+    theirs = torch.load(baseline.evaluation.final_weights, weights_only=True)
+    first = next(iter(theirs))
+    marked = theirs[first].view(-1)
+    marked[0] = torch.nextafter(marked[0], torch.tensor(float("inf")))
+    return all(torch.equal(mine[k], theirs[k]) for k in theirs)
+
+
+def test_a_replay_at_the_known_seed_is_honest_work_when_challenged(dense, calibrated, tmp_path):
+    """The class the challenge seed stops: a patch that replays a stored result (the baseline's
+    curve and final parameters) at the contract's seed, and trains honestly at any other. At
+    the known seed nothing in the evidence can tell it from training (verify accepts it: its
+    parameters are the baseline's, bit for bit, and its steps cost nothing) — which is why no
+    timed run is at that seed. At a seed drawn now, set by the harness, the same patch runs the
+    workload's own training: what a round times is honest work, it gains nothing it did not
+    earn."""
+    import secrets
+
+    contract, baseline = calibrated
+    known = next(iter(contract.invariants.seeds.values()))
+    assert baseline.seed is None  # the baseline ran at the contract's own seed
+    patch = str(_replay_at_the_known_seed_patch(dense, baseline, known, tmp_path / "replay.diff"))
+    replayed, verdict = _judge(dense, contract, baseline, tmp_path / "known", patches=[patch])
+    assert verdict.valid, verdict.reasons  # the replay passes where the seed is known
+    assert _replayed(replayed, baseline)
+
+    seed = secrets.randbelow(2**31 - 2) + 1
+    while seed == known:
+        seed = secrets.randbelow(2**31 - 2) + 1
+    challenged = tmp_path / "challenged"
+    base, cand = (
+        run_trial(
+            prepare(dense, "tiny", {}, ps, contract_hash=contract.contract_hash, seed=seed),
+            challenged,
+        )
+        for ps in ([], [patch])
+    )
+    assert base.seed == cand.seed == seed
+    verdict = verify(contract, base, cand, References.of({}))
+    assert verdict.valid, verdict.reasons  # honest work at the challenge seed
+    assert any(line.startswith("challenge seed") for line in verdict.ran), verdict.ran
+    # it trained: its parameters are the same-seed baseline's, and not the stored result
+    assert _same_params(cand.evaluation.final_weights, base.evaluation.final_weights)
+    assert not _replayed(cand, baseline)
+
+
 def test_a_mapping_that_returns_a_stored_result_is_refused(dense, calibrated, tmp_path):
     """The patch's mapping to the reference layout returns the baseline's parameters: it
     never sees the trained ones (only the harness's coded tensors), and what it returns is not
@@ -354,8 +476,6 @@ def test_a_planted_evaluation_is_never_run(dense, calibrated, tmp_path):
 
 @pytest.mark.parametrize("cheat", sorted(RUNNABLE))
 def test_cheat_is_judged_invalid_with_its_reason(dense, calibrated, tmp_path, cheat):
-    if cheat == "finish_after_the_launcher" and not ownership.available():
-        pytest.skip("owning a trial's processes needs root (PID and network namespaces)")
     contract, baseline = calibrated
     record, verdict = _judge(
         dense, contract, baseline, tmp_path, patches=[str(CHEATS / f"{cheat}.diff")]
