@@ -10,7 +10,7 @@ from infrarsi.executors import LocalExecutor
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
 from infrarsi.proposers.validate import Validator, smoke_contract
-from infrarsi.trial import ownership, patching
+from infrarsi.trial import TrialRecord, patching
 from infrarsi.workloads import find
 
 INSTRUCTION = "Cut end-to-end time; keep loss within 0.5%"
@@ -101,11 +101,7 @@ def test_the_smoke_trial_passes_an_honest_patch_and_refuses_another_model(valida
         ("fewer_steps", "ran 4 optimizer steps"),
         # round four, as an LLM would send them: work after the launcher exits, and an
         # approximation that hides in bf16's tolerance (judged here at the baseline's fp32)
-        *(
-            [("finish_after_the_launcher", "were still alive 1 s after its launcher exited")]
-            if ownership.available()  # a PID namespace needs root
-            else []
-        ),
+        ("finish_after_the_launcher", "were still alive 1 s after its launcher exited"),
         ("tanh_gelu", "final parameters differ"),
         # what the screen flags, the smoke trial refuses for what it does
         ("patch_perf_counter", "a faked timer"),
@@ -115,6 +111,13 @@ def test_the_smoke_trial_passes_an_honest_patch_and_refuses_another_model(valida
         checked = validator.check(cheat_diff(cheat))
         assert (checked.ok, checked.stage) == (False, "smoke"), cheat
         assert reason in checked.reason, checked.reason
+    # every smoke trial ran at the run's challenge seed, the baseline's too: never the
+    # contract's own, for which a patch could carry a stored result
+    seeds = {
+        TrialRecord.load(path).seed for path in (validator.folder / "smoke").glob("*/record.json")
+    }
+    assert seeds == {validator.seed}, seeds
+    assert validator.seed not in validator.contract.invariants.seeds.values()
 
 
 @pytest.mark.slow

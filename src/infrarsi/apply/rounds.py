@@ -9,7 +9,6 @@ measurement of the same plan.
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from infrarsi.objective import compared_time
 from infrarsi.records import CandidateResult, Measurement
 from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
+from infrarsi.trial.spec import challenge_seed
 from infrarsi.verify import verify
 from infrarsi.workloads import Manifest
 
@@ -233,7 +233,7 @@ class Rounds:
         if not self.challenge:
             return None
         if r not in self.seeds:
-            self.seeds[r] = secrets.randbelow(2**31 - 2) + 1
+            self.seeds[r] = challenge_seed()
         return self.seeds[r]
 
     def _baseline_near(self, r: int) -> TrialRecord | None:

@@ -13,7 +13,8 @@
    it does is what the smoke trial judges;
 5. ``smoke``: a trial of the patched workload at the ``tiny`` scale passes every check
    ``verify`` makes against a smoke baseline run the same way — the final parameters, the
-   held-out loss under the reference code, the loss curve, the harness's clock.
+   held-out loss under the reference code, the loss curve, the harness's clock — both at a
+   challenge seed drawn for the run, never the contract's own.
 
 Only then may the patch join the search. The smoke trials run through the run's executor,
 under a contract derived from the run's for the smoke scale (its tokens per step and steps).
@@ -35,6 +36,7 @@ from infrarsi.proposal import PROPOSALS_DIR
 from infrarsi.trial import TrialRecord, TrialStatus, prepare
 from infrarsi.trial.patching import check_paths, sha256_bytes
 from infrarsi.trial.screen import screen
+from infrarsi.trial.spec import challenge_seed
 from infrarsi.verify import verify
 
 SMOKE_SCALE = "tiny"
@@ -89,6 +91,9 @@ class Validator:
         self.folder = self.run_dir / PROPOSALS_DIR
         self.scratch = self.folder / "scratch"
         self._baseline: TrialRecord | None = None
+        # the smoke baseline and every smoke trial run at one seed drawn for this run: a patch
+        # that replays a stored result at the contract's seed shows no false speed-up here
+        self.seed = challenge_seed()
 
     # -- the cheap checks ------------------------------------------------------------------
     def check(self, diff: str, smoke: bool = True) -> Checked:
@@ -176,6 +181,7 @@ class Validator:
             patches=patches,
             contract_hash=self.smoke.contract_hash,
             workdir=f"{PROPOSALS_DIR}/smoke",
+            seed=self.seed,
         )
 
     def _smoke(self, canonical: str) -> Checked:

@@ -4,6 +4,7 @@ evaluation) share it without importing one another."""
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -72,3 +73,10 @@ def seed_names(manifest: Manifest, scale: str) -> list[str]:
     """The scale parameters that seed the workload (initialisation, data order): a name with
     ``seed`` in it, as the contract's invariants name them."""
     return [name for name in manifest.scale(scale).params if "seed" in name]
+
+
+def challenge_seed() -> int:
+    """A seed drawn now, for the harness to set (``TrialSpec.seed``), one of 2**31 - 2: unlike
+    the contract's own, no patch can have prepared a stored result for it. The caller writes
+    it nowhere a trial could read before it runs."""
+    return secrets.randbelow(2**31 - 2) + 1
