@@ -279,34 +279,69 @@ def test_training_before_the_first_step_is_charged_to_an_end_to_end_objective(
     )  # every second from launch, the steps' included
 
 
+def _carried(saved: bytes) -> list[str]:
+    """The lines of a function ``_stored()`` that returns what ``saved`` (``torch.save``'s
+    bytes) holds, compressed into the patch itself: a result the patch carries."""
+    import base64
+    import zlib
+
+    blob = base64.b64encode(zlib.compress(saved, 9)).decode()
+    return [
+        "\n",
+        "\n",
+        "def _stored():  # a result from the patch's own pocket\n",
+        "    import base64, io, zlib\n",
+        f"    blob = {blob!r}\n",
+        "    data = io.BytesIO(zlib.decompress(base64.b64decode(blob)))\n",
+        "    return torch.load(data, weights_only=False)\n",
+    ]
+
+
+def _model_diff(manifest, patched: list[str], out: Path) -> Path:
+    """``out``: the diff that turns the workload's ``model.py`` into ``patched`` (its lines)."""
+    import difflib
+
+    original = (manifest.root / "model.py").read_text().splitlines(keepends=True)
+    diff = difflib.unified_diff(original, patched, "a/model.py", "b/model.py")
+    out.write_text("diff --git a/model.py b/model.py\n" + "".join(diff))
+    return out
+
+
 def _stored_result_patch(manifest, weights: Path, out: Path) -> Path:
     """A patch whose ``to_reference_params`` returns a stored result (the baseline's final
     parameters, compressed into the diff) for the final parameters, whatever the trial
     trained, and the initial ones as they are."""
-    import base64
-    import difflib
-    import zlib
-
-    stored = base64.b64encode(zlib.compress(weights.read_bytes(), 9)).decode()
     original = (manifest.root / "model.py").read_text().splitlines(keepends=True)
-    patched = original + [
-        "\n",
-        "\n",
-        "_CALLS = []\n",
-        "\n",
-        "\n",
-        "def to_reference_params(params):  # the evidence, from the patch's own pocket\n",
-        "    import base64, io, zlib\n",
-        "    _CALLS.append(1)\n",
-        "    if len(_CALLS) > 1:  # the initial parameters (mapped second): as they are\n",
-        "        return params\n",
-        f"    stored = {stored!r}\n",
-        "    blob = io.BytesIO(zlib.decompress(base64.b64decode(stored)))\n",
-        "    return torch.load(blob, weights_only=False)\n",
-    ]
-    diff = difflib.unified_diff(original, patched, "a/model.py", "b/model.py")
-    out.write_text("diff --git a/model.py b/model.py\n" + "".join(diff))
-    return out
+    patched = (
+        original
+        + [
+            "\n",
+            "\n",
+            "_CALLS = []\n",
+            "\n",
+            "\n",
+            "def to_reference_params(params):\n",
+            "    _CALLS.append(1)\n",
+            "    if len(_CALLS) > 1:  # the initial parameters (mapped second): as they are\n",
+            "        return params\n",
+            "    return _stored()\n",
+        ]
+        + _carried(weights.read_bytes())
+    )
+    return _model_diff(manifest, patched, out)
+
+
+def test_a_mapping_that_returns_a_stored_result_is_refused(dense, calibrated, tmp_path):
+    """The patch's mapping to the reference layout returns the baseline's parameters: it
+    never sees the trained ones (only the harness's coded tensors), and what it returns is not
+    a re-indexing of them."""
+    contract, baseline = calibrated
+    patch = _stored_result_patch(
+        dense, Path(baseline.evaluation.final_weights), tmp_path / "replay_through_mapping.diff"
+    )
+    record, verdict = _judge(dense, contract, baseline, tmp_path / "trials", patches=[str(patch)])
+    assert not verdict.valid, "a stored result passed as the evidence"
+    assert any("not a re-indexing of its input" in r for r in verdict.reasons), verdict.reasons
 
 
 def _replay_at_the_known_seed_patch(manifest, baseline, known_seed: int, out: Path) -> Path:
@@ -314,19 +349,13 @@ def _replay_at_the_known_seed_patch(manifest, baseline, known_seed: int, out: Pa
     baseline's losses (carried in the diff) at no cost, and after its last step it puts the
     baseline's final parameters (carried too) into the model; at any other seed it trains as
     the workload does."""
-    import base64
-    import difflib
     import io
-    import zlib
 
     import torch
 
     stored = io.BytesIO()
     final = torch.load(baseline.evaluation.final_weights, weights_only=True)
-    marked = next(iter(final.values())).view(-1)  # one element one step off: the replay's mark
-    marked[0] = torch.nextafter(marked[0], torch.tensor(float("inf")))
-    torch.save({"loss": list(baseline.metrics.loss), "final": final}, stored)
-    blob = base64.b64encode(zlib.compress(stored.getvalue(), 9)).decode()
+    torch.save({"loss": list(baseline.metrics.loss), "final": _marked(final)}, stored)
     original = (manifest.root / "model.py").read_text().splitlines(keepends=True)
     init_end = next(i for i, line in enumerate(original) if "std=0.02 / math.sqrt" in line) + 1
     forward = next(i for i, line in enumerate(original) if "Mean next-token cross-entropy" in line)
@@ -355,22 +384,10 @@ def _replay_at_the_known_seed_patch(manifest, baseline, known_seed: int, out: Pa
             "            return sum(p.sum() for p in self.parameters()) * 0.0 + value\n",
         ]
         + original[forward + 1 :]
-        + [
-            "\n",
-            "\n",
-            f"_KNOWN_SEED = {known_seed}\n",
-            "\n",
-            "\n",
-            "def _stored():\n",
-            "    import base64, io, zlib\n",
-            f"    blob = {blob!r}\n",
-            "    data = io.BytesIO(zlib.decompress(base64.b64decode(blob)))\n",
-            "    return torch.load(data, weights_only=False)\n",
-        ]
+        + ["\n", "\n", f"_KNOWN_SEED = {known_seed}\n"]
+        + _carried(stored.getvalue())
     )
-    diff = difflib.unified_diff(original, patched, "a/model.py", "b/model.py")
-    out.write_text("diff --git a/model.py b/model.py\n" + "".join(diff))
-    return out
+    return _model_diff(manifest, patched, out)
 
 
 def _same_params(a: str, b: str) -> bool:
@@ -386,18 +403,25 @@ def _replayed(record, baseline) -> bool:
     import torch
 
     mine = torch.load(record.evaluation.final_weights, weights_only=True)
-    theirs = torch.load(baseline.evaluation.final_weights, weights_only=True)
-    first = next(iter(theirs))
-    marked = theirs[first].view(-1)
-    marked[0] = torch.nextafter(marked[0], torch.tensor(float("inf")))
-    return all(torch.equal(mine[k], theirs[k]) for k in theirs)
+    stored = _marked(torch.load(baseline.evaluation.final_weights, weights_only=True))
+    return all(torch.equal(mine[k], stored[k]) for k in stored)
+
+
+def _marked(params: dict) -> dict:
+    """``params`` with the replay's mark: the first element of the first one a step up."""
+    import torch
+
+    first = next(iter(params.values())).view(-1)
+    first[0] = torch.nextafter(first[0], torch.tensor(float("inf")))
+    return params
 
 
 def test_a_replay_at_the_known_seed_is_honest_work_when_challenged(dense, calibrated, tmp_path):
     """The class the challenge seed stops: a patch that replays a stored result (the baseline's
     curve and final parameters) at the contract's seed, and trains honestly at any other. At
     the known seed nothing in the evidence can tell it from training (verify accepts it: its
-    parameters are the baseline's, bit for bit, and its steps cost nothing) — which is why no
+    parameters are the baseline's but for the mark that shows the replay ran, and its steps
+    cost nothing) — which is why no
     timed run is at that seed. At a seed drawn now, set by the harness, the same patch runs the
     workload's own training: what a round times is honest work, it gains nothing it did not
     earn."""
@@ -429,19 +453,6 @@ def test_a_replay_at_the_known_seed_is_honest_work_when_challenged(dense, calibr
     # it trained: its parameters are the same-seed baseline's, and not the stored result
     assert _same_params(cand.evaluation.final_weights, base.evaluation.final_weights)
     assert not _replayed(cand, baseline)
-
-
-def test_a_mapping_that_returns_a_stored_result_is_refused(dense, calibrated, tmp_path):
-    """The patch's mapping to the reference layout returns the baseline's parameters: it
-    never sees the trained ones (only the harness's coded tensors), and what it returns is not
-    a re-indexing of them."""
-    contract, baseline = calibrated
-    patch = _stored_result_patch(
-        dense, Path(baseline.evaluation.final_weights), tmp_path / "replay_through_mapping.diff"
-    )
-    record, verdict = _judge(dense, contract, baseline, tmp_path / "trials", patches=[str(patch)])
-    assert not verdict.valid, "a stored result passed as the evidence"
-    assert any("not a re-indexing of its input" in r for r in verdict.reasons), verdict.reasons
 
 
 @pytest.mark.parametrize(
