@@ -88,6 +88,9 @@ def test_a_process_that_outlives_its_launcher_makes_the_trial_invalid_and_is_kil
     assert record.status is TrialStatus.INVALID, record.error
     assert "process(es) of the trial were still alive" in record.error
     assert record.ownership == owned_by
+    assert record.isolation.startswith(
+        "off: INFRARSI_OWNERSHIP" if "subreaper" in owned_by else "namespace"
+    )
 
 
 def test_fewer_steps_is_invalid(toy, tmp_path):

@@ -64,6 +64,13 @@ def _user_namespaces_allowed() -> bool:
     return done.returncode == 0
 
 
+def why_no_namespace() -> str:
+    """Why a trial gets no namespace here (``available()`` false)."""
+    if os.environ.get(MODE_ENV) == SUBREAPER:
+        return f"{MODE_ENV}={SUBREAPER} asks for none"
+    return "not root, and the kernel gives this user no user namespace"
+
+
 def available() -> bool:
     """Whether this harness can give a trial namespaces of its own (as root, or in a user
     namespace): its PID and network namespaces, and each rank's mount namespace."""

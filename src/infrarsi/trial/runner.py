@@ -264,7 +264,7 @@ def _isolation(trial_dir: Path) -> str:
     """What the record says of the ranks' isolation before they run (a rank whose kernel
     refuses it says so after)."""
     if isolation_for(trial_dir) is None:
-        return "off: not root, and the kernel gives this user no user namespace"
+        return f"off: {ownership.why_no_namespace()}"
     return "namespace" if ownership.mode() == ownership.ROOT else "namespace (in a user namespace)"
 
 
