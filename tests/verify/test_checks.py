@@ -364,3 +364,29 @@ def test_the_verdict_says_who_owned_the_candidates_processes(tmp_path, ownership
         if owned
         else ([], [f"process ownership: {ownership or 'not recorded'}"])
     )
+
+
+def test_a_challenge_seed_whose_effect_cannot_be_seen_is_said(tmp_path):
+    """Baselines at two challenge seeds that began from the same parameters and ran the same
+    curve: the seed the harness set changed nothing (a script that ignores it), so a result
+    prepared for one seed would pass; another initialisation, or another curve (the data
+    order), shows it took effect."""
+    from infrarsi.verify.evidence import challenge_unseen
+
+    c = _contract()
+    a = _record(c, tmp_path, "r0").model_copy(update={"seed": 11})
+    b = _record(c, tmp_path, "r1").model_copy(update={"seed": 22})
+    note = challenge_unseen([a, b])
+    assert note is not None and "seeds 11 and 22" in note, note
+    other_start = b.evaluation.model_copy(
+        update={"initial_weights": _weights(tmp_path, "moved0", a=0.5)}
+    )
+    assert challenge_unseen([a, b.model_copy(update={"evaluation": other_start})]) is None
+    other_curve = b.metrics.model_copy(update={"loss": [x + 0.01 for x in LOSS]})
+    assert challenge_unseen([a, b.model_copy(update={"metrics": other_curve})]) is None
+    # one seed, no seed, or no initial parameters saved: nothing to tell either way
+    assert challenge_unseen([a, a.model_copy(update={"trial_id": "again"})]) is None
+    unseeded = [r.model_copy(update={"seed": None}) for r in (a, b)]
+    assert challenge_unseen(unseeded) is None
+    unsaved = b.evaluation.model_copy(update={"initial_weights": None})
+    assert challenge_unseen([a, b.model_copy(update={"evaluation": unsaved})]) is None

@@ -29,6 +29,7 @@ from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
 from infrarsi.trial.spec import challenge_seed
 from infrarsi.verify import verify
+from infrarsi.verify.evidence import challenge_unseen
 from infrarsi.workloads import Manifest
 
 PROGRESS_FILE = "apply-progress.jsonl"
@@ -94,7 +95,20 @@ class Rounds:
                 index += 1
             if not active:
                 break
-        return out
+        return self._challenge_seen(out)
+
+    def _challenge_seen(self, out: list[Measurement]) -> list[Measurement]:
+        """The measurements, each candidate's saying so where the rounds' baselines show the
+        challenge seeds changed nothing (``challenge_unseen``)."""
+        unseen = challenge_unseen([self.baselines[r] for r in sorted(self.baselines)])
+        if unseen is None:
+            return out
+        return [
+            m
+            if m.label == BASELINE or unseen in m.not_checked
+            else m.model_copy(update={"not_checked": [*m.not_checked, unseen]})
+            for m in out
+        ]
 
     def _one(self, done: dict, r: int, label: str, index: int, total: int) -> Measurement:
         """One measurement: the one a killed Apply already made, or a new one. ``total`` is

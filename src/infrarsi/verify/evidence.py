@@ -97,6 +97,38 @@ def load_params(path: str | None) -> dict[str, torch.Tensor] | None:
     return torch.load(path, map_location="cpu", weights_only=True) if path else None
 
 
+def challenge_unseen(baselines: list[TrialRecord]) -> str | None:
+    """Why a challenge seed cannot be seen to have taken effect: two baselines run at
+    different seeds began from the same parameters and ran the same loss curve (a script that
+    ignores the seed the harness set), so a result prepared for one seed would pass at every
+    one. None when the seeds moved the runs, or when there is nothing to tell it by."""
+    import torch
+
+    seeded = [
+        (b, b.evaluation.initial_weights)
+        for b in baselines
+        if b.seed is not None and b.evaluation is not None and b.evaluation.initial_weights
+    ]
+    if len(seeded) < 2:
+        return None
+    (first, first_path), rest = seeded[0], seeded[1:]
+    start = load_params(first_path)
+    for other, other_path in rest:
+        if other.seed == first.seed or first.metrics is None or other.metrics is None:
+            continue
+        if other.metrics.loss != first.metrics.loss:
+            continue
+        theirs = load_params(other_path)
+        if start is not None and theirs is not None and start.keys() == theirs.keys():
+            if all(torch.equal(start[k], theirs[k]) for k in start):
+                return (
+                    f"challenge seed: no effect seen (the baselines at seeds {first.seed} and "
+                    f"{other.seed} began from the same parameters and ran the same curve: a "
+                    "result prepared for one seed would pass at every one)"
+                )
+    return None
+
+
 def known_params(path: str | None, aliases: dict[str, str]) -> dict[str, torch.Tensor] | None:
     """The parameters at ``path``, each under the reference model's own name for it (a tied
     parameter saved under another of its names is the same parameter)."""

@@ -6,8 +6,9 @@ Standard library only; installed by the bootstrap hook in each rank when the har
 ``numpy.random.default_rng`` — run with ``seed + offset``: its initialisation and its data order
 change as a seed parameter would change them, and the same offset gives the same run. The
 wrapping is done when each module is first imported (an import hook), so the script's imports
-are unchanged. Whether it took effect is for the harness to check (the initial parameters must
-differ from the contract seed's, and match the challenge reference's).
+are unchanged. Whether it took effect is for the harness to check (a candidate's initial
+parameters must match its same-seed baseline's; baselines at two challenge seeds that began from
+the same parameters and ran the same curve show it did not: ``verify.evidence.challenge_unseen``).
 """
 
 import importlib.abc
