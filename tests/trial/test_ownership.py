@@ -107,3 +107,38 @@ def _owned_as_nobody(nobody: list[str], python: str, hooks, way: str, ready: str
     assert "survivors 1" in said, said  # the sleep in a session of its own
     left = subprocess.run(["pgrep", "-f", hooks.name], capture_output=True, text=True)
     assert left.stdout == "", "a process of the trial outlived it"
+
+
+NETWORK = (
+    "import os, time; print(os.readlink('/proc/self/ns/net'), os.readlink('/proc/self/ns/user'),"
+    " flush=True); time.sleep(0.5)"
+)
+
+
+@pytest.mark.parametrize("owned_by", ["root", "user"], indirect=True)
+def test_a_trials_second_local_launcher_joins_the_first_ones_network(owned_by):
+    """Two launchers of one trial on this host (two local nodes): the second's init joins the
+    first's network namespace (and, not root, its user namespace first), so their rendezvous
+    works there; neither is in the harness's network."""
+    inits = ownership.networks(2, spans_hosts=False)
+    procs = []
+    for init in inits:
+        if init.net == "join:":
+            init.net = f"join:{procs[0].pid}"
+        command, write_fd = init.command(["python3", "-c", NETWORK])
+        procs.append(
+            subprocess.Popen(
+                command, stdout=subprocess.PIPE, text=True, pass_fds=(write_fd,), env=os.environ
+            )
+        )
+        init.started(write_fd)
+    seen = [proc.communicate(timeout=60)[0].split() for proc in procs]
+    assert [init.survivors() for init in inits] == [0, 0]
+    assert [proc.returncode for proc in procs] == [0, 0], seen
+    (net, user), (joined_net, joined_user) = seen
+    assert (joined_net, joined_user) == (net, user)
+    assert net != os.readlink("/proc/self/ns/net")
+    assert (user != os.readlink("/proc/self/ns/user")) == ("user namespace" in owned_by)
+    assert (
+        ownership.summary(inits, spans_hosts=False) == owned_by + " shared by its local launchers"
+    )
