@@ -142,3 +142,40 @@ def test_a_trials_second_local_launcher_joins_the_first_ones_network(owned_by):
     assert (
         ownership.summary(inits, spans_hosts=False) == owned_by + " shared by its local launchers"
     )
+
+
+LOCKED_REMOUNT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import infrarsi_isolate as iso
+target = sys.argv[2]
+iso._check(iso._libc.unshare(iso.CLONE_NEWNS), "unshare")
+iso._mount(None, "/", None, iso.MS_REC | iso.MS_PRIVATE)
+for kept in (0, iso._kept_flags(target)):
+    try:
+        iso._mount(None, target, None, iso.MS_REMOUNT | iso.MS_BIND | iso.MS_RDONLY | kept)
+        print("ok", end=" ")
+    except iso.IsolationError:
+        print("refused", end=" ")
+"""
+
+
+def test_a_read_only_remount_in_a_user_namespace_keeps_the_mounts_locked_flags(tmp_path):
+    """A mount with nosuid, nodev and noexec (as /proc, /sys/fs/cgroup and /dev/shm are on most
+    hosts), seen from a user namespace: the kernel refuses a read-only remount that would drop
+    those flags, and accepts the one the ranks' isolation makes, which keeps them."""
+    import shutil
+    import sys
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("making the mount needs root and util-linux's unshare")
+    script, target = tmp_path / "remount.py", tmp_path / "locked"
+    script.write_text(LOCKED_REMOUNT)
+    target.mkdir()
+    inner = (
+        f"mount --make-rprivate / && mount -t tmpfs -o nosuid,nodev,noexec tmpfs {target} && "
+        f"unshare --user --map-root-user {sys.executable} {script} "
+        f"{ownership.INIT_SCRIPT.parent} {target}"
+    )
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", inner], capture_output=True, text=True)
+    assert done.stdout.split() == ["refused", "ok"], (done.stdout, done.stderr)
