@@ -105,7 +105,7 @@ class Rounds:
             return out
         return [
             m
-            if m.label == BASELINE or unseen in m.not_checked
+            if m.label == BASELINE
             else m.model_copy(update={"not_checked": [*m.not_checked, unseen]})
             for m in out
         ]

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from infrarsi.host import CACHE_DIR
 from infrarsi.trial import ownership
-from infrarsi.trial.ownership import OUTLIVE_TAIL_S
 from infrarsi.trial.process import _die_with_parent
 
 HOOKS_DIR = Path(__file__).resolve().parent / "_hooks"
@@ -175,7 +174,7 @@ def isolation_for(trial_dir: Path) -> dict | None:
     return {
         "own": str(trial_dir),
         "hooks": str(HOOKS_DIR),
-        "tail_s": OUTLIVE_TAIL_S,
+        "tail_s": ownership.OUTLIVE_TAIL_S,
         "user": ownership.mode() == ownership.USER,
         "hidden": [str(Path(trial_dir).resolve().parent), str(CACHE_DIR)],
     }

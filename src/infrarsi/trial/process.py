@@ -250,7 +250,6 @@ def _start_local(
     if init.net == "join:":
         init.net = f"join:{next(p.pid for p in started if p.pid is not None)}"
     command, write_fd = init.command(command)
-    pass_fds = (write_fd,)
     proc = subprocess.Popen(
         command,
         cwd=cwd,
@@ -260,7 +259,7 @@ def _start_local(
         stdin=subprocess.DEVNULL,
         start_new_session=True,
         preexec_fn=_launcher_setup(cgroup_procs),
-        pass_fds=pass_fds,
+        pass_fds=(write_fd,),
     )
     init.started(write_fd)
     return proc

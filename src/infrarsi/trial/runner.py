@@ -139,7 +139,7 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
         fingerprint=host_fingerprint(),
         seed=spec.seed,
         seed_set_by=seed_setting(spec),
-        isolation=_isolation(trial_dir),
+        isolation=_isolation(),
     )
     shutil.copytree(
         spec.manifest.root, workspace, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -260,10 +260,10 @@ def resolve_program(program: str) -> str:
     return str(sibling) if "/" not in program and sibling.exists() else program
 
 
-def _isolation(trial_dir: Path) -> str:
+def _isolation() -> str:
     """What the record says of the ranks' isolation before they run (a rank whose kernel
     refuses it says so after)."""
-    if isolation_for(trial_dir) is None:
+    if not ownership.available():
         return f"off: {ownership.why_no_namespace()}"
     return "namespace" if ownership.mode() == ownership.ROOT else "namespace (in a user namespace)"
 

@@ -102,31 +102,32 @@ def challenge_unseen(baselines: list[TrialRecord]) -> str | None:
     different seeds began from the same parameters and ran the same loss curve (a script that
     ignores the seed the harness set), so a result prepared for one seed would pass at every
     one. None when the seeds moved the runs, or when there is nothing to tell it by."""
-    import torch
-
-    seeded = [
-        (b, b.evaluation.initial_weights)
-        for b in baselines
-        if b.seed is not None and b.evaluation is not None and b.evaluation.initial_weights
-    ]
+    seeded = [b for b in baselines if b.seed is not None and _initial(b)]
     if len(seeded) < 2:
         return None
-    (first, first_path), rest = seeded[0], seeded[1:]
-    start = load_params(first_path)
-    for other, other_path in rest:
-        if other.seed == first.seed or first.metrics is None or other.metrics is None:
+    first = seeded[0]
+    for other in seeded[1:]:
+        same_curve = first.metrics and other.metrics and first.metrics.loss == other.metrics.loss
+        if other.seed == first.seed or not same_curve:
             continue
-        if other.metrics.loss != first.metrics.loss:
-            continue
-        theirs = load_params(other_path)
-        if start is not None and theirs is not None and start.keys() == theirs.keys():
-            if all(torch.equal(start[k], theirs[k]) for k in start):
-                return (
-                    f"challenge seed: no effect seen (the baselines at seeds {first.seed} and "
-                    f"{other.seed} began from the same parameters and ran the same curve: a "
-                    "result prepared for one seed would pass at every one)"
-                )
+        w0, c0 = load_params(_initial(first)), load_params(_initial(other))
+        if w0 and c0 and set(w0) == set(c0) and start_distance(w0, c0) <= INIT_RTOL:
+            return (
+                f"challenge seed: no effect seen (the baselines at seeds {first.seed} and "
+                f"{other.seed} began from the same parameters and ran the same curve: a "
+                "result prepared for one seed would pass at every one)"
+            )
     return None
+
+
+def _initial(record: TrialRecord) -> str | None:
+    return record.evaluation.initial_weights if record.evaluation else None
+
+
+def start_distance(w0: dict[str, Any], c0: dict[str, Any]) -> float:
+    """``|C_0 - W_0| / |W_0|``: how far one run's initial parameters are from another's (the
+    same seed gives the same, to ``INIT_RTOL``)."""
+    return _norm(c0[n] - w0[n] for n in w0) / max(_norm(w0.values()), 1e-12)
 
 
 def known_params(path: str | None, aliases: dict[str, str]) -> dict[str, torch.Tensor] | None:
@@ -187,7 +188,7 @@ def _weights(found: Findings, b: Evaluation, c: Evaluation, tol: float, hint: st
     if c0 is None:
         found.reasons.append("the candidate saved no initial parameters; the baseline did")
     elif set(c0) == set(w0):
-        start = _norm(c0[n] - w0[n] for n in w0) / max(_norm(w0.values()), 1e-12)
+        start = start_distance(w0, c0)
         if start > INIT_RTOL:
             found.reasons.append(
                 f"the initial parameters differ from the baseline's by {start:.1e}"

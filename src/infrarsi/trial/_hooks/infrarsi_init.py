@@ -243,15 +243,10 @@ def _subreaper_survivors(tail_s):
         time.sleep(0.02)
     seen = set()
     for _ in range(100):
-        left = _descendants(me)
+        left = _kill_all(me, signal.SIGKILL)
         if not left:
             break
         seen.update(left)
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         time.sleep(0.01)
         _reap_all()
     return len(seen)
@@ -275,11 +270,14 @@ def subreaped(tail_s, body, on_ready=None, why=""):
 
 
 def _kill_all(root, sig):
-    for pid in _descendants(root):
+    """Send ``sig`` to every live process below ``root``; which they were."""
+    below = _descendants(root)
+    for pid in below:
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+    return below
 
 
 def _wait_for(pid):
@@ -303,12 +301,15 @@ def main(argv):
     def ready(what):
         os.write(status_fd, f"ready {what}\n".encode())
 
-    try:
-        if mode == "subreaper":
-            raise OSError(0, "no namespace asked for")
-        code, survivors = owned(net, tail_s, launcher, ready, user=mode == "user")
-    except OSError as exc:
-        code, survivors = subreaped(tail_s, launcher, ready, why=exc.strerror or str(exc))
+    why = "no namespace asked for"
+    if mode != "subreaper":
+        try:
+            code, survivors = owned(net, tail_s, launcher, ready, user=mode == "user")
+            why = ""
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+    if why:
+        code, survivors = subreaped(tail_s, launcher, ready, why=why)
     os.write(status_fd, f"survivors {survivors}\n".encode())
     os._exit(code)
 
