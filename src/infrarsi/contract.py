@@ -138,6 +138,22 @@ class NoisePolicy(_Frozen):
         description="the most a change to the training steps can gain on the objective at "
         "this scale (the Doctor's Amdahl bound); None: no bound, or not measured",
     )
+    timed_steps: int | None = Field(
+        None,
+        gt=0,
+        description="optimizer steps Apply times its rounds over under a throughput "
+        "objective (launch to exit: more steps than the contract's, so the steps stand "
+        "clear of start-up's noise); None: the contract's steps",
+    )
+    e2e_sd_s: float | None = Field(
+        None, ge=0, description="spread of launch to exit between identical runs (Doctor)"
+    )
+    start_sd_s: float | None = Field(
+        None, ge=0, description="spread of launch to the first line between identical runs"
+    )
+    warmup_sd_s: float | None = Field(
+        None, ge=0, description="spread of the warm-up steps' time between identical runs"
+    )
 
 
 class Contract(_Frozen):
@@ -175,8 +191,9 @@ class Contract(_Frozen):
     def compute_hash(self) -> str:
         """sha256 of the canonical JSON of every field but the hash itself."""
         body = self.model_dump(mode="json", exclude={"contract_hash"})
-        if body["noise"].get("max_gain") is None:  # contracts sealed before the field: same hash
-            body["noise"].pop("max_gain", None)
+        for name in ("max_gain", "timed_steps", "e2e_sd_s", "start_sd_s", "warmup_sd_s"):
+            if body["noise"].get(name) is None:  # contracts sealed before the field: same hash
+                body["noise"].pop(name, None)
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
     def sealed(self) -> Contract:

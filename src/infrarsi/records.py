@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from infrarsi.contract import Equivalence
 from infrarsi.identity import canonical_value
+from infrarsi.trial.arrivals import Timing
 from infrarsi.trial.record import TrialStatus
 
 APPLY_FILE = "apply.json"
@@ -52,6 +53,14 @@ class Noise(_Frozen):
     )
     amdahl_bound: float | None = Field(
         None, description="most a change to the steps can gain on the objective; None: no bound"
+    )
+    cv_timed: float | None = Field(
+        None,
+        description="a throughput objective: the per-round coefficient of variation of a "
+        "patch's step by the harness's clock (launch to exit over timed_steps)",
+    )
+    timed_steps: int | None = Field(
+        None, description="the optimizer steps Apply times a patch over (launch to exit)"
     )
     headroom: str = Field("", description="what the objective can gain, as a sentence")
     undetectable: bool = Field(
@@ -128,6 +137,12 @@ class DoctorReport(_Frozen):
     peak_mem_source: str
     hardware: dict[str, Any]
     noise: Noise
+    timing: Timing | None = Field(
+        None,
+        description="the baseline by the harness's clock: launch to exit, start line, "
+        "warm-up, steady span (medians) and their spreads; what the search's arrivals are "
+        "checked against",
+    )
     runs: list[DoctorRun]
     top_ops: list[dict[str, Any]] = []
     diagnosis: list[Finding] = []
@@ -228,7 +243,12 @@ class Measurement(_Frozen):
     compared_s: float | None = Field(
         None, description="the time compared (see ApplyResult.compared)"
     )
-    step_time_s: float | None = None
+    timed_against: str | None = Field(
+        None,
+        description="a patch under a throughput objective: the trial of the same knobs "
+        "without it whose launch to exit its own is charged against (verify.clock)",
+    )
+    step_time_s: float | None = Field(None, description="the steady step by its lines' arrival")
     e2e_time_s: float | None = None
     tokens_per_s: float | None = None
     peak_mem_bytes: int | None = None

@@ -63,9 +63,13 @@ def test_the_noise_policys_headroom_is_sealed_and_an_older_contract_keeps_its_ha
 
     c = _contract(dense, EN)
     older = c.model_dump(mode="json", exclude={"contract_hash"})
-    older["noise"].pop("max_gain")  # as a contract sealed before the field was written
+    for name in ("max_gain", "timed_steps", "e2e_sd_s", "start_sd_s", "warmup_sd_s"):
+        older["noise"].pop(name)  # as a contract sealed before the fields were written
     assert c.contract_hash == hashlib.sha256(json.dumps(older, sort_keys=True).encode()).hexdigest()
-    bounded = c.model_copy(update={"noise": c.noise.model_copy(update={"max_gain": 1.08})})
+    bounded = c.model_copy(
+        update={"noise": c.noise.model_copy(update={"max_gain": 1.08, "timed_steps": 300})}
+    )
     assert bounded.sealed().contract_hash != c.contract_hash  # the bound is part of the seal
     bounded.sealed().save(tmp_path / "c.yaml")
     assert load_contract(tmp_path / "c.yaml").noise.max_gain == 1.08
+    assert load_contract(tmp_path / "c.yaml").noise.timed_steps == 300

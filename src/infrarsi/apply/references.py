@@ -41,8 +41,11 @@ class ReferenceRuns:
         executor: Executor,
         progress: Path,
         stored: Callable[[TrialRecord, str], object],
+        steps: int | None = None,
     ) -> None:
+        """``steps``: the optimizer steps the rounds run (None: the contract's)."""
         self.contract, self.manifest, self.executor = contract, manifest, executor
+        self.steps = steps
         self.baseline_knobs, self.progress, self.stored = baseline_knobs, progress, stored
         self.records: dict[str, TrialRecord] = {}
         self.runs: dict[str, ReferenceRun] = {}
@@ -63,7 +66,8 @@ class ReferenceRuns:
         if self.manifest is None:
             return References()
         full = knob_rules.resolve(self.manifest, self.contract.scale, knobs)
-        wanted = needed(self.manifest, self.baseline_knobs, full, patches)
+        timed = self.contract.objective != "e2e_time"
+        wanted = needed(self.manifest, self.baseline_knobs, full, patches, timed)
         found: dict[Role, TrialRecord] = {}
         for role, (ref_knobs, ref_patches) in wanted.items():
             key = _key(ref_knobs, ref_patches, seed)
@@ -114,6 +118,7 @@ class ReferenceRuns:
             contract_hash=self.contract.contract_hash,
             workdir="apply-trials",
             seed=seed,
+            steps=self.steps,
         )
         return self.executor.wait(self.executor.submit(request))
 

@@ -28,8 +28,10 @@ from infrarsi.records import CandidateResult, Measurement
 from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
 from infrarsi.trial.spec import challenge_seed
-from infrarsi.verify import verify
+from infrarsi.verify import timing_reference, verify
+from infrarsi.verify.clock import charged_step_s
 from infrarsi.verify.evidence import challenge_unseen
+from infrarsi.verify.reference import References
 from infrarsi.workloads import Manifest
 
 PROGRESS_FILE = "apply-progress.jsonl"
@@ -66,8 +68,9 @@ class Rounds:
         self.progress = self.run_dir / PROGRESS_FILE
         self.baselines: dict[int, TrialRecord] = {}
         manifest = _manifest(contract)
+        self.steps = timed_steps(contract, candidates)
         self.references = ReferenceRuns(
-            contract, manifest, baseline_knobs, executor, self.progress, self.stored
+            contract, manifest, baseline_knobs, executor, self.progress, self.stored, self.steps
         )
         # a challenge seed per round: set through the workload's seed parameters, or the
         # bootstrap's offset of the seeds its script sets
@@ -183,6 +186,7 @@ class Rounds:
             contract_hash=self.contract.contract_hash,
             workdir="apply-trials",
             seed=self.seed(r),
+            steps=self.steps,
         )
         record = self.executor.wait(self.executor.submit(request))
         measurement = self._judge(r, label, record)
@@ -232,6 +236,12 @@ class Rounds:
             else None
         )
         verdict = verify(self.contract, reference, record, refs)
+        if patches and self.contract.objective != "e2e_time":  # by the harness's clock alone
+            timed_by = timing_reference(reference, record, refs or References())
+            base.update(
+                compared_s=harness_time(record, timed_by),
+                timed_against=timed_by.trial_id if timed_by else None,
+            )
         return Measurement(
             **base,
             valid=verdict.valid,
@@ -258,6 +268,34 @@ class Rounds:
         for k in sorted(self.baselines, key=lambda k: (abs(k - r), k)):
             return self.baselines[k]
         return None
+
+
+def timed_steps(contract: Contract, candidates: list[CandidateResult]) -> int | None:
+    """The steps Apply's rounds run: under a throughput objective with a patched candidate, the
+    Doctor's ``timed_steps`` (a patch is timed by launch to exit, whose start-up noise more
+    steps dilute); otherwise the contract's own (None)."""
+    if contract.objective == "e2e_time" or not any(c.patches for c in candidates):
+        return None
+    steps = contract.noise.timed_steps
+    return steps if steps and steps != contract.invariants.steps else None
+
+
+def harness_time(record: TrialRecord, timed_by: TrialRecord | None) -> float | None:
+    """A patched candidate's steady step as Apply compares it: its step charged by the
+    harness's clock against the same knobs without the patch, run in its round
+    (``clock.charged_step_s``), or its lines' own steady step where that is longer — the
+    clock bounds what the lines can claim, and the lines bound what a one-time saving inside
+    the clock's window (a faster set-up) can be credited as. None when that run or the
+    candidate has no timing."""
+    if record.status is not TrialStatus.OK or record.metrics is None or timed_by is None:
+        return None
+    if timed_by.metrics is None:
+        return None
+    paths = sorted({p for patch in record.patches for p in patch.paths})
+    charged = charged_step_s(record.metrics, timed_by.metrics, paths)
+    if charged is None:
+        return None
+    return max(charged, record.metrics.harness_step_time_s or 0.0)
 
 
 def _manifest(contract: Contract) -> Manifest | None:

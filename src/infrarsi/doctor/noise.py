@@ -13,6 +13,16 @@ ALPHA = 0.05  # two-sided significance
 POWER = 0.80
 TARGET_EFFECT = 0.05  # the verifier should resolve a 5% speed-up
 MAX_REPEATS = 10
+# A patch under a throughput objective is timed by the harness's clock (``verify.clock``: the
+# window from the first open of its files to the last write of the final parameters): over N
+# steps its per-round noise is about sqrt(2) * sd(window) / (N * step). The Doctor picks N so that
+# this is TIMED_TARGET_CV, but so that the steps of a timed run take at most TIMED_MAX_FACTOR
+# times the baseline's whole launch to exit (Apply's cost), and never fewer than the
+# contract's. Three runs say little of a spread: it is taken as at least E2E_SD_FLOOR_SHARE of
+# the time outside the steps (start-up on these hosts moves by several percent run to run).
+TIMED_TARGET_CV = 0.05
+TIMED_MAX_FACTOR = 1.5
+E2E_SD_FLOOR_SHARE = 0.03
 METHOD = (
     "MDE = (t(1 - alpha/2, df) + t(power, df)) * sqrt(2/n) * cv_between, alpha 0.05, "
     "power 0.8, df = (Doctor runs - 1) + 2 (n - 1)"
@@ -107,3 +117,29 @@ def gain_note(bound: float | None, share: float, mde: float, rounds: int) -> str
 def cannot_detect(bound: float | None, mde: float) -> bool:
     """Whether no change to the training steps can gain what Apply detects."""
     return bound is not None and bound < 1.0 + mde
+
+
+def e2e_sd_floor(e2e_sd_s: float, outside_s: float) -> float:
+    """The spread of launch to exit to plan with: the measured one, at least
+    ``E2E_SD_FLOOR_SHARE`` of the time outside the steps."""
+    return max(e2e_sd_s, E2E_SD_FLOOR_SHARE * outside_s)
+
+
+def timed_steps(steps: int, step_s: float, e2e_s: float, e2e_sd_s: float) -> int:
+    """The optimizer steps Apply times a patch over by launch to exit: enough that start-up's
+    noise (``e2e_sd_s``, already floored) is ``TIMED_TARGET_CV`` of the steps' time, at most
+    ``TIMED_MAX_FACTOR`` times the baseline's launch to exit of steps, at least ``steps``."""
+    if step_s <= 0:
+        return steps
+    want = math.ceil(math.sqrt(2) * e2e_sd_s / (TIMED_TARGET_CV * step_s))
+    cap = max(steps, math.floor(TIMED_MAX_FACTOR * e2e_s / step_s))
+    return max(steps, min(want, cap))
+
+
+def timed_cv(steps: int, step_s: float, e2e_sd_s: float, cv_between: float) -> float:
+    """The per-round coefficient of variation of a patch's step by the harness's clock over
+    ``steps`` steps: the two launch-to-exit times it differences, spread over the steps, and
+    its reference's own steady step."""
+    if steps < 1 or step_s <= 0:
+        return cv_between
+    return math.sqrt(2 * (e2e_sd_s / (steps * step_s)) ** 2 + cv_between**2)

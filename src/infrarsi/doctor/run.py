@@ -24,6 +24,7 @@ from infrarsi.objective import compared_time, ranked_step_time_s
 from infrarsi.options import APPLY_TOP_K, apply_rounds
 from infrarsi.records import DOCTOR_BASELINE_LABEL, DoctorReport, DoctorTrial
 from infrarsi.trial import TrialRecord, TrialStatus, prepare
+from infrarsi.trial.arrivals import Timing
 from infrarsi.trial.metrics import critical, read_probe_files
 from infrarsi.trial.runner import PROFILE_FILE
 
@@ -212,7 +213,9 @@ def build_report(
     )
     cv_between = noise.cv(objective)
     runs_n = len(runs)
-    repeats = noise.recommended_repeats(cv_between, runs_n)
+    timing = Timing.of(runs)
+    timed = _timed(contract, manifest, timing, cv_between)
+    repeats = noise.recommended_repeats(max(cv_between, timed.get("cv_timed") or 0.0), runs_n)
     outside = noise.outside_share(
         [compared_time(r, contract.objective) or 0.0 for r in runs],
         [r.measured.train_time_s for r in runs],
@@ -268,8 +271,12 @@ def build_report(
                 "method": noise.METHOD,
                 "outside_share": outside,
                 "amdahl_bound": noise.amdahl_bound(outside),
-                **_headroom(cv_between, outside, apply_rounds(repeats)),
+                **timed,
+                **_headroom(
+                    max(cv_between, timed.get("cv_timed") or 0.0), outside, apply_rounds(repeats)
+                ),
             },
+            "timing": timing,
             "runs": [
                 {
                     "trial_id": r.trial_id,
@@ -283,6 +290,25 @@ def build_report(
             "diagnosis": diagnose(facts),
         }
     )
+
+
+def _timed(contract: Contract, manifest, timing: Timing | None, cv_between: float) -> dict:
+    """Under a throughput objective: the steps Apply times a patch over by launch to exit
+    (``noise.timed_steps``) and the per-round noise that gives (``cv_timed``); nothing for an
+    end-to-end objective, a baseline without timed lines, or a launch that cannot be given
+    another step count (its noise is then that of the contract's steps)."""
+    if contract.objective == "e2e_time" or timing is None:
+        return {}
+    window = timing.window_s or timing.e2e_s  # what a patch is timed by (``verify.clock``)
+    spread = timing.window_sd_s if timing.window_s else timing.e2e_sd_s
+    sd = noise.e2e_sd_floor(spread, max(0.0, window - timing.steady_span_s))
+    steps = timing.steps
+    if manifest.launch.passes_steps():
+        steps = noise.timed_steps(timing.steps, timing.step_s, timing.e2e_s, sd)
+    return {
+        "timed_steps": steps,
+        "cv_timed": noise.timed_cv(steps, timing.step_s, sd, cv_between),
+    }
 
 
 def _steady(record: TrialRecord) -> dict:
@@ -352,13 +378,17 @@ def top_ops(profile: dict, device_type: str) -> list[dict]:
 def noise_policy(report: DoctorReport) -> NoisePolicy:
     """The contract's noise policy as Doctor measured it."""
     n = report.noise.recommended_repeats
+    timing = report.timing
+    cv = max(report.noise.cv_between, report.noise.cv_timed or 0.0)
     return NoisePolicy(
         repeats=n,
         confidence=1 - noise.ALPHA,
-        min_detectable_effect=noise.min_detectable_effect(
-            report.noise.cv_between, n, report.noise.runs
-        ),
+        min_detectable_effect=noise.min_detectable_effect(cv, n, report.noise.runs),
         max_gain=report.noise.amdahl_bound,
+        timed_steps=report.noise.timed_steps,
+        e2e_sd_s=max(timing.e2e_sd_s, timing.window_sd_s) if timing else None,
+        start_sd_s=timing.start_sd_s if timing else None,
+        warmup_sd_s=timing.warmup_sd_s if timing else None,
     )
 
 

@@ -49,6 +49,11 @@ class TrialRequest(BaseModel):
     seed: int | None = Field(
         None, description="a challenge seed: every seed parameter of the workload takes it"
     )
+    steps: int | None = Field(
+        None,
+        description="optimizer steps instead of the scale's (Apply's timed runs); None: the "
+        "scale's",
+    )
 
 
 class Executor:
@@ -117,6 +122,7 @@ class LocalExecutor(Executor):
             contract_hash=request.contract_hash,
             slow_after_s=request.slow_after_s,
             seed=request.seed,
+            steps=request.steps,
         )
         if request.extra_env or not request.evaluate:
             spec = dataclasses.replace(

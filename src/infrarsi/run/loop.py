@@ -55,6 +55,7 @@ from infrarsi.run.known import disagrees, doctor_baseline
 from infrarsi.run.outcomes import config_from_json, config_json, outcome_of, outcome_of_stored
 from infrarsi.run.problem import Outcome, Problem, SlowBound
 from infrarsi.run.problem_build import build_problem, with_proposed
+from infrarsi.run.screened import screened
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.store import (
@@ -69,6 +70,7 @@ from infrarsi.store import (
 )
 from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
+from infrarsi.trial.spec import challenge_seed
 
 
 class RunError(InfraRSIError):
@@ -138,6 +140,10 @@ class RunLoop:
         self.proposer = proposer
         self._proposed_at: int | None = None
         self._writers = proposed_by(self.run_dir)  # proposed patch id -> who wrote it
+        # the seed every search trial runs at: drawn when the run starts, kept in run.json
+        # (a trial sees its own folder only), never the contract's: a patch that replays a
+        # stored result at the known seed ranks nowhere
+        self.trial_seed: int | None = None
         self._known: list[Outcome] = []  # the Doctor's baseline runs, told to the searcher
         self._remeasuring = False  # the baseline is being measured again (an outlier)
 
@@ -220,8 +226,12 @@ class RunLoop:
                 status=RunStatus.RUNNING,
             )
         )  # the run's
+        self.trial_seed = challenge_seed()
         (self.run_dir / "run.json").write_text(
-            json.dumps({"run_id": run_id, "store_url": self.store_url}, indent=2)
+            json.dumps(
+                {"run_id": run_id, "store_url": self.store_url, TRIAL_SEED: self.trial_seed},
+                indent=2,
+            )
         )
         if self.doctor_report is not None:  # later stages read the baseline's diagnosis here
             self.doctor_report.save(self.run_dir / DOCTOR_FILE)
@@ -271,6 +281,7 @@ class RunLoop:
             proposer=proposer or Recorded(Path(run_dir)),
             on_event=on_event,
         )
+        loop.trial_seed = json.loads((Path(run_dir) / "run.json").read_text()).get(TRIAL_SEED)
         requeue = store.interrupt_running(run.run_id)
         store.set_run_status(run.run_id, RunStatus.RUNNING)
         return loop._loop(store, run.run_id, requeue)
@@ -340,7 +351,13 @@ class RunLoop:
                 break
             handle, record = self._next_done(flying)
             config, row, this_seq, predictions, bound = flying.pop(handle)
-            record = _censored(record, bound)
+            record = screened(
+                _censored(record, bound),
+                self.contract,
+                self.manifest,
+                problem.baseline.knob_dict,
+                self.doctor_report.timing if self.doctor_report else None,
+            )
             outcome = outcome_of(record, problem.capacity_bytes, self.contract.objective)
             store.finish_trial(
                 row,
@@ -414,6 +431,7 @@ class RunLoop:
                 mem_cap_bytes=self.contract.mem_cap_bytes,
                 contract_hash=self.contract.contract_hash,
                 slow_after_s=bound.after_s if bound else None,
+                seed=self.trial_seed,
             )
         )
 
@@ -465,6 +483,7 @@ class RunLoop:
 
 
 RANKED = 5  # configs a run hands to Apply, best first
+TRIAL_SEED = "trial_seed"  # run.json's field: the search trials' seed
 POLL_S = 0.2  # how often trials in flight are polled
 PROPOSE_EVERY = 2  # trials between two requests to a proposer (a patch is tried in between)
 

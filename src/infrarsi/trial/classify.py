@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from infrarsi.trial.arrivals import held_back
 from infrarsi.trial.memcg import RankMemory
 from infrarsi.trial.metrics import (
     MetricsError,
@@ -135,7 +136,7 @@ def _every_rank_finished(trial_dir: Path, spec: TrialSpec) -> bool:
             text = _read(trial_dir / "stdout.log")
             text += _read(trial_dir / "stderr.log") if how.read_stderr else ""
             steps = read_stdout(text, how)[0].steps
-            return len(steps) == int(spec.manifest.scale(spec.scale).params["steps"])
+            return len(steps) == spec.steps_to_run
         reports = read_probe_files(list(trial_dir.glob("metrics.rank*.jsonl")))
     except MetricsError:
         return False
@@ -158,8 +159,7 @@ def measured(
 ) -> Classified:
     """Metrics of a clean run, or ``invalid`` when steps or tokens per step differ."""
     reduced = reduce_ranks(reports)
-    preset = spec.manifest.scale(spec.scale)
-    steps_expected = int(preset.params["steps"])
+    steps_expected = spec.steps_to_run
     if len(reduced.step_times_s) != steps_expected:
         return Classified(
             TrialStatus.INVALID,
@@ -180,11 +180,11 @@ def measured(
             "(e.g. unit: ms)"
         )
     peaks, source, warnings = _peaks(reports, reduced, result, memory)
-    return Classified(
-        TrialStatus.OK,
-        metrics=_metrics(spec, reduced, result, tokens, peaks, source),
-        warnings=warnings,
-    )
+    metrics = _metrics(spec, reduced, result, tokens, peaks, source)
+    held = held_back(metrics)
+    if held is not None:
+        return Classified(TrialStatus.INVALID, held, metrics=metrics, warnings=warnings)
+    return Classified(TrialStatus.OK, metrics=metrics, warnings=warnings)
 
 
 def _metrics(

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 WEIGHTS_DIR = "weights"
 REMAP_MODULE = "model"
+MAPPING = "to_reference_params"  # what a patch that re-lays-out parameters defines
 # Runs in the trial's workspace, on the harness's coded tensors only (never the trained
 # parameters): what the patched module's mapping back to the reference layout does to them.
 _REMAP = """
@@ -67,11 +68,13 @@ def evaluate(spec: TrialSpec, trial_dir: Path, workspace: Path) -> Evaluation | 
             error=f"the workload wrote no final parameters at {how.final_weights}",
             cost_s=time.monotonic() - t0,
         )
-    remaps = bool(spec.patches)  # a patch's code maps the parameters: watch what it touches
+    # a patch's code maps the parameters only where it defines the mapping: watch what it
+    # touches, and charge its time; without one the saved layout is the reference's
+    remaps = bool(spec.patches) and defines_mapping(workspace)
     saved = {name: sha256_file(path) for name, path in found.items()} if remaps else {}
     try:
         t_remap = time.monotonic()
-        ref = _to_reference(spec, found, trial_dir, workspace)
+        ref = _to_reference(spec, found, trial_dir, workspace, remaps)
         remap_s = time.monotonic() - t_remap if remaps else 0.0
         changed = [name for name, path in saved.items() if sha256_file(found[name]) != saved[name]]
         if changed:
@@ -105,8 +108,21 @@ def _locate(template: str | None, trial_dir: Path, workspace: Path) -> Path | No
     return workspace / template.format(weights_dir=weights_dir(trial_dir))
 
 
+def defines_mapping(workspace: Path) -> bool:
+    """Whether the patched workspace's code names ``to_reference_params`` at all: a patch that
+    does not is never run to map the parameters (its saved layout must be the reference's, the
+    strictest reading), so it costs no mapping process and no seconds of it."""
+    for path in Path(workspace).rglob("*.py"):
+        try:
+            if MAPPING in path.read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _to_reference(
-    spec: TrialSpec, found: dict[str, Path], trial_dir: Path, workspace: Path
+    spec: TrialSpec, found: dict[str, Path], trial_dir: Path, workspace: Path, remaps: bool
 ) -> dict[str, Path]:
     """The parameters as plain name -> tensor files in the reference layout.
 
@@ -117,7 +133,7 @@ def _to_reference(
     itself. A mapping that computes anything — adds a stored update, reads a file — is refused.
     """
     key = spec.manifest.evaluation.key or "" if spec.manifest.evaluation else ""
-    if not spec.patches and not key:
+    if not remaps and not key:
         return found
     import torch  # the harness's own tensors: imported only where parameters are mapped
 
@@ -127,7 +143,7 @@ def _to_reference(
     folder.mkdir(parents=True, exist_ok=True)
     saved = {name: remap.load_saved(path, key) for name, path in found.items()}
     out = {name: folder / f"{name}.reference.pt" for name in found}
-    if not spec.patches:
+    if not remaps:
         for name in found:
             torch.save(saved[name], out[name])
         return out

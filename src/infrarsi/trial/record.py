@@ -118,6 +118,16 @@ class TrialMetrics(BaseModel):
     harness_tail_s: float | None = Field(
         None, description="seconds from the last step line to the exit, by the harness's clock"
     )
+    first_open_s: dict[str, float] = Field(
+        {},
+        description="seconds from launch to the first open of each file a patch may touch "
+        "(the kernel's inotify): no patch's code runs before it",
+    )
+    final_saved_s: float | None = Field(
+        None,
+        description="seconds from launch to the last write of the final parameters (the "
+        "kernel's inotify): the workload's work ends there",
+    )
     loss: list[float]
     step_times_s: list[float]
     phases_s: dict[str, float] = Field(
@@ -208,6 +218,11 @@ class TrialRecord(BaseModel):
         None,
         description="the challenge seed the harness drew and set for this run (None: the "
         "contract's seeds)",
+    )
+    steps: int | None = Field(
+        None,
+        description="the optimizer steps the harness asked for instead of the scale's (Apply's "
+        "timed runs); None: the scale's",
     )
     seed_set_by: str = Field(
         "",

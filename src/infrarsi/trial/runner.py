@@ -22,6 +22,7 @@ from infrarsi.errors import InfraRSIError
 from infrarsi.host import host_fingerprint
 from infrarsi.trial import classify, evaluation, memcg, ownership, patching
 from infrarsi.trial.evalserver import isolation_for
+from infrarsi.trial.filewatch import FileWatch
 from infrarsi.trial.metrics import MetricsError
 from infrarsi.trial.process import Launchers, owner_alive, run_isolated, sweep_orphans
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
@@ -49,7 +50,7 @@ def prepare(
     Each patch is a catalog id of the workload or the path of a unified diff file.
     """
     manifest.scale(scale)
-    _check_options(**options)
+    _check_options(manifest=manifest, **options)
     assignment = knobs.resolve(manifest, scale, overrides or {})
     sources = tuple(patch_source(manifest, p) for p in patches)
     for source in sources:
@@ -62,10 +63,24 @@ class CapacityUnavailable(ValueError):
     """A per-rank memory capacity was asked for where it cannot be enforced."""
 
 
-def _check_options(mem_cap_bytes: int | None = None, timeout_s: float | None = None, **_) -> None:
-    """ValueError naming the option when a capacity or timeout cannot be honoured."""
+def _check_options(
+    mem_cap_bytes: int | None = None,
+    timeout_s: float | None = None,
+    steps: int | None = None,
+    manifest: Manifest | None = None,
+    **_,
+) -> None:
+    """ValueError naming the option when a capacity, timeout or step count cannot be
+    honoured."""
     if timeout_s is not None and not timeout_s > 0:
         raise InfraRSIError(f"timeout {timeout_s:g} s: give a positive number of seconds")
+    if steps is not None and (steps < 1 or int(steps) != steps):
+        raise InfraRSIError(f"steps {steps}: give a positive whole number of optimizer steps")
+    if steps is not None and manifest is not None and not manifest.launch.passes_steps():
+        raise InfraRSIError(
+            f"{manifest.name} cannot run {steps} steps: its launch command has no {{steps}} "
+            "field; pass the step count to the script as {steps} in the manifest"
+        )
     if mem_cap_bytes is None:
         return
     if mem_cap_bytes <= 0:
@@ -138,6 +153,7 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
         trial_dir=str(trial_dir),
         fingerprint=host_fingerprint(),
         seed=spec.seed,
+        steps=spec.steps,
         seed_set_by=seed_setting(spec),
         isolation=_isolation(),
     )
@@ -353,6 +369,7 @@ def _launch(
         if spread
         else None
     )
+    watch = _file_watch(spec, trial_dir, workspace, [p.paths for p in base["patches"]])
     with memcg.trial_cgroup(base["trial_id"], owner_alive) as cgroup:
         for env in envs[:1] if spread else envs:  # a remote launcher's host gives its own
             env.update(cgroup.env() if cgroup else {})
@@ -364,14 +381,18 @@ def _launch(
             remote=remote.starters(len(commands)) if remote else {},
             read_stderr=how != "probe" and how.read_stderr,
         )
-        result = run_isolated(
-            launch,
-            trial_id=base["trial_id"],
-            timeout_s=spec.cut_after_s,
-            logs=(trial_dir / "stdout.log", trial_dir / "stderr.log"),
-            channel=channel,
-            cgroup_procs=cgroup.launchers_procs if cgroup else None,
-        )
+        watch.start()
+        try:
+            result = run_isolated(
+                launch,
+                trial_id=base["trial_id"],
+                timeout_s=spec.cut_after_s,
+                logs=(trial_dir / "stdout.log", trial_dir / "stderr.log"),
+                channel=channel,
+                cgroup_procs=cgroup.launchers_procs if cgroup else None,
+            )
+        finally:
+            moments = watch.stop()
         memory = cgroup.ranks() if cgroup else None
         launchers = cgroup.launchers() if cgroup else None
     base["ownership"] = result.ownership
@@ -385,6 +406,9 @@ def _launch(
             outcome.metrics.launcher_peak_mem_bytes = (
                 launchers.peak_bytes if launchers else result.outside_other_peak_rss_bytes or None
             )
+            if not spread:  # a launcher on another host opens its own copies, unseen here
+                outcome.metrics.first_open_s = moments.first_open_s
+                outcome.metrics.final_saved_s = moments.final_saved_s
     evaluated = (
         evaluation.evaluate(spec, trial_dir, workspace)
         if outcome.status is TrialStatus.OK and spec.evaluate
@@ -410,6 +434,26 @@ def _launch(
         returncode=result.returncode,
         cost_s=time.monotonic() - t0,
     )
+
+
+def _file_watch(
+    spec: TrialSpec, trial_dir: Path, workspace: Path, patched: list[list[str]]
+) -> FileWatch:
+    """The kernel's watch on the files a patch may touch (every editable file, and whatever
+    the patches touch) and on where the final parameters are written."""
+    editable = spec.manifest.files.editable
+    rels = {p for paths in patched for p in paths}
+    rels |= {
+        f.relative_to(workspace).as_posix()
+        for f in sorted(workspace.rglob("*"))
+        if f.is_file() and patching.matches(f.relative_to(workspace).as_posix(), editable)
+    }
+    how = spec.manifest.evaluation
+    final = None
+    if how is not None and how.final_weights:
+        evaluation.weights_dir(trial_dir).mkdir(parents=True, exist_ok=True)
+        final = workspace / how.final_weights.format(weights_dir=evaluation.weights_dir(trial_dir))
+    return FileWatch(workspace, [workspace / r for r in sorted(rels)], final)
 
 
 def _channel(spec: TrialSpec, trial_dir: Path, tcp_host: str | None = None) -> MetricsChannel:

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from infrarsi.trial.remote import Elsewhere
 
 
+MAX_TIMEOUT_FACTOR = 4.0  # a timed run of more steps may take this many times the scale's timeout
+
+
 @dataclass(frozen=True)
 class PatchSource:
     """A patch to apply: a catalog entry of the workload, or a diff file a user dropped in."""
@@ -40,6 +43,9 @@ class TrialSpec:
     evaluate: bool = True  # False: skip the held-out evaluation (measurement-only benchmarks)
     slow_after_s: float | None = None  # the search's bound: cut short there, recorded slow
     seed: int | None = None  # a challenge seed the harness drew: every seed parameter takes it
+    # the optimizer steps the harness asks for instead of the scale's (Apply's timed runs:
+    # launch to exit over more steps, so the steps stand clear of start-up's noise)
+    steps: int | None = None
     # where launchers after the first run (``trial.remote.Elsewhere``); None: all here
     elsewhere: Elsewhere | None = field(default=None, compare=False, repr=False)
 
@@ -53,15 +59,28 @@ class TrialSpec:
 
     @property
     def effective_timeout_s(self) -> float:
-        """The timeout given, or the scale preset's."""
-        return self.timeout_s or self.manifest.scale(self.scale).timeout_s
+        """The timeout given, or the scale preset's (for a run of more steps than the scale's,
+        that many times longer, up to ``MAX_TIMEOUT_FACTOR`` times)."""
+        if self.timeout_s:
+            return self.timeout_s
+        preset = self.manifest.scale(self.scale)
+        longer = self.steps_to_run / max(1, int(preset.params["steps"]))
+        return preset.timeout_s * min(MAX_TIMEOUT_FACTOR, max(1.0, longer))
+
+    @property
+    def steps_to_run(self) -> int:
+        """The optimizer steps this trial runs: the harness's ``steps``, or the scale's."""
+        return self.steps or int(self.manifest.scale(self.scale).params["steps"])
 
     def params(self) -> dict[str, KnobValue]:
         """Scale parameters and knobs together: the names templates and expressions may use
-        (with a challenge ``seed``, every seed parameter set to it)."""
+        (with a challenge ``seed``, every seed parameter set to it; with ``steps``, the
+        scale's ``steps`` replaced)."""
         params = dict(self.manifest.scale(self.scale).params)
         if self.seed is not None:
             params.update({name: self.seed for name in seed_names(self.manifest, self.scale)})
+        if self.steps is not None:
+            params["steps"] = self.steps
         return {**params, **self.knobs}
 
     def tokens_per_step(self) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infrarsi.contract import Contract
+from infrarsi.identity import config_key
 from infrarsi.trial.record import TrialRecord
 from infrarsi.verify.evidence import known_params, weight_distance
 from infrarsi.workloads import Manifest, change_kinds, precision_of
@@ -55,13 +56,21 @@ class References:
 
 
 def needed(
-    manifest: Manifest, baseline_knobs: Knobs, knobs: Knobs, patches: list[str]
+    manifest: Manifest,
+    baseline_knobs: Knobs,
+    knobs: Knobs,
+    patches: list[str],
+    timed: bool = False,
 ) -> dict[Role, tuple[Knobs, list[str]]]:
     """The (knobs, patches) of every run ``verify`` needs for this candidate besides the
     baseline and the candidate itself: none for a candidate without a patch or with the
-    baseline's knobs."""
-    if not patches or not change_kinds(manifest, baseline_knobs, knobs):
+    baseline's knobs. ``timed`` (a throughput objective): a patch is also timed against the
+    same knobs without it, so any other knobs (threads, compile) need that run too."""
+    if not patches:
         return {}
+    if not change_kinds(manifest, baseline_knobs, knobs):
+        other = timed and config_key(baseline_knobs) != config_key(knobs)
+        return {Role.SAME_KNOBS: (dict(knobs), [])} if other else {}
     out: dict[Role, tuple[Knobs, list[str]]] = {Role.SAME_KNOBS: (dict(knobs), [])}
     if precision_of(manifest, knobs) != "fp32":
         fp32 = fp32_knobs(manifest, knobs, baseline_knobs)

@@ -219,6 +219,14 @@ class Launch(_Strict):
     env: dict[str, str] = {}
     metrics: Literal["probe"] | StdoutMetrics = "probe"
 
+    def passes_steps(self) -> bool:
+        """Whether the launch hands the scale's ``steps`` to the job (a ``{steps}`` field in the
+        command or the environment): only then can the harness run it for more steps."""
+        parts = [*self.command, *self.env.values()]
+        return any(
+            name == "steps" for part in parts for _, name, _, _ in string.Formatter().parse(part)
+        )
+
 
 class Invariants(_Strict):
     """What must not change: tokens per optimizer step, and how far the loss may drift."""

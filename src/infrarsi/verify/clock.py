@@ -1,0 +1,166 @@
+"""A throughput gain by a clock the patch cannot touch.
+
+Patched code runs in the rank's process, so everything that process writes — its step records,
+their timing, the line that opens the probe — is the patch's to shape: it can hold records
+back and release them in a burst, open the probe early, rehearse the whole run inside a
+warm-up step, or leave the work to a process beside the rank. What the harness alone owns is
+what the kernel tells it: launch and exit, which processes exist, and two moments no code of
+the trial can move (``trial.filewatch``) — the first open of a file the patch touches (its
+code cannot run before Python reads it) and the last write of the final parameters (the
+training is over). So the steady step time that decides a promotion of a patch is
+
+    charged step of (K, P) = steady step of (K, no patch) + (W(K, P) - W(K, no patch)) / N
+
+where W is that window and (K, no patch) — the same knobs without the patch, the baseline
+when the patch keeps its knobs — ran the workload's own code (its lines are honest) in the
+same round, at the same seed and the same N steps. Work the patch moves anywhere inside its
+window (before the first step, into a warm-up step, into a process beside the rank, after the
+last step line) is charged to its steps; a saving outside it (a faster tear-down) is not
+credited; nothing the patch writes moves the figure. Its noise is that of the window (about
+sqrt(2) * sd(W) / N per round), which is why Apply times its rounds over more steps than the
+contract's (``timed_steps``, chosen by the Doctor from the measured noise). What can still be
+credited to the steps without being a steady-state gain is a saving between the patch's first
+open and the first step (the process group, the model's construction): ``docs/verification.md``
+states the bound.
+
+A knob's own effect is timed by arrivals: a config without a patch runs the workload's code.
+
+Arrivals stay a hint for the search, where lines that cannot be real are refused
+(``moved_work``): the steps claim a saving the harness's clock does not show, the start line
+came earlier than the baseline's by more than start-up's noise, or the warm-up grew by more
+than half of the steady steps' time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from infrarsi.trial.arrivals import Timing, arrivals, paired_windows
+from infrarsi.trial.record import TrialMetrics
+
+__all__ = ["Charged", "Timing", "charged", "charged_step_s", "moved_work"]
+
+# The steps may claim a saving launch to exit does not show by at most the largest of these:
+# an absolute floor, a share of the reference's time outside its steady steps (start-up on a
+# loaded host moves by that much between identical runs), a multiple of the measured noise of
+# a difference of two launch-to-exit times.
+CLAIM_SLACK_S, CLAIM_SLACK_SHARE, CLAIM_SLACK_SD = 1.0, 0.5, 5.0
+# The start line may come earlier than the reference's by at most the largest of these.
+START_SLACK_S, START_SLACK_SHARE, START_SLACK_SD = 1.0, 0.3, 5.0
+# The warm-up may grow past the reference's by at most the largest of these: half of the
+# reference's steady span (a rehearsal of the run moves all of it), a floor, the noise.
+WARMUP_SLACK_SHARE, WARMUP_SLACK_S, WARMUP_SLACK_SD = 0.5, 0.25, 5.0
+
+
+@dataclass(frozen=True)
+class Charged:
+    """A patched candidate against the same knobs without the patch, by the harness's clock:
+    each run's window (``arrivals.paired_windows``: the first open of the patched files to the
+    last write of the final parameters), how it was bounded, and the candidate's steady step
+    charged with the difference."""
+
+    cand_window_s: float
+    ref_window_s: float
+    bounded: str
+    step_s: float
+    steps: int
+
+
+def charged(cand: TrialMetrics, ref: TrialMetrics, ref_step_s: float, paths: list[str]) -> Charged:
+    """The candidate's steady step by the harness's clock: the reference's steady step (by its
+    lines: no patch ran there) plus the difference of their windows over the steps. Work the
+    patch moves anywhere inside the window — before the first step, into a warm-up step, into a
+    process beside the rank — is charged to its steps; nothing its process writes moves it."""
+    mine, theirs, how = paired_windows(cand, ref, paths)
+    return Charged(mine, theirs, how, ref_step_s + (mine - theirs) / cand.steps, cand.steps)
+
+
+def charged_step_s(cand: TrialMetrics, ref: TrialMetrics, paths: list[str]) -> float | None:
+    """``charged``'s step (None when the two ran other step counts or the reference's lines
+    gave no steady step)."""
+    step = ref.harness_step_time_s
+    if cand.steps != ref.steps or cand.steps < 1 or not step:
+        return None
+    return charged(cand, ref, step, paths).step_s
+
+
+def claim_slack_s(ref: Timing) -> float:
+    """How much more saving the steps may claim than the harness's clock shows."""
+    return max(
+        CLAIM_SLACK_S,
+        CLAIM_SLACK_SHARE * ref.outside_steady_s,
+        CLAIM_SLACK_SD * math.sqrt(2) * max(ref.e2e_sd_s, ref.window_sd_s),
+    )
+
+
+def unshown_saving(cand: TrialMetrics, ref: Timing, shown_s: float | None = None) -> str | None:
+    """Why the steps' claimed saving is not real: the time per step the arrivals say was saved,
+    times the steps, does not appear by the harness's clock (``shown_s``: the reference's
+    window less the candidate's; by default launch to exit) within ``claim_slack_s``."""
+    step = cand.harness_step_time_s
+    if step is None or cand.steps != ref.steps:
+        return None
+    claimed = (ref.step_s - step) * cand.steps
+    shown = ref.e2e_s - cand.e2e_time_s if shown_s is None else shown_s
+    allowed = claim_slack_s(ref)
+    if claimed - shown <= allowed:
+        return None
+    more = f"{-shown:.2f} s more" if shown < 0 else f"{shown:.2f} s saved"
+    clock = "launch to exit" if shown_s is None else "the harness's clock"
+    return (
+        f"the steps claim {claimed:.2f} s saved over {cand.steps} steps, {clock} shows "
+        f"{more} (allowed {allowed:.2f} s apart): work moved out of the timed steps, or step "
+        "lines that were not written as the steps ended"
+    )
+
+
+def early_start(cand: TrialMetrics, ref: Timing) -> str | None:
+    """Why the start line cannot be trusted: it came earlier than the reference's by more
+    than start-up's noise (a probe opened before the workload's own start)."""
+    seen = arrivals(cand)
+    if seen is None:
+        return None
+    allowed = max(
+        START_SLACK_S, START_SLACK_SHARE * ref.start_line_s, START_SLACK_SD * ref.start_sd_s
+    )
+    if ref.start_line_s - seen.start_line_s <= allowed:
+        return None
+    return (
+        f"the first line arrived {seen.start_line_s:.2f} s after launch, the reference's "
+        f"{ref.start_line_s:.2f} s (allowed {allowed:.2f} s earlier): a probe opened before the "
+        "workload's own start"
+    )
+
+
+def grown_warmup(cand: TrialMetrics, ref: Timing) -> str | None:
+    """Why the steady steps cannot be trusted: the warm-up grew past the reference's by more
+    than half of the reference's steady steps' time (and their noise) — the run's work done
+    inside a warm-up step."""
+    seen = arrivals(cand)
+    if seen is None:
+        return None
+    allowed = max(
+        WARMUP_SLACK_SHARE * ref.steady_span_s, WARMUP_SLACK_S, WARMUP_SLACK_SD * ref.warmup_sd_s
+    )
+    if seen.warmup_s - ref.warmup_s <= allowed:
+        return None
+    return (
+        f"the warm-up took {seen.warmup_s:.2f} s, the reference's {ref.warmup_s:.2f} s (allowed "
+        f"{allowed:.2f} s more, half of its steady steps' {ref.steady_span_s:.2f} s): the run's "
+        "work done inside a warm-up step, or a one-time cost (compilation) that a throughput "
+        "objective does not judge: an end-to-end objective does"
+    )
+
+
+def moved_work(
+    cand: TrialMetrics, ref: Timing, warmup: bool = True, shown_s: float | None = None
+) -> list[str]:
+    """Every reason the candidate's arrivals cannot be what a throughput objective compares,
+    against a reference of the same knobs without the patch (or the Doctor's baseline):
+    a claimed saving the harness's clock does not show (``shown_s``: what it shows; launch to
+    exit by default), an early start line, and (``warmup``) a grown warm-up."""
+    found = [unshown_saving(cand, ref, shown_s), early_start(cand, ref)]
+    if warmup:
+        found.append(grown_warmup(cand, ref))
+    return [reason for reason in found if reason is not None]

@@ -1,0 +1,210 @@
+"""The harness's clock for a throughput objective, decided on recorded timings without a trial:
+what the arrivals of a run's lines say (``trial.arrivals``), the step a patch is charged by the
+window the kernel bounds (``verify.clock``), the checks the search screens arrivals with, and
+the steps the Doctor times a patch over (``doctor.noise``)."""
+
+import statistics
+
+import pytest
+
+from infrarsi.apply.rounds import harness_time
+from infrarsi.doctor import noise
+from infrarsi.trial.arrivals import Timing, arrivals, held_back, paired_windows, window
+from infrarsi.trial.record import PatchRef, TrialMetrics, TrialRecord
+from infrarsi.verify import clock
+
+PATCH = PatchRef(id="p.diff", sha256="0", catalog=False, paths=["model.py"])
+
+
+def _metrics(
+    steps=10,
+    step_s=0.1,
+    warmup=2,
+    first=0.5,
+    start=3.0,
+    tail=1.0,
+    seen=None,
+    reported=None,
+    opened=2.0,
+    saved=None,
+) -> TrialMetrics:
+    """A probe run: launch, its start line at ``start`` s, ``first`` s of a first step, the
+    others ``step_s`` each, ``tail`` s to exit; the patched file first opened at ``opened``,
+    the final parameters saved just before the tail ends (``saved``)."""
+    times = reported or [first] + [step_s] * (steps - 1)
+    gaps = seen or list(times)
+    span = sum(g for g in gaps if g is not None)
+    e2e = start + span + tail
+    return TrialMetrics.model_validate(
+        {
+            "step_time_s": step_s,
+            "step_time_cv": 0.0,
+            "e2e_time_s": e2e,
+            "train_time_s": sum(times),
+            "startup_time_s": e2e - sum(times),
+            "warmup_overhead_s": 0.0,
+            "compile_time_s": 0.0,
+            "tokens_per_step": 512,
+            "tokens_per_s": 512 / step_s,
+            "peak_mem_bytes": [100],
+            "loss": [1.0] * steps,
+            "step_times_s": times,
+            "outside_train_span_s": span,
+            "outside_span_steps": steps,
+            "harness_step_times_s": gaps,
+            "harness_step_time_s": statistics.median(g for g in gaps[warmup:] if g is not None),
+            "harness_tail_s": tail,
+            "first_open_s": {"model.py": opened} if opened is not None else {},
+            "final_saved_s": (e2e - tail + 0.2) if saved is None else saved,
+            "steps": steps,
+            "warmup_steps": warmup,
+            "ranks": 1,
+        }
+    )
+
+
+def test_arrivals_say_where_the_time_went():
+    m = _metrics()
+    seen = arrivals(m)
+    assert seen.start_line_s == pytest.approx(3.0)
+    assert seen.warmup_s == pytest.approx(0.6)  # the first step and the second
+    assert seen.steady_span_s == pytest.approx(0.8) and seen.steady_steps == 8
+    assert seen.outside_steady_s == pytest.approx(3.0 + 0.6 + 1.0)
+
+
+def test_step_records_held_back_and_released_together_are_refused():
+    honest = _metrics(seen=[0.5] + [0.1 + 0.002 * (i % 3) for i in range(9)])
+    assert held_back(honest) is None
+    burst = _metrics(seen=[0.5] + [0.00002] * 9)  # every record sent at the end, times genuine
+    assert "held back and released together" in held_back(burst)
+    one_late_read = _metrics(seen=[0.5, 0.1, 0.19, 0.01] + [0.1] * 6)  # the reader was late once
+    assert held_back(one_late_read) is None
+    few = _metrics(steps=4, warmup=2, seen=[0.5, 0.1, 0.00001, 0.00001])
+    assert held_back(few) is None  # two steady steps say nothing
+
+
+def test_lines_of_a_script_that_prints_no_time_are_refused_when_written_together():
+    burst = _metrics(reported=[0.0] * 10, seen=[None] + [0.00003] * 9)
+    assert "within 1.0 ms of the line before" in held_back(burst)
+    lumpy = _metrics(reported=[0.0] * 10, seen=[None] + [0.05, 0.05, 2.0] * 3)  # an evaluation
+    assert held_back(lumpy) is None
+
+
+def test_the_window_runs_from_the_first_open_of_the_patched_files_to_the_last_save():
+    m = _metrics(opened=2.0)
+    start, end = window(m)
+    assert start == 2.0 and end == pytest.approx(m.e2e_time_s - 0.8)
+    assert window(m, ["other.py"])[0] == 0.0  # a file it never opened: from launch
+    blind = _metrics(opened=None, saved=None).model_copy(update={"final_saved_s": None})
+    assert window(blind) == (0.0, blind.e2e_time_s)  # no kernel moments: launch to exit
+
+
+def test_two_runs_are_windowed_the_same_way():
+    cand, ref = _metrics(opened=2.0), _metrics(opened=2.5)
+    mine, theirs, how = paired_windows(cand, ref, ["model.py"])
+    assert mine - theirs == pytest.approx(0.5)
+    assert how == "the first open of the patched files to the last write of the final parameters"
+    unsaved = ref.model_copy(update={"final_saved_s": None})
+    mine, theirs, how = paired_windows(cand, unsaved, ["model.py"])
+    assert how.endswith("to exit") and theirs == pytest.approx(unsaved.e2e_time_s - 2.5)
+    new_file = paired_windows(cand, ref, ["helper.py"])  # opened by neither: from launch
+    assert new_file[2].startswith("launch")
+
+
+def test_a_patch_is_charged_every_second_it_moves_inside_its_window():
+    ref = _metrics()
+    assert clock.charged_step_s(_metrics(), ref, ["model.py"]) == pytest.approx(0.1)
+    # the run rehearsed inside the first step: its steps look free, its window is as long
+    rehearsed = _metrics(first=1.4, step_s=0.001, reported=[1.4] + [0.001] * 9)
+    assert rehearsed.harness_step_time_s == pytest.approx(0.001)
+    assert clock.charged_step_s(rehearsed, ref, ["model.py"]) == pytest.approx(
+        0.1 + (1.4 + 0.009 - 1.4) / 10
+    )
+    # a faster tear-down after the final parameters are saved is no step's saving
+    quick_exit = _metrics(tail=0.3).model_copy(update={"final_saved_s": ref.final_saved_s})
+    assert clock.charged_step_s(quick_exit, ref, ["model.py"]) == pytest.approx(0.1)
+    assert clock.charged_step_s(_metrics(steps=12), ref, ["model.py"]) is None  # two counts
+
+
+def test_apply_compares_the_slower_of_the_charged_step_and_the_lines():
+    def record(m: TrialMetrics, patches=()) -> TrialRecord:
+        return TrialRecord.model_validate(
+            {
+                "trial_id": "t",
+                "workload": "w",
+                "scale": "tiny",
+                "status": "ok",
+                "knobs": {},
+                "patches": [p.model_dump() for p in patches],
+                "locked_files": {},
+                "mem_cap_bytes": None,
+                "timeout_s": 60,
+                "started_unix_s": 0,
+                "cost_s": 1,
+                "metrics": m.model_dump(),
+            }
+        )
+
+    ref = record(_metrics())
+    # every record held to the end: the run takes as long, its lines say its steps were free
+    burst = record(_metrics(seen=[0.5] + [0.00002] * 9, tail=1.9, saved=4.6), [PATCH])
+    assert burst.metrics.harness_step_time_s == pytest.approx(0.00002)
+    assert harness_time(burst, ref) == pytest.approx(0.1)
+    set_up_saving = record(_metrics(opened=2.6), [PATCH])  # 0.6 s less set-up, steps as slow
+    assert harness_time(set_up_saving, ref) == pytest.approx(0.1)  # its lines: no gain
+    faster = record(_metrics(step_s=0.08), [PATCH])
+    assert harness_time(faster, ref) == pytest.approx(0.1 - 0.18 / 10)  # 9 steps 20 ms faster
+    assert harness_time(faster, None) is None
+
+
+def test_arrivals_the_harness_clock_contradicts_are_named():
+    ref = Timing.of([_record(_metrics()), _record(_metrics())])
+    assert ref.steps == 10 and ref.step_s == pytest.approx(0.1) and ref.e2e_sd_s == 0
+    held = _metrics(seen=[0.5] + [0.00002] * 9, tail=1.9)  # claims 0.8 s, saves nothing
+    reasons = clock.moved_work(held, ref)
+    assert clock.unshown_saving(held, ref) is None  # 0.8 s is inside start-up's slack
+    assert reasons == []
+    long = _metrics(steps=60, seen=[0.5] + [0.00002] * 59, tail=6.9)  # claims 5.8 s
+    long_ref = Timing.of([_record(_metrics(steps=60))])
+    assert "the steps claim 6.00 s saved over 60 steps" in clock.unshown_saving(long, long_ref)
+    early = _metrics(start=1.5)
+    assert "a probe opened before the workload's own start" in clock.early_start(early, ref)
+    assert clock.early_start(_metrics(start=2.5), ref) is None
+    rehearsed = _metrics(steps=60, first=6.0, step_s=0.002)
+    assert "inside a warm-up step" in clock.grown_warmup(rehearsed, long_ref)
+    assert clock.grown_warmup(_metrics(steps=60, first=0.6), long_ref) is None
+    assert (
+        clock.moved_work(rehearsed, long_ref, warmup=False)
+        == [clock.unshown_saving(rehearsed, long_ref)]
+        or clock.moved_work(rehearsed, long_ref, warmup=False) == []
+    )
+
+
+def _record(m: TrialMetrics) -> TrialRecord:
+    return TrialRecord.model_validate(
+        {
+            "trial_id": "r",
+            "workload": "w",
+            "scale": "tiny",
+            "status": "ok",
+            "knobs": {},
+            "patches": [],
+            "locked_files": {},
+            "mem_cap_bytes": None,
+            "timeout_s": 60,
+            "started_unix_s": 0,
+            "cost_s": 1,
+            "metrics": m.model_dump(),
+        }
+    )
+
+
+def test_the_doctor_times_a_patch_over_enough_steps_within_a_cost_bound():
+    # 0.2 s of window spread, 15 ms steps: sqrt(2) * 0.2 / (0.05 * 0.015) = 378 steps
+    assert noise.timed_steps(48, 0.015, 5.0, 0.2) == 378
+    assert noise.timed_steps(48, 0.015, 2.0, 0.2) == 200  # at most 1.5 x launch to exit of steps
+    assert noise.timed_steps(500, 0.015, 5.0, 0.2) == 500  # never fewer than the contract's
+    assert noise.timed_steps(48, 0.0, 5.0, 0.2) == 48
+    assert noise.timed_cv(378, 0.015, 0.2, 0.0) == pytest.approx(0.05, rel=0.01)
+    assert noise.timed_cv(378, 0.015, 0.2, 0.03) > 0.05
+    assert noise.e2e_sd_floor(0.01, 2.0) == pytest.approx(0.06)  # 3% of the time outside
