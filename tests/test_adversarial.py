@@ -81,6 +81,13 @@ ELSEWHERE = {
     "tanh_gelu",
     "fp32_under_a_bf16_label",
     "compile_mlp",
+    # round five: the harness's clock under a throughput objective, judged through Apply
+    "hold_step_records",
+    "hold_every_line_forged_times",
+    "open_the_probe_at_import",
+    "rehearse_in_the_warmup_step",
+    "hold_stdout_lines",
+    "adamw_foreach",
 }
 LEGITIMATE = [
     ({"micro_batch": 1}, []),
@@ -647,3 +654,116 @@ def test_a_script_that_prints_one_micro_batch_loss_is_judged_per_kind_of_change(
     cheat = run({}, [str(CHEATS / "microbatch_lm_larger_lr.diff")])
     verdict = verify(contract, baseline, cheat)
     assert not verdict.valid and any("loss drift" in r for r in verdict.reasons), verdict.reasons
+
+
+# Round five: cheats that train exactly what the baseline trains and shape only the lines a
+# throughput objective would time; each is refused through Apply (the harness's clock: the
+# window the kernel bounds, against the same knobs without the patch in the same round, over
+# the Doctor's timed steps), and honest kernel patches pass every check there.
+THROUGHPUT = "maximise training throughput, keep the loss within 1%"
+TIMED_STEPS = 120  # at tiny: ~1.8 s of steps, past the clock's slack, for a timed run of ~7 s
+CLOCK_CHEATS = {
+    "hold_step_records": "held back and released together",  # in any trial, by its lines
+    "hold_every_line_forged_times": "the steps claim",  # spaced, forged: only the clock tells
+    "open_the_probe_at_import": "the steps claim",  # a start line at import, steps held
+    "rehearse_in_the_warmup_step": "the steps claim",  # the whole run inside step 0
+}
+HONEST_TIMED = [["sdpa_attention", "fused_qkv"], [str(CHEATS / "adamw_foreach.diff")]]
+
+
+def _ranked_run(run_dir: Path, contract, configs: list[tuple[dict, list[str]]]) -> Path:
+    """A run directory whose ranking is ``configs``, best first: what Apply re-measures, as
+    a search that ranked them on their lines' arrivals would hand them over."""
+    import time as clock
+
+    from infrarsi.records import RankedConfig
+    from infrarsi.store import RunStatus, Store, StoredRun, sqlite_url
+
+    run_dir.mkdir(parents=True)
+    store = Store(sqlite_url(run_dir))
+    run_id = "run-round-five"
+    store.create_run(
+        StoredRun(
+            run_id=run_id,
+            created_unix_s=clock.time(),
+            workload=contract.workload,
+            scale=contract.scale,
+            contract_hash=contract.contract_hash,
+            contract_json=contract.model_dump(mode="json"),
+            searcher="infrarsi",
+            seed=0,
+            budget_trials=None,
+            budget_s=None,
+            capacity_bytes=contract.mem_cap_bytes,
+            status=RunStatus.FINISHED,
+        )
+    )
+    ranked = [RankedConfig(knobs=k, patches=p, trials=1, step_time_s=1e-4) for k, p in configs]
+    store.set_ranking(run_id, ranked)
+    (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "store_url": store.url}))
+    return run_dir
+
+
+def _throughput(contract):
+    """``contract`` as a throughput objective whose Apply times patches over TIMED_STEPS."""
+    from infrarsi.contract import NoisePolicy
+
+    return contract.model_copy(
+        update={
+            "objective": "tokens_per_s",
+            "instruction": THROUGHPUT,
+            "noise": NoisePolicy(timed_steps=TIMED_STEPS),
+        }
+    ).sealed()
+
+
+def test_cheats_on_a_throughput_clock_are_refused_through_apply_and_honest_patches_pass(
+    dense, calibrated, tmp_path
+):
+    """Held step records, every line held and forged, a probe opened at import, the whole run
+    rehearsed inside the first step: none is promoted, each refused with its reason; the
+    compared time of each is the harness's (no gain it did not earn); SDPA with one GEMM for
+    q, k and v, and AdamW's foreach path, pass every check in every round."""
+    from infrarsi.apply import apply_run
+
+    contract = _throughput(calibrated[0])
+    configs = [({}, [str(CHEATS / f"{c}.diff")]) for c in CLOCK_CHEATS]
+    configs += [({}, patches) for patches in HONEST_TIMED]
+    run_dir = _ranked_run(tmp_path / "run", contract, configs)
+    result = apply_run(run_dir, top_k=len(configs), rounds=2)
+    judged = {tuple(c.patches): c for c in result.candidates}
+    base = {m.round: m.compared_s for m in result.measurements if m.label == "baseline"}
+    for (_, patches), why in zip(configs, CLOCK_CHEATS.values()):
+        cheat = judged[tuple(patches)]
+        assert not cheat.verified and not cheat.promoted, (patches, cheat.reasons)
+        assert any(why in r for r in cheat.reasons), (patches, cheat.reasons)
+        for m in (m for m in result.measurements if m.label == cheat.label and m.compared_s):
+            assert m.compared_s > 0.6 * base[m.round], (patches, m.compared_s, base)
+    for patches in HONEST_TIMED:
+        honest = judged[tuple(patches)]
+        assert honest.verified, (patches, honest.reasons)
+        timed = [m for m in result.measurements if m.label == honest.label]
+        assert len(timed) == 2 and all(m.timed_against for m in timed)
+        assert all(any(r.startswith("harness clock: the first open") for r in m.ran) for m in timed)
+    assert result.promoted in (None, *(judged[tuple(p)].label for p in HONEST_TIMED))
+    trials = [m for m in result.measurements]
+    assert {TrialRecord.load(Path(m.trial_dir) / "record.json").steps for m in trials} == {
+        TIMED_STEPS
+    }
+
+
+def test_step_lines_a_script_held_on_its_standard_output_are_refused_through_apply(tmp_path):
+    """A user's script read from its standard output: ``sys.stdout`` replaced in its model
+    module, every ``iter N`` line kept and written together at exit. The lines' own times are
+    genuine; their arrival is not: the trial is invalid, in Apply as in any trial."""
+    from infrarsi.apply import apply_run
+
+    lm = load_manifest(FIXTURES / "microbatch-lm")
+    contract = make_contract(lm, "tiny", THROUGHPUT, read_instruction(THROUGHPUT, []))
+    assert contract.objective == "tokens_per_s"
+    patch = [str(CHEATS / "hold_stdout_lines.diff")]
+    run_dir = _ranked_run(tmp_path / "run", contract, [({}, patch)])
+    result = apply_run(run_dir, top_k=1, rounds=1)
+    (cheat,) = result.candidates
+    assert not cheat.verified and not cheat.promoted
+    assert any("held back and released together" in r for r in cheat.reasons), cheat.reasons

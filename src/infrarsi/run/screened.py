@@ -27,8 +27,8 @@ def screened(
 ) -> TrialRecord:
     """``record``, or (its arrivals refused) the same trial ``invalid`` with why, saved with
     its folder. Only a patched trial that ended ok under a throughput objective is screened,
-    against the Doctor's baseline ``timing``; the warm-up is not judged where the config
-    switches compilation (its first steps compile, an honest one-time cost)."""
+    against the Doctor's baseline ``timing``; where the config switches compilation (its first
+    steps compile, an honest one-time cost the baseline does not pay) only its start line is."""
     m = record.metrics
     if (
         contract.objective == "e2e_time"
@@ -40,7 +40,7 @@ def screened(
         return record
     compile_knobs = manifest.knobs_with_role("compile")
     compiles = not same_config((record.knobs, []), (baseline_knobs, []), dims=compile_knobs)
-    reasons = moved_work(m, timing, warmup=not compiles)
+    reasons = moved_work(m, timing, one_time=not compiles)
     if not reasons:
         return record
     refused = record.model_copy(

@@ -1,0 +1,117 @@
+"""The search screens a patched trial's arrivals against the Doctor's baseline before the
+searcher is told (``run.screened``): a trial whose lines the harness's clock contradicts is
+recorded invalid with the reason, so it ranks nowhere and takes none of Apply's slots."""
+
+import pytest
+
+from infrarsi.contract import Contract
+from infrarsi.run.screened import screened
+from infrarsi.trial.arrivals import Timing
+from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
+from infrarsi.workloads import find
+
+PATCH = PatchRef(id="p.diff", sha256="0", catalog=False, paths=["model.py"])
+
+
+def _contract(objective: str) -> Contract:
+    return Contract.model_validate(
+        {
+            "workload": "dense-1node",
+            "scale": "tiny",
+            "instruction": "x",
+            "objective": objective,
+            "invariants": {
+                "tokens_per_step": 512,
+                "steps": 60,
+                "seeds": {"seed": 1},
+                "data_fingerprint": "x",
+            },
+            "correctness": {"loss_tolerance": 0.01},
+            "editable": ["model.py"],
+            "locked": {},
+        }
+    ).sealed()
+
+
+def _record(first=0.1, steps_s=0.1, start=3.0, tail=1.0, knobs=None, patches=(PATCH,), tmp=None):
+    """A probe trial of 60 steps: its start line at ``start`` s, a ``first`` s first step,
+    the others ``steps_s`` each, ``tail`` s to exit."""
+    times = [first] + [steps_s] * 59
+    e2e = start + sum(times) + tail
+    return TrialRecord.model_validate(
+        {
+            "trial_id": "t",
+            "workload": "dense-1node",
+            "scale": "tiny",
+            "status": "ok",
+            "knobs": {"compile": "off", **(knobs or {})},
+            "patches": [p.model_dump() for p in patches],
+            "locked_files": {},
+            "mem_cap_bytes": None,
+            "timeout_s": 60,
+            "started_unix_s": 0,
+            "cost_s": e2e,
+            "trial_dir": str(tmp or ""),
+            "metrics": {
+                "step_time_s": steps_s,
+                "step_time_cv": 0.0,
+                "e2e_time_s": e2e,
+                "train_time_s": sum(times),
+                "startup_time_s": e2e - sum(times),
+                "warmup_overhead_s": 0.0,
+                "compile_time_s": 0.0,
+                "tokens_per_step": 512,
+                "tokens_per_s": 512 / steps_s,
+                "peak_mem_bytes": [100],
+                "loss": [1.0] * 60,
+                "step_times_s": times,
+                "outside_train_span_s": sum(times),
+                "outside_span_steps": 60,
+                "harness_step_times_s": times,
+                "harness_step_time_s": steps_s,
+                "harness_tail_s": tail,
+                "steps": 60,
+                "warmup_steps": 2,
+                "ranks": 1,
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def doctor_timing() -> Timing:
+    return Timing.of([_record(patches=()), _record(patches=())])
+
+
+def test_a_rehearsal_inside_the_first_step_is_invalid_in_the_search(doctor_timing, tmp_path):
+    dense = find("dense-1node")
+    rehearsed = _record(first=6.0, steps_s=0.002, tmp=tmp_path)  # the run trained in step 0
+    (tmp_path / "record.json").write_text("{}")
+    out = screened(rehearsed, _contract("tokens_per_s"), dense, {"compile": "off"}, doctor_timing)
+    assert out.status is TrialStatus.INVALID
+    assert out.error.startswith("arrivals against the Doctor's baseline:")
+    assert "inside a warm-up step" in out.error
+    assert TrialRecord.load(tmp_path / "record.json").status is TrialStatus.INVALID  # saved
+
+
+def test_what_the_screen_leaves_alone(doctor_timing):
+    dense = find("dense-1node")
+    throughput, e2e = _contract("tokens_per_s"), _contract("e2e_time")
+    rehearsed = _record(first=6.0, steps_s=0.002)
+    honest = _record(steps_s=0.08)
+    assert screened(honest, throughput, dense, {}, doctor_timing).status is TrialStatus.OK
+    # the same lines under an end-to-end objective (launch to exit is what it compares), with
+    # no patch (the workload's own code), or without a Doctor's baseline: not screened
+    assert screened(rehearsed, e2e, dense, {}, doctor_timing).status is TrialStatus.OK
+    unpatched = _record(first=6.0, steps_s=0.002, patches=())
+    assert screened(unpatched, throughput, dense, {}, doctor_timing).status is TrialStatus.OK
+    assert screened(rehearsed, throughput, dense, {}, None).status is TrialStatus.OK
+    # a config that switches compilation on compiles in its first steps: its one-time work
+    # is not judged against a baseline that does not compile (its start line still is)
+    compiled = _record(first=6.0, steps_s=0.1, knobs={"compile": "default"})
+    assert screened(compiled, throughput, dense, {"compile": "off"}, doctor_timing).status is (
+        TrialStatus.OK
+    )
+    early = _record(start=1.0)  # a probe opened at import: two seconds early
+    refused = screened(early, throughput, dense, {}, doctor_timing)
+    assert "a probe opened before the workload's own start" in refused.error
