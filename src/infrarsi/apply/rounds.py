@@ -28,8 +28,8 @@ from infrarsi.records import CandidateResult, Measurement
 from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
 from infrarsi.trial.spec import challenge_seed
-from infrarsi.verify import timing_reference, verify
-from infrarsi.verify.clock import charged_step_s
+from infrarsi.verify import verify
+from infrarsi.verify.clock import charged_step_s, timing_reference
 from infrarsi.verify.evidence import challenge_unseen
 from infrarsi.verify.reference import References
 from infrarsi.workloads import Manifest

@@ -272,8 +272,13 @@ def build_report(
                 "outside_share": outside,
                 "amdahl_bound": noise.amdahl_bound(outside),
                 **timed,
-                **_headroom(
-                    max(cv_between, timed.get("cv_timed") or 0.0), outside, apply_rounds(repeats)
+                **_timed_note(
+                    _headroom(
+                        max(cv_between, timed.get("cv_timed") or 0.0),
+                        outside,
+                        apply_rounds(repeats),
+                    ),
+                    timed,
                 ),
             },
             "timing": timing,
@@ -390,6 +395,18 @@ def noise_policy(report: DoctorReport) -> NoisePolicy:
         start_sd_s=timing.start_sd_s if timing else None,
         warmup_sd_s=timing.warmup_sd_s if timing else None,
     )
+
+
+def _timed_note(headroom: dict, timed: dict) -> dict:
+    """The headroom sentence, saying over how many steps Apply times a patch (a throughput
+    objective: the harness's clock, ``verify.clock``)."""
+    if not timed.get("timed_steps"):
+        return headroom
+    note = (
+        f"{headroom['headroom']}; a patch is timed by the harness's clock over "
+        f"{timed['timed_steps']} steps ({timed['cv_timed']:.1%} noise a round)"
+    )
+    return {**headroom, "headroom": note}
 
 
 def _headroom(cv_between: float, outside: float, rounds: int) -> dict:

@@ -20,6 +20,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from infrarsi.trial.evaluation import weights_dir
+from infrarsi.trial.patching import matches
+
+if TYPE_CHECKING:
+    from infrarsi.trial.spec import TrialSpec
 
 IN_OPEN, IN_CLOSE_WRITE, IN_MOVED_TO = 0x20, 0x08, 0x80
 IN_NONBLOCK, IN_CLOEXEC = 0o4000, 0o2000000
@@ -117,3 +124,23 @@ class FileWatch:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def for_trial(
+    spec: TrialSpec, trial_dir: Path, workspace: Path, patched: list[list[str]]
+) -> FileWatch:
+    """The kernel's watch on the files a patch may touch (every editable file, and whatever
+    the patches touch) and on where the final parameters are written."""
+    editable = spec.manifest.files.editable
+    rels = {p for paths in patched for p in paths}
+    rels |= {
+        f.relative_to(workspace).as_posix()
+        for f in sorted(workspace.rglob("*"))
+        if f.is_file() and matches(f.relative_to(workspace).as_posix(), editable)
+    }
+    how = spec.manifest.evaluation
+    final = None
+    if how is not None and how.final_weights:
+        weights_dir(trial_dir).mkdir(parents=True, exist_ok=True)
+        final = workspace / how.final_weights.format(weights_dir=weights_dir(trial_dir))
+    return FileWatch(workspace, [workspace / r for r in sorted(rels)], final)

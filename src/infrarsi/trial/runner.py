@@ -22,7 +22,7 @@ from infrarsi.errors import InfraRSIError
 from infrarsi.host import host_fingerprint
 from infrarsi.trial import classify, evaluation, memcg, ownership, patching
 from infrarsi.trial.evalserver import isolation_for
-from infrarsi.trial.filewatch import FileWatch
+from infrarsi.trial.filewatch import for_trial
 from infrarsi.trial.metrics import MetricsError
 from infrarsi.trial.process import Launchers, owner_alive, run_isolated, sweep_orphans
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
@@ -369,7 +369,7 @@ def _launch(
         if spread
         else None
     )
-    watch = _file_watch(spec, trial_dir, workspace, [p.paths for p in base["patches"]])
+    watch = for_trial(spec, trial_dir, workspace, [p.paths for p in base["patches"]])
     with memcg.trial_cgroup(base["trial_id"], owner_alive) as cgroup:
         for env in envs[:1] if spread else envs:  # a remote launcher's host gives its own
             env.update(cgroup.env() if cgroup else {})
@@ -434,26 +434,6 @@ def _launch(
         returncode=result.returncode,
         cost_s=time.monotonic() - t0,
     )
-
-
-def _file_watch(
-    spec: TrialSpec, trial_dir: Path, workspace: Path, patched: list[list[str]]
-) -> FileWatch:
-    """The kernel's watch on the files a patch may touch (every editable file, and whatever
-    the patches touch) and on where the final parameters are written."""
-    editable = spec.manifest.files.editable
-    rels = {p for paths in patched for p in paths}
-    rels |= {
-        f.relative_to(workspace).as_posix()
-        for f in sorted(workspace.rglob("*"))
-        if f.is_file() and patching.matches(f.relative_to(workspace).as_posix(), editable)
-    }
-    how = spec.manifest.evaluation
-    final = None
-    if how is not None and how.final_weights:
-        evaluation.weights_dir(trial_dir).mkdir(parents=True, exist_ok=True)
-        final = workspace / how.final_weights.format(weights_dir=evaluation.weights_dir(trial_dir))
-    return FileWatch(workspace, [workspace / r for r in sorted(rels)], final)
 
 
 def _channel(spec: TrialSpec, trial_dir: Path, tcp_host: str | None = None) -> MetricsChannel:

@@ -36,10 +36,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from infrarsi.contract import Contract
+from infrarsi.identity import config_key
 from infrarsi.trial.arrivals import Timing, arrivals, paired_windows
-from infrarsi.trial.record import TrialMetrics
+from infrarsi.trial.record import TrialMetrics, TrialRecord
+from infrarsi.verify.reference import References
 
-__all__ = ["Charged", "Timing", "charged", "charged_step_s", "moved_work"]
+__all__ = [
+    "Charged",
+    "Timing",
+    "charged",
+    "charged_step_s",
+    "judge",
+    "moved_work",
+    "timing_reference",
+]
 
 # The steps may claim a saving launch to exit does not show by at most the largest of these:
 # an absolute floor, a share of the reference's time outside its steady steps (start-up on a
@@ -169,3 +180,52 @@ def moved_work(
     if one_time:
         found += [unshown_saving(cand, ref, shown_s), grown_warmup(cand, ref)]
     return [reason for reason in found if reason is not None]
+
+
+def timing_reference(
+    baseline: TrialRecord, candidate: TrialRecord, refs: References
+) -> TrialRecord | None:
+    """The run a patched candidate's throughput is timed against: the same knobs without the
+    patch — the baseline when the knobs are the baseline's, else the reference run of them."""
+    if config_key(baseline.knobs) == config_key(candidate.knobs):
+        return baseline
+    return refs.same_knobs
+
+
+def judge(
+    contract: Contract, baseline: TrialRecord, candidate: TrialRecord, refs: References
+) -> tuple[list[str], list[str]]:
+    """(reasons, comparisons made) of a patched candidate's time under a throughput objective,
+    against the same knobs without the patch (``clock``): its steps' claimed saving must show
+    in launch to exit, its start line may not come early, its warm-up may not swallow the
+    steps. A candidate without a patch runs the workload's own code: its lines are honest."""
+    if contract.objective == "e2e_time" or not candidate.patches or candidate.metrics is None:
+        return [], []
+    ref_run = timing_reference(baseline, candidate, refs)
+    if ref_run is None:
+        return [
+            "a patch's throughput is timed against the same knobs without it (launch to "
+            "exit), and that run was not measured"
+        ], []
+    timing = Timing.of([ref_run])
+    if timing is None or ref_run.metrics is None:
+        return [f"the same knobs without the patch ({ref_run.trial_id}) have no timed run"], []
+    if ref_run.metrics.steps != candidate.metrics.steps:
+        return [
+            f"ran {candidate.metrics.steps} steps, the same knobs without the patch "
+            f"{ref_run.metrics.steps}: a throughput is timed at one step count"
+        ], []
+    noise = contract.noise
+    timing = timing.with_noise(
+        noise.e2e_sd_s or 0.0, noise.start_sd_s or 0.0, noise.warmup_sd_s or 0.0
+    )
+    paths = sorted({p for patch in candidate.patches for p in patch.paths})
+    bill = charged(candidate.metrics, ref_run.metrics, timing.step_s, paths)
+    lines = candidate.metrics.harness_step_time_s or 0.0
+    ran = [
+        f"harness clock: {bill.bounded}, {bill.cand_window_s:.2f} s against "
+        f"{ref_run.trial_id}'s {bill.ref_window_s:.2f} s over {bill.steps} steps (charged "
+        f"step {bill.step_s:.4f} s; its lines say {lines:.4f} s)"
+    ]
+    shown = bill.ref_window_s - bill.cand_window_s
+    return moved_work(candidate.metrics, timing, shown_s=shown), ran
