@@ -81,12 +81,18 @@ def test_step_records_held_back_and_released_together_are_refused():
     assert held_back(one_late_read) is None
     few = _metrics(steps=4, warmup=2, seen=[0.5, 0.1, 0.00001, 0.00001])
     assert held_back(few) is None  # two steady steps say nothing
+    # times forged to match: most lines together, one carrying the time of all
+    lumped = [0.5, 0.1] + [0.001] * 7 + [0.8]
+    carried = _metrics(seen=lumped, reported=lumped)
+    assert "most step lines arrived together, a few carried the time" in held_back(carried)
+    checkpoints = [0.5, 0.1] + [0.1, 0.1, 0.1, 1.0] * 2  # a checkpoint every 4 steps: honest
+    assert held_back(_metrics(seen=checkpoints, reported=checkpoints)) is None
 
 
 def test_lines_of_a_script_that_prints_no_time_are_refused_when_written_together():
     burst = _metrics(reported=[0.0] * 10, seen=[None] + [0.00003] * 9)
     assert "within 1.0 ms of the line before" in held_back(burst)
-    lumpy = _metrics(reported=[0.0] * 10, seen=[None] + [0.05, 0.05, 2.0] * 3)  # an evaluation
+    lumpy = _metrics(reported=[0.0] * 10, seen=[None] + [0.05, 0.05, 0.5] * 3)  # evaluations
     assert held_back(lumpy) is None
 
 

@@ -23,11 +23,28 @@ from infrarsi.trial.record import TrialMetrics, TrialRecord
 # was not written when its step ended: it was held back (an honest line trails its step by the
 # print and the write, and the reader's scheduling moves two neighbours by a few ms at most).
 HELD_SHARE = 0.1
+# A steady median this far below the steady span over its steps: most steps took nothing and
+# a few took everything (an honest run whose evaluations or checkpoints between steps cost nine
+# of its steps each time stays above it)
+FAR_BELOW_SHARE = 0.1
 # Lines of a script that reports no step time: a steady gap under this share of the median gap
 # (or under the absolute floor) is two lines written together.
 TOGETHER_SHARE, TOGETHER_FLOOR_S = 0.05, 0.001
 BURST_SHARE = 0.5  # more than this share of the steady steps held back: refused
 MIN_STEADY = 3  # fewer steady steps than this say nothing
+
+
+def _far_below(m: TrialMetrics, seen: list[float]) -> str | None:
+    """Why the steady median cannot be the run's steady step: far below the steady steps'
+    own mean by the harness's clock (``FAR_BELOW_SHARE``)."""
+    mean = sum(seen) / len(seen)
+    median = statistics.median(seen)
+    if mean <= 0 or median >= FAR_BELOW_SHARE * mean:
+        return None
+    return (
+        f"the steady steps' median gap was {median * 1e3:.2f} ms against their mean of "
+        f"{mean * 1e3:.2f} ms: most step lines arrived together, a few carried the time"
+    )
 
 
 @dataclass(frozen=True)
@@ -96,7 +113,7 @@ def held_back(m: TrialMetrics) -> str | None:
         held = [s for s, _ in known if s < floor]
         what = f"within {floor * 1e3:.1f} ms of the line before"
     if len(held) <= BURST_SHARE * len(known):
-        return None
+        return _far_below(m, [s for s, _ in known])
     return (
         f"{len(held)} of {len(known)} steady step lines arrived {what}: step records held "
         "back and released together, not written as their steps ended (a script that "
