@@ -1,6 +1,5 @@
 """The time a contract's objective compares, read from a trial record — one definition that the
-search (which ranks on it) and Apply (which verifies on it) share, so the search never ranks on a
-quantity Apply will not confirm.
+search (which ranks on it) and Apply share.
 
 Both come from the harness's own clock, never from the times the workload reports:
 
@@ -8,8 +7,12 @@ Both come from the harness's own clock, never from the times the workload report
   start-up, compile, every step and the tail), plus the seconds the patch's own mapping of its
   parameters to the reference layout took afterwards (``Evaluation.remap_s``): work moved
   before the first step line, after the last, or into that mapping is charged all the same.
-- ``tokens_per_s``: the steady step time by the harness's clock (``harness_step_time_s``, the
-  trial's own ``step_time_s`` where the harness has none).
+- ``tokens_per_s``: the steady step time by the arrival of the step lines
+  (``harness_step_time_s``, the trial's own ``step_time_s`` where the harness has none). For a
+  config without a patch that is the workload's own code writing them, and it is what Apply
+  compares; a patch's lines are the patch's to shape, so the search ranks on them as a hint
+  only and Apply compares a patched candidate by the window the kernel bounds
+  (``verify.clock``, ``apply.rounds.harness_time``), under the same name.
 """
 
 from __future__ import annotations
