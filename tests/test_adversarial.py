@@ -661,7 +661,7 @@ def test_a_script_that_prints_one_micro_batch_loss_is_judged_per_kind_of_change(
 # window the kernel bounds, against the same knobs without the patch in the same round, over
 # the Doctor's timed steps), and honest kernel patches pass every check there.
 THROUGHPUT = "maximise training throughput, keep the loss within 1%"
-TIMED_STEPS = 120  # at tiny: ~1.8 s of steps, past the clock's slack, for a timed run of ~7 s
+TIMED_STEPS = 90  # at tiny: ~1.5 s of steps, past the clock's 1 s slack; a timed run ~7 s
 CLOCK_CHEATS = {
     "hold_step_records": "held back and released together",  # in any trial, by its lines
     "hold_every_line_forged_times": "the steps claim",  # spaced, forged: only the clock tells
@@ -730,7 +730,7 @@ def test_cheats_on_a_throughput_clock_are_refused_through_apply_and_honest_patch
     configs = [({}, [str(CHEATS / f"{c}.diff")]) for c in CLOCK_CHEATS]
     configs += [({}, patches) for patches in HONEST_TIMED]
     run_dir = _ranked_run(tmp_path / "run", contract, configs)
-    result = apply_run(run_dir, top_k=len(configs), rounds=2)
+    result = apply_run(run_dir, top_k=len(configs), rounds=1)  # a check fails in one round
     judged = {tuple(c.patches): c for c in result.candidates}
     base = {m.round: m.compared_s for m in result.measurements if m.label == "baseline"}
     for (_, patches), why in zip(configs, CLOCK_CHEATS.values()):
@@ -743,7 +743,7 @@ def test_cheats_on_a_throughput_clock_are_refused_through_apply_and_honest_patch
         honest = judged[tuple(patches)]
         assert honest.verified, (patches, honest.reasons)
         timed = [m for m in result.measurements if m.label == honest.label]
-        assert len(timed) == 2 and all(m.timed_against for m in timed)
+        assert len(timed) == 1 and all(m.timed_against for m in timed)
         assert all(any(r.startswith("harness clock: the first open") for r in m.ran) for m in timed)
     assert result.promoted in (None, *(judged[tuple(p)].label for p in HONEST_TIMED))
     trials = [m for m in result.measurements]

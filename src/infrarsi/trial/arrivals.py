@@ -27,6 +27,7 @@ HELD_SHARE = 0.1
 # a few took everything (an honest run whose evaluations or checkpoints between steps cost nine
 # of its steps each time stays above it)
 FAR_BELOW_SHARE = 0.1
+FAR_BELOW_STEPS = 8  # fewer steady steps than this: one slow step (an allocation) is no burst
 # Lines of a script that reports no step time: a steady gap under this share of the median gap
 # (or under the absolute floor) is two lines written together.
 TOGETHER_SHARE, TOGETHER_FLOOR_S = 0.05, 0.001
@@ -37,6 +38,8 @@ MIN_STEADY = 3  # fewer steady steps than this say nothing
 def _far_below(m: TrialMetrics, seen: list[float]) -> str | None:
     """Why the steady median cannot be the run's steady step: far below the steady steps'
     own mean by the harness's clock (``FAR_BELOW_SHARE``)."""
+    if len(seen) < FAR_BELOW_STEPS:
+        return None
     mean = sum(seen) / len(seen)
     median = statistics.median(seen)
     if mean <= 0 or median >= FAR_BELOW_SHARE * mean:

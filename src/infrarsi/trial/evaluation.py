@@ -133,8 +133,8 @@ def _to_reference(
     itself. A mapping that computes anything — adds a stored update, reads a file — is refused.
     """
     key = spec.manifest.evaluation.key or "" if spec.manifest.evaluation else ""
-    if not remaps and not key:
-        return found
+    if not spec.patches and not key:
+        return found  # the workload's own code saved them: its names are the reference's
     import torch  # the harness's own tensors: imported only where parameters are mapped
 
     from infrarsi.trial import remap

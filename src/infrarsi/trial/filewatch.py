@@ -55,6 +55,7 @@ class FileWatch:
         self._fd = -1
         self._wds: dict[int, str] = {}  # watch descriptor -> relative path, or "" for final's dir
         self._halt = threading.Event()
+        self._wake_r, self._wake_w = -1, -1  # a pipe that wakes the reader when it is stopped
         self._thread: threading.Thread | None = None
         self.t0 = time.monotonic()
 
@@ -79,12 +80,15 @@ class FileWatch:
             self.moments.problem = f"inotify unavailable: {exc}"
             self._close()
             return
+        self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
     def stop(self) -> Moments:
         """Read what is left, close the watch; the moments seen."""
         self._halt.set()
+        if self._wake_w >= 0:
+            os.write(self._wake_w, b"x")
         if self._thread is not None:
             self._thread.join(timeout=2)
         self._drain(time.monotonic() - self.t0)
@@ -93,8 +97,8 @@ class FileWatch:
 
     def _read(self) -> None:
         while not self._halt.is_set():
-            ready, _, _ = select.select([self._fd], [], [], 0.1)
-            if ready:
+            ready, _, _ = select.select([self._fd, self._wake_r], [], [], 1.0)
+            if self._fd in ready:
                 self._drain(time.monotonic() - self.t0)
 
     def _drain(self, now: float) -> None:
@@ -121,9 +125,10 @@ class FileWatch:
             self.moments.final_saved_s = now  # the last write counts
 
     def _close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        for fd in (self._fd, self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._wake_r = self._wake_w = -1
 
 
 def for_trial(
