@@ -22,6 +22,10 @@ INSTRUCTION_EN = (
 INSTRUCTION_ZH = (
     "缩短端到端时间；loss 偏差不超过 0.5%，每卡显存不超过 2 GiB；不要修改数据管道；20 次试验"
 )
+INSTRUCTION_JA = (
+    "エンドツーエンドの時間を短縮し、損失の差は0.5%以内、メモリは1ランクあたり2 GiB以内、"
+    "データパイプラインには触らないで、試行は20回まで"
+)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -15,7 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from infrarsi.errors import InfraRSIError
+from infrarsi.errors import InfraRSIError, field_problems
 from infrarsi.trial.patching import sha256_file
 from infrarsi.workloads import Manifest, find
 from infrarsi.workloads.registry import is_reference
@@ -253,8 +253,14 @@ def load_contract(path: str | Path) -> Contract:
         contract = Contract.read(yaml.safe_load(path.read_text()))
     except FileNotFoundError:
         raise ContractError(f"{path}: no such contract") from None
-    except (ValidationError, yaml.YAMLError) as exc:
-        raise ContractError(f"{path}: invalid contract: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ContractError(f"{path}: not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        problems = "; ".join(field_problems(list(exc.errors())))
+        raise ContractError(
+            f"{path}: invalid contract: {problems} (a contract is written by `infrarsi init`; "
+            "make a new one rather than edit it)"
+        ) from None
     if contract.contract_hash != contract.compute_hash():
         raise ContractError(
             f"{path}: the contract was edited after init (hash mismatch); "

@@ -22,3 +22,34 @@ class UnknownNameError(InfraRSIError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+def field_problems(errors: list[dict]) -> list[str]:
+    """Each validation error of a file (pydantic's ``exc.errors()``) in the project's own
+    words: ``field 'a.b': what is wrong and the fix`` — never the library's raw text or its web
+    link. A union's branch that another branch explains better is left out."""
+    lines = []
+    for err in errors:
+        if _other_branch(err, errors):
+            continue
+        loc = ".".join(str(p) for p in err["loc"] if not _branch_name(p)) or "(top level)"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "required field is missing: add it"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field: remove it or check its spelling"
+        lines.append(f"field '{loc}': {msg}")
+    return lines
+
+
+def _branch_name(part: object) -> bool:
+    """A location part naming a branch of a union (``StdoutMetrics``, ``literal['probe']``)."""
+    return isinstance(part, str) and (part[:1].isupper() or part.startswith("literal["))
+
+
+def _other_branch(err: dict, errors: list[dict]) -> bool:
+    """True for a union branch's literal mismatch when another branch says more."""
+    if err["type"] != "literal_error" or not err["loc"] or not _branch_name(err["loc"][-1]):
+        return False
+    prefix = err["loc"][:-1]
+    return any(e is not err and e["loc"][: len(prefix)] == prefix for e in errors)

@@ -5,6 +5,7 @@ import shutil
 import pytest
 import yaml
 from conftest import INSTRUCTION_EN as EN
+from conftest import INSTRUCTION_JA as JA
 from conftest import INSTRUCTION_ZH as ZH
 
 from infrarsi.init import ContractError, load_contract, make_contract, read_instruction
@@ -16,10 +17,11 @@ def _contract(manifest, text):
     return make_contract(manifest, "tiny", text, read_instruction(text, workload_files(manifest)))
 
 
-def test_english_and_chinese_give_the_same_contract(dense):
-    en, zh = _contract(dense, EN), _contract(dense, ZH)
+def test_english_chinese_and_japanese_give_the_same_contract(dense):
+    en, zh, ja = _contract(dense, EN), _contract(dense, ZH), _contract(dense, JA)
     skip = {"instruction", "contract_hash"}
     assert en.model_dump(exclude=skip) == zh.model_dump(exclude=skip)
+    assert en.model_dump(exclude=skip) == ja.model_dump(exclude=skip)
     assert en.correctness.loss_tolerance == 0.005 and en.mem_cap_bytes == 2 * 2**30
     assert en.budget.trials == 20 and {"data.py", "train.py"} <= set(en.locked)
 
@@ -73,3 +75,22 @@ def test_the_noise_policys_headroom_is_sealed_and_an_older_contract_keeps_its_ha
     bounded.sealed().save(tmp_path / "c.yaml")
     assert load_contract(tmp_path / "c.yaml").noise.max_gain == 1.08
     assert load_contract(tmp_path / "c.yaml").noise.timed_steps == 300
+
+
+def test_a_contract_with_an_unknown_field_is_refused_in_our_words(dense, tmp_path):
+    c = _contract(dense, EN)
+    data = c.model_dump(mode="json")
+    data["speedup_claimed"] = 9.9
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ContractError) as refused:
+        load_contract(tmp_path / "c.yaml")
+    text = str(refused.value)
+    assert "field 'speedup_claimed': unknown field: remove it" in text
+    assert "pydantic" not in text and "http" not in text and "infrarsi init" in text
+
+
+def test_an_empty_instruction_is_refused_not_frozen_as_a_default(dense):
+    from infrarsi.init import InitError, init
+
+    with pytest.raises(InitError, match="the instruction is empty"):
+        init(dense, "tiny", "   ")

@@ -1,7 +1,9 @@
-"""The instruction reader: English and Chinese, strict units, nothing dropped silently."""
+"""The instruction reader: English, Chinese and Japanese, strict units, nothing dropped
+silently."""
 
 import pytest
 from conftest import INSTRUCTION_EN as EN
+from conftest import INSTRUCTION_JA as JA
 from conftest import INSTRUCTION_ZH as ZH
 
 from infrarsi.init.parse import clauses, read_instruction
@@ -9,7 +11,7 @@ from infrarsi.init.parse import clauses, read_instruction
 FILES = ["data.py", "model.py", "train.py", "workload.yaml"]
 
 
-@pytest.mark.parametrize("text", [EN, ZH])
+@pytest.mark.parametrize("text", [EN, ZH, JA])
 def test_the_must_show_instruction(text):
     r = read_instruction(text, FILES)
     assert r.objective == "e2e_time"
@@ -34,6 +36,14 @@ def test_the_must_show_instruction(text):
         ("30 minutes", "budget_wall_time_s", 1800.0),
         ("thirty trials", "budget_trials", 30),
         ("二十次试验", "budget_trials", 20),
+        ("スループットを最大化", "objective", "tokens_per_s"),
+        ("学習を高速化", "objective", "e2e_time"),
+        ("損失は1%以内に保つ", "loss_tolerance", 0.01),
+        ("ロスの差は0.5％まで", "loss_tolerance", 0.005),
+        ("メモリは16GiB以内", "mem_cap_bytes", 16 * 2**30),
+        ("2時間以内", "budget_wall_time_s", 7200.0),
+        ("30分で", "budget_wall_time_s", 1800.0),
+        ("試行は二十回", "budget_trials", 20),
     ],
 )
 def test_single_facts(text, field, value):
@@ -105,3 +115,11 @@ def test_a_size_is_a_memory_capacity_even_without_the_word_memory():
 def test_out_of_range_values_name_the_clause_and_the_range(text, says):
     r = read_instruction(text, FILES)
     assert len(r.problems) == 1 and repr(text) in r.problems[0] and says in r.problems[0]
+
+
+def test_the_japanese_of_the_write_ups_is_read_whole():
+    """The source write-ups' language: "maximise throughput, keep the loss within 1%"."""
+    r = read_instruction("スループットを最大化し、損失は1%以内に保つ", FILES)
+    assert (r.objective, r.loss_tolerance, r.not_understood) == ("tokens_per_s", 0.01, [])
+    locked = read_instruction("モデルは変更しないで", FILES)
+    assert locked.lock == ["model.py"]

@@ -1,4 +1,4 @@
-"""A deterministic reader of optimisation instructions, in English and Chinese.
+"""A deterministic reader of optimisation instructions, in English, Chinese and Japanese.
 
 The instruction is cut into clauses; each clause is read by a few rules (objective, memory limit,
 loss tolerance, files not to touch, budget). A clause no rule understands is returned as not
@@ -19,31 +19,37 @@ from infrarsi.units import parse_bytes
 # and "a hundred and twenty" its "and".
 _CLAUSE_SPLIT = re.compile(
     r"[;；。，、\n]|(?<!\d),|,(?!\d{3}(?!\d))|\.(?=\s|$)|"
-    r"(?<!hundred )(?<!thousand )\band\b|\bbut\b|并且|同时|而且"
+    r"(?<!hundred )(?<!thousand )\band\b|\bbut\b|并且|同时|而且|かつ|そして|ただし"
 )
-_THROUGHPUT = re.compile(r"throughput|tokens?\s*(/|per)\s*s(ec(ond)?)?\b|tok/s|吞吐")
+_THROUGHPUT = re.compile(
+    r"throughput|tokens?\s*(/|per)\s*s(ec(ond)?)?\b|tok/s|吞吐|スループット|トークン/秒"
+)
 _TIME = re.compile(
     r"\btime\b|faster|speed\s*up|accelerate|wall|e2e|end-to-end|time-to-train|"
-    r"时间|加速|提速|更快"
+    r"时间|加速|提速|更快|"
+    r"時間|高速化|速く|短縮|エンドツーエンド"
 )
-_MEMORY = re.compile(r"memory|\bmem\b|vram|\bram\b|显存|内存")
+_MEMORY = re.compile(r"memory|\bmem\b|vram|\bram\b|显存|内存|メモリ")
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)?", re.IGNORECASE)
-_LOSS = re.compile(r"loss|损失")
-_PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*(%|percent|个百分点)")
-_FRACTION = re.compile(r"(?<![\d.])(0\.\d+)(?![\d%])")
-_NEGATION = re.compile(r"don'?t|do not|never|without|must not|leave|不要|别|勿|禁止|不得|不能")
-_TOUCH = re.compile(r"touch|change|modify|edit|alone|修改|改动|改|动")
+_LOSS = re.compile(r"loss|损失|損失|ロス")
+_PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*(%|％|percent|个百分点|パーセント)")
+_FRACTION = re.compile(r"(?<![\d.])(0\.\d+)(?![\d%％])")
+_NEGATION = re.compile(
+    r"don'?t|do not|never|without|must not|leave|不要|别|勿|禁止|不得|不能|"
+    r"ないで|ない|せず|しない|不可"
+)
+_TOUCH = re.compile(r"touch|change|modify|edit|alone|修改|改动|改|动|触|変更|編集|いじ|手を入れ")
 _NUMBER = r"(\d[\d,]*(?:\.\d+)?|(?:[a-z]+[\s-]+)*[a-z]+|[{ZH}]+|半)"
 _TRIALS = re.compile(
     _NUMBER.replace("{ZH}", ZH_NUMERAL)
-    + r"\s*(?:trials?|runs?|experiments?|次试验|次实验|个试验|次)"
+    + r"\s*(?:trials?|runs?|experiments?|次试验|次实验|个试验|次|回の試行|回|試行)"
 )
 _DURATION = re.compile(
     _NUMBER.replace("{ZH}", ZH_NUMERAL) + r"\s*(?:个)?\s*"
-    r"(hours?|hrs?|h\b|minutes?|mins?|小时|钟头|分钟)"
+    r"(hours?|hrs?|h\b|minutes?|mins?|小时|钟头|分钟|時間|分間|分(?!の))"
 )
-_DATA_WORDS = re.compile(r"data\s*(pipeline|loader|loading|set)?|dataloader|数据")
-_MODEL_WORDS = re.compile(r"\bmodel\b|模型")
+_DATA_WORDS = re.compile(r"data\s*(pipeline|loader|loading|set)?|dataloader|数据|データ")
+_MODEL_WORDS = re.compile(r"\bmodel\b|模型|モデル")
 
 
 @dataclass

@@ -31,6 +31,14 @@ def init(
     rules — or drafted by the LLM when an endpoint is configured, validated as strictly and
     falling back to the rules (``on_note`` is told why). InitError with every problem."""
     manifest.scale(scale)
+    if not instruction.strip():
+        raise InitError(
+            [
+                "the instruction is empty: say in one sentence what you want, e.g. "
+                "'maximise training throughput, keep the loss within 1%' or 'cut end-to-end "
+                "time, stay under 16 GiB per rank'"
+            ]
+        )
     files = workload_files(manifest)
     reading, drafted_by = read_instruction(instruction, files), "rules"
     if llm_configured():

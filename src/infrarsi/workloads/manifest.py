@@ -13,9 +13,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_core import ErrorDetails
 
-from infrarsi.errors import InfraRSIError, UnknownNameError
+from infrarsi.errors import InfraRSIError, UnknownNameError, field_problems
 from infrarsi.workloads import expr
 
 KnobValue = int | float | bool | str
@@ -457,31 +456,8 @@ def _template_fields(template: str) -> list[str]:
 
 def _format_errors(path: Path, exc: ValidationError) -> str:
     lines = [f"{path}: invalid workload manifest"]
-    errors = exc.errors()
-    for err in errors:
-        if _other_branch(err, errors):
-            continue
-        loc = ".".join(str(p) for p in err["loc"] if not _branch_name(p)) or "(top level)"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "missing":
-            msg = "required field is missing: add it"
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown field: remove it or check its spelling"
-        lines.append(f"  field '{loc}': {msg}")
+    lines += [f"  {line}" for line in field_problems(list(exc.errors()))]
     return "\n".join(lines)
-
-
-def _branch_name(part) -> bool:
-    """A location part naming a branch of a union (``StdoutMetrics``, ``literal['probe']``)."""
-    return isinstance(part, str) and (part[:1].isupper() or part.startswith("literal["))
-
-
-def _other_branch(err: ErrorDetails, errors: list[ErrorDetails]) -> bool:
-    """True for a union branch's literal mismatch when another branch says more."""
-    if err["type"] != "literal_error" or not err["loc"] or not _branch_name(err["loc"][-1]):
-        return False
-    prefix = err["loc"][:-1]
-    return any(e is not err and e["loc"][: len(prefix)] == prefix for e in errors)
 
 
 def load_manifest(path: str | Path) -> Manifest:
