@@ -256,7 +256,7 @@ def load_contract(path: str | Path) -> Contract:
     except yaml.YAMLError as exc:
         raise ContractError(f"{path}: not valid YAML: {exc}") from None
     except ValidationError as exc:
-        problems = "; ".join(field_problems(list(exc.errors())))
+        problems = "; ".join(field_problems(exc.errors()))
         raise ContractError(
             f"{path}: invalid contract: {problems} (a contract is written by `infrarsi init`; "
             "make a new one rather than edit it)"

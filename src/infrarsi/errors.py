@@ -8,6 +8,9 @@ reported as one. Every stage's own error class derives from it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 
 class InfraRSIError(ValueError):
     """Bad input the user can fix; the message names the field and the fix."""
@@ -24,7 +27,7 @@ class UnknownNameError(InfraRSIError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def field_problems(errors: list[dict]) -> list[str]:
+def field_problems(errors: Sequence[Mapping[str, Any]]) -> list[str]:
     """Each validation error of a file (pydantic's ``exc.errors()``) in the project's own
     words: ``field 'a.b': what is wrong and the fix`` — never the library's raw text or its web
     link. A union's branch that another branch explains better is left out."""
@@ -47,7 +50,7 @@ def _branch_name(part: object) -> bool:
     return isinstance(part, str) and (part[:1].isupper() or part.startswith("literal["))
 
 
-def _other_branch(err: dict, errors: list[dict]) -> bool:
+def _other_branch(err: Mapping[str, Any], errors: Sequence[Mapping[str, Any]]) -> bool:
     """True for a union branch's literal mismatch when another branch says more."""
     if err["type"] != "literal_error" or not err["loc"] or not _branch_name(err["loc"][-1]):
         return False

@@ -157,6 +157,41 @@ def test_hugging_face_log_dicts_are_timed_by_their_arrival():
     assert [s["loss"] for s in steps] == pytest.approx([2.5, 2.4, 2.3])
 
 
+def test_a_loop_of_max_iters_plus_one_with_evaluation_lines_beside_is_read():
+    """nanoGPT as published: ``max_iters=6`` runs iterations 0 to 6 (seven optimizer steps),
+    and its evaluation prints ``step 0: train loss ..., val loss ...`` beside the step lines:
+    the step lines are told apart by the words before their loss, the extra step counted."""
+    from infrarsi.trial.metrics import read_stdout
+    from infrarsi.workloads.draft.metrics import read_metrics
+    from infrarsi.workloads.manifest import StdoutMetrics
+
+    printed = ["tokens per iteration will be: 8,192", "step 0: train loss 4.2874, val loss 4.2823"]
+    printed += [
+        f"iter {i}: loss {4.26 - i / 10:.4f}, time {98 + i:.2f}ms, mfu -100.00%" for i in range(7)
+    ]
+    printed.append("step 6: train loss 3.7000, val loss 3.7500")
+    metrics, notes = read_metrics(_lines(printed), 6)
+    spec = StdoutMetrics.model_validate(metrics)
+    assert spec.steps_offset == 1 and any("7 step lines for 6 steps" in n for n in notes)
+    steps = read_stdout("\n".join(printed), spec)[0].steps
+    assert [s["loss"] for s in steps] == pytest.approx([4.26 - i / 10 for i in range(7)])
+    assert [s["step_time_s"] for s in steps] == pytest.approx([(98 + i) / 1000 for i in range(7)])
+
+
+def test_a_bare_time_between_bars_and_progress_bar_lines_are_read():
+    """An ``accelerate`` loop's ``accelerator.print``: ``step 3 | loss 5.01 | ppl 150.29 |
+    32.3 ms``, beside a progress bar's own lines."""
+    from infrarsi.workloads.draft.metrics import read_metrics
+
+    printed = []
+    for i in range(5):
+        printed.append(f"{i + 1}/5 [00:0{i}<00:05, 3.2it/s]")
+        printed.append(f"step {i} | loss {5.01 - i / 10:.2f} | ppl 150.29 | {32.3 + i:.1f} ms")
+    metrics, _ = read_metrics(_lines(printed), 5)
+    assert metrics["step_time"]["unit"] == "ms" and "steps_offset" not in metrics
+    assert "|" in metrics["step_time"]["pattern"]
+
+
 def test_arrivals_that_do_not_match_the_loss_lines_are_an_error():
     from infrarsi.trial.metrics import MetricsError, by_arrival
 
@@ -298,3 +333,46 @@ def test_a_hugging_face_script_reads_its_dataclasses_and_the_training_arguments(
     command = launch_command(draft)
     assert "--output_dir=out" in command and "--logging_steps=1" in command
     assert "--per_device_train_batch_size={micro_batch}" in command
+
+
+ACCELERATE = """
+import argparse
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--per-device-batch", type=int, default=4)
+parser.add_argument("--accum", type=int, default=2, help="gradient accumulation steps")
+parser.add_argument("--mixed-precision", type=str, default="no")
+parser.add_argument("--seq", type=int, default=64)
+parser.add_argument("--max-steps", type=int, default=20)
+parser.add_argument("--eval-batch", type=int, default=16)
+args = parser.parse_args()
+accelerator = Accelerator(
+    gradient_accumulation_steps=args.accum, mixed_precision=args.mixed_precision
+)
+train = DataLoader(range(100), batch_size=args.per_device_batch, shuffle=True)
+held_out = DataLoader(range(10), batch_size=args.eval_batch)
+"""
+
+
+def test_roles_are_read_from_how_the_script_uses_its_arguments(tmp_path):
+    """An ``accelerate`` loop as the library's examples write it: the batch its DataLoader
+    takes and the accumulation its Accelerator takes play those roles whatever they are
+    called (an evaluation's batch size plays none); ``--seq`` is the sequence length."""
+    from infrarsi.workloads.draft.command import parse_command
+    from infrarsi.workloads.draft.draft import plan, read_script
+    from infrarsi.workloads.draft.usage import roles_by_use
+
+    assert roles_by_use(ACCELERATE, {"per_device_batch", "accum", "mixed_precision", "x"}) == {
+        "accum": ("grad_accum", "passed to Accelerator(gradient_accumulation_steps=...)"),
+        "mixed_precision": ("precision", "passed to Accelerator(mixed_precision=...)"),
+        "per_device_batch": ("micro_batch", "passed to DataLoader(batch_size=...)"),
+    }
+    (tmp_path / "train.py").write_text(ACCELERATE)
+    command = parse_command(["python", "train.py", "--per-device-batch", "4", "--accum", "2"])
+    draft = plan(read_script(command, tmp_path), cores=2)
+    knobs = {k["name"]: k["role"] for k in draft.knobs}
+    assert knobs["micro_batch"] == "micro_batch" and knobs["grad_accum"] == "grad_accum"
+    assert any("from how the script uses it" in n for n in draft.notes), draft.notes
+    assert "eval_batch" not in knobs

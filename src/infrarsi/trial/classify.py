@@ -136,7 +136,7 @@ def _every_rank_finished(trial_dir: Path, spec: TrialSpec) -> bool:
             text = _read(trial_dir / "stdout.log")
             text += _read(trial_dir / "stderr.log") if how.read_stderr else ""
             steps = read_stdout(text, how)[0].steps
-            return len(steps) == spec.steps_to_run
+            return len(steps) == spec.manifest.launch.steps_printed(spec.steps_to_run)
         reports = read_probe_files(list(trial_dir.glob("metrics.rank*.jsonl")))
     except MetricsError:
         return False
@@ -159,7 +159,7 @@ def measured(
 ) -> Classified:
     """Metrics of a clean run, or ``invalid`` when steps or tokens per step differ."""
     reduced = reduce_ranks(reports)
-    steps_expected = spec.steps_to_run
+    steps_expected = spec.manifest.launch.steps_printed(spec.steps_to_run)
     if len(reduced.step_times_s) != steps_expected:
         return Classified(
             TrialStatus.INVALID,

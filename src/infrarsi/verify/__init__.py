@@ -62,6 +62,7 @@ class _Case:
     cand_m: TrialMetrics
     bf16: bool
     kinds: frozenset[str] = frozenset()
+    manifest: Manifest | None = None
 
 
 def verify(
@@ -159,6 +160,7 @@ def compare(
         candidate.metrics,
         _involves_bf16(manifest, baseline, candidate) if bf16 is None else bf16,
         kinds,
+        manifest,
     )
     checks = EQUIVALENCE_CHECKS if equivalence_only else CHECKS
     reasons = [reason for check in checks for reason in check(case)]
@@ -265,6 +267,8 @@ def _workload(case: _Case) -> list[str]:
     if m.tokens_per_step != inv.tokens_per_step:
         out.append(f"tokens per step differ: {m.tokens_per_step} vs {inv.tokens_per_step}")
     asked = case.cand.steps or inv.steps
+    if case.manifest is not None:
+        asked = case.manifest.launch.steps_printed(asked)
     if m.steps != asked:
         out.append(f"steps differ: {m.steps} vs {asked}")
     if case.cand.steps != case.baseline.steps:

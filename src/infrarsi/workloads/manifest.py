@@ -185,6 +185,13 @@ class StdoutMetrics(_Strict):
     loss: StdoutPattern
     tokens_per_step: StdoutPattern | None = None
     read_stderr: bool = False
+    steps_offset: int = Field(
+        0,
+        ge=0,
+        le=1,
+        description="step lines a run prints beyond the steps it is given: 1 for a loop over "
+        "range(max_iters + 1), as nanoGPT's; each is an optimizer step",
+    )
 
     @property
     def step_line(self) -> str:
@@ -217,6 +224,11 @@ class Launch(_Strict):
     nodes: int = Field(1, ge=1)
     env: dict[str, str] = {}
     metrics: Literal["probe"] | StdoutMetrics = "probe"
+
+    def steps_printed(self, steps: int) -> int:
+        """The optimizer steps (step lines) a run given ``steps`` makes."""
+        offset = 0 if self.metrics == "probe" else self.metrics.steps_offset
+        return steps + offset
 
     def passes_steps(self) -> bool:
         """Whether the launch hands the scale's ``steps`` to the job (a ``{steps}`` field in the
@@ -456,7 +468,7 @@ def _template_fields(template: str) -> list[str]:
 
 def _format_errors(path: Path, exc: ValidationError) -> str:
     lines = [f"{path}: invalid workload manifest"]
-    lines += [f"  {line}" for line in field_problems(list(exc.errors()))]
+    lines += [f"  {line}" for line in field_problems(exc.errors())]
     return "\n".join(lines)
 
 

@@ -17,11 +17,15 @@ from infrarsi.workloads.draft import roles
 from infrarsi.workloads.draft.arguments import ScriptArg, read_arguments
 from infrarsi.workloads.draft.command import Command, CommandError
 from infrarsi.workloads.draft.llm_roles import guess_roles
+from infrarsi.workloads.draft.usage import roles_by_use
 
 RoleAsker = Callable[[str, str], str]  # (system, user) -> the LLM's reply
 
 DRY_STEPS = 6  # the steps of the dry run and of the drafted ``tiny`` scale
-SEQ_NAMES = r"^(block_size|seq_len|seq_length|max_seq_length|context_length|sequence_length|block)$"
+SEQ_NAMES = (
+    r"^(block_size|seq_len|seq_length|max_seq_length|context_length|sequence_length|block|seq"
+    r"|seqlen|max_length)$"
+)
 
 
 @dataclass
@@ -87,6 +91,7 @@ def plan(draft: Draft, cores: int, ask: RoleAsker | None = None) -> Draft:
         role = roles.role_of(arg)
         if role is not None and role not in by_role:
             by_role[role] = arg
+    _roles_by_use(draft, by_role)
     if ask is not None or llm.configured():
         _llm_roles(draft, by_role, ask or llm.complete)
     nproc = draft.command.nproc() if draft.command.launcher == "torchrun" else None
@@ -103,6 +108,22 @@ def plan(draft: Draft, cores: int, ask: RoleAsker | None = None) -> Draft:
             _choice_knob(draft, by_role[role], role)
     _fixed(draft)
     return draft
+
+
+def _roles_by_use(draft: Draft, by_role: dict[str, ScriptArg]) -> None:
+    """The roles the names left unplaced, read from how the script uses the arguments
+    (``usage.roles_by_use``: what it passes to the Accelerator, a DataLoader, ...), each said
+    in the draft's notes."""
+    placed = {a.dest for a in by_role.values()}
+    for dest, (role, how) in roles_by_use(draft.source, set(draft.args)).items():
+        arg = draft.args[dest]
+        if role in by_role or dest in placed or roles.placed_otherwise(arg):
+            continue
+        if not roles.type_fits(role, arg):
+            continue
+        by_role[role] = arg
+        placed.add(dest)
+        draft.notes.append(f"{dest}: {role}, from how the script uses it ({how})")
 
 
 def _llm_roles(draft: Draft, by_role: dict[str, ScriptArg], ask: RoleAsker) -> None:

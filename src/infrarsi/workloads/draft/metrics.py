@@ -28,7 +28,15 @@ TIME_PATTERNS: tuple[tuple[str, str | None], ...] = (  # (pattern, unit; None: b
     (r"(?<![\w.])" + POSITIVE + r" ?ms/(?:step|it(?:er)?)", "ms"),
     (r"(?<![\w.])" + POSITIVE + r" ?s/(?:step|it(?:er)?)", "s"),
     (r"(?:step_)?time[ :=]+" + POSITIVE, None),
+    (r"\|\s*" + POSITIVE + r" ?ms\b", "ms"),  # a bare time between bars: "| 32.3 ms"
+    (r"(?<![\w.])" + POSITIVE + r" ?ms\b(?!/)", "ms"),  # a bare time anywhere on the line
 )
+# the lines a loop prints per run beyond its step argument: none, or one (a loop over
+# ``range(max_iters + 1)``, as nanoGPT's is)
+OFFSETS = (0, 1)
+_NUMBER_IN_TEXT = re.compile(r"[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?")
+_LEAD_WORDS = 4  # at most this many words before the loss tell its line from the others'
+
 TOKENS_PATTERNS = (  # nanoGPT prints "tokens per iteration will be: 491,520"
     r"tokens per (?:iter(?:ation)?|step)(?: will be)?[ :=]+(\d[\d,]*)",
     r"tokens_per_step[ :=]+(\d[\d,]*)",
@@ -50,17 +58,28 @@ class MetricsDraftError(InfraRSIError):
 
 def read_metrics(lines: list[tuple[float, str]], steps: int) -> tuple[dict, list[str]]:
     """The manifest's ``launch.metrics`` from a dry run's stdout lines (arrival time in
-    seconds, text) that ran ``steps`` steps, and notes for the user."""
+    seconds, text) that ran ``steps`` steps, and notes for the user. The step lines are the
+    ones that print a loss once per step — as many as the steps, or one more (a loop over
+    ``range(max_iters + 1)``); an evaluation's ``train loss``/``val loss`` lines beside them
+    are told apart by the words before their loss."""
     text = "\n".join(line for _, line in lines)
-    loss = _once_per_step(text, LOSS_PATTERNS, steps)
-    if loss is None:
+    found = step_lines(lines, steps)
+    if found is None:
         raise MetricsDraftError(
             f"no line gave a loss once per step in {steps} steps (saw {len(lines)} lines, e.g. "
             f"{_sample(lines)}); print one line per optimizer step with its loss, e.g. "
             "'step 3: loss 2.31, time 41.2ms'"
         )
+    loss, offset = found
     notes = []
     metrics: dict = {"loss": loss}
+    if offset:
+        metrics["steps_offset"] = offset
+        notes.append(
+            f"the loop prints {steps + offset} step lines for {steps} steps asked (it runs "
+            "its last step too): each run is read as that many optimizer steps"
+        )
+    steps += offset
     time = _step_time(lines, text, loss, steps)
     if time is None:
         timeable_by_arrival(lines, loss)
@@ -89,22 +108,77 @@ def tokens_pattern(text: str, steps: int) -> str | None:
     )
 
 
-def _once_per_step(text: str, patterns, steps: int) -> str | None:
-    """The first pattern that matches once per step, case-insensitive (as written: ``(?i)``)."""
-    found = next((p for p in patterns if len(re.findall(p, text, re.I)) == steps), None)
-    return None if found is None else "(?i)" + found
+def step_lines(lines: list[tuple[float, str]], steps: int) -> tuple[str, int] | None:
+    """(the loss pattern of the step lines, how many lines beyond ``steps`` a run prints):
+    a loss pattern that matches once per step (or once more), else one narrowed by the words
+    before the loss on the lines that repeat so (``_led``); None when no line does."""
+    text = "\n".join(line for _, line in lines)
+    for offset in OFFSETS:
+        for pattern in LOSS_PATTERNS:
+            if len(re.findall(pattern, text, re.I)) == steps + offset:
+                return "(?i)" + pattern, offset
+    for offset in OFFSETS:
+        led = _led(lines, text, steps + offset)
+        if led is not None:
+            return led, offset
+    return None
+
+
+def _led(lines: list[tuple[float, str]], text: str, count: int) -> str | None:
+    """A loss pattern led by the words that come before the loss on one kind of line, which
+    ``count`` lines print (``iter 3: loss 2.31`` beside ``step 0: train loss 2.40, val loss
+    2.41``): the fewest words before the loss that make the pattern match ``count`` times."""
+    kinds: dict[str, list[str]] = {}
+    for _, line in lines:
+        for pattern in LOSS_PATTERNS:
+            match = re.search(pattern, line, re.I)
+            if match:
+                kinds.setdefault(pattern, []).append(line[: match.start()])
+                break
+    for pattern, leads in kinds.items():
+        for lead in dict.fromkeys(_template(x) for x in leads):
+            words = lead.split()
+            for n in range(1, min(_LEAD_WORDS, len(words)) + 1):
+                led = _as_regex(" ".join(words[-n:])) + r"\s*" + pattern
+                if len(re.findall(led, text, re.I)) == count:
+                    return "(?i)" + led
+    return None
+
+
+def _template(text: str) -> str:
+    """``text`` with every number as ``#``: the lines of one kind print one template."""
+    return _NUMBER_IN_TEXT.sub("#", text)
+
+
+def _as_regex(template: str) -> str:
+    """A template's regex: its text as written, each ``#`` any number, spaces any spaces."""
+    parts = [re.escape(part) for part in template.split("#")]
+    number = r"[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?"
+    return number.join(parts).replace(r"\ ", r"\s+")
 
 
 def _step_time(lines, text: str, loss: str, steps: int) -> tuple[str, str, str | None] | None:
     """(pattern, unit, note) of the step time on the loss lines; a unit not printed is the one
-    that puts the printed times nearest the clock between the loss lines."""
+    that puts the printed times nearest the clock between the loss lines. A time pattern that
+    also matches other lines is narrowed to the step lines (led by the loss pattern)."""
+    step_text = "\n".join(line for _, line in lines if re.search(loss, line))
     for pattern, unit in TIME_PATTERNS:
-        if len(re.findall(pattern, text, re.I)) != steps:
+        if len(re.findall(pattern, step_text, re.I)) != steps:
             continue
+        if len(re.findall(pattern, text, re.I)) != steps:
+            pattern = _uncaptured(loss.removeprefix("(?i)")) + r"[^\n]*?" + pattern
+            if len(re.findall(pattern, text, re.I)) != steps:
+                continue
         if unit is not None:
             return "(?i)" + pattern, unit, None
         return "(?i)" + pattern, *_unit_by_clock(lines, loss, pattern)
     return None
+
+
+def _uncaptured(pattern: str) -> str:
+    """``pattern`` with its groups made non-capturing: it leads another pattern, whose one
+    group is the number read."""
+    return re.sub(r"(?<!\\)\((?!\?)", "(?:", pattern)
 
 
 def line_gaps_s(lines: list[tuple[float, str]], pattern: str) -> list[float]:
