@@ -108,7 +108,8 @@ def test_the_smoke_trial_passes_an_honest_patch_and_refuses_another_model(valida
         # what the screen flags, the smoke trial refuses for what it does
         ("patch_perf_counter", "a faked timer"),
         ("detach_attention", "parameters that did not train"),
-        ("silent_bf16", "final parameters differ"),
+        # (silent_bf16, another small numerical change, is judged as tanh_gelu is above, and
+        # by verify in tests/test_adversarial.py: one trial fewer here)
     ):
         checked = validator.check(cheat_diff(cheat))
         assert (checked.ok, checked.stage) == (False, "smoke"), cheat

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -274,9 +275,20 @@ def _end(procs: list, trial_id: str) -> int:
     return kill_trial([p.pid for p in procs if p.pid is not None and p.poll() is None], trial_id)
 
 
+_LINE = re.compile(rb"[^\r\n]*[\r\n]")
+
+
+def line_parts(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """The complete lines of ``buffer`` and what is left of it: a line ends at a newline or at
+    a carriage return (a progress bar rewrites its line with ``\\r``: each rewrite is a line of
+    its own, read when it is written, not when the bar ends), each kept with its end."""
+    parts = _LINE.findall(buffer)
+    return parts, buffer[sum(map(len, parts)) :]
+
+
 class _Pump(threading.Thread):
     """Copies one launcher's standard output (or error), line by line as it arrives, to the
-    log and the channel."""
+    log and the channel (a line ends at ``\\n`` or ``\\r``: ``line_parts``)."""
 
     _log_lock = threading.Lock()
 
@@ -286,13 +298,21 @@ class _Pump(threading.Thread):
         self.start()
 
     def run(self) -> None:
-        for line in iter(self.pipe.readline, b""):
-            if self.channel is not None:
-                self.channel.stdout_line(line, self.stream)
-            with self._log_lock:
-                self.log.write(line)
-                self.log.flush()
+        fd, left = self.pipe.fileno(), b""
+        while chunk := os.read(fd, 65536):
+            parts, left = line_parts(left + chunk)
+            self._deliver(parts)
+        self._deliver([left] if left else [])
         self.pipe.close()
+
+    def _deliver(self, parts: list[bytes]) -> None:
+        for part in parts:
+            if self.channel is not None:
+                self.channel.stdout_line(part, self.stream)
+        if parts:
+            with self._log_lock:
+                self.log.write(b"".join(parts))
+                self.log.flush()
 
 
 def _wait(procs: list[subprocess.Popen], t0: float, timeout_s: float) -> subprocess.Popen | None:
