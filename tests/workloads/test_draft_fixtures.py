@@ -8,7 +8,10 @@ dry runs and real trials):
   ``logging`` (to standard error) with no time;
 - ``configurator-lm``: nanoGPT-style globals overridden by ``configurator.py``, launched with
   ``torchrun``, the accumulation the job's total divided by the ranks, a ``dtype`` string, and
-  its tokens per iteration printed with a thousands separator.
+  its tokens per iteration printed with a thousands separator;
+- ``tqdm-lm``: a tqdm bar over the steps (standard error, rewritten with carriage returns) and
+  an accelerate-example line a step (``step 3 | loss 5.0123 | ppl 150.29 | 32.3 ms``), its
+  batch and accumulation named ``--per-device-batch`` and ``--accum``.
 """
 
 import json
@@ -69,6 +72,16 @@ CASES = [
         False,
         4 * 4 * 64,
         True,
+    ),
+    Case(
+        "tqdm-lm",
+        ("python", "train.py", "--per-device-batch", "4", "--accum", "2", "--train-steps", "6"),
+        {"micro_batch": "micro_batch", "grad_accum": "grad_accum"}
+        | {"mixed_precision": "precision", "omp_num_threads": "threads"},
+        "micro_batch * grad_accum == 8",
+        False,
+        None,
+        False,
     ),
 ]
 

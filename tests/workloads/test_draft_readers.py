@@ -87,6 +87,12 @@ def test_configurator_globals_are_the_settings_of_a_nanogpt_style_script():
         ("attn", "str", "attention"),
         ("learning_rate", "float", None),
         ("batch_size", "str", None),  # a batch size that is not a number is no micro-batch
+        ("per_device_batch", "int", "micro_batch"),
+        ("per_gpu_batch_size", "int", "micro_batch"),
+        ("device_batch_size", "int", "micro_batch"),
+        ("batch_size_per_device", "int", "micro_batch"),
+        ("micro_bs", "int", "micro_batch"),
+        ("global_batch_size", "int", None),  # the job's batch, which the search keeps
     ],
 )
 def test_roles_are_read_from_the_names_scripts_use(name, kind, role):
@@ -94,6 +100,29 @@ def test_roles_are_read_from_the_names_scripts_use(name, kind, role):
     from infrarsi.workloads.draft.roles import role_of
 
     assert role_of(ScriptArg(name, (f"--{name}",), kind)) == role
+
+
+@pytest.mark.parametrize(
+    "name, help_text, role",
+    [
+        ("ga", "number of gradient accumulation steps", "grad_accum"),
+        ("chunks", "micro-batches per optimizer step", "grad_accum"),
+        ("mb", "micro-batch size", "micro_batch"),
+        ("bsz", "batch size per device", "micro_batch"),
+        ("pdb", "per-device training batch size", "micro_batch"),
+        ("nw", "number of dataloader workers", "data"),
+        ("nt", "intra-op threads", "threads"),
+        ("ebs", "micro-batch size for evaluation", None),  # evaluation-only, by its help
+        ("n", "gradient accumulation steps", "grad_accum"),
+        ("train_steps", "steps, each of several micro-batches", None),  # the step count
+        ("lr", "learning rate", None),
+    ],
+)
+def test_a_role_the_name_does_not_say_is_read_from_the_help_text(name, help_text, role):
+    from infrarsi.workloads.draft.arguments import ScriptArg
+    from infrarsi.workloads.draft.roles import role_of
+
+    assert role_of(ScriptArg(name, (f"--{name}",), "int", help=help_text)) == role
 
 
 def test_the_steps_seed_and_logging_arguments_are_recognised():
@@ -341,17 +370,17 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--per-device-batch", type=int, default=4)
-parser.add_argument("--accum", type=int, default=2, help="gradient accumulation steps")
+parser.add_argument("--chunk", type=int, default=4)
+parser.add_argument("--every", type=int, default=2)
 parser.add_argument("--mixed-precision", type=str, default="no")
 parser.add_argument("--seq", type=int, default=64)
 parser.add_argument("--max-steps", type=int, default=20)
 parser.add_argument("--eval-batch", type=int, default=16)
 args = parser.parse_args()
 accelerator = Accelerator(
-    gradient_accumulation_steps=args.accum, mixed_precision=args.mixed_precision
+    gradient_accumulation_steps=args.every, mixed_precision=args.mixed_precision
 )
-train = DataLoader(range(100), batch_size=args.per_device_batch, shuffle=True)
+train = DataLoader(range(100), batch_size=args.chunk, shuffle=True)
 held_out = DataLoader(range(10), batch_size=args.eval_batch)
 """
 
@@ -359,18 +388,19 @@ held_out = DataLoader(range(10), batch_size=args.eval_batch)
 def test_roles_are_read_from_how_the_script_uses_its_arguments(tmp_path):
     """An ``accelerate`` loop as the library's examples write it: the batch its DataLoader
     takes and the accumulation its Accelerator takes play those roles whatever they are
-    called (an evaluation's batch size plays none); ``--seq`` is the sequence length."""
+    called (here names and help texts that say nothing; an evaluation's batch size plays
+    none); ``--seq`` is the sequence length."""
     from infrarsi.workloads.draft.command import parse_command
     from infrarsi.workloads.draft.draft import plan, read_script
     from infrarsi.workloads.draft.usage import roles_by_use
 
-    assert roles_by_use(ACCELERATE, {"per_device_batch", "accum", "mixed_precision", "x"}) == {
-        "accum": ("grad_accum", "passed to Accelerator(gradient_accumulation_steps=...)"),
+    assert roles_by_use(ACCELERATE, {"chunk", "every", "mixed_precision", "x"}) == {
+        "every": ("grad_accum", "passed to Accelerator(gradient_accumulation_steps=...)"),
         "mixed_precision": ("precision", "passed to Accelerator(mixed_precision=...)"),
-        "per_device_batch": ("micro_batch", "passed to DataLoader(batch_size=...)"),
+        "chunk": ("micro_batch", "passed to DataLoader(batch_size=...)"),
     }
     (tmp_path / "train.py").write_text(ACCELERATE)
-    command = parse_command(["python", "train.py", "--per-device-batch", "4", "--accum", "2"])
+    command = parse_command(["python", "train.py", "--chunk", "4", "--every", "2"])
     draft = plan(read_script(command, tmp_path), cores=2)
     knobs = {k["name"]: k["role"] for k in draft.knobs}
     assert knobs["micro_batch"] == "micro_batch" and knobs["grad_accum"] == "grad_accum"

@@ -178,6 +178,11 @@ def _batch(draft: Draft, by_role: dict, nproc: int | None, cores: int) -> None:
                 f"{mb.dest}: no accumulation argument was found, so a micro-batch change would "
                 "change the global batch: kept as given"
             )
+        elif acc is not None:
+            draft.notes.append(
+                f"{acc.dest}: no micro-batch argument was found, so an accumulation change "
+                "would change the global batch: kept as given"
+            )
         return
     mb0, acc0 = value_given(draft, mb), value_given(draft, acc)
     if not isinstance(mb0, int) or not isinstance(acc0, int) or mb0 < 1 or acc0 < 1:

@@ -1,7 +1,7 @@
-"""What a script's argument is for, guessed from its name and type, the way training scripts
-name them (argparse, Hugging Face ``TrainingArguments``, nanoGPT's globals): the roles a
-manifest's knobs carry, the step count, the seed, the logging interval, and arguments that
-are evaluation-only (never a training knob)."""
+"""What a script's argument is for, guessed from its name, type and help text, the way
+training scripts name them (argparse, Hugging Face ``TrainingArguments``, nanoGPT's globals):
+the roles a manifest's knobs carry, the step count, the seed, the logging interval, and
+arguments that are evaluation-only (never a training knob)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ from infrarsi.workloads.draft.arguments import ScriptArg
 
 ROLE_NAMES: tuple[tuple[str, str], ...] = (  # (role, regex on the lower-cased name), in order
     ("grad_accum", r"grad(ient)?_?accum(ulation)?(_steps|_iters)?$|^accum(ulation)?(_steps)?$"),
-    ("micro_batch", r"^(per_device_train_)?(micro_)?batch(_size)?$|^bs$|^train_batch_size$"),
+    (  # per_device_train_batch_size, per_gpu_batch_size, device_batch_size, micro_bs, mbs
+        "micro_batch",
+        r"^(per_(device|gpu|rank)_(train_)?|device_|local_|micro_|train_)?(batch|bs)(_size)?"
+        r"(_per_(device|gpu|rank))?$|^mbs$",
+    ),
     ("precision", r"^(bf16|fp16|half|amp|dtype|precision|mixed_precision|use_amp)$"),
     ("compile", r"(^|_)compile$"),
     (
@@ -22,6 +26,22 @@ ROLE_NAMES: tuple[tuple[str, str], ...] = (  # (role, regex on the lower-cased n
     ("data", r"^(dataloader_)?num_workers$"),
     ("optimizer", r"^optim(izer)?$|^fused_adam(w)?$"),
     ("attention", r"^attn(_impl(ementation)?)?$|^attention(_impl(ementation)?)?$|sdpa|flash"),
+)
+# where the name says nothing, its help text may (``--accum``: "gradient accumulation steps")
+ROLE_HELPS: tuple[tuple[str, str], ...] = (
+    (
+        "grad_accum",
+        r"gradient accumulation|accumulat\w* (steps|micro-?batches)|"
+        r"(number of )?micro-?batches (per|in an?|for each) (optimi[sz]er )?step",
+    ),
+    (
+        "micro_batch",
+        r"micro-?batch size|size of (a|each|one|the) micro-?batch|"
+        r"batch size per (device|gpu|rank|process)|"
+        r"per[- ](device|gpu|rank|process) (train(ing)? )?batch",
+    ),
+    ("threads", r"(number of|intra-op|cpu|torch) threads"),
+    ("data", r"(data ?loader|data loading) (worker|process)"),
 )
 STEPS = r"^(max_)?(iters|steps|num_steps|train_steps|max_train_steps|iterations|num_iters)$"
 SEED = r"(^|_)seed$"
@@ -49,12 +69,18 @@ def type_fits(role: str, arg: ScriptArg) -> bool:
 
 
 def role_of(arg: ScriptArg) -> str | None:
-    """The role the argument's name says it plays (None: none recognised)."""
+    """The role the argument's name says it plays, else its help text (None: none
+    recognised)."""
     name = arg.dest.lower()
-    if re.search(EVAL_ONLY, name):
+    if re.search(EVAL_ONLY, name) or re.search(r"\beval|\bvalidation", arg.help.lower()):
         return None
     for role, pattern in ROLE_NAMES:
         if re.search(pattern, name) and type_fits(role, arg):
+            return role
+    if is_steps(arg) or is_seed(arg) or is_log_every(arg):
+        return None
+    for role, pattern in ROLE_HELPS:
+        if re.search(pattern, arg.help.lower()) and type_fits(role, arg):
             return role
     return None
 
