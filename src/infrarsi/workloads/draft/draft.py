@@ -117,9 +117,8 @@ def _roles_by_use(draft: Draft, by_role: dict[str, ScriptArg]) -> None:
     placed = {a.dest for a in by_role.values()}
     for dest, (role, how) in roles_by_use(draft.source, set(draft.args)).items():
         arg = draft.args[dest]
-        if role in by_role or dest in placed or roles.placed_otherwise(arg):
-            continue
-        if not roles.type_fits(role, arg):
+        taken = role in by_role or dest in placed or roles.placed_otherwise(arg)
+        if taken or not roles.type_fits(role, arg):
             continue
         by_role[role] = arg
         placed.add(dest)

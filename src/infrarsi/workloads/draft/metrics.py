@@ -63,7 +63,7 @@ def read_metrics(lines: list[tuple[float, str]], steps: int) -> tuple[dict, list
     ``range(max_iters + 1)``); an evaluation's ``train loss``/``val loss`` lines beside them
     are told apart by the words before their loss."""
     text = "\n".join(line for _, line in lines)
-    found = step_lines(lines, steps)
+    found = _step_lines(lines, text, steps)
     if found is None:
         raise MetricsDraftError(
             f"no line gave a loss once per step in {steps} steps (saw {len(lines)} lines, e.g. "
@@ -108,11 +108,11 @@ def tokens_pattern(text: str, steps: int) -> str | None:
     )
 
 
-def step_lines(lines: list[tuple[float, str]], steps: int) -> tuple[str, int] | None:
+def _step_lines(lines: list[tuple[float, str]], text: str, steps: int) -> tuple[str, int] | None:
     """(the loss pattern of the step lines, how many lines beyond ``steps`` a run prints):
-    a loss pattern that matches once per step (or once more), else one narrowed by the words
-    before the loss on the lines that repeat so (``_led``); None when no line does."""
-    text = "\n".join(line for _, line in lines)
+    a loss pattern that matches once per step (or once more) in ``text`` (the lines joined),
+    else one narrowed by the words before the loss on the lines that repeat so (``_led``);
+    None when no line does."""
     for offset in OFFSETS:
         for pattern in LOSS_PATTERNS:
             if len(re.findall(pattern, text, re.I)) == steps + offset:
@@ -153,8 +153,7 @@ def _template(text: str) -> str:
 def _as_regex(template: str) -> str:
     """A template's regex: its text as written, each ``#`` any number, spaces any spaces."""
     parts = [re.escape(part) for part in template.split("#")]
-    number = r"[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?"
-    return number.join(parts).replace(r"\ ", r"\s+")
+    return _NUMBER_IN_TEXT.pattern.join(parts).replace(r"\ ", r"\s+")
 
 
 def _step_time(lines, text: str, loss: str, steps: int) -> tuple[str, str, str | None] | None:

@@ -77,7 +77,7 @@ def role_of(arg: ScriptArg) -> str | None:
     for role, pattern in ROLE_NAMES:
         if re.search(pattern, name) and type_fits(role, arg):
             return role
-    if is_steps(arg) or is_seed(arg) or is_log_every(arg):
+    if placed_otherwise(arg):  # the step count, the seed, the logging interval
         return None
     for role, pattern in ROLE_HELPS:
         if re.search(pattern, arg.help.lower()) and type_fits(role, arg):
