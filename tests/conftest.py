@@ -211,7 +211,7 @@ def optimize_json(manifest: Path, instruction: str, out: Path, *options: str) ->
 
 
 OPTIMIZE_INSTRUCTION = "cut time-to-train, loss within 1%"
-OPTIMIZE_ROUNDS = 3  # Apply's rounds: what the tests read of them needs no more
+OPTIMIZE_ROUNDS = 2  # Apply's rounds: what the tests read of them needs no more
 
 
 @pytest.fixture(scope="session")

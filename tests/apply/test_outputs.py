@@ -8,8 +8,10 @@ import subprocess
 import pytest
 
 from infrarsi.apply.branch import BranchError, to_branch
-from infrarsi.apply.outputs import fresh_copy, launch_script, winner_patch
+from infrarsi.apply.outputs import fresh_copy, launch_script, winner_patch, write_winner
 from infrarsi.derive import derive_workload
+from infrarsi.init import make_contract, read_instruction
+from infrarsi.init.build import workload_files
 from infrarsi.records import ApplyResult, CandidateResult
 from infrarsi.workloads import find, knobs
 
@@ -125,3 +127,43 @@ def test_to_branch_commits_the_winner_with_its_evidence(tmp_path):
         to_branch(_result(run_dir, promoted=False), copy, "other")
     with pytest.raises(BranchError, match="not in a git repository"):
         to_branch(_result(run_dir), fresh_copy(manifest, tmp_path / "loose"), "b")
+
+
+def test_a_promoted_patch_is_written_as_one_diff_that_applies_to_a_fresh_copy(tmp_path):
+    """What Apply writes for a promoted code change — a catalog patch and one the proposer put
+    in the run folder, in one winner.patch — applies to the workload as its user has it; a
+    later Apply that promotes nothing removes both files (an e2e optimize promotes a patch only
+    when this machine measured one faster, so its run cannot be the proof)."""
+    manifest = find("dense-1node")
+    instruction = "cut time-to-train, loss within 1%"
+    contract = make_contract(
+        manifest, "tiny", instruction, read_instruction(instruction, workload_files(manifest))
+    )
+    run_dir = tmp_path / "run"
+    (run_dir / "proposals").mkdir(parents=True)
+    shutil.copyfile(manifest.patch_path("sdpa_attention"), run_dir / "proposals" / "p1.diff")
+    result = _result(run_dir).model_copy(
+        update={
+            "candidates": [
+                _result(run_dir)
+                .candidates[0]
+                .model_copy(
+                    update={
+                        "knobs": {"micro_batch": 1},
+                        "patches": ["proposals/p1.diff", "fused_adamw"],
+                    }
+                )
+            ]
+        }
+    )
+    assert write_winner(result, manifest, contract, run_dir) == ("winner.patch", "launch.sh")
+    copy = fresh_copy(manifest, tmp_path / "copy")
+    check = _git("apply", "--check", str(run_dir / "winner.patch"), cwd=copy)
+    assert check.returncode == 0, check.stderr
+    assert _git("apply", str(run_dir / "winner.patch"), cwd=copy).returncode == 0
+    assert "scaled_dot_product_attention" in (copy / "model.py").read_text()
+    script = (run_dir / "launch.sh").read_text()
+    assert "1.200x [1.100, 1.300]" in script and contract.contract_hash[:12] in script
+    assert "--micro-batch=1 --grad-accum=4" in script  # the winner's knobs, resolved
+    assert write_winner(_result(run_dir, promoted=False), manifest, contract, run_dir) == ()
+    assert not (run_dir / "winner.patch").exists() and not (run_dir / "launch.sh").exists()

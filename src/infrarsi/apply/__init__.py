@@ -20,7 +20,7 @@ from infrarsi.executors import Executor, LocalExecutor
 from infrarsi.identity import ConfigKey, config_key
 from infrarsi.objective import compared_name
 from infrarsi.options import APPLY_TOP_K
-from infrarsi.proposal import proposed_by, resolve
+from infrarsi.proposal import proposed_by
 from infrarsi.records import (
     DOCTOR_FILE,
     ApplyResult,
@@ -253,26 +253,6 @@ def _write(result: ApplyResult, run, trials, contract, manifest, run_dir: Path) 
         + outputs.comparisons(result)
     )
     files["verification"] = "verification.md"
-    for stale in ("winner.patch", "launch.sh"):
-        (run_dir / stale).unlink(missing_ok=True)
-    winner = result.winner
-    if winner is not None:
-        patches = resolve(winner.patches, run_dir)  # a proposed patch lies in the run dir
-        (run_dir / "winner.patch").write_text(
-            outputs.winner_patch(manifest, contract.scale, winner.knobs, patches)
-        )
-        script = run_dir / "launch.sh"
-        script.write_text(
-            outputs.launch_script(
-                manifest,
-                contract.scale,
-                winner.knobs,
-                patches,
-                f"InfraRSI winner of run {result.run_id}: {winner.speedup:.3f}x "
-                f"[{winner.ci_low:.3f}, {winner.ci_high:.3f}], contract "
-                f"{contract.contract_hash[:12]}",
-            )
-        )
-        script.chmod(0o755)
-        files.update(patch="winner.patch", launch="launch.sh")
+    written = outputs.write_winner(result, manifest, contract, run_dir)
+    files.update(dict(zip(("patch", "launch"), written)))
     return files

@@ -10,14 +10,18 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infrarsi.identity import changed_knobs
 from infrarsi.objective import ranked_step_time_s
-from infrarsi.proposal import who_proposed
+from infrarsi.proposal import resolve, who_proposed
 from infrarsi.records import ApplyResult
 from infrarsi.store import Stage, StoredRun, StoredTrial
 from infrarsi.trial import TrialRecord, patching, prepare
 from infrarsi.trial.runner import render
+
+if TYPE_CHECKING:
+    from infrarsi.contract import Contract
 
 RDZV_PORT = 29500
 
@@ -82,6 +86,31 @@ def launch_script(manifest, scale: str, knobs: dict, patches: list[str], headlin
     if nodes > 1:
         lines.append("wait")
     return "\n".join(lines) + "\n"
+
+
+def write_winner(
+    result: ApplyResult, manifest, contract: Contract, run_dir: Path
+) -> tuple[str, ...]:
+    """The promoted winner's ``winner.patch`` (every patch of it in one diff, a proposed one
+    read from the run folder) and ``launch.sh`` in ``run_dir``; what an earlier Apply of the run
+    left there goes first. The names written (none when nothing was promoted)."""
+    for stale in ("winner.patch", "launch.sh"):
+        (run_dir / stale).unlink(missing_ok=True)
+    winner = result.winner
+    if winner is None:
+        return ()
+    patches = resolve(winner.patches, run_dir)  # a proposed patch lies in the run dir
+    (run_dir / "winner.patch").write_text(
+        winner_patch(manifest, contract.scale, winner.knobs, patches)
+    )
+    headline = (
+        f"InfraRSI winner of run {result.run_id}: {winner.speedup:.3f}x "
+        f"[{winner.ci_low:.3f}, {winner.ci_high:.3f}], contract {contract.contract_hash[:12]}"
+    )
+    script = run_dir / "launch.sh"
+    script.write_text(launch_script(manifest, contract.scale, winner.knobs, patches, headline))
+    script.chmod(0o755)
+    return ("winner.patch", "launch.sh")
 
 
 def audit_row(record: TrialRecord | None, objective: str, **context) -> dict:
