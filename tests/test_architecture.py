@@ -150,3 +150,61 @@ def test_the_benchmarks_import_one_another_without_a_cycle():
         )
 
     assert [m for m in graph if reaches(m, m)] == []
+
+
+KNOB_HOLDERS = ("knobs", "knob_dict", "config_json", "config")
+
+
+def _holder(node: ast.AST) -> bool:
+    """A knob mapping or a config's JSON: ``x.knobs``, ``knobs``, ``t.config_json``, or one of
+    their values read by ``.get(...)`` / ``[...]``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if node.func.attr == "get":
+            return _holder(node.func.value)
+    if isinstance(node, ast.Subscript):
+        return _holder(node.value)
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+    return name in KNOB_HOLDERS or name.endswith("_knobs")
+
+
+def _str_call(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and getattr(node.func, "id", "") == "str"
+
+
+def _raw_comparisons(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Compare) or len(node.ops) != 1:
+            continue
+        if not isinstance(node.ops[0], ast.Eq | ast.NotEq):
+            continue
+        left, right = node.left, node.comparators[0]
+        if isinstance(left, ast.Constant) or isinstance(right, ast.Constant):
+            continue  # one knob against a literal: not two configurations compared
+        if (_holder(left) and _holder(right)) or (_str_call(left) and _str_call(right)):
+            where = path.relative_to(SRC) if path.is_relative_to(SRC) else path.name
+            found.append(f"{where}:{node.lineno}")
+    return found
+
+
+def test_configurations_are_compared_by_one_rule():
+    """Two configurations, or two knob values, are the same by ``identity.config_key`` (and
+    ``canonical_value``, ``changed_knobs``, ``differing_knobs``, ``Configuration``): never by a
+    dict's, a list's or a JSON text's ``==``, nor by ``str(a) != str(b)`` (``2`` and ``2.0``
+    differ there; they once picked the noise floors verification applies)."""
+    raw = [hit for path in MODULES.values() for hit in _raw_comparisons(path)]
+    assert raw == [], raw
+
+
+def test_the_raw_comparison_check_sees_what_it_forbids(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "def f(a, b, c, d):\n"
+        "    x = a.knobs == b.knobs\n"
+        "    y = a.knobs.get('n') != b.knobs.get('n')\n"
+        "    z = c.config_json == d.config_json\n"
+        "    w = str(a) != str(b)\n"
+        "    ok = a.knobs.get('precision') == 'bf16'\n"
+        "    return x, y, z, w, ok\n"
+    )
+    assert _raw_comparisons(sample) == [f"sample.py:{n}" for n in (2, 3, 4, 5)]

@@ -106,3 +106,33 @@ def test_a_stored_record_written_by_a_newer_version_is_refused_with_the_fix(tmp_
     (tmp_path / "apply.json").write_text('{"schema_version": 99}')
     with pytest.raises(ValueError, match="upgrade InfraRSI"):
         ApplyResult.load(tmp_path)
+
+
+def test_one_configuration_type_on_the_ground_floor():
+    from infrarsi.identity import Configuration
+
+    a = Configuration.of({"micro_batch": 2, "precision": "bf16"}, ["sdpa_attention"])
+    b = Configuration.of({"precision": "bf16", "micro_batch": "2.0"}, {"sdpa_attention"})
+    assert a == b and hash(a) == hash(b) and Config is Configuration
+    assert a.same_knobs(Configuration.of({"micro_batch": 2.0, "precision": "bf16"}))
+    assert a.changed_from({"micro_batch": 2.0, "precision": "fp32"}) == {"precision": "bf16"}
+    assert a.describe() == "micro_batch=2 precision=bf16 +sdpa_attention"
+
+
+def test_knobs_that_differ_however_spelled_and_the_kinds_of_change_they_make():
+    from infrarsi.identity import differing_knobs
+    from infrarsi.workloads import find
+    from infrarsi.workloads.knobs import baseline, change_kinds
+
+    assert differing_knobs({"a": 2, "b": "true"}, {"a": "2.0", "b": True}) == set()
+    assert differing_knobs({"a": 2}, {"a": 2, "b": 1}) == {"b"}  # set on one side only
+    assert differing_knobs({"a": 2, "b": 1}, {"a": 3, "b": 2}, ["a"]) == {"a"}
+    dense = find("dense-1node")
+    base = baseline(dense, "tiny")
+    # the same assignment as a JSON text or a command line spells it: no kind of change (the
+    # raw != called it another split, and verification took that kind's looser floors)
+    spelled = {k: str(v) if not isinstance(v, bool) else str(v).lower() for k, v in base.items()}
+    assert change_kinds(dense, base, spelled) == frozenset()
+    halved = {**base, "micro_batch": base["micro_batch"] / 2, "grad_accum": base["grad_accum"] * 2}
+    assert change_kinds(dense, base, halved) == {"split"}
+    assert change_kinds(dense, base, {**base, "precision": "bf16"}) == {"precision"}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from infrarsi.identity import canonical_value
 from infrarsi.trial import patching, prepare
 from infrarsi.workloads import Manifest, find
 from infrarsi.workloads import knobs as knob_rules
@@ -35,7 +36,9 @@ def derive_workload(manifest: Manifest, scale: str, winner: dict, dest: Path) ->
     base = knob_rules.baseline(manifest, scale)
     for knob in manifest.knobs:
         value = winner["knobs"].get(knob.name)
-        if knob.derive is None and value is not None and str(value) != str(base[knob.name]):
+        if value is None or knob.derive is not None:
+            continue
+        if canonical_value(value) != canonical_value(base[knob.name]):
             defaults[knob.name] = value
     raw["scales"][scale]["knob_defaults"] = defaults
     applied = set(winner["patches"])

@@ -11,8 +11,10 @@ names the same candidate as one that spells it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 ConfigKey = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
+KnobLevel = int | float | str | bool
 
 
 def canonical_value(value: object) -> str:
@@ -69,3 +71,59 @@ def describe_changes(
     parts = [f"{k}={v}" for k, v in sorted(changed_knobs(knobs, baseline).items())]
     parts += [f"+{p}" for p in sorted(patches)]
     return " ".join(parts) or "baseline"
+
+
+def differing_knobs(
+    a: Mapping[str, object], b: Mapping[str, object], names: Iterable[str] | None = None
+) -> set[str]:
+    """The knobs (of ``names``, else of either) whose values differ however spelled; a knob one
+    side sets and the other leaves out differs."""
+    wanted = set(a) | set(b) if names is None else set(names)
+    return {
+        n
+        for n in wanted
+        if (n in a) != (n in b) or (n in a and canonical_value(a[n]) != canonical_value(b[n]))
+    }
+
+
+@dataclass(frozen=True, eq=False)
+class Configuration:
+    """One configuration: every knob's value and the set of patches applied. Two are equal,
+    and hash alike, when ``config_key`` says so (``2`` and ``2.0`` alike): the one type every
+    stage compares configurations by."""
+
+    knobs: tuple[tuple[str, KnobLevel], ...]
+    patches: frozenset[str] = frozenset()
+    key: ConfigKey = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", config_key(dict(self.knobs), self.patches))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Configuration) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    @classmethod
+    def of(cls, knobs: Mapping[str, KnobLevel], patches: Iterable[str] = ()) -> Configuration:
+        """A configuration from a knob mapping and an iterable of patch ids."""
+        return cls(tuple(sorted(knobs.items())), frozenset(patches))
+
+    @property
+    def knob_dict(self) -> dict[str, KnobLevel]:
+        """The knob values as a dict."""
+        return dict(self.knobs)
+
+    def changed_from(self, baseline: Mapping[str, object]) -> dict[str, object]:
+        """The knobs whose value differs from ``baseline``'s (however spelled)."""
+        return changed_knobs(self.knob_dict, baseline)
+
+    def same_knobs(self, other: Configuration) -> bool:
+        """Whether ``other`` sets the same knob values (its patches aside)."""
+        return self.key[0] == other.key[0]
+
+    def describe(self) -> str:
+        """``micro_batch=4 precision=bf16 +sdpa_attention``: for tables and logs."""
+        knobs = " ".join(f"{k}={v}" for k, v in self.knobs)
+        return " ".join(filter(None, [knobs, " ".join(f"+{p}" for p in sorted(self.patches))]))

@@ -23,6 +23,7 @@ from infrarsi.events import (
     ignore,
 )
 from infrarsi.executors import Executor, TrialRequest
+from infrarsi.identity import config_key
 from infrarsi.objective import compared_time
 from infrarsi.records import CandidateResult, Measurement
 from infrarsi.trial import TrialRecord
@@ -165,7 +166,8 @@ class Rounds:
                 continue
             m = Measurement.model_validate(entry["measurement"])
             if (
-                entry.get("config") == list(self.configs.get(m.label, ()))
+                m.label in self.configs
+                and _same_config(entry.get("config"), self.configs[m.label])
                 and (m.round, m.label) in order
             ):
                 found[(m.round, m.label)] = m
@@ -303,3 +305,11 @@ def _manifest(contract: Contract) -> Manifest | None:
         return contract.manifest()
     except ContractError:  # its references cannot be derived: verify says what was not run
         return None
+
+
+def _same_config(saved: object, config: tuple[dict, list[str]]) -> bool:
+    """Whether a journal entry's ``[knobs, patches]`` is this config (``config_key``'s rule)."""
+    if not isinstance(saved, list | tuple) or len(saved) != 2:
+        return False
+    knobs, patches = saved
+    return isinstance(knobs, dict) and config_key(knobs, patches) == config_key(*config)

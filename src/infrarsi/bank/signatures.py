@@ -29,6 +29,8 @@ import json
 import math
 from collections import Counter
 
+from infrarsi.identity import canonical_value
+
 UNKNOWN_GAP = 0.35
 
 # field -> (weight, kind): kind "log" (positive numbers), "same" (equal or not), "set" (Jaccard)
@@ -199,7 +201,7 @@ def distance(a: dict, b: dict, weights: dict) -> float:
             union = set(x) | set(y)
             total += weight * (len(set(x) ^ set(y)) / len(union) if union else 0.0)
         else:
-            total += weight * (str(x) != str(y))
+            total += weight * (canonical_value(x) != canonical_value(y))
     return total
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from infrarsi.contract import Equivalence
+from infrarsi.identity import changed_knobs
 from infrarsi.trial import TrialRecord, TrialStatus, prepare, run_trial
 from infrarsi.verify import loss_drift, sampled_drift_sd
 from infrarsi.verify.evidence import held_out_share, load_params, weight_distance
@@ -165,7 +166,7 @@ def calibrate(
         notes.append("no knob splits the batch or sets the precision: nothing to calibrate on")
     others = [r for r in repeats if r.status is TrialStatus.OK and r.metrics is not None]
     for assignment in variants:
-        changed = {k: v for k, v in assignment.items() if baseline.knobs.get(k) != v}
+        changed = changed_knobs(assignment, baseline.knobs)
         record = run(f"calibration ({changed})", assignment)
         if (
             record.status is not TrialStatus.OK

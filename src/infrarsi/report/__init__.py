@@ -13,7 +13,7 @@ from pathlib import Path
 
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
-from infrarsi.identity import config_key
+from infrarsi.identity import changed_knobs, config_key
 from infrarsi.mfu import mfu
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import ProposalLine, read_lines
@@ -234,9 +234,8 @@ def changes(data: ReportData, base: dict, knobs: dict, patches: list[str]) -> li
     """What the winner changes, each with why: the patch's title, the Doctor's finding."""
     findings = data.doctor.diagnosis if data.doctor is not None else []
     out = []
-    for name, value in knobs.items():
-        if str(base.get(name)) != str(value):
-            out.append(f"knob {name}: {base.get(name)} -> {value}" + _why(findings, name))
+    for name, value in changed_knobs(knobs, base).items():
+        out.append(f"knob {name}: {base.get(name)} -> {value}" + _why(findings, name))
     for pid in patches:
         title = next((p.title for p in data.manifest.patches if p.id == pid), "a user's diff")
         out.append(f"patch {pid}: {title}" + _why(findings, pid))

@@ -52,6 +52,7 @@ import math
 import numpy as np
 from scipy import special
 
+from infrarsi.identity import differing_knobs
 from infrarsi.records import Prediction
 from infrarsi.run import drift
 from infrarsi.run.cost import TrialCostModel
@@ -540,7 +541,7 @@ class InfraRSISearcher(Searcher):
         s, knobs, out = self.problem.savers, config.knob_dict, []
         for c in self.problem.candidates:
             ck = c.knob_dict
-            diff = {k for k in knobs if str(ck.get(k)) != str(knobs[k])}
+            diff = differing_knobs(ck, knobs, knobs)
             added = c.patches - config.patches
             if not config.patches <= c.patches:
                 continue

@@ -233,7 +233,7 @@ class Problem:
             s
             for s in self.seeds
             if s in self.index
-            and (fits[self.index[s]] or s.knobs == self.baseline.knobs)
+            and (fits[self.index[s]] or s.same_knobs(self.baseline))
             and not (s in self.bank_gain and self.measured[self.index[s]] > self.bank_gain[s])
         ]
         if pick is None:

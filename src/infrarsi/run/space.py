@@ -9,13 +9,13 @@ same for every knob.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import numpy as np
 
-from infrarsi.identity import ConfigKey, config_key
+from infrarsi.identity import Configuration, KnobLevel, canonical_value
 
 if TYPE_CHECKING:
     from infrarsi.workloads.manifest import Manifest
@@ -23,41 +23,8 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-KnobLevel = int | float | str | bool
-
-
-@dataclass(frozen=True, eq=False)
-class Config:
-    """One point of the space: every knob's value and the set of patches applied. Two configs
-    are equal when ``identity.config_key`` says so (``2`` and ``2.0`` alike)."""
-
-    knobs: tuple[tuple[str, KnobLevel], ...]
-    patches: frozenset[str] = frozenset()
-    key: ConfigKey = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "key", config_key(dict(self.knobs), self.patches))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Config) and self.key == other.key
-
-    def __hash__(self) -> int:
-        return hash(self.key)
-
-    @classmethod
-    def of(cls, knobs: dict[str, KnobLevel], patches: Iterable[str] = ()) -> Config:
-        """A config from a knob dict and an iterable of patch ids."""
-        return cls(tuple(sorted(knobs.items())), frozenset(patches))
-
-    @property
-    def knob_dict(self) -> dict[str, KnobLevel]:
-        """The knob values as a dict."""
-        return dict(self.knobs)
-
-    def describe(self) -> str:
-        """``micro_batch=4 precision=bf16 +sdpa_attention``: for tables and logs."""
-        knobs = " ".join(f"{k}={v}" for k, v in self.knobs)
-        return " ".join(filter(None, [knobs, " ".join(f"+{p}" for p in sorted(self.patches))]))
+# the search's name for a configuration: the ground floor's one type (``identity``)
+Config = Configuration
 
 
 @dataclass(frozen=True)
@@ -78,7 +45,8 @@ class Dim:
             return [math.log2(1.0 + float(value))]
         if self.kind == "bool":
             return [1.0 if _truth(value) else 0.0]
-        return [1.0 if str(value) == str(level) else 0.0 for level in self.levels[1:]]
+        v = canonical_value(value)
+        return [1.0 if v == canonical_value(level) else 0.0 for level in self.levels[1:]]
 
 
 def _truth(value: KnobLevel) -> bool:

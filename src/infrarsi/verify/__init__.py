@@ -17,6 +17,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from infrarsi.contract import Contract, ContractError
+from infrarsi.identity import differing_knobs
 from infrarsi.trial.ownership import owns
 from infrarsi.trial.patching import matches
 from infrarsi.trial.record import TrialMetrics, TrialRecord, TrialStatus
@@ -252,11 +253,8 @@ def _kinds(manifest: Manifest | None, baseline: TrialRecord, cand: TrialRecord) 
     """The kinds of change the candidate makes (split, ranks, precision): it is judged by the
     noise floors of these, and of no other."""
     if manifest is None:
-        return frozenset(
-            kind
-            for knob, kind in FALLBACK_KINDS.items()
-            if baseline.knobs.get(knob) != cand.knobs.get(knob)
-        )
+        differ = differing_knobs(baseline.knobs, cand.knobs, FALLBACK_KINDS)
+        return frozenset(kind for knob, kind in FALLBACK_KINDS.items() if knob in differ)
     return change_kinds(manifest, baseline.knobs, cand.knobs)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from infrarsi.errors import InfraRSIError
+from infrarsi.identity import differing_knobs
 from infrarsi.workloads import expr
 from infrarsi.workloads.manifest import KnobValue, Manifest
 
@@ -121,9 +122,7 @@ def change_kinds(
     return frozenset(
         kind
         for kind, roles in KIND_ROLES.items()
-        if any(
-            base.get(name) != other.get(name)
-            for role in roles
-            for name in manifest.knobs_with_role(role)
+        if differing_knobs(
+            base, other, [name for role in roles for name in manifest.knobs_with_role(role)]
         )
     )
