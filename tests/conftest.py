@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from postgres import bank_url, postgres_server, postgres_url, store_url  # noqa: F401 - one server per session for the store's and the bank's suites
 
-from infrarsi.trial.process import trial_processes
+from infrarsi.sandbox.process import trial_processes
 from infrarsi.workloads import find, load_manifest
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -62,7 +62,7 @@ def owned_by(request, monkeypatch):
     """The way the harness owns a trial's processes (parametrised indirectly: ``root``,
     ``user``, ``subreaper``), the stronger ones set aside through ``INFRARSI_OWNERSHIP``; the
     ownership line a trial's record then carries."""
-    from infrarsi.trial import ownership
+    from infrarsi.sandbox import ownership
 
     way = request.param
     if way == "root" and os.geteuid() != 0:

@@ -122,8 +122,12 @@ def test_a_stage_imports_no_other_stage(stage):
 
 
 def test_the_ground_floor_knows_no_stage_store_or_screen():
-    upper = set(STAGES) | {"store", "executors", "cli", "optimize", "verify"}
-    ground = [m for m in MODULES if _room(m) in ("trial", "workloads", "probe", "units", "host")]
+    upper = set(STAGES) | {"store", "executors", "cli", "optimize", "verify", "draft"}
+    ground = [
+        m
+        for m in MODULES
+        if _room(m) in ("trial", "workloads", "sandbox", "probe", "units", "host", "identity")
+    ]
     climbing = {
         m: sorted(i for i in GRAPH[m] if i.startswith("infrarsi.") and _room(i) in upper)
         for m in ground
@@ -208,3 +212,22 @@ def test_the_raw_comparison_check_sees_what_it_forbids(tmp_path):
         "    return x, y, z, w, ok\n"
     )
     assert _raw_comparisons(sample) == [f"sample.py:{n}" for n in (2, 3, 4, 5)]
+
+
+def _reaching(rooms: tuple[str, ...], into: tuple[str, ...]) -> dict[str, list[str]]:
+    """Modules of ``rooms`` that import a module of ``into``."""
+    return {
+        m: sorted(i for i in GRAPH[m] if i.startswith("infrarsi.") and _room(i) in into)
+        for m in MODULES
+        if _room(m) in rooms
+        and any(i.startswith("infrarsi.") and _room(i) in into for i in GRAPH[m])
+    }
+
+
+def test_no_arrow_runs_up_from_the_sandbox_or_the_workloads():
+    """The sandbox (processes, ownership, memory, remote launchers, hooks) sits below every
+    room that launches a process and knows none of them; the workloads know no trial (the
+    drafter, which runs a dry run through the trial's channel, is a room above both)."""
+    assert _reaching(("sandbox",), ("trial", "workloads", "draft")) == {}
+    assert _reaching(("workloads",), ("trial", "sandbox", "draft")) == {}
+    assert _reaching(("trial",), ("draft",)) == {}

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
+from infrarsi.sandbox.memcg import RankMemory
+from infrarsi.sandbox.process import ProcessResult
 from infrarsi.trial import TrialStatus, prepare
 from infrarsi.trial.classify import outcome
-from infrarsi.trial.memcg import RankMemory
-from infrarsi.trial.process import ProcessResult
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ import subprocess
 
 import pytest
 
-from infrarsi.trial import memcg
+from infrarsi.sandbox import memcg
+from infrarsi.sandbox.process import ProcessResult
 from infrarsi.trial.classify import _peaks
 from infrarsi.trial.metrics import RankReport, reduce_ranks
-from infrarsi.trial.process import ProcessResult
 
 V1_CGROUP = "9:name=systemd:/\n4:memory:/jobs/abc\n0::/\n"
 V2_CGROUP = "0::/user.slice/job\n"

@@ -8,8 +8,8 @@ import psutil
 import pytest
 from conftest import assert_no_leftovers
 
+from infrarsi.sandbox.process import TRIAL_ID_ENV
 from infrarsi.trial import TrialStatus, prepare, run_trial
-from infrarsi.trial.process import TRIAL_ID_ENV
 from infrarsi.workloads import find
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from infrarsi.trial import ownership
+from infrarsi.sandbox import ownership
 
 SEEN = (
     "import json, os; print(json.dumps([os.getpid(), int(os.readlink('/proc/self')),"

@@ -6,7 +6,7 @@ import statistics
 import sys
 import textwrap
 
-from infrarsi.trial.process import Launchers, line_parts, run_isolated
+from infrarsi.sandbox.process import Launchers, line_parts, run_isolated
 from infrarsi.trial.watch import MetricsChannel
 
 

@@ -4,7 +4,7 @@ applied by the harness: the patch's code never sees the trained parameters."""
 import pytest
 import torch
 
-from infrarsi.trial.remap import NotAMapping, apply, coded, index_map
+from infrarsi.trial.evaluation.remap import NotAMapping, apply, coded, index_map
 
 
 def _saved():
@@ -80,7 +80,7 @@ def test_codes_are_drawn_anew_each_time():
 def test_a_wrapped_submodules_parameters_are_its_modules(tmp_path):
     """``torch.compile`` of a submodule (or a checkpoint wrapper) puts its parameters one name
     deeper; they are the module's own."""
-    from infrarsi.trial.remap import load_saved
+    from infrarsi.trial.evaluation.remap import load_saved
 
     saved = {"blocks.0.mlp._orig_mod.fc.weight": torch.ones(2), "wte.weight": torch.zeros(2)}
     torch.save(saved, tmp_path / "final.pt")

@@ -11,7 +11,7 @@ import psutil
 import pytest
 from conftest import FIXTURES
 
-from infrarsi.trial.process import OWNER_ENV, TRIAL_ID_ENV, sweep_orphans, trial_processes
+from infrarsi.sandbox.process import OWNER_ENV, TRIAL_ID_ENV, sweep_orphans, trial_processes
 
 pytestmark = pytest.mark.slow
 

@@ -142,7 +142,7 @@ def test_terminating_the_tool_ends_the_trial_it_was_running(tmp_path):
 
     import psutil
 
-    from infrarsi.trial.process import TRIAL_ID_ENV
+    from infrarsi.sandbox.process import TRIAL_ID_ENV
 
     tool = subprocess.Popen(
         [

@@ -7,8 +7,8 @@ import json
 import pytest
 from chat_server import ChatServer
 
-from infrarsi.workloads.draft.assemble import _metrics
-from infrarsi.workloads.draft.metrics import MetricsDraftError
+from infrarsi.draft.assemble import _metrics
+from infrarsi.draft.metrics import MetricsDraftError
 
 STEPS = 4
 # a step line no rule reads: the loss is "L", the time "dt" with a Greek delta

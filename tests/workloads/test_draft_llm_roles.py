@@ -9,9 +9,9 @@ import pytest
 from chat_server import ChatServer
 from conftest import FIXTURES, run_cli
 
+from infrarsi.draft.command import parse_command
+from infrarsi.draft.draft import plan, read_script
 from infrarsi.workloads import load_manifest
-from infrarsi.workloads.draft.command import parse_command
-from infrarsi.workloads.draft.draft import plan, read_script
 
 ODD_NAMES = """
 import argparse

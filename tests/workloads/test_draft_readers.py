@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from infrarsi.workloads.draft.arguments import read_arguments
-from infrarsi.workloads.draft.command import CommandError, Given, parse_command
+from infrarsi.draft.arguments import read_arguments
+from infrarsi.draft.command import CommandError, Given, parse_command
 
 FOREIGN = Path(__file__).resolve().parents[1] / "fixtures" / "foreign" / "train_lm.py"
 
@@ -96,8 +96,8 @@ def test_configurator_globals_are_the_settings_of_a_nanogpt_style_script():
     ],
 )
 def test_roles_are_read_from_the_names_scripts_use(name, kind, role):
-    from infrarsi.workloads.draft.arguments import ScriptArg
-    from infrarsi.workloads.draft.roles import role_of
+    from infrarsi.draft.arguments import ScriptArg
+    from infrarsi.draft.roles import role_of
 
     assert role_of(ScriptArg(name, (f"--{name}",), kind)) == role
 
@@ -119,15 +119,15 @@ def test_roles_are_read_from_the_names_scripts_use(name, kind, role):
     ],
 )
 def test_a_role_the_name_does_not_say_is_read_from_the_help_text(name, help_text, role):
-    from infrarsi.workloads.draft.arguments import ScriptArg
-    from infrarsi.workloads.draft.roles import role_of
+    from infrarsi.draft.arguments import ScriptArg
+    from infrarsi.draft.roles import role_of
 
     assert role_of(ScriptArg(name, (f"--{name}",), "int", help=help_text)) == role
 
 
 def test_the_steps_seed_and_logging_arguments_are_recognised():
-    from infrarsi.workloads.draft.arguments import ScriptArg
-    from infrarsi.workloads.draft.roles import is_log_every, is_seed, is_steps
+    from infrarsi.draft.arguments import ScriptArg
+    from infrarsi.draft.roles import is_log_every, is_seed, is_steps
 
     assert all(is_steps(ScriptArg(n, (), "int")) for n in ("max_iters", "max_steps", "iters"))
     assert not is_steps(ScriptArg("warmup_steps", (), "int"))
@@ -141,7 +141,7 @@ def _lines(texts, every_s=0.05):
 
 
 def test_the_step_line_its_loss_and_its_time_in_the_printed_unit():
-    from infrarsi.workloads.draft.metrics import read_metrics
+    from infrarsi.draft.metrics import read_metrics
     from infrarsi.workloads.manifest import StdoutMetrics
 
     lines = _lines(
@@ -159,7 +159,7 @@ def test_the_step_line_its_loss_and_its_time_in_the_printed_unit():
 
 
 def test_a_unit_not_printed_is_read_from_the_clock():
-    from infrarsi.workloads.draft.metrics import read_metrics
+    from infrarsi.draft.metrics import read_metrics
 
     ms = [f"step {i} | loss {3 - i:.2f} | time {250 + i}" for i in range(3)]
     metrics, notes = read_metrics(_lines(ms, every_s=0.25), 3)
@@ -169,8 +169,8 @@ def test_a_unit_not_printed_is_read_from_the_clock():
 
 
 def test_hugging_face_log_dicts_are_timed_by_their_arrival():
+    from infrarsi.draft.metrics import LOSS_PATTERNS, read_metrics
     from infrarsi.trial.metrics import read_stdout
-    from infrarsi.workloads.draft.metrics import LOSS_PATTERNS, read_metrics
     from infrarsi.workloads.manifest import StdoutMetrics
 
     hf = [f"{{'loss': '{2.5 - i / 10:.4f}', 'grad_norm': 1.2, 'epoch': 0.{i}}}" for i in range(3)]
@@ -190,8 +190,8 @@ def test_a_loop_of_max_iters_plus_one_with_evaluation_lines_beside_is_read():
     """nanoGPT as published: ``max_iters=6`` runs iterations 0 to 6 (seven optimizer steps),
     and its evaluation prints ``step 0: train loss ..., val loss ...`` beside the step lines:
     the step lines are told apart by the words before their loss, the extra step counted."""
+    from infrarsi.draft.metrics import read_metrics
     from infrarsi.trial.metrics import read_stdout
-    from infrarsi.workloads.draft.metrics import read_metrics
     from infrarsi.workloads.manifest import StdoutMetrics
 
     printed = ["tokens per iteration will be: 8,192", "step 0: train loss 4.2874, val loss 4.2823"]
@@ -210,7 +210,7 @@ def test_a_loop_of_max_iters_plus_one_with_evaluation_lines_beside_is_read():
 def test_a_bare_time_between_bars_and_progress_bar_lines_are_read():
     """An ``accelerate`` loop's ``accelerator.print``: ``step 3 | loss 5.01 | ppl 150.29 |
     32.3 ms``, beside a progress bar's own lines."""
-    from infrarsi.workloads.draft.metrics import read_metrics
+    from infrarsi.draft.metrics import read_metrics
 
     printed = []
     for i in range(5):
@@ -233,7 +233,7 @@ def test_arrivals_that_do_not_match_the_loss_lines_are_an_error():
 
 
 def test_a_run_that_prints_no_step_lines_says_what_to_print():
-    from infrarsi.workloads.draft.metrics import MetricsDraftError, read_metrics
+    from infrarsi.draft.metrics import MetricsDraftError, read_metrics
 
     with pytest.raises(MetricsDraftError, match="one line per optimizer step"):
         read_metrics(_lines(["starting", "done"]), 4)
@@ -253,7 +253,7 @@ def test_a_run_that_prints_no_step_lines_says_what_to_print():
     ],
 )
 def test_flops_per_token_from_a_printed_parameter_count(printed, count):
-    from infrarsi.workloads.draft.metrics import read_flops
+    from infrarsi.draft.metrics import read_flops
     from infrarsi.workloads.manifest import Flops
 
     flops, note = read_flops(_lines(["starting", printed, "iter 0: loss 2.0"]))
@@ -264,7 +264,7 @@ def test_flops_per_token_from_a_printed_parameter_count(printed, count):
 
 
 def test_no_parameter_count_leaves_flops_unknown_and_says_so():
-    from infrarsi.workloads.draft.metrics import read_flops
+    from infrarsi.draft.metrics import read_flops
 
     flops, note = read_flops(_lines(["iter 0: loss 2.0, time 4ms", "step_params: none"]))
     assert flops is None and "MFU will read 'not available'" in note
@@ -286,8 +286,8 @@ gradient_accumulation_steps //= ddp_world_size
 
 
 def test_a_nanogpt_style_job_under_torchrun_keeps_its_accumulation_convention(tmp_path):
-    from infrarsi.workloads.draft.command import parse_command
-    from infrarsi.workloads.draft.draft import launch_command, plan, read_script
+    from infrarsi.draft.command import parse_command
+    from infrarsi.draft.draft import launch_command, plan, read_script
 
     (tmp_path / "train.py").write_text(NANOGPT)
     command = parse_command(
@@ -336,8 +336,8 @@ model_args, training_args = parser.parse_args_into_dataclasses()
 
 
 def test_a_hugging_face_script_reads_its_dataclasses_and_the_training_arguments(tmp_path):
-    from infrarsi.workloads.draft.command import CommandError, parse_command
-    from infrarsi.workloads.draft.draft import launch_command, plan, read_script
+    from infrarsi.draft.command import CommandError, parse_command
+    from infrarsi.draft.draft import launch_command, plan, read_script
 
     (tmp_path / "run_clm.py").write_text(HF_SCRIPT)
     argv = ["python", "run_clm.py", "--per_device_train_batch_size", "4"]
@@ -390,9 +390,9 @@ def test_roles_are_read_from_how_the_script_uses_its_arguments(tmp_path):
     takes and the accumulation its Accelerator takes play those roles whatever they are
     called (here names and help texts that say nothing; an evaluation's batch size plays
     none); ``--seq`` is the sequence length."""
-    from infrarsi.workloads.draft.command import parse_command
-    from infrarsi.workloads.draft.draft import plan, read_script
-    from infrarsi.workloads.draft.usage import roles_by_use
+    from infrarsi.draft.command import parse_command
+    from infrarsi.draft.draft import plan, read_script
+    from infrarsi.draft.usage import roles_by_use
 
     assert roles_by_use(ACCELERATE, {"chunk", "every", "mixed_precision", "x"}) == {
         "every": ("grad_accum", "passed to Accelerator(gradient_accumulation_steps=...)"),

@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from infrarsi.workloads.draft.dry import DryRunError, dry_run
+from infrarsi.draft.dry import DryRunError, dry_run
 
 STRAY = "3600.125"
 
@@ -65,7 +65,7 @@ def test_a_script_that_prints_nothing_before_the_limit_is_named(tmp_path):
 def test_a_script_that_logs_its_steps_is_drafted_to_read_standard_error_too(tmp_path):
     """Python's logging writes to standard error: the dry run keeps each line's stream, and
     the draft reads the steps there when standard output has none."""
-    from infrarsi.workloads.draft.assemble import _metrics
+    from infrarsi.draft.assemble import _metrics
 
     folder = script(
         tmp_path / "job",

@@ -92,8 +92,8 @@ def test_every_reference_knob_and_patch_has_a_role():
 
 
 def test_a_step_longer_than_the_whole_trial_is_refused_naming_the_unit(foreign):
+    from infrarsi.sandbox.process import ProcessResult
     from infrarsi.trial.classify import measured
-    from infrarsi.trial.process import ProcessResult
 
     spec = prepare(foreign, "tiny", {})
     lines = "".join(f"iter {i}: loss 5.0, time 1041.91\n" for i in range(6))  # ms, read as s

@@ -31,9 +31,9 @@ def draft(
 ) -> None:
     """Draft workload.yaml from your command and script (run from the script's folder): the
     knobs, the steps, the metrics read from a dry run of a few steps; shown, then written."""
+    from infrarsi.draft.assemble import draft_manifest
     from infrarsi.host import usable_threads
     from infrarsi.workloads import load_manifest
-    from infrarsi.workloads.draft.assemble import draft_manifest
 
     try:
         drafted = draft_manifest(list(command), Path.cwd(), usable_threads(), timeout_s)

@@ -44,7 +44,7 @@ class NodeAgent:
     ):
         import ray
 
-        from infrarsi.trial.remote import run_launcher
+        from infrarsi.sandbox.remote import run_launcher
 
         return run_launcher(
             ray.get_runtime_context().get_node_id(),
@@ -57,7 +57,7 @@ class NodeAgent:
         )
 
     def stop(self, trial_id: str) -> int:
-        from infrarsi.trial.remote import stop_launcher
+        from infrarsi.sandbox.remote import stop_launcher
 
         return stop_launcher(trial_id)
 

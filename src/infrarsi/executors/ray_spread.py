@@ -4,7 +4,7 @@ the agent there. What the trial runner needs of them (``trial.remote.Elsewhere``
 
 from __future__ import annotations
 
-from infrarsi.trial.remote import RemoteOutcome
+from infrarsi.sandbox.remote import RemoteOutcome
 
 
 class RayElsewhere:

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from infrarsi.sandbox.memcg import RankMemory
+from infrarsi.sandbox.ownership import OUTLIVE_TAIL_S
+from infrarsi.sandbox.process import ProcessResult
 from infrarsi.trial.arrivals import held_back
-from infrarsi.trial.memcg import RankMemory
 from infrarsi.trial.metrics import (
     MetricsError,
     RankReport,
@@ -29,9 +31,8 @@ from infrarsi.trial.metrics import (
     reduce_ranks,
     steady_phases,
 )
-from infrarsi.trial.ownership import OUTLIVE_TAIL_S
-from infrarsi.trial.process import ProcessResult
 from infrarsi.trial.record import TrialMetrics, TrialStatus
+from infrarsi.trial.watch import OutsideTiming
 
 if TYPE_CHECKING:
     from infrarsi.trial.spec import TrialSpec
@@ -156,8 +157,10 @@ def measured(
     reports: list[RankReport],
     result: ProcessResult,
     memory: dict[int, RankMemory] | None = None,
+    timing: OutsideTiming | None = None,
 ) -> Classified:
-    """Metrics of a clean run, or ``invalid`` when steps or tokens per step differ."""
+    """Metrics of a clean run, or ``invalid`` when steps or tokens per step differ.
+    ``timing``: what the harness's clock saw of the steps (its metrics channel's)."""
     reduced = reduce_ranks(reports)
     steps_expected = spec.manifest.launch.steps_printed(spec.steps_to_run)
     if len(reduced.step_times_s) != steps_expected:
@@ -180,7 +183,7 @@ def measured(
             "(e.g. unit: ms)"
         )
     peaks, source, warnings = _peaks(reports, reduced, result, memory)
-    metrics = _metrics(spec, reduced, result, tokens, peaks, source)
+    metrics = _metrics(spec, reduced, result, tokens, peaks, source, timing)
     held = held_back(metrics)
     if held is not None:
         return Classified(TrialStatus.INVALID, held, metrics=metrics, warnings=warnings)
@@ -194,6 +197,7 @@ def _metrics(
     tokens: int,
     peaks: list[int | None],
     source: str,
+    timing: OutsideTiming | None,
 ) -> TrialMetrics:
     warmup = min(spec.manifest.scale(spec.scale).warmup_steps, len(reduced.step_times_s) - 1)
     steady = reduced.step_times_s[warmup:]
@@ -202,7 +206,6 @@ def _metrics(
     train_time = sum(reduced.step_times_s)
     phases = steady_phases(reduced.phases_s[warmup:])
     compile_on = str(spec.knobs.get("compile", "off")).lower() not in ("off", "false", "0")
-    timing = result.outside_timing
     return TrialMetrics(
         step_time_s=step_time,
         step_time_cv=cv(steady),

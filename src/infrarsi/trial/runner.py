@@ -20,20 +20,20 @@ from typing import Any
 
 from infrarsi.errors import InfraRSIError
 from infrarsi.host import host_fingerprint
-from infrarsi.trial import classify, evaluation, memcg, ownership, patching
-from infrarsi.trial.evalserver import isolation_for
+from infrarsi.sandbox import HOOKS_DIR, memcg, ownership
+from infrarsi.sandbox.process import Launchers, owner_alive, run_isolated, sweep_orphans
+from infrarsi.sandbox.remote import RDZV_HOST, bind_interface, pack_workspace
+from infrarsi.trial import classify, evaluation, patching
+from infrarsi.trial.evaluation.server import isolation_for
 from infrarsi.trial.filewatch import for_trial
 from infrarsi.trial.metrics import MetricsError
-from infrarsi.trial.process import Launchers, owner_alive, run_isolated, sweep_orphans
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
-from infrarsi.trial.remote import RDZV_HOST, bind_interface, pack_workspace
 from infrarsi.trial.screen import screen
 from infrarsi.trial.spec import PatchSource, TrialSpec, seed_names
 from infrarsi.trial.watch import MetricsChannel
 from infrarsi.workloads import knobs
 from infrarsi.workloads.manifest import Manifest
 
-HOOKS_DIR = Path(__file__).resolve().parent / "_hooks"
 PROFILE_FILE = "profile.json"
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -498,7 +498,7 @@ def _measure(spec: TrialSpec, channel: MetricsChannel, result, outcome, memory):
     how = spec.manifest.launch.metrics
     try:
         reports = channel.reports(None if how == "probe" else how)
-        measured = classify.measured(spec, reports, result, memory)
+        measured = classify.measured(spec, reports, result, memory, channel.timing())
     except MetricsError as exc:
         return classify.Classified(
             TrialStatus.CRASH, f"metrics: {exc}", warnings=list(outcome.warnings)

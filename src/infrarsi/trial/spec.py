@@ -13,7 +13,7 @@ from infrarsi.workloads import expr
 from infrarsi.workloads.manifest import KnobValue, Manifest
 
 if TYPE_CHECKING:
-    from infrarsi.trial.remote import Elsewhere
+    from infrarsi.sandbox.remote import Elsewhere
 
 
 MAX_TIMEOUT_FACTOR = 4.0  # a timed run of more steps may take this many times the scale's timeout

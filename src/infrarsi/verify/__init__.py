@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from infrarsi.contract import Contract, ContractError
 from infrarsi.identity import differing_knobs
-from infrarsi.trial.ownership import owns
+from infrarsi.sandbox.ownership import owns
 from infrarsi.trial.patching import matches
 from infrarsi.trial.record import TrialMetrics, TrialRecord, TrialStatus
 from infrarsi.trial.watch import POLL_S

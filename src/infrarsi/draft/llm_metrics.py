@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from infrarsi import llm
-from infrarsi.workloads.draft.metrics import (
+from infrarsi.draft.metrics import (
     UNITS,
     MetricsDraftError,
     line_gaps_s,

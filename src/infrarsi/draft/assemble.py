@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infrarsi import llm
-from infrarsi.workloads.draft.command import CommandError, parse_command
-from infrarsi.workloads.draft.draft import (
+from infrarsi.draft.command import CommandError, parse_command
+from infrarsi.draft.draft import (
     DRY_STEPS,
     SEQ_NAMES,
     Draft,
@@ -21,9 +21,9 @@ from infrarsi.workloads.draft.draft import (
     render,
     value_given,
 )
-from infrarsi.workloads.draft.dry import dry_run
-from infrarsi.workloads.draft.llm_metrics import ask_patterns, check_patterns
-from infrarsi.workloads.draft.metrics import MetricsDraftError, read_flops, read_metrics
+from infrarsi.draft.dry import dry_run
+from infrarsi.draft.llm_metrics import ask_patterns, check_patterns
+from infrarsi.draft.metrics import MetricsDraftError, read_flops, read_metrics
 
 DryRun = Callable[[list[str], Path, float, int], tuple[list[tuple[float, str, str]], float]]
 DRY_MEMORY_SHARE = 0.5  # of the host's memory, shared by the dry run's ranks

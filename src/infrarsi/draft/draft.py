@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from infrarsi import llm
-from infrarsi.workloads.draft import roles
-from infrarsi.workloads.draft.arguments import ScriptArg, read_arguments
-from infrarsi.workloads.draft.command import Command, CommandError
-from infrarsi.workloads.draft.llm_roles import guess_roles
-from infrarsi.workloads.draft.usage import roles_by_use
+from infrarsi.draft import roles
+from infrarsi.draft.arguments import ScriptArg, read_arguments
+from infrarsi.draft.command import Command, CommandError
+from infrarsi.draft.llm_roles import guess_roles
+from infrarsi.draft.usage import roles_by_use
 
 RoleAsker = Callable[[str, str], str]  # (system, user) -> the LLM's reply
 

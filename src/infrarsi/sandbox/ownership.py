@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-INIT_SCRIPT = Path(__file__).resolve().parent / "_hooks" / "infrarsi_init.py"
+INIT_SCRIPT = Path(__file__).resolve().parent / "_hooks" / "infrarsi_init.py"  # sandbox/_hooks
 OUTLIVE_TAIL_S = 1.0  # the ranks have ended when the launcher does; anything later is not theirs
 READY_TIMEOUT_S = 30.0
 MODE_ENV = "INFRARSI_OWNERSHIP"

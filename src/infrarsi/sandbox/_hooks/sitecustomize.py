@@ -4,7 +4,7 @@ In a rank (a process with ``LOCAL_RANK`` set by the launcher, or the single proc
 launch, marked ``INFRARSI_CAP_SELF``) it first moves the process into its own memory cgroup
 ``$INFRARSI_MEMCG_DIR/rank<RANK>``, with the capacity ``INFRARSI_RANK_MEM_CAP_BYTES`` as its limit,
 before anything else is imported: the harness reads the rank's peak memory and any OOM kill
-from there (see ``infrarsi.trial.memcg``). A rank's own child processes stay in its cgroup.
+from there (see ``infrarsi.sandbox.memcg``). A rank's own child processes stay in its cgroup.
 Every process of a trial asks the kernel to kill it when its parent dies, so a trial never
 outlives the tool that started it. It also records any uncaught exception of a rank, classified
 as an allocation failure or not, into ``INFRARSI_ERROR_FILE`` (``{rank}`` replaced).

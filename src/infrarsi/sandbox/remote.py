@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from infrarsi.trial import memcg
-from infrarsi.trial.process import Launchers, owner_alive, run_isolated
+from infrarsi.sandbox import memcg
+from infrarsi.sandbox.process import Launchers, owner_alive, run_isolated
 
 SKIP = ("workspace", "tmp", "cache", "home", "stdout.log", "stderr.log")  # not sent back
 RDZV_HOST = "INFRARSI_RDZV_HOST"  # the address every launcher of a spread trial meets at
@@ -211,6 +211,6 @@ def _read(path: Path) -> bytes:
 def stop_launcher(trial_id: str) -> int:
     """On the other host: end every process of the trial there (the coordinator's launcher
     failed or the trial was cut short)."""
-    from infrarsi.trial.process import kill_trial
+    from infrarsi.sandbox.process import kill_trial
 
     return kill_trial([], trial_id)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from infrarsi.workloads.draft.arguments import ScriptArg
+from infrarsi.draft.arguments import ScriptArg
 
 ROLE_NAMES: tuple[tuple[str, str], ...] = (  # (role, regex on the lower-cased name), in order
     ("grad_accum", r"grad(ient)?_?accum(ulation)?(_steps|_iters)?$|^accum(ulation)?(_steps)?$"),

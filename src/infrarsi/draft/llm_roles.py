@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict
 
 from infrarsi import llm
-from infrarsi.workloads.draft import roles
-from infrarsi.workloads.draft.arguments import ScriptArg
+from infrarsi.draft import roles
+from infrarsi.draft.arguments import ScriptArg
 
 SYSTEM_PROMPT = """You read the command-line arguments of a PyTorch training script and say
 which of them plays one of these roles (or null when none does):

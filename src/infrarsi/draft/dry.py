@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 
 from infrarsi.errors import InfraRSIError
-from infrarsi.trial import memcg
-from infrarsi.trial.process import Launchers, owner_alive, run_isolated
+from infrarsi.sandbox import memcg
+from infrarsi.sandbox.process import Launchers, owner_alive, run_isolated
 from infrarsi.trial.runner import isolated_env, resolve_program
 from infrarsi.trial.watch import MetricsChannel
 

@@ -22,17 +22,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
-from infrarsi.trial import ownership
-from infrarsi.trial.watch import MetricsChannel, OutsideTiming
+from infrarsi.sandbox import ownership
 
 TRIAL_ID_ENV = "INFRARSI_TRIAL_ID"
 OWNER_ENV = "INFRARSI_TRIAL_OWNER"  # "<pid>:<start time>" of the harness process that owns it
 SAMPLE_PERIOD_S = 0.2
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+class LineSink(Protocol):
+    """What receives the launchers' output lines as they arrive (a trial's metrics channel):
+    started before the first launcher, stopped after every process ended."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def stdout_line(self, line: bytes, stream: str = "stdout") -> None: ...
 
 
 @dataclass
@@ -45,7 +56,6 @@ class ProcessResult:
     outside_peak_rss_bytes: dict[int, int] = field(default_factory=dict)
     failed_node: int | None = None
     outside_other_peak_rss_bytes: int = 0  # the launchers and any other non-rank process
-    outside_timing: OutsideTiming | None = None
     leftovers_killed: int = 0
     outlived: int = 0  # processes of the trial still alive a tail after their launcher exited
     ownership: str = ""  # who owned the trial's processes (``ownership.summary``)
@@ -158,7 +168,7 @@ def run_isolated(
     trial_id: str,
     timeout_s: float,
     logs: tuple[Path, Path],
-    channel: MetricsChannel | None = None,
+    channel: LineSink | None = None,
     cgroup_procs: Path | None = None,
 ) -> ProcessResult:
     """Run one launcher per node to their end; no process of the trial survives this call.
@@ -229,7 +239,6 @@ def run_isolated(
         outside_peak_rss_bytes=sampler.peaks,
         outside_other_peak_rss_bytes=sampler.other_peak,
         failed_node=procs.index(failed) if failed is not None and len(procs) > 1 else None,
-        outside_timing=channel.timing() if channel else None,
         leftovers_killed=killed,
         outlived=outlived,
         ownership=ownership.summary([i for i in inits if i.ready], spans_hosts),
@@ -292,7 +301,7 @@ class _Pump(threading.Thread):
 
     _log_lock = threading.Lock()
 
-    def __init__(self, pipe, log, channel: MetricsChannel | None, stream: str = "stdout") -> None:
+    def __init__(self, pipe, log, channel: LineSink | None, stream: str = "stdout") -> None:
         super().__init__(daemon=True)
         self.pipe, self.log, self.channel, self.stream = pipe, log, channel, stream
         self.start()

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infrarsi.trial.evalserver import SERVER, isolation_for
+from infrarsi.trial.evaluation.server import SERVER, isolation_for
 from infrarsi.trial.patching import sha256_file
 from infrarsi.trial.record import Evaluation
 
@@ -137,7 +137,7 @@ def _to_reference(
         return found  # the workload's own code saved them: its names are the reference's
     import torch  # the harness's own tensors: imported only where parameters are mapped
 
-    from infrarsi.trial import remap
+    from infrarsi.trial.evaluation import remap
 
     folder = weights_dir(trial_dir)
     folder.mkdir(parents=True, exist_ok=True)

@@ -19,10 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infrarsi.host import CACHE_DIR
-from infrarsi.trial import ownership
-from infrarsi.trial.process import _die_with_parent
-
-HOOKS_DIR = Path(__file__).resolve().parent / "_hooks"
+from infrarsi.sandbox import HOOKS_DIR, ownership
+from infrarsi.sandbox.process import _die_with_parent
 
 _SERVER = r"""
 import ctypes, json, os, runpy, signal, sys, traceback
