@@ -1,7 +1,7 @@
 """A trial whose ranks ran on the CPU of a host with CUDA GPUs says so (on an H200 host CUDA
 could not start inside the trial and the workload fell back to the CPU without a word)."""
 
-from infrarsi.trial import runner
+from infrarsi.trial import launch as runner
 
 
 def test_a_host_with_gpus_warns_when_the_ranks_ran_on_the_cpu(monkeypatch):

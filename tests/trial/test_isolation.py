@@ -49,7 +49,7 @@ def test_a_kernel_that_refuses_namespaces_changes_nothing_and_says_so(tmp_path):
     import subprocess
     import sys
 
-    from infrarsi.trial.runner import HOOKS_DIR
+    from infrarsi.sandbox import HOOKS_DIR
 
     code = f"""
 import ctypes, os, sys

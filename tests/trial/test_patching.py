@@ -7,7 +7,7 @@ import pytest
 
 from infrarsi.trial import PatchRefused, prepare
 from infrarsi.trial.patching import PatchFailed, apply, check_paths, diff_paths
-from infrarsi.trial.runner import refuse_patch
+from infrarsi.trial.preparation import refuse_patch
 
 TOUCH_TRAIN = """--- a/train.py
 +++ b/train.py

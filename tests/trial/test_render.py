@@ -3,7 +3,7 @@
 from conftest import FIXTURES
 
 from infrarsi.trial import prepare
-from infrarsi.trial.runner import render
+from infrarsi.trial.launch import render
 from infrarsi.workloads import load_manifest
 
 

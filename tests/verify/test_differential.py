@@ -171,7 +171,7 @@ def test_runs_are_compared_at_one_seed_and_the_challenge_seed_is_said(calibrated
 
 def test_a_challenge_seed_sets_every_seed_parameter_or_the_bootstraps_offset():
     from infrarsi.trial import prepare
-    from infrarsi.trial.runner import SEED_BY_BOOTSTRAP, SEED_BY_PARAMETER, seed_setting
+    from infrarsi.trial.launch import SEED_BY_BOOTSTRAP, SEED_BY_PARAMETER, seed_setting
 
     dense = find("dense-1node")
     assert prepare(dense, "tiny", {}).params()["seed"] == 1234

@@ -8,8 +8,8 @@ import yaml
 from conftest import FIXTURES
 
 from infrarsi.trial import prepare
+from infrarsi.trial.launch import render
 from infrarsi.trial.metrics import MetricsError, read_stdout
-from infrarsi.trial.runner import render
 from infrarsi.workloads import ManifestError, load_manifest, precision_of
 
 

@@ -18,7 +18,7 @@ from infrarsi.proposal import resolve, who_proposed
 from infrarsi.records import ApplyResult
 from infrarsi.store import Stage, StoredRun, StoredTrial
 from infrarsi.trial import TrialRecord, patching, prepare
-from infrarsi.trial.runner import render
+from infrarsi.trial.launch import render
 
 if TYPE_CHECKING:
     from infrarsi.contract import Contract

@@ -25,8 +25,8 @@ from infrarsi.options import APPLY_TOP_K, apply_rounds
 from infrarsi.records import DOCTOR_BASELINE_LABEL, DoctorReport, DoctorTrial
 from infrarsi.trial import TrialRecord, TrialStatus, prepare
 from infrarsi.trial.arrivals import Timing
+from infrarsi.trial.launch import PROFILE_FILE
 from infrarsi.trial.metrics import critical, read_probe_files
-from infrarsi.trial.runner import PROFILE_FILE
 
 TOP_OPS = 10
 
@@ -206,25 +206,9 @@ def build_report(
     phases, phase_step_s = _critical_phases(runs, per_run)
     tokens_per_s = runs[0].measured.tokens_per_step / step_time
     mfu = compute_mfu(manifest, contract.scale, knobs, hardware, tokens_per_s)
-    objective = (
-        [r.measured.e2e_time_s for r in runs]
-        if contract.objective == "e2e_time"
-        else [p["step_time_s"] for p in per_run]
-    )
-    cv_between = noise.cv(objective)
-    runs_n = len(runs)
     timing = Timing.of(runs)
-    timed = _timed(contract, manifest, timing, cv_between)
-    repeats = noise.recommended_repeats(max(cv_between, timed.get("cv_timed") or 0.0), runs_n)
-    outside = noise.outside_share(
-        [compared_time(r, contract.objective) or 0.0 for r in runs],
-        [r.measured.train_time_s for r in runs],
-    )
     top = top_ops(profile, hardware["facts"]["device_type"]) if profile is not None else []
-    peaks = [
-        max((b for b in col if b is not None), default=None)
-        for col in zip(*(r.measured.peak_mem_bytes for r in runs))
-    ]
+    peaks = _peak_per_rank(runs)
     facts = Facts(
         manifest,
         knobs,
@@ -258,43 +242,70 @@ def build_report(
             "peak_mem_bytes": peaks,
             "peak_mem_source": runs[0].measured.peak_mem_source,
             "hardware": hardware,
-            "noise": {
-                "cv_within": statistics.median(p["cv"] for p in per_run),
-                "cv_between": cv_between,
-                "objective": contract.objective,
-                "runs": runs_n,
-                "mde_pct": {
-                    str(n): 100 * noise.min_detectable_effect(cv_between, n, runs_n)
-                    for n in (1, 3, 5)
-                },
-                "recommended_repeats": repeats,
-                "method": noise.METHOD,
-                "outside_share": outside,
-                "amdahl_bound": noise.amdahl_bound(outside),
-                **timed,
-                **_timed_note(
-                    _headroom(
-                        max(cv_between, timed.get("cv_timed") or 0.0),
-                        outside,
-                        apply_rounds(repeats),
-                    ),
-                    timed,
-                ),
-            },
+            "noise": _noise(contract, manifest, runs, per_run, timing),
             "timing": timing,
             "runs": [
-                {
-                    "trial_id": r.trial_id,
-                    "warmup_steps_detected": p["warmup"],
-                    "step_time_s": p["step_time_s"],
-                    "cv": p["cv"],
-                }
+                {"trial_id": r.trial_id, "warmup_steps_detected": p["warmup"]}
+                | {"step_time_s": p["step_time_s"], "cv": p["cv"]}
                 for r, p in zip(runs, per_run)
             ],
             "top_ops": top,
             "diagnosis": diagnose(facts),
         }
     )
+
+
+def _peak_per_rank(runs: list[TrialRecord]) -> list[int | None]:
+    """Each rank's largest peak over the runs (None where no run measured it)."""
+    return [
+        max((b for b in col if b is not None), default=None)
+        for col in zip(*(r.measured.peak_mem_bytes for r in runs))
+    ]
+
+
+def _noise(
+    contract: Contract,
+    manifest,
+    runs: list[TrialRecord],
+    per_run: list[dict],
+    timing: Timing | None,
+) -> dict:
+    """The report's noise: the spread within and between the runs on the objective's time,
+    the effect each repeat count can detect, the repeats recommended, the share of the time
+    outside the steps and its Amdahl bound, and under throughput the timed steps (``_timed``)."""
+    objective = (
+        [r.measured.e2e_time_s for r in runs]
+        if contract.objective == "e2e_time"
+        else [p["step_time_s"] for p in per_run]
+    )
+    cv_between = noise.cv(objective)
+    runs_n = len(runs)
+    timed = _timed(contract, manifest, timing, cv_between)
+    repeats = noise.recommended_repeats(max(cv_between, timed.get("cv_timed") or 0.0), runs_n)
+    outside = noise.outside_share(
+        [compared_time(r, contract.objective) or 0.0 for r in runs],
+        [r.measured.train_time_s for r in runs],
+    )
+    return {
+        "cv_within": statistics.median(p["cv"] for p in per_run),
+        "cv_between": cv_between,
+        "objective": contract.objective,
+        "runs": runs_n,
+        "mde_pct": {
+            str(n): 100 * noise.min_detectable_effect(cv_between, n, runs_n) for n in (1, 3, 5)
+        },
+        "recommended_repeats": repeats,
+        "method": noise.METHOD,
+        "outside_share": outside,
+        "amdahl_bound": noise.amdahl_bound(outside),
+        **timed,
+        **_timed_note(
+            _headroom(
+                max(cv_between, timed.get("cv_timed") or 0.0), outside, apply_rounds(repeats)
+            ),
+            timed,
+        ),
+    }
 
 
 def _timed(contract: Contract, manifest, timing: Timing | None, cv_between: float) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 from infrarsi.errors import InfraRSIError
 from infrarsi.sandbox import memcg
 from infrarsi.sandbox.process import Launchers, owner_alive, run_isolated
-from infrarsi.trial.runner import isolated_env, resolve_program
+from infrarsi.trial.launch import isolated_env, resolve_program
 from infrarsi.trial.watch import MetricsChannel
 
 LINK_ABOVE_BYTES = 16 << 20  # a larger file (data, checkpoints) is linked, not copied

@@ -20,7 +20,7 @@ from infrarsi.contract import (
 )
 from infrarsi.init.parse import Reading
 from infrarsi.trial.patching import matches, sha256_file
-from infrarsi.trial.runner import TrialSpec
+from infrarsi.trial.spec import TrialSpec
 from infrarsi.workloads import baseline
 from infrarsi.workloads.manifest import Manifest
 

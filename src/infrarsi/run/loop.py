@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,30 @@ class RunStart:
 def describe_changes(config: Config, baseline: Config) -> str:
     """What a config changes from the baseline (``identity.describe_changes``)."""
     return identity.describe_changes(config.knob_dict, config.patches, baseline.knob_dict)
+
+
+@dataclass
+class _Loop:
+    """Where one search loop stands: the problem and the searcher (rebuilt when patches are
+    proposed), configs queued before the searcher's (a requeued trial, a baseline measured
+    again), the trials in flight by handle, and what was spent."""
+
+    problem: Problem
+    searcher: Searcher
+    queue: list[tuple[Config, StoredTrial | None]]
+    seq: int
+    spent_s: float
+    count: int
+    t0: float
+    reason: str = "budget spent"
+    stopping: bool = False
+    flying: dict[str, tuple[Config, int, int, Prediction | None, SlowBound | None]] = field(
+        default_factory=dict
+    )
+
+    @property
+    def baseline(self) -> Config:
+        return self.problem.baseline
 
 
 class RunLoop:
@@ -288,109 +312,120 @@ class RunLoop:
 
     # -- the loop --------------------------------------------------------------------------
     def _loop(self, store: Store, run_id: str, requeue: list[StoredTrial]) -> RunResult:
+        """Propose, launch and tell until the budget is spent, the models expect no gain or
+        nothing is left: up to ``parallel`` trials in flight, each told back as it ends."""
         problem, searcher = self._searcher(store, run_id)  # resumed: told what was measured
         finished = [t for t in store.trials(run_id) if t.status.is_finished()]
-        queue: list[tuple[Config, StoredTrial | None]] = [
-            (config_from_json(t.config_json), t)
-            for t in requeue
-            if config_from_json(t.config_json) not in searcher.tried
-        ]
-        seq = max((t.seq for t in store.trials(run_id)), default=-1) + 1
-        spent_s = sum(t.cost_s or 0.0 for t in finished)
-        count, t0 = len(finished), time.monotonic()
+        st = _Loop(
+            problem=problem,
+            searcher=searcher,
+            queue=[
+                (config_from_json(t.config_json), t)
+                for t in requeue
+                if config_from_json(t.config_json) not in searcher.tried
+            ],
+            seq=max((t.seq for t in store.trials(run_id)), default=-1) + 1,
+            spent_s=sum(t.cost_s or 0.0 for t in finished),
+            count=len(finished),
+            t0=time.monotonic(),
+        )
         self.on_event(
             RunStarted(
                 run_id=run_id,
                 run_dir=str(self.run_dir),
                 candidates=len(problem.candidates),
                 resumed=len(finished),
-                requeued=len(queue),
+                requeued=len(st.queue),
             )
         )
-        reason, stopping = "budget spent", False
-        flying: dict[str, tuple[Config, int, int, Prediction | None, SlowBound | None]] = {}
         while True:
-            while not stopping and len(flying) < self.options.parallel:  # fill the free slots
-                why = self._budget_spent(count + len(flying), spent_s, t0)
-                if why:
-                    reason, stopping = why, True
+            while not st.stopping and len(st.flying) < self.options.parallel:
+                if not self._launch_next(store, run_id, st):
                     break
-                if (
-                    not queue
-                    and not flying
-                    and self._propose(store, run_id, count, problem.baseline)
-                ):
-                    problem, searcher = self._searcher(store, run_id)
-                config, again = queue.pop(0) if queue else (None, None)
-                if config is None:
-                    left = self._trials_left(count, spent_s + time.monotonic() - t0)
-                    if searcher.should_stop(left) and count >= 3:
-                        reason = "the models expect no gain above the minimum detectable effect"
-                        stopping = True
-                        break
-                    config = searcher.ask()
-                if config is None:
-                    if not flying:
-                        reason, stopping = "every candidate was tried", True
-                    break  # else: what is in flight may open more
-                predictions = _predictions(searcher) if again is None else None
-                if again is not None:
-                    store.restart_trial(again.id)
-                    row, this_seq = again.id, again.seq
-                else:
-                    by = who_proposed(config.patches, self._writers, self.options.searcher)
-                    row = store.start_trial(run_id, seq, config_json(config), predictions, by)
-                    this_seq = seq
-                    seq += 1
-                changes = describe_changes(config, problem.baseline)
-                self.on_event(TrialLaunched(seq=this_seq, changes=changes, predicted=predictions))
-                bound = searcher.slow_bound()
-                flying[self._submit(config, bound)] = (config, row, this_seq, predictions, bound)
-                searcher.tried.add(config)  # in flight: not proposed again meanwhile
-            if not flying:
+            if not st.flying:
                 break
-            handle, record = self._next_done(flying)
-            config, row, this_seq, predictions, bound = flying.pop(handle)
-            record = screened(
-                _censored(record, bound),
-                self.contract,
-                self.manifest,
-                problem.baseline.knob_dict,
-                self.doctor_report.timing if self.doctor_report else None,
-            )
-            outcome = outcome_of(record, problem.capacity_bytes, self.contract.objective)
-            store.finish_trial(
-                row,
-                outcome.status,
-                trial_id=record.trial_id,
-                step_time_s=steady_step_time_s(record) if outcome.status.is_ok() else None,
-                peak_mem_bytes=outcome.peak_bytes,
-                cost_s=record.cost_s,
-                error=record.error,
-                record=record,
-            )
-            searcher.tell(config, outcome)
-            count, spent_s = count + 1, spent_s + record.cost_s
-            if self._measure_again(config, outcome, problem):
-                queue.insert(0, (problem.baseline, None))  # before the searcher decides more
-            best = searcher.recommend()
-            self.on_event(
-                TrialEnded(
-                    stage=Stage.RUN.value,
-                    record=record,
-                    status=outcome.status,
-                    seq=this_seq,
-                    changes=describe_changes(config, problem.baseline),
-                    ranked_time_per_step_s=outcome.step_time_s,
-                    peak_bytes=outcome.peak_bytes,
-                    predicted=predictions,
-                    best=None if best is None else describe_changes(best, problem.baseline),
-                )
-            )
-        ranked = ranking(searcher, store.trials(run_id))
+            self._finish_next(store, st)
+        ranked = ranking(st.searcher, store.trials(run_id))
         store.set_ranking(run_id, ranked)
-        store.set_run_status(run_id, RunStatus.FINISHED, reason)
-        return self._result(store, run_id, searcher, reason, len(requeue), ranked)
+        store.set_run_status(run_id, RunStatus.FINISHED, st.reason)
+        return self._result(store, run_id, st.searcher, st.reason, len(requeue), ranked)
+
+    def _launch_next(self, store: Store, run_id: str, st: _Loop) -> bool:
+        """Fill one free slot: the next queued config, else the searcher's; False when none
+        is launched now (the loop then stops, or waits for what is in flight)."""
+        why = self._budget_spent(st.count + len(st.flying), st.spent_s, st.t0)
+        if why:
+            st.reason, st.stopping = why, True
+            return False
+        if not st.queue and not st.flying and self._propose(store, run_id, st.count, st.baseline):
+            st.problem, st.searcher = self._searcher(store, run_id)
+        config, again = st.queue.pop(0) if st.queue else (None, None)
+        if config is None:
+            left = self._trials_left(st.count, st.spent_s + time.monotonic() - st.t0)
+            if st.searcher.should_stop(left) and st.count >= 3:
+                st.reason = "the models expect no gain above the minimum detectable effect"
+                st.stopping = True
+                return False
+            config = st.searcher.ask()
+        if config is None:
+            if not st.flying:
+                st.reason, st.stopping = "every candidate was tried", True
+            return False  # else: what is in flight may open more
+        predictions = _predictions(st.searcher) if again is None else None
+        if again is not None:
+            store.restart_trial(again.id)
+            row, this_seq = again.id, again.seq
+        else:
+            by = who_proposed(config.patches, self._writers, self.options.searcher)
+            row = store.start_trial(run_id, st.seq, config_json(config), predictions, by)
+            this_seq, st.seq = st.seq, st.seq + 1
+        changes = describe_changes(config, st.baseline)
+        self.on_event(TrialLaunched(seq=this_seq, changes=changes, predicted=predictions))
+        bound = st.searcher.slow_bound()
+        st.flying[self._submit(config, bound)] = (config, row, this_seq, predictions, bound)
+        st.searcher.tried.add(config)  # in flight: not proposed again meanwhile
+        return True
+
+    def _finish_next(self, store: Store, st: _Loop) -> None:
+        """Wait for the next trial in flight to end; screen, store and tell it."""
+        handle, record = self._next_done(st.flying)
+        config, row, this_seq, predictions, bound = st.flying.pop(handle)
+        record = screened(
+            _censored(record, bound),
+            self.contract,
+            self.manifest,
+            st.baseline.knob_dict,
+            self.doctor_report.timing if self.doctor_report else None,
+        )
+        outcome = outcome_of(record, st.problem.capacity_bytes, self.contract.objective)
+        store.finish_trial(
+            row,
+            outcome.status,
+            trial_id=record.trial_id,
+            step_time_s=steady_step_time_s(record) if outcome.status.is_ok() else None,
+            peak_mem_bytes=outcome.peak_bytes,
+            cost_s=record.cost_s,
+            error=record.error,
+            record=record,
+        )
+        st.searcher.tell(config, outcome)
+        st.count, st.spent_s = st.count + 1, st.spent_s + record.cost_s
+        if self._measure_again(config, outcome, st.problem):
+            st.queue.insert(0, (st.baseline, None))  # before the searcher decides more
+        best = st.searcher.recommend()
+        self.on_event(
+            TrialEnded(
+                stage=Stage.RUN.value,
+                record=record,
+                status=outcome.status,
+                seq=this_seq,
+                changes=describe_changes(config, st.baseline),
+                ranked_time_per_step_s=outcome.step_time_s,
+                peak_bytes=outcome.peak_bytes,
+                predicted=predictions,
+                best=None if best is None else describe_changes(best, st.baseline),
+            )
+        )
 
     def _measure_again(self, config: Config, outcome: Outcome, problem: Problem) -> bool:
         """Whether a search measurement of the baseline disagrees with the Doctor's runs by

@@ -148,7 +148,7 @@ def _launcher_setup(cgroup_procs: Path | None):
 class Launchers:
     """What one trial launches: a command and an environment per node, run in ``cwd``;
     ``remote``: launcher index -> a function (command, env) starting it on another host
-    (``trial.remote``)."""
+    (``sandbox.remote``)."""
 
     commands: list[list[str]]
     envs: list[dict[str, str]]
@@ -176,34 +176,17 @@ def run_isolated(
     The trial ends when every launcher has exited, when one exits with an error (the others
     would wait forever for their peers, so they are ended), or at the timeout. The launchers'
     standard output is a pipe the harness reads (each line to ``channel`` as it arrives, and
-    to the ``stdout`` log); their standard error goes to the ``stderr`` log. Call it from a
-    thread that outlives the trial: the parent-death signal follows the thread that started
-    the launcher. ``logs``: the (stdout, stderr) files. A remote launcher is polled, waited
-    for and stopped like a local one, its output and memory come back with its outcome.
+    to the ``stdout`` log of ``logs``); their standard error goes to its ``stderr`` log. Call
+    it from a thread that outlives the trial (the parent-death signal follows the thread that
+    started the launcher). A remote launcher is polled, waited for and stopped like a local one.
     """
-    commands, envs, cwd, remote = (
-        launchers.commands,
-        launchers.envs,
-        launchers.cwd,
-        launchers.remote,
-    )
-    stdout, stderr = logs
     t0 = time.monotonic()
     if channel is not None:
         channel.start()
-    with open(stdout, "ab") as out, open(stderr, "ab") as err:
-        tags = {TRIAL_ID_ENV: trial_id, OWNER_ENV: owner_tag()}
-        spans_hosts = bool(remote) or launchers.spans_hosts
-        inits = ownership.networks(len(commands), spans_hosts)
-        procs: list = []
-        for i, (cmd, env) in enumerate(zip(commands, envs)):
-            if i in remote:
-                procs.append(remote[i](cmd, {**env, **tags}))
-                continue
-            stream = subprocess.PIPE if launchers.read_stderr else err
-            procs.append(
-                _start_local(cmd, {**env, **tags}, cwd, stream, cgroup_procs, inits, procs)
-            )
+    with open(logs[0], "ab") as out, open(logs[1], "ab") as err:
+        spans_hosts = bool(launchers.remote) or launchers.spans_hosts
+        inits = ownership.networks(len(launchers.commands), spans_hosts)
+        procs = _start_all(launchers, trial_id, err, cgroup_procs, inits)
         local = [p for p in procs if p.pid is not None]
         pumps = [_Pump(proc.stdout, out, channel) for proc in local]
         if launchers.read_stderr:
@@ -224,11 +207,7 @@ def run_isolated(
         for proc in procs:
             proc.wait()
         wall_s = time.monotonic() - t0
-        outlived = sum(init.survivors() for init in inits) if not running else 0
-        for init in inits:
-            init.close()
-        for pump in pumps:
-            pump.join(timeout=5)
+        outlived = _closed(inits, pumps, count=not running)
         if channel is not None:
             channel.stop()
     ended = failed is not None or not running
@@ -243,6 +222,36 @@ def run_isolated(
         outlived=outlived,
         ownership=ownership.summary([i for i in inits if i.ready], spans_hosts),
     )
+
+
+def _closed(inits: list, pumps: list[_Pump], count: bool) -> int:
+    """After the launchers: how many processes outlived them (asked of each init when
+    ``count``), the inits closed, the output pumps drained."""
+    outlived = sum(init.survivors() for init in inits) if count else 0
+    for init in inits:
+        init.close()
+    for pump in pumps:
+        pump.join(timeout=5)
+    return outlived
+
+
+def _start_all(
+    launchers: Launchers, trial_id: str, err, cgroup_procs: Path | None, inits: list
+) -> list:
+    """Start every launcher, each tagged with the trial's id and its owner: a remote one
+    through its starter, a local one under its init (standard error to ``err``, or a pipe
+    where the channel reads it)."""
+    tags = {TRIAL_ID_ENV: trial_id, OWNER_ENV: owner_tag()}
+    procs: list = []
+    for i, (cmd, env) in enumerate(zip(launchers.commands, launchers.envs)):
+        if i in launchers.remote:
+            procs.append(launchers.remote[i](cmd, {**env, **tags}))
+            continue
+        stream = subprocess.PIPE if launchers.read_stderr else err
+        procs.append(
+            _start_local(cmd, {**env, **tags}, launchers.cwd, stream, cgroup_procs, inits, procs)
+        )
+    return procs
 
 
 def _start_local(

@@ -88,6 +88,7 @@ def evaluate(text: str, env: Mapping[str, Any]) -> Any:
 
 
 def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
+    """The value of one node of a parsed expression (only the node types ``parse`` allows)."""
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -104,11 +105,16 @@ def _eval(node: ast.AST, env: Mapping[str, Any]) -> Any:
         values = (_eval(v, env) for v in node.values)
         return all(values) if isinstance(node.op, ast.And) else any(values)
     if isinstance(node, ast.Compare):
-        left = _eval(node.left, env)
-        for op, comp in zip(node.ops, node.comparators):
-            right = _eval(comp, env)
-            if not _COMPARE[type(op)](left, right):
-                return False
-            left = right
-        return True
+        return _compare(node, env)
     raise ExprError(f"{type(node).__name__} is not allowed")
+
+
+def _compare(node: ast.Compare, env: Mapping[str, Any]) -> bool:
+    """A chained comparison (``a <= b < c``), each operand evaluated once, left to right."""
+    left = _eval(node.left, env)
+    for op, comp in zip(node.ops, node.comparators):
+        right = _eval(comp, env)
+        if not _COMPARE[type(op)](left, right):
+            return False
+        left = right
+    return True
