@@ -231,3 +231,16 @@ def test_no_arrow_runs_up_from_the_sandbox_or_the_workloads():
     assert _reaching(("sandbox",), ("trial", "workloads", "draft")) == {}
     assert _reaching(("workloads",), ("trial", "sandbox", "draft")) == {}
     assert _reaching(("trial",), ("draft",)) == {}
+
+
+def test_no_function_is_longer_than_a_reader_can_hold():
+    """At most 60 lines a function, docstring included (ruff's C901 and PLR0915 bound its
+    branches and statements; this bounds what a reader scrolls)."""
+    long = [
+        f"{name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > 60
+    ]
+    assert long == [], long

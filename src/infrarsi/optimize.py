@@ -169,24 +169,8 @@ def _one_round(
     emit(StageStarted(stage="run", round=r, budget_trials=options.search.budget.trials))
     run_dir = (round_dir / "run").resolve()
     executor = make_executor(options.executor.kind, run_dir, options.executor.ray_address)
-    proposer = make_proposer(
-        options.proposer.kind,
-        contract,
-        run_dir,
-        executor,
-        report,
-        options.proposer.llm_budget,
-        on_note=lambda text: emit(Note(text=text, round=r)),
-    )
-    found = RunLoop(
-        contract,
-        run_dir,
-        options.search,
-        start=RunStart(doctor_report=report, bank_advice=advice),
-        executor=executor,
-        proposer=proposer,
-        on_event=emit,
-    ).start()
+    start = RunStart(doctor_report=report, bank_advice=advice)
+    found = _search(contract, run_dir, r, options, emit, executor, start)
     emit(StageStarted(stage="apply", round=r))
     applied = apply_run(
         run_dir,
@@ -220,6 +204,36 @@ def _one_round(
     )
     base = written.summary.baseline
     return result, base.model_dump(include={"step_time_s", "mfu_pct", "knobs", "tokens_per_s"})
+
+
+def _search(
+    contract: Contract,
+    run_dir: Path,
+    r: int,
+    options: OptimizeOptions,
+    emit: EventSink,
+    executor,
+    start: RunStart,
+):
+    """The round's search: its proposer (the catalog, an LLM or both) and the run loop."""
+    proposer = make_proposer(
+        options.proposer.kind,
+        contract,
+        run_dir,
+        executor,
+        start.doctor_report,
+        options.proposer.llm_budget,
+        on_note=lambda text: emit(Note(text=text, round=r)),
+    )
+    return RunLoop(
+        contract,
+        run_dir,
+        options.search,
+        start=start,
+        executor=executor,
+        proposer=proposer,
+        on_event=emit,
+    ).start()
 
 
 def _doctor(

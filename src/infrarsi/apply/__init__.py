@@ -134,8 +134,7 @@ def apply_run(
     seed: int = 0,
     on_event: EventSink | None = None,
 ) -> ApplyResult:
-    """Re-measure the run's top ``top_k`` candidates against the baseline, decide, write the
-    files; returns (and saves as ``apply.json``) what was done."""
+    """Re-measure the top ``top_k`` against the baseline, decide, write what holds (apply.json)."""
     run_dir = Path(run_dir).resolve()
     store, run, trials, contract = open_run(run_dir)
     manifest = contract.manifest()
@@ -157,9 +156,7 @@ def apply_run(
                 candidates,
                 baseline_knobs,
                 on_event,
-                stored=lambda record, label: store.add_trial(
-                    run.run_id, Stage.APPLY, record, label=label
-                ),
+                stored=_storing(store, run.run_id),
             )
             measurements = rounds_run.run(n_rounds, contract.noise.confidence)
             references = list(rounds_run.references.runs.values())
@@ -189,6 +186,11 @@ def apply_run(
     result = result.model_copy(update={"files": files})
     result.save(run_dir)
     return result
+
+
+def _storing(store: Store, run_id: str):
+    """What Apply's rounds call with each trial as it ends: into the run's store, as Apply's."""
+    return lambda record, label: store.add_trial(run_id, Stage.APPLY, record, label=label)
 
 
 def _doctor_folders(run_dir: Path) -> list[tuple[str, str | None]]:

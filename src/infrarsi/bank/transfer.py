@@ -91,20 +91,7 @@ def advise(
         for e, _ in weighted
     }
     here = {i: knobs for i, (knobs, _) in read.items()}
-    timed = [
-        (bank_features(here[id(e)], _ids(e)), -math.log(e.speedup), w)
-        for e, w in weighted
-        if e.status.is_ok() and not e.censored and e.speedup
-    ]
-    sized = [
-        (
-            bank_features(here[id(e)], _ids(e)),
-            math.log(e.peak_mem_bytes / e.baseline_peak_mem_bytes),
-            w,
-        )
-        for e, w in weighted
-        if e.status.is_ok() and e.peak_mem_bytes and e.baseline_peak_mem_bytes
-    ]
+    timed, sized = _observations(weighted, here)
     notes = []
     if experiences and not weighted:
         notes.append(
@@ -123,6 +110,28 @@ def advise(
         seeds=seeds([(e, w) for e, w in weighted if read[id(e)][1]], max_seeds, baseline, here),
         notes=notes,
     )
+
+
+def _observations(
+    weighted: list[tuple[Experience, float]], here: dict[int, dict]
+) -> tuple[list, list]:
+    """(features, log time ratio, weight) of each timed outcome and (features, log peak ratio,
+    weight) of each sized one, every experience's knobs read as on this host (``here``)."""
+    timed = [
+        (bank_features(here[id(e)], _ids(e)), -math.log(e.speedup), w)
+        for e, w in weighted
+        if e.status.is_ok() and not e.censored and e.speedup
+    ]
+    sized = [
+        (
+            bank_features(here[id(e)], _ids(e)),
+            math.log(e.peak_mem_bytes / e.baseline_peak_mem_bytes),
+            w,
+        )
+        for e, w in weighted
+        if e.status.is_ok() and e.peak_mem_bytes and e.baseline_peak_mem_bytes
+    ]
+    return timed, sized
 
 
 def peak_ratio(experiences: list[Experience]) -> float | None:

@@ -51,11 +51,9 @@ def run_doctor(
 ) -> DoctorReport:
     """Measure the baseline ``repeats`` times, one profiled run and the calibration runs (another
     split of the batch, bf16); return the report. Every trial goes through ``executor`` (a
-    ``LocalExecutor`` on ``workdir`` by default), as the search's and Apply's do.
-
-    Every finished trial is noted in ``doctor-progress-<contract>.json`` under ``workdir`` as
-    it ends (its record is already saved in its trial folder), so nothing measured is lost
-    when a later run fails or the tool is stopped.
+    ``LocalExecutor`` on ``workdir`` by default), as the search's and Apply's do, and is noted
+    in ``doctor-progress-<contract>.json`` under ``workdir`` as it ends (its record is already
+    in its trial folder): nothing measured is lost when a later run fails or the tool stops.
     """
     manifest = contract.manifest()
     contract.check_locked(manifest.root)
@@ -92,15 +90,7 @@ def run_doctor(
     else:
         equivalence = contract.equivalence
         notes = ["tolerances not calibrated (--no-calibrate): the contract's stay"]
-    report = build_report(contract, manifest, spec.knobs, hardware, runs, profile)
-    warnings = []
-    if (report.mfu_pct or 0) > 100:  # the cached peak was measured on a busy machine
-        hardware = probe_hardware(refresh=True)
-        report = build_report(contract, manifest, spec.knobs, hardware, runs, profile)
-        warnings = [
-            "the cached hardware peak was below the achieved FLOP/s; the hardware was "
-            "measured again"
-        ]
+    report, warnings = _report(contract, manifest, spec.knobs, hardware, runs, profile)
     return report.model_copy(
         update={
             "equivalence": equivalence,
@@ -188,6 +178,26 @@ def _profile(trials: _Trials, knobs: dict, first: TrialRecord) -> dict:
 NOT_MEASURED = "not measured (stdout metrics: the script reports step times and losses only)"
 
 
+def _report(
+    contract: Contract,
+    manifest,
+    knobs: dict,
+    hardware: dict,
+    runs: list[TrialRecord],
+    profile: dict | None,
+) -> tuple[DoctorReport, list[str]]:
+    """The report, and its warnings: an MFU above 100% means the cached peak was measured on a
+    busy machine, so the hardware is measured again and the report built on that."""
+    report = build_report(contract, manifest, knobs, hardware, runs, profile)
+    if (report.mfu_pct or 0) <= 100:
+        return report, []
+    hardware = probe_hardware(refresh=True)
+    report = build_report(contract, manifest, knobs, hardware, runs, profile)
+    return report, [
+        "the cached hardware peak was below the achieved FLOP/s; the hardware was measured again"
+    ]
+
+
 def build_report(
     contract: Contract,
     manifest,
@@ -209,18 +219,7 @@ def build_report(
     timing = Timing.of(runs)
     top = top_ops(profile, hardware["facts"]["device_type"]) if profile is not None else []
     peaks = _peak_per_rank(runs)
-    facts = Facts(
-        manifest,
-        knobs,
-        step_time,
-        phases,
-        {o["name"]: o["share"] for o in top},
-        hardware["peak_flops"],
-        hardware["facts"]["cores"],
-        hardware["facts"]["device_type"],
-        peaks,
-        contract.mem_cap_bytes,
-    )
+    facts = _facts(contract, manifest, knobs, hardware, step_time, phases, top, peaks)
     not_measured = {} if phases else {"phases": NOT_MEASURED, "top_ops": NOT_MEASURED}
     return DoctorReport(
         **{
@@ -252,6 +251,32 @@ def build_report(
             "top_ops": top,
             "diagnosis": diagnose(facts),
         }
+    )
+
+
+def _facts(
+    contract: Contract,
+    manifest,
+    knobs: dict,
+    hardware: dict,
+    step_time: float,
+    phases: dict,
+    top: list[dict],
+    peaks: list[int | None],
+) -> Facts:
+    """What the diagnosis reads: the workload, the measured step and its phases, the top
+    operators' shares, the hardware's peak and cores, the ranks' peaks and the capacity."""
+    return Facts(
+        manifest,
+        knobs,
+        step_time,
+        phases,
+        {o["name"]: o["share"] for o in top},
+        hardware["peak_flops"],
+        hardware["facts"]["cores"],
+        hardware["facts"]["device_type"],
+        peaks,
+        contract.mem_cap_bytes,
     )
 
 

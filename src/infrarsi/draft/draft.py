@@ -169,19 +169,9 @@ def _batch(draft: Draft, by_role: dict, nproc: int | None, cores: int) -> None:
                 "default": nproc,
             }
         )
-    if nproc is not None:
         draft.baseline["nproc"] = nproc
     if mb is None or acc is None:
-        if mb is not None:
-            draft.notes.append(
-                f"{mb.dest}: no accumulation argument was found, so a micro-batch change would "
-                "change the global batch: kept as given"
-            )
-        elif acc is not None:
-            draft.notes.append(
-                f"{acc.dest}: no micro-batch argument was found, so an accumulation change "
-                "would change the global batch: kept as given"
-            )
+        _one_of_the_pair(draft, mb, acc)
         return
     mb0, acc0 = value_given(draft, mb), value_given(draft, acc)
     if not isinstance(mb0, int) or not isinstance(acc0, int) or mb0 < 1 or acc0 < 1:
@@ -221,14 +211,34 @@ def _batch(draft: Draft, by_role: dict, nproc: int | None, cores: int) -> None:
         draft.constraints.append(
             {"expr": "grad_accum % nproc == 0", "why": "the script divides it by the ranks"}
         )
+    _accumulation_note(draft, acc.dest, divides, total, per_rank=bool(world))
+
+
+def _one_of_the_pair(draft: Draft, mb, acc) -> None:
+    """A micro-batch without an accumulation (or the other way round): kept as given, since
+    changing it alone would change the global batch; the notes say which."""
+    if mb is not None:
+        draft.notes.append(
+            f"{mb.dest}: no accumulation argument was found, so a micro-batch change would "
+            "change the global batch: kept as given"
+        )
+    elif acc is not None:
+        draft.notes.append(
+            f"{acc.dest}: no micro-batch argument was found, so an accumulation change "
+            "would change the global batch: kept as given"
+        )
+
+
+def _accumulation_note(draft: Draft, dest: str, divides: bool, total: int, per_rank: bool) -> None:
+    """How the accumulation was read (the job's total or per rank), for the person to check."""
     how = (
-        f"the job's total, which the script divides by the ranks ({acc.dest} //= world size)"
+        f"the job's total, which the script divides by the ranks ({dest} //= world size)"
         if divides
         else "per rank (the script does not divide it by the ranks)"
     )
-    per = " x ranks" if world else ""
+    per = " x ranks" if per_rank else ""
     draft.notes.append(
-        f"accumulation: {acc.dest} is read as {how}; {total} // (micro-batch{per}) keeps the "
+        f"accumulation: {dest} is read as {how}; {total} // (micro-batch{per}) keeps the "
         "global batch — check it"
     )
 

@@ -364,36 +364,7 @@ def html_report(data) -> str:
     parts += [f"<li>{e(line)}</li>" for line in headline(s)]
     parts.append("</ul>")
     if data.apply is not None:
-        a = data.apply
-        parts.append(
-            f"<h2>Verification</h2><p>{e(a.decision)}</p><p>Compared: "
-            f"{e(a.compared)}; {a.rounds} rounds; {e(a.method)}.</p>"
-            + (f"<p>Evidence: {e(a.evidence)}.</p>" if a.evidence else "")
-        )
-        parts.append(
-            _table(
-                [
-                    "candidate",
-                    "knobs changed",
-                    "patches",
-                    "speed-up",
-                    "interval",
-                    "checks",
-                    "promoted",
-                ],
-                [
-                    [
-                        c.label,
-                        *_changes(c, s["baseline"]["knobs"]),
-                        _x(c.speedup),
-                        f"[{_x(c.ci_low)}, {_x(c.ci_high)}]",
-                        "passed" if c.verified else "; ".join(c.reasons[:1]) or "failed",
-                        "yes" if c.promoted else "no",
-                    ]
-                    for c in a.candidates
-                ],
-            )
-        )
+        parts += _html_verification(data.apply, s["baseline"]["knobs"])
     if data.bank is not None:
         intro, rows = bank_lines(data)
         parts.append(f"<h2>Experience bank</h2><p>{e(intro)}</p>")
@@ -414,6 +385,29 @@ def html_report(data) -> str:
     parts.append(_table(HEADER, trial_rows(data)))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _html_verification(a, baseline_knobs: dict) -> list[str]:
+    """The verification section: Apply's decision and how it compared, then each candidate."""
+    e = html.escape
+    header = ["candidate", "knobs changed", "patches", "speed-up", "interval", "checks"]
+    rows = [
+        [
+            c.label,
+            *_changes(c, baseline_knobs),
+            _x(c.speedup),
+            f"[{_x(c.ci_low)}, {_x(c.ci_high)}]",
+            "passed" if c.verified else "; ".join(c.reasons[:1]) or "failed",
+            "yes" if c.promoted else "no",
+        ]
+        for c in a.candidates
+    ]
+    return [
+        f"<h2>Verification</h2><p>{e(a.decision)}</p><p>Compared: "
+        f"{e(a.compared)}; {a.rounds} rounds; {e(a.method)}.</p>"
+        + (f"<p>Evidence: {e(a.evidence)}.</p>" if a.evidence else ""),
+        _table([*header, "promoted"], rows),
+    ]
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
