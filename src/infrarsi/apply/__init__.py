@@ -60,7 +60,7 @@ def candidates_of(
         configs: dict[ConfigKey, dict] = {}
         for t in trials:
             if t.status.is_ok():
-                key = config_key(t.config_json["knobs"], t.config_json["patches"])
+                key = t.configuration.key
                 configs.setdefault(key, t.config_json)
                 times.setdefault(key, []).append(t.step_time_s)
         ranking = [

@@ -30,11 +30,10 @@ from infrarsi.bank.signatures import (
     workload_signature,
 )
 from infrarsi.host import fingerprint, machine_facts
-from infrarsi.identity import ConfigKey, config_key
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import is_proposed
 from infrarsi.records import DOCTOR_BASELINE_LABEL, DOCTOR_FILE, ApplyResult, DoctorReport
-from infrarsi.store import StoredTrial, open_run_dir
+from infrarsi.store import open_run_dir
 from infrarsi.store.bank import Experience
 from infrarsi.trial.record import TrialStatus
 
@@ -94,9 +93,9 @@ class RunContext:
             ]
             peaks = [p for p in self.doctor.peak_mem_bytes if p]
         if not times and self.trials:
-            first = _key(self.trials[0])
+            first = self.trials[0].configuration
             for t in self.trials:
-                if _key(t) == first and t.status.is_ok() and t.record:
+                if t.configuration == first and t.status.is_ok() and t.record:
                     record = t.record
                     ranked = ranked_step_time_s(record, self.contract.objective)
                     times += [ranked] if ranked is not None else []
@@ -264,9 +263,3 @@ def _apply(ctx: RunContext, run_dir: Path) -> list[Experience]:
             )
         )
     return out
-
-
-def _key(trial: StoredTrial) -> ConfigKey:
-    """A stored trial's configuration identity (``config_key`` of its knobs and patches)."""
-    config = trial.config_json
-    return config_key(config.get("knobs", {}), config.get("patches", []))

@@ -51,9 +51,8 @@ def run_doctor(
 ) -> DoctorReport:
     """Measure the baseline ``repeats`` times, one profiled run and the calibration runs (another
     split of the batch, bf16); return the report. Every trial goes through ``executor`` (a
-    ``LocalExecutor`` on ``workdir`` by default), as the search's and Apply's do, and is noted
-    in ``doctor-progress-<contract>.json`` under ``workdir`` as it ends (its record is already
-    in its trial folder): nothing measured is lost when a later run fails or the tool stops.
+    ``LocalExecutor`` on ``workdir`` by default) and is noted in ``doctor-progress-<contract>.json``
+    under ``workdir`` as it ends: nothing measured is lost when a later run fails or the tool stops.
     """
     manifest = contract.manifest()
     contract.check_locked(manifest.root)
@@ -90,7 +89,9 @@ def run_doctor(
     else:
         equivalence = contract.equivalence
         notes = ["tolerances not calibrated (--no-calibrate): the contract's stay"]
-    report, warnings = _report(contract, manifest, spec.knobs, hardware, runs, profile)
+    report, warnings = _remeasured(
+        lambda hw: build_report(contract, manifest, spec.knobs, hw, runs, profile), hardware
+    )
     return report.model_copy(
         update={
             "equivalence": equivalence,
@@ -178,22 +179,16 @@ def _profile(trials: _Trials, knobs: dict, first: TrialRecord) -> dict:
 NOT_MEASURED = "not measured (stdout metrics: the script reports step times and losses only)"
 
 
-def _report(
-    contract: Contract,
-    manifest,
-    knobs: dict,
-    hardware: dict,
-    runs: list[TrialRecord],
-    profile: dict | None,
+def _remeasured(
+    build: Callable[[dict], DoctorReport], hardware: dict
 ) -> tuple[DoctorReport, list[str]]:
-    """The report, and its warnings: an MFU above 100% means the cached peak was measured on a
-    busy machine, so the hardware is measured again and the report built on that."""
-    report = build_report(contract, manifest, knobs, hardware, runs, profile)
+    """The report ``build`` makes on ``hardware``, and its warnings: an MFU above 100% means the
+    cached peak was measured on a busy machine, so it is built again on the hardware measured
+    again."""
+    report = build(hardware)
     if (report.mfu_pct or 0) <= 100:
         return report, []
-    hardware = probe_hardware(refresh=True)
-    report = build_report(contract, manifest, knobs, hardware, runs, profile)
-    return report, [
+    return build(probe_hardware(refresh=True)), [
         "the cached hardware peak was below the achieved FLOP/s; the hardware was measured again"
     ]
 

@@ -23,6 +23,7 @@ from sqlalchemy.pool import StaticPool
 
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError, UnknownNameError
+from infrarsi.identity import Configuration
 from infrarsi.records import Prediction, RankedConfig
 from infrarsi.store.schema import Base, RunRow, TrialRow
 from infrarsi.trial.record import TrialRecord, TrialStatus
@@ -116,6 +117,11 @@ class StoredTrial(BaseModel):
     ended_unix_s: float | None = None
     error: str | None = None
     record: TrialRecord | None = Field(None, validation_alias="record_json")
+
+    @property
+    def configuration(self) -> Configuration:
+        """The configuration this trial ran (its identity is ``config_key``'s)."""
+        return Configuration.of(self.config_json["knobs"], self.config_json["patches"])
 
     @classmethod
     def of(cls, row: object) -> StoredTrial:

@@ -19,7 +19,7 @@ from infrarsi.sandbox.process import (
     owner_alive,
     run_isolated,
 )
-from infrarsi.sandbox.remote import RDZV_HOST, Elsewhere, bind_interface, pack_workspace
+from infrarsi.sandbox.remote import RDZV_HOST, bind_interface, pack_workspace
 from infrarsi.trial import classify, evaluation
 from infrarsi.trial.evaluation.server import isolation_for
 from infrarsi.trial.filewatch import for_trial
@@ -158,9 +158,9 @@ def launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict, t0: fl
     """Launch the trial's nodes in the sandbox, watch its files, then classify and evaluate
     what it did: its record."""
     spread = spec.elsewhere if spec.manifest.launch.nodes > 1 else None
-    host = spread.host() if spread else "127.0.0.1"
-    channel = _channel(spec, trial_dir, host if spread else None)
-    commands, envs = _rendered(spec, trial_dir, workspace, base["trial_id"], channel, spread)
+    rdzv = spread.host() if spread else None  # asked once: a cluster call on a Ray node
+    channel = _channel(spec, trial_dir, rdzv)
+    commands, envs = _rendered(spec, trial_dir, workspace, base["trial_id"], channel, rdzv)
     remote = (
         _Spread(spread, workspace, trial_dir, base["trial_id"], spec.cut_after_s, channel)
         if spread
@@ -247,12 +247,12 @@ def _rendered(
     workspace: Path,
     trial_id: str,
     channel: MetricsChannel,
-    spread: Elsewhere | None,
+    rdzv: str | None,
 ) -> tuple[list[list[str]], list[dict[str, str]]]:
     """Each node's launch command and environment: the trial's own, the channel's address,
-    and where the nodes are spread over hosts, the rendezvous host (the first binds its
-    interface; each other launcher's host binds its own)."""
-    host = spread.host() if spread else "127.0.0.1"
+    and where the nodes are spread over hosts, the rendezvous host ``rdzv`` (the first binds
+    its interface; each other launcher's host binds its own)."""
+    host = rdzv or "127.0.0.1"
     port = free_port(host)
     rendered = [
         render(spec, workspace, trial_id, node, port, host)
@@ -264,9 +264,9 @@ def _rendered(
     ]
     for env in envs:
         env.update(channel.env())
-        if spread:
-            env[RDZV_HOST] = host
-    if spread:
+        if rdzv:
+            env[RDZV_HOST] = rdzv
+    if rdzv:
         envs[0] = bind_interface(envs[0])
     return commands, envs
 
