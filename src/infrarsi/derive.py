@@ -4,7 +4,6 @@ still apply. ``optimize --rounds`` searches again from there."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import yaml
@@ -13,6 +12,7 @@ from infrarsi.identity import canonical_value
 from infrarsi.trial import patching, prepare
 from infrarsi.workloads import Manifest, find
 from infrarsi.workloads import knobs as knob_rules
+from infrarsi.workloads.manifest import copy_workload
 
 
 def derive_workload(manifest: Manifest, scale: str, winner: dict, dest: Path) -> Manifest:
@@ -21,7 +21,7 @@ def derive_workload(manifest: Manifest, scale: str, winner: dict, dest: Path) ->
     if dest.exists():
         raise FileExistsError(f"{dest} exists: a derived workload is written once")
     spec = prepare(manifest, scale, winner["knobs"], winner["patches"])
-    shutil.copytree(manifest.root, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    copy_workload(manifest.root, dest)
     for source in spec.patches:
         patching.apply(source.path, dest)
     raw = yaml.safe_load((manifest.path).read_text())

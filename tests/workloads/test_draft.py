@@ -67,4 +67,4 @@ def test_a_command_the_draft_cannot_read_is_refused_with_the_fix(tmp_path):
         text=True,
         timeout=120,
     )
-    assert result.returncode == 2 and "python or torchrun" in result.stderr
+    assert result.returncode == 2 and "python, torchrun or accelerate launch" in result.stderr

@@ -27,11 +27,24 @@ def test_a_python_command_and_a_torchrun_command_are_read_apart():
     assert m.launcher == "torchrun" and m.nproc() == 2 and m.script == "x.py"
 
 
+def test_an_accelerate_launch_is_read_apart_with_its_ranks():
+    a = parse_command(
+        ["accelerate", "launch", "--cpu", "--num_processes", "2", "--mixed_precision", "no"]
+        + ["train.py", "--accum", "2"]
+    )
+    assert (a.launcher, a.script, a.nproc()) == ("accelerate", "train.py", 2)
+    assert a.launcher_options == {"--cpu": None, "--num_processes": "2", "--mixed_precision": "no"}
+    assert a.given == (Given("--accum", "2"),)
+    assert parse_command(["accelerate", "launch", "--num-processes=3", "x.py"]).nproc() == 3
+    assert parse_command(["accelerate", "launch", "x.py"]).nproc() is None
+
+
 @pytest.mark.parametrize(
     "argv, why",
     [
         ([], "after --"),
-        (["bash", "run.sh"], "python or torchrun"),
+        (["bash", "run.sh"], "python, torchrun or accelerate launch"),
+        (["accelerate", "launch", "-m", "pkg.train"], "script's path"),
         (["python", "-m", "pkg.train"], "script's path"),
         (["python", "notes.txt"], "no script"),
     ],
@@ -406,3 +419,81 @@ def test_roles_are_read_from_how_the_script_uses_its_arguments(tmp_path):
     assert knobs["micro_batch"] == "micro_batch" and knobs["grad_accum"] == "grad_accum"
     assert any("from how the script uses it" in n for n in draft.notes), draft.notes
     assert "eval_batch" not in knobs
+
+
+def test_an_accelerate_launch_has_its_ranks_as_a_knob_and_multi_gpu_follows_them(tmp_path):
+    """accelerate refuses --multi_gpu with one process: where the ranks are searched, the
+    switch is derived from them; the launcher's port is the trial's own."""
+    from infrarsi.draft.draft import launch_command, plan, read_script, render
+
+    (tmp_path / "train.py").write_text(ACCELERATE)
+    argv = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "train.py"]
+    draft = plan(read_script(parse_command([*argv, "--chunk", "4", "--every", "2"]), tmp_path), 2)
+    knobs = {k["name"]: k for k in draft.knobs}
+    assert knobs["nproc"]["values"] == [1, 2] and knobs["nproc"]["default"] == 2
+    assert knobs["multi_gpu"] == {
+        "name": "multi_gpu",
+        "role": "ranks",
+        "type": "bool",
+        "flag": "--multi_gpu",
+        "derive": "nproc > 1",
+    }
+    command = launch_command(draft)
+    assert command[:6] == [
+        "accelerate",
+        "launch",
+        "--num_processes={nproc}",
+        "--num_machines=1",
+        "--main_process_port={rdzv_port}",
+        "{multi_gpu}",
+    ]
+    assert "--multi_gpu" not in command
+    assert render(command, draft, {"nproc": 1, "multi_gpu": False})[2] == "--num_processes=1"
+    assert "--multi_gpu" in render(command, draft, {})  # the baseline's two processes
+    kept = plan(read_script(parse_command([*argv, "--chunk", "4"]), tmp_path), 2, ranks=False)
+    assert "nproc" not in {k["name"] for k in kept.knobs}
+    assert launch_command(kept)[2] == "--num_processes=2" and "--multi_gpu" in launch_command(kept)
+
+
+TRAINER_JOB = """
+from transformers import Trainer, TrainingArguments
+trainer = Trainer(model=None, args=TrainingArguments("out"), train_dataset=[], eval_dataset=[])
+"""
+OWN_TRAINER = """
+import transformers
+class MyTrainer(transformers.Trainer):
+    pass
+MyTrainer(model=None, eval_dataset=None).train()
+"""
+ACCELERATE_LOOP = "from accelerate import Accelerator\naccelerator = Accelerator()\n"
+
+
+@pytest.mark.parametrize(
+    "source, framework, held_out",
+    [
+        (TRAINER_JOB, "trainer", True),
+        (OWN_TRAINER, "trainer", False),  # a Trainer of its own; eval_dataset=None is none
+        (ACCELERATE_LOOP, "accelerate", False),
+        (ACCELERATE, "accelerate", False),
+        ("import torch\nTrainer = object\nTrainer()\n", None, False),  # not transformers'
+        ("def broken(:\n", None, False),
+    ],
+)
+def test_the_framework_a_script_is_written_on_is_read_from_its_source(source, framework, held_out):
+    from infrarsi.draft.frameworks import framework_of, passes_eval_dataset
+
+    assert framework_of(source) == framework
+    assert passes_eval_dataset(source) is held_out
+
+
+def test_a_trainer_jobs_evaluation_is_its_own_command_at_the_baselines_arguments():
+    from infrarsi.draft.frameworks import evaluation
+
+    launch = ["torchrun", "--standalone", "--nproc-per-node=2", "train.py", '--x={"a": 1}']
+    how, note = evaluation("trainer", launch, "train.py", has_eval=True)
+    assert how == {"framework": "trainer", "command": ["python", "train.py", '--x={{"a": 1}}']}
+    assert "before and after Trainer.train" in note and "eval_dataset" in note
+    how, note = evaluation("trainer", ["python", "t.py"], "t.py", has_eval=False)
+    assert "training data" in note  # said: no held-out set to evaluate on
+    how, note = evaluation("accelerate", ["python", "t.py"], "t.py", has_eval=False)
+    assert how == {"framework": "accelerate"} and "no held-out loss is checked" in note

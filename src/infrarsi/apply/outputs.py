@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -19,6 +18,7 @@ from infrarsi.records import ApplyResult
 from infrarsi.store import Stage, StoredRun, StoredTrial
 from infrarsi.trial import TrialRecord, patching, prepare
 from infrarsi.trial.launch import render
+from infrarsi.workloads.manifest import copy_workload
 
 if TYPE_CHECKING:
     from infrarsi.contract import Contract
@@ -43,7 +43,7 @@ def _git(args: list[str], cwd: Path) -> str:
 
 def fresh_copy(manifest, dest: Path) -> Path:
     """A copy of the workload as a user has it, links resolved, caches left out."""
-    shutil.copytree(manifest.root, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    copy_workload(manifest.root, dest)
     return dest
 
 

@@ -62,7 +62,8 @@ TRAINING_ARGUMENTS = (
     _hf("torch_compile", "bool", False),
     _hf("gradient_checkpointing", "bool", False),
     _hf("dataloader_num_workers", "int", 0),
-    _hf("optim", "str", "adamw_torch", ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd")),
+    # the implementations of the default algorithm (another algorithm trains another model)
+    _hf("optim", "str", "adamw_torch", ("adamw_torch", "adamw_torch_fused")),
     _hf("max_steps", "int", -1),
     _hf("seed", "int", 42),
     _hf("logging_steps", "int", 500),

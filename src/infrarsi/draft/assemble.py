@@ -4,6 +4,7 @@ the metrics, and put the manifest together (``draft_manifest``)."""
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +23,16 @@ from infrarsi.draft.draft import (
     value_given,
 )
 from infrarsi.draft.dry import dry_run
+from infrarsi.draft.frameworks import evaluation, framework_of, passes_eval_dataset
 from infrarsi.draft.llm_metrics import ask_patterns, check_patterns
 from infrarsi.draft.metrics import MetricsDraftError, read_flops, read_metrics
 
-DryRun = Callable[[list[str], Path, float, int], tuple[list[tuple[float, str, str]], float]]
+DryRun = Callable[
+    [list[str], Path, float, int, dict[str, str]], tuple[list[tuple[float, str, str]], float]
+]
+SAVE_PARAMS = "INFRARSI_SAVE_PARAMS"  # the framework hook's setting (sandbox/_hooks)
+# what the hook says in a dry run (sandbox/_hooks/infrarsi_params.py WORLD_LINE)
+WORLD_LINE = "infrarsi: processes training together: "
 DRY_MEMORY_SHARE = 0.5  # of the host's memory, shared by the dry run's ranks
 DATA_FILES = r"(^|_)(data|dataset|datasets|dataloader|prepare)\.py$"
 # the loss drift two runs may show, point-wise per step (the bundled workloads' fp32 and bf16
@@ -49,16 +56,19 @@ def draft_manifest(
 ) -> Drafted:
     """The manifest of the training job ``argv`` runs from ``folder`` (see the package)."""
     folder = Path(folder).resolve()
-    draft = plan(read_script(parse_command(argv), folder), cores)
-    if not draft.knobs:
-        raise CommandError(
-            "no argument of the script has a role a search can use (batch size with "
-            "accumulation, threads, precision, compile, checkpointing ...): nothing to tune"
-        )
+    parsed = parse_command(argv)
+    draft = _planned(plan(read_script(parsed, folder), cores))
+    framework = framework_of(draft.source)
     command = launch_command(draft)
     steps = min(DRY_STEPS, int(draft.params["steps"]))
-    argv_dry = render(command, draft, {**draft.params, "steps": steps})
-    printed, wall = run(argv_dry, folder, timeout_s, dry_cap_bytes(draft.command.nproc() or 1))
+    argv_dry = render(command, draft, {**draft.params, "steps": steps, "rdzv_port": free_port()})
+    said = {SAVE_PARAMS: framework, "INFRARSI_SAY_WORLD": "1"} if framework else {}
+    cap = dry_cap_bytes(draft.command.nproc() or 1)
+    printed, wall = run(argv_dry, folder, timeout_s, cap, said)
+    draft = _ranks_as_seen(
+        draft, _world(printed), lambda: plan(read_script(parsed, folder), cores, ranks=False)
+    )
+    command = launch_command(draft)
     lines, metrics, notes = _metrics(printed, steps)
     params, invariant = _invariant(draft, metrics, lines)
     timeout = max(120.0, 4 * wall)
@@ -88,7 +98,55 @@ def draft_manifest(
     notes.append(flops_note)
     if flops is not None:
         manifest["flops"] = flops
+    notes.append(_evidence(manifest, draft, command, framework))
     return Drafted(manifest, draft.notes + notes, wall)
+
+
+def _ranks_as_seen(draft: Draft, world: int | None, replan: Callable[[], Draft]) -> Draft:
+    """``draft``, or where the dry run showed fewer processes training together than the
+    ranks knob's baseline (a launcher that starts one), the draft ``replan`` makes with the
+    ranks kept as given, said in its notes."""
+    if "nproc" not in draft.baseline or world is None or world >= draft.baseline["nproc"]:
+        return draft
+    kept = _planned(replan())
+    kept.notes.append(
+        f"ranks: the command asks for {kept.command.nproc()} processes, but the framework saw "
+        f"{world} training together in the dry run: kept as given, not searched"
+    )
+    return kept
+
+
+def _evidence(manifest: dict, draft: Draft, command: list[str], framework: str | None) -> str:
+    """The manifest's ``evaluation`` for a framework's job, set in ``manifest``; what the
+    draft's notes say a trial is verified by."""
+    if framework is None:
+        return (
+            "evidence: the printed loss alone (the script saves no parameters the harness can "
+            "read): add evaluation (final_weights, command) to check what a trial learned"
+        )
+    baseline = render(command, draft, {**draft.params, "rdzv_port": 0})
+    manifest["evaluation"], said = evaluation(
+        framework, baseline, draft.command.script, passes_eval_dataset(draft.source)
+    )
+    return said
+
+
+def _planned(draft: Draft) -> Draft:
+    """``draft``, or CommandError when no argument has a role a search can use."""
+    if not draft.knobs:
+        raise CommandError(
+            "no argument of the script has a role a search can use (batch size with "
+            "accumulation, threads, precision, compile, checkpointing ...): nothing to tune"
+        )
+    return draft
+
+
+def _world(printed: list[tuple[float, str, str]]) -> int | None:
+    """How many processes trained together in the dry run, as the framework's hook said."""
+    for _, text, _ in printed:
+        if text.startswith(WORLD_LINE):
+            return int(text[len(WORLD_LINE) :].strip())
+    return None
 
 
 def _metrics(printed: list[tuple[float, str, str]], steps: int, ask=None):
@@ -130,6 +188,13 @@ def _read(lines, stderr: bool, metrics: dict, notes: list[str]):
             *notes,
         ]
     return lines, metrics, notes
+
+
+def free_port() -> int:
+    """A loopback TCP port free now (the dry run's rendezvous, where the launcher takes one)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def dry_cap_bytes(ranks: int) -> int:

@@ -1,9 +1,11 @@
-"""The command a user runs today, read apart: the launcher (``python`` or ``torchrun`` with its
-own options), the script, and the arguments given to the script — what a manifest's launch
-template is drafted from."""
+"""The command a user runs today, read apart: the launcher (``python``, ``torchrun`` — also as
+``python -m torch.distributed.run`` — or ``accelerate launch``, with its own options), the
+script, and the arguments given to the script — what a manifest's launch template is drafted
+from."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from infrarsi.errors import InfraRSIError
@@ -34,6 +36,33 @@ TORCHRUN_VALUED = {
     "--log-dir",
     "--log_dir",
 }
+# accelerate launch's options that take no value (every other option of it takes one)
+ACCELERATE_SWITCHES = {
+    "--cpu",
+    "--multi_gpu",
+    "--multi-gpu",
+    "--tpu",
+    "--ipex",
+    "--mps",
+    "--use_cpu",
+    "--use_deepspeed",
+    "--use_fsdp",
+    "--use_megatron_lm",
+    "--same_network",
+    "--same-network",
+    "--debug",
+    "-q",
+    "--quiet",
+    "--no_python",
+    "--no-python",
+    "-m",
+    "--module",
+}
+# the options that say how many ranks there are, per launcher
+NPROC_OPTIONS = {
+    "torchrun": ("--nproc-per-node", "--nproc_per_node"),
+    "accelerate": ("--num_processes", "--num-processes"),
+}
 
 
 class CommandError(InfraRSIError):
@@ -53,14 +82,14 @@ class Given:
 class Command:
     """A user's command: launcher, its options, the script and what the script was given."""
 
-    launcher: str  # "python" or "torchrun"
+    launcher: str  # "python", "torchrun" or "accelerate" (accelerate launch)
     launcher_options: dict[str, str | None] = field(default_factory=dict)
     script: str = ""
     given: tuple[Given, ...] = ()
 
     def nproc(self) -> int | None:
-        """torchrun's ranks per node, when given as a number."""
-        for key in ("--nproc-per-node", "--nproc_per_node"):
+        """The launcher's ranks per node, when given as a number."""
+        for key in NPROC_OPTIONS.get(self.launcher, ()):
             value = self.launcher_options.get(key)
             if value is not None and value.isdigit():
                 return int(value)
@@ -84,10 +113,15 @@ def parse_command(argv: list[str]) -> Command:
         if rest and rest[0] == "-m":
             raise CommandError("python -m MODULE: give the script's path (python path/to/train.py)")
     elif head in TORCHRUN:
-        launcher, options = "torchrun", _torchrun_options(rest)
+        launcher, options = "torchrun", _options(rest, lambda w: w in TORCHRUN_VALUED)
+    elif head == "accelerate" and rest[:1] == ["launch"]:
+        rest.pop(0)
+        launcher, options = "accelerate", _options(rest, lambda w: w not in ACCELERATE_SWITCHES)
+        if "-m" in options or "--module" in options or "--no_python" in options:
+            raise CommandError("accelerate launch -m/--no_python: give the script's path")
     else:
         raise CommandError(
-            f"{argv[0]!r}: the command must start with python or torchrun "
+            f"{argv[0]!r}: the command must start with python, torchrun or accelerate launch "
             "(e.g. -- torchrun --nproc-per-node 2 train.py --batch_size 8)"
         )
     if not rest or not rest[0].endswith(".py"):
@@ -95,15 +129,16 @@ def parse_command(argv: list[str]) -> Command:
     return Command(launcher, options, rest[0], tuple(_given(rest[1:])))
 
 
-def _torchrun_options(rest: list[str]) -> dict[str, str | None]:
-    """torchrun's own options, taken off the front of ``rest``."""
+def _options(rest: list[str], valued: Callable[[str], bool]) -> dict[str, str | None]:
+    """The launcher's own options, taken off the front of ``rest`` (``valued``: whether an
+    option takes the next word as its value)."""
     options: dict[str, str | None] = {}
     while rest and rest[0].startswith("-"):
         word = rest.pop(0)
         if "=" in word:
             key, value = word.split("=", 1)
             options[key] = value
-        elif word in TORCHRUN_VALUED and rest:
+        elif valued(word) and rest:
             options[word] = rest.pop(0)
         else:
             options[word] = None  # --standalone and the like

@@ -15,7 +15,7 @@ from typing import Any
 from infrarsi import llm
 from infrarsi.draft import roles
 from infrarsi.draft.arguments import ScriptArg, read_arguments
-from infrarsi.draft.command import Command, CommandError
+from infrarsi.draft.command import NPROC_OPTIONS, Command, CommandError
 from infrarsi.draft.llm_roles import guess_roles
 from infrarsi.draft.usage import roles_by_use
 
@@ -82,10 +82,11 @@ def _typed(text: str | None, kind: str | None) -> Any:
     return text
 
 
-def plan(draft: Draft, cores: int, ask: RoleAsker | None = None) -> Draft:
+def plan(draft: Draft, cores: int, ask: RoleAsker | None = None, ranks: bool = True) -> Draft:
     """Decide the knobs, the scale parameters, the constraint and the launch template.
     ``ask``: an LLM that places the arguments the rules cannot (by default the configured
-    endpoint, when one is set)."""
+    endpoint, when one is set); ``ranks``: the launcher's ranks a knob (False: kept as given,
+    where they were seen not to train together)."""
     by_role: dict[str, ScriptArg] = {}
     for arg in draft.args.values():
         role = roles.role_of(arg)
@@ -94,8 +95,11 @@ def plan(draft: Draft, cores: int, ask: RoleAsker | None = None) -> Draft:
     _roles_by_use(draft, by_role)
     if ask is not None or llm.configured():
         _llm_roles(draft, by_role, ask or llm.complete)
-    nproc = draft.command.nproc() if draft.command.launcher == "torchrun" else None
+    nproc = draft.command.nproc() if ranks else None
+    if draft.command.launcher == "accelerate" and ranks:  # one process unless told
+        nproc = nproc or 1
     _batch(draft, by_role, nproc, cores)
+    _multi_process_switch(draft)
     for role in ("threads", "data"):
         if role in by_role:
             arg = by_role[role]
@@ -154,6 +158,27 @@ def _omp_threads(draft: Draft, cores: int) -> None:
     )
     draft.baseline["omp_num_threads"] = 0
     draft.env["OMP_NUM_THREADS"] = "{omp_num_threads}"
+
+
+MULTI_PROCESS_SWITCHES = ("--multi_gpu", "--multi-gpu")  # accelerate's: refused with one
+
+
+def _multi_process_switch(draft: Draft) -> None:
+    """accelerate launch's ``--multi_gpu`` where the ranks are a knob: on with two or more
+    processes, off with one (accelerate refuses it there), derived from the ranks."""
+    switch = next((o for o in MULTI_PROCESS_SWITCHES if o in draft.command.launcher_options), None)
+    if switch is None or "nproc" not in draft.baseline:
+        return
+    draft.knobs.append(
+        {
+            "name": "multi_gpu",
+            "role": "ranks",
+            "type": "bool",
+            "flag": switch,
+            "derive": "nproc > 1",
+        }
+    )
+    draft.baseline["multi_gpu"] = draft.baseline["nproc"] > 1
 
 
 def _batch(draft: Draft, by_role: dict, nproc: int | None, cores: int) -> None:
@@ -374,17 +399,34 @@ def local_imports(script: Path) -> list[str]:
 
 
 def launch_command(draft: Draft) -> list[str]:
-    """The manifest's launch template: the launcher (torchrun standalone with its ranks as a
-    knob), the script, the positionals as given, then the options."""
+    """The manifest's launch template: the launcher (torchrun standalone or accelerate launch
+    on one machine, with its ranks as a knob), the script, the positionals as given, then the
+    options."""
     c = draft.command
     head = ["python"]
+    ranked = NPROC_OPTIONS.get(c.launcher, ())
+    given = next((v for k, v in c.launcher_options.items() if k in ranked), None)
+    ranks = "{nproc}" if draft.baseline.get("nproc") is not None else given or "1"
     if c.launcher == "torchrun":
         keep = {
             k: v
             for k, v in c.launcher_options.items()
             if not k.startswith(("--nproc", "--rdzv", "--master", "--standalone", "--nnodes"))
         }
-        head = ["torchrun", "--standalone", "--nproc-per-node={nproc}"]
+        head = ["torchrun", "--standalone", f"--nproc-per-node={ranks}"]
+        head += [k if v is None else f"{k}={v}" for k, v in keep.items()]
+    elif c.launcher == "accelerate":
+        keep = {
+            k: v
+            for k, v in c.launcher_options.items()
+            if "--" + k[2:].replace("-", "_")
+            not in ("--num_processes", "--num_machines", "--machine_rank", "--main_process_port")
+        }
+        head = ["accelerate", "launch", f"--num_processes={ranks}", "--num_machines=1"]
+        head.append("--main_process_port={rdzv_port}")  # a free port of the trial's own
+        if "multi_gpu" in draft.baseline:  # follows the ranks
+            keep = {k: v for k, v in keep.items() if k not in MULTI_PROCESS_SWITCHES}
+            head.append("{multi_gpu}")
         head += [k if v is None else f"{k}={v}" for k, v in keep.items()]
     positionals = [g.value for g in c.given if g.option is None and g.value is not None]
     return [*head, c.script, *positionals, *draft.template]

@@ -17,9 +17,10 @@ from infrarsi.sandbox import memcg
 from infrarsi.sandbox.process import Launchers, owner_alive, run_isolated
 from infrarsi.trial.launch import isolated_env, resolve_program
 from infrarsi.trial.watch import MetricsChannel
+from infrarsi.workloads.manifest import copy_workload
 
 LINK_ABOVE_BYTES = 16 << 20  # a larger file (data, checkpoints) is linked, not copied
-SKIP = (".git", "__pycache__", ".infrarsi", ".venv", "venv", "wandb", "out")
+SKIP = ("wandb", "out")  # besides what every copy of a workload leaves out: its outputs
 FAILURE = re.compile(r"Traceback|Error|terminate called|Aborted|Killed|Segmentation fault")
 
 
@@ -28,11 +29,16 @@ class DryRunError(InfraRSIError):
 
 
 def dry_run(
-    argv: list[str], folder: Path, timeout_s: float, mem_cap_bytes: int | None = None
+    argv: list[str],
+    folder: Path,
+    timeout_s: float,
+    mem_cap_bytes: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[list[tuple[float, str, str]], float]:
     """Run ``argv`` in a copy of ``folder`` as a trial runs; (every line it printed as
     (arrival in seconds since launch, text, "stdout" or "stderr"), the wall seconds it took).
-    ``mem_cap_bytes``: each rank's memory cap. DryRunError when it fails, or times out before
+    ``mem_cap_bytes``: each rank's memory cap; ``env``: the harness's own settings added (what
+    its bootstrap hooks should report). DryRunError when it fails, or times out before
     printing anything."""
     with tempfile.TemporaryDirectory(prefix="infrarsi-dry-") as tmp:
         # the dry run's own folder, one below the temporary one: isolation hides a trial
@@ -43,14 +49,14 @@ def dry_run(
         work = root / "work"
         _copy(Path(folder), work)
         argv = [resolve_program(argv[0]), *argv[1:]]
-        env = isolated_env(root, argv, {}, mem_cap_bytes)
+        launch_env = isolated_env(root, argv, {}, mem_cap_bytes) | (env or {})
         channel = MetricsChannel.for_stdout(root, "(?!)", read_stderr=True)  # every line kept
         trial_id = f"dry-{secrets.token_hex(6)}"
         with memcg.trial_cgroup(trial_id, owner_alive) as cgroup:
-            env.update(cgroup.env() if cgroup else {})
+            launch_env.update(cgroup.env() if cgroup else {})
             try:
                 result = run_isolated(
-                    Launchers(commands=[argv], envs=[env], cwd=work, read_stderr=True),
+                    Launchers(commands=[argv], envs=[launch_env], cwd=work, read_stderr=True),
                     trial_id=trial_id,
                     timeout_s=timeout_s,
                     logs=(root / "stdout.log", root / "stderr.log"),
@@ -98,4 +104,4 @@ def _copy(src: Path, dst: Path) -> None:
         else:
             shutil.copy2(a, b)
 
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(*SKIP), copy_function=copy)
+    copy_workload(src, dst, *SKIP, copy=copy)

@@ -38,6 +38,7 @@ from infrarsi.trial.patching import check_paths, sha256_bytes
 from infrarsi.trial.screen import screen
 from infrarsi.trial.spec import challenge_seed
 from infrarsi.verify import verify
+from infrarsi.workloads.manifest import copy_workload
 
 SMOKE_SCALE = "tiny"
 
@@ -135,11 +136,7 @@ class Validator:
             self._git("clean", "-fdxq")
             return
         shutil.rmtree(self.scratch, ignore_errors=True)
-        shutil.copytree(
-            self.manifest.root,
-            self.scratch,
-            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"),
-        )
+        copy_workload(self.manifest.root, self.scratch)
         for step in (("init", "-q"), ("add", "-A"), ("commit", "-q", "-m", "workload")):
             self._git(*step)
 

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from infrarsi.trial import patching
-from infrarsi.workloads.manifest import Manifest
+from infrarsi.workloads.manifest import Manifest, copy_workload
 
 
 def incompatible_pairs(manifest: Manifest) -> set[frozenset[str]]:
@@ -26,7 +26,7 @@ def incompatible_pairs(manifest: Manifest) -> set[frozenset[str]]:
 
 
 def _apply_together(manifest: Manifest, ids: list[str], workspace: Path) -> bool:
-    shutil.copytree(manifest.root, workspace, ignore=shutil.ignore_patterns("__pycache__"))
+    copy_workload(manifest.root, workspace)
     try:
         for patch_id in ids:
             patching.apply(manifest.patch_path(patch_id), workspace)

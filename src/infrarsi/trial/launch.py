@@ -101,6 +101,9 @@ def _trial_env(
         env["INFRARSI_PROFILE_FILE"] = str(trial_dir / PROFILE_FILE)
     if seed_setting(spec) == SEED_BY_BOOTSTRAP:  # no seed parameter: offset its own seeds
         env["INFRARSI_SEED_OFFSET"] = str(spec.seed)
+    how = spec.manifest.evaluation
+    if how is not None and how.framework is not None:  # saved through the script's framework
+        env["INFRARSI_SAVE_PARAMS"] = how.framework
     return env
 
 
@@ -137,6 +140,8 @@ def isolated_env(
         env["INFRARSI_RANK_MEM_CAP_BYTES"] = str(mem_cap_bytes)
     if not is_launcher(command):
         env["INFRARSI_CAP_SELF"] = "1"  # a plain launch: the one process is rank 0
+    elif Path(command[0]).name == "accelerate":  # its one rank may come without LOCAL_RANK
+        env["INFRARSI_MARK_LAUNCHER"] = "1"
     return env
 
 
@@ -337,8 +342,14 @@ class _Spread:
 
 
 def is_launcher(command: list[str]) -> bool:
-    """A command that starts ranks (torchrun), as against one that is rank 0 itself."""
-    return Path(command[0]).name == "torchrun" or "torch.distributed.run" in command
+    """A command that starts ranks (torchrun, ``accelerate launch``), as against one that is
+    rank 0 itself."""
+    program = Path(command[0]).name
+    return (
+        program == "torchrun"
+        or "torch.distributed.run" in command
+        or (program == "accelerate" and command[1:2] == ["launch"])
+    )
 
 
 def _measure(spec: TrialSpec, channel: MetricsChannel, result, outcome, memory):

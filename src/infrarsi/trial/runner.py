@@ -9,7 +9,6 @@ record is written whatever happens, an interruption included.
 
 from __future__ import annotations
 
-import shutil
 import time
 import uuid
 from pathlib import Path
@@ -24,7 +23,7 @@ from infrarsi.trial.launch import isolation, launch, seed_setting
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
 from infrarsi.trial.screen import screen
 from infrarsi.trial.spec import TrialSpec
-from infrarsi.workloads.manifest import Manifest
+from infrarsi.workloads.manifest import Manifest, copy_workload
 
 
 def new_trial_id(manifest: Manifest) -> str:
@@ -56,9 +55,7 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
         seed_set_by=seed_setting(spec),
         isolation=isolation(),
     )
-    shutil.copytree(
-        spec.manifest.root, workspace, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-    )
+    copy_workload(spec.manifest.root, workspace)
     locked, problem = _apply_and_hash(spec, workspace)
     base.update(patches=_patch_refs(spec), locked_files=locked)
     if problem is not None:

@@ -7,7 +7,9 @@ says how to fix it. The typed models here are the only way a manifest is read.
 from __future__ import annotations
 
 import re
+import shutil
 import string
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -285,12 +287,22 @@ class Evaluation(_Strict):
     ``command`` runs in an unpatched copy of the workload with ``{weights}`` and
     ``{initial_weights}`` filled in, and prints a JSON line with ``eval_loss`` (and
     ``initial_eval_loss``, ``layout_problems``): the reference code's judgement.
+
+    ``framework`` (a script that saves no parameters the harness can read): the harness saves
+    them itself in every trial, through the framework the script is written on (``trainer``:
+    around ``transformers.Trainer.train``; ``accelerate``: the model ``Accelerator.prepare``
+    is given, at prepare and at exit; see ``sandbox/_hooks/infrarsi_params.py``). With
+    ``trainer``, ``command`` is the script's own command: the harness runs it unpatched with
+    ``Trainer.train`` replaced by the Trainer's own evaluation of each saved set of parameters
+    (its held-out set, ``eval_dataset``), so the script builds the model and the data as the
+    trial did.
     """
 
     final_weights: str = "{weights_dir}/final.pt"
     initial_weights: str | None = "{weights_dir}/initial.pt"
     key: str | None = None
     command: list[str] | None = None
+    framework: Literal["trainer", "accelerate"] | None = None
 
 
 EVALUATION_FIELDS = frozenset({"weights", "initial_weights", "weights_dir"})
@@ -495,3 +507,24 @@ def load_manifest(path: str | Path) -> Manifest:
         if not manifest.patch_path(patch.id).is_file():
             raise ManifestError(f"{path}: field 'patches.{i}.file': {patch.file} does not exist")
     return manifest
+
+
+# what a copy of a workload's folder leaves out: the tool's own state (run in the workload's
+# folder, its trials live there), version control, virtual environments and compiled caches
+COPY_SKIP = (".infrarsi", ".git", ".venv", "venv", "__pycache__", "*.pyc")
+
+
+def copy_workload(
+    src: Path, dst: Path, *also: str, copy: Callable[[str, str], object] = shutil.copy2
+) -> None:
+    """A copy of the workload's folder ``src`` at ``dst`` for a trial, an evaluation or an
+    output, without ``COPY_SKIP``, the patterns ``also`` and, where ``dst`` lies inside
+    ``src`` (the trials kept in the workload's own folder), the folder holding ``dst``."""
+    by_pattern = shutil.ignore_patterns(*COPY_SKIP, *also)
+    target = Path(dst).resolve()
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        inside = {n for n in names if target.is_relative_to(Path(folder, n).resolve())}
+        return set(by_pattern(folder, names)) | inside
+
+    shutil.copytree(src, dst, ignore=ignore, copy_function=copy)

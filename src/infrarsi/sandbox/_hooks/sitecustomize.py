@@ -31,6 +31,7 @@ _OOM_MARKERS = (
 
 
 _JOINED_ENV = "INFRARSI_MEMCG_JOINED"
+_LAUNCHER_PID = "INFRARSI_LAUNCHER_PID"
 _PR_SET_PDEATHSIG = 1
 _LIMIT_FILES = {
     "1": ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
@@ -38,8 +39,19 @@ _LIMIT_FILES = {
 }
 
 
+def _mark_launcher():
+    """A launcher that may start its one rank without ``LOCAL_RANK`` (``accelerate launch``'s
+    simple launcher): its children know it by its PID."""
+    if os.environ.get("INFRARSI_MARK_LAUNCHER") == "1" and _LAUNCHER_PID not in os.environ:
+        os.environ[_LAUNCHER_PID] = str(os.getpid())
+
+
 def _is_rank():
-    return "LOCAL_RANK" in os.environ or os.environ.get("INFRARSI_CAP_SELF") == "1"
+    return (
+        "LOCAL_RANK" in os.environ
+        or os.environ.get("INFRARSI_CAP_SELF") == "1"
+        or os.environ.get(_LAUNCHER_PID) == str(os.getppid())
+    )
 
 
 def _write(path, text):
@@ -150,6 +162,7 @@ def _thread_excepthook(args):
     _previous_thread_excepthook(args)
 
 
+_mark_launcher()
 _join_memcg()
 _isolate()
 _die_with_parent()
@@ -157,6 +170,9 @@ if _is_rank():
     import infrarsi_seed
 
     infrarsi_seed.install()  # a challenge seed for a script without a seed parameter
+    import infrarsi_params
+
+    infrarsi_params.install()  # the parameters saved through the script's framework
 if _is_rank():
     faulthandler.enable()  # a native abort still shows the Python stack it happened in
 _previous_excepthook = sys.excepthook

@@ -20,9 +20,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from infrarsi.trial.evaluation.frameworks import trainer_command
 from infrarsi.trial.evaluation.server import SERVER, isolation_for
 from infrarsi.trial.patching import sha256_file
 from infrarsi.trial.record import Evaluation
+from infrarsi.workloads.manifest import copy_workload
 
 if TYPE_CHECKING:
     from infrarsi.trial.spec import TrialSpec
@@ -182,9 +184,7 @@ def _run_reference(spec: TrialSpec, trial_dir: Path, ref: dict[str, Path]) -> di
         tempfile.mkdtemp(prefix=f".{Path(trial_dir).name}.evaluation-", dir=Path(trial_dir).parent)
     )
     code = root / "code"
-    shutil.copytree(
-        spec.manifest.root, code, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "patches")
-    )
+    copy_workload(spec.manifest.root, code, "patches")
     copies = {}
     for name, path in ref.items():
         copies[name] = root / f"{name}.pt"
@@ -200,6 +200,10 @@ def _run_reference(spec: TrialSpec, trial_dir: Path, ref: dict[str, Path]) -> di
     if not declared:
         raise ValueError("the workload declares no evaluation command")
     command = [part.format(**fields) for part in declared]
+    if spec.manifest.evaluation and spec.manifest.evaluation.framework == "trainer":
+        command = trainer_command(
+            root, command, str(copies["final"]), str(copies.get("initial", ""))
+        )
     if (
         Path(command[0]).name in ("python", "python3")
         and command[1:2]
