@@ -497,3 +497,19 @@ def test_a_trainer_jobs_evaluation_is_its_own_command_at_the_baselines_arguments
     assert "training data" in note  # said: no held-out set to evaluate on
     how, note = evaluation("accelerate", ["python", "t.py"], "t.py", has_eval=False)
     assert how == {"framework": "accelerate"} and "no held-out loss is checked" in note
+
+
+def test_the_draft_reads_the_world_size_line_the_framework_hook_writes():
+    """The hook runs before any import of the package (standard library only), so the line
+    it writes is spelt in two places: one spelling."""
+    import importlib.util
+
+    from infrarsi.draft import assemble
+    from infrarsi.sandbox import HOOKS_DIR
+
+    spec = importlib.util.spec_from_file_location("hook", HOOKS_DIR / "infrarsi_params.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    assert hook.WORLD_LINE == assemble.WORLD_LINE and hook.ENV == assemble.SAVE_PARAMS
+    printed = [(0.1, "step 0 | loss 1.0", "stdout"), (0.2, f"{hook.WORLD_LINE}2", "stderr")]
+    assert assemble._world(printed) == 2 and assemble._world(printed[:1]) is None

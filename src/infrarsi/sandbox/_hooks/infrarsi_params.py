@@ -12,6 +12,10 @@ import hook, as the challenge seed's), so the script is unchanged:
   parameters are saved then (``initial.pt``) and when the process exits normally
   (``final.pt``), on the main process.
 
+In a draft's dry run (``INFRARSI_SAY_WORLD``) it also says, on standard error, how many
+processes the framework saw training together: a launcher may start fewer than it was asked
+for (accelerate's ``--cpu`` starts one on a host without GPUs), and then the ranks are no knob.
+
 Both write where ``INFRARSI_WEIGHTS_DIR`` says, as ``probe.save_weights`` does (a name ->
 tensor dict, written aside then renamed), so the harness checks them as it checks the bundled
 workloads': against the baseline's, and with the unpatched code on held-out data.
@@ -57,7 +61,8 @@ def _wrap_trainer(module):
         first = self.args.process_index == 0
         if first:
             say_world(self.args.world_size)
-            save("initial", self.model)
+            if self.model is not None:  # a model_init makes it inside train: no initial set
+                save("initial", self.model)
         out = train(self, *args, **kwargs)
         if first:
             save("final", self.accelerator.unwrap_model(self.model))
