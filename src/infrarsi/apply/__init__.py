@@ -9,7 +9,9 @@ measured configs otherwise), never through the Run stage's code.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from infrarsi.apply import decide, outputs
 from infrarsi.apply.rounds import BASELINE, Rounds
@@ -31,9 +33,10 @@ from infrarsi.records import (
     ReferenceRun,
 )
 from infrarsi.store import RunDirError, Stage, Store, StoredRun, StoredTrial, open_run_dir
-from infrarsi.trial.record import TrialStatus
+from infrarsi.trial.record import TrialRecord, TrialStatus
 from infrarsi.verify import evidence_strength
 from infrarsi.workloads import knobs as knob_rules
+from infrarsi.workloads.manifest import Manifest
 
 
 class ApplyError(InfraRSIError):
@@ -50,14 +53,14 @@ def open_run(run_dir: Path) -> tuple[Store, StoredRun, list[StoredTrial], Contra
 
 
 def candidates_of(
-    run: StoredRun, trials: list[StoredTrial], baseline: dict, top_k: int
+    run: StoredRun, trials: list[StoredTrial], baseline: dict[str, Any], top_k: int
 ) -> list[CandidateResult]:
     """The top ``top_k`` configs of the run other than the baseline itself: the run's ranking,
     or (a run stopped before it wrote one) its fastest measured configs."""
     ranking = run.ranking
     if not ranking:
-        times: dict[ConfigKey, list] = {}
-        configs: dict[ConfigKey, dict] = {}
+        times: dict[ConfigKey, list[Any]] = {}
+        configs: dict[ConfigKey, dict[str, Any]] = {}
         for t in trials:
             if t.status.is_ok():
                 key = t.configuration.key
@@ -188,7 +191,7 @@ def apply_run(
     return result
 
 
-def _storing(store: Store, run_id: str):
+def _storing(store: Store, run_id: str) -> Callable[[TrialRecord, str], int]:
     """What Apply's rounds call with each trial as it ends: into the run's store, as Apply's."""
     return lambda record, label: store.add_trial(run_id, Stage.APPLY, record, label=label)
 
@@ -219,10 +222,10 @@ def _evidence(contract: Contract, measurements: list[Measurement]) -> str:
     return evidence_strength(contract, missing) if judged else ""
 
 
-def _baseline_summary(knobs: dict, measurements: list[Measurement]) -> dict:
+def _baseline_summary(knobs: dict[str, Any], measurements: list[Measurement]) -> dict[str, Any]:
     ok = [m for m in measurements if m.label == BASELINE and m.status == TrialStatus.OK]
 
-    def median(field):
+    def median(field: str) -> float | None:
         values = [getattr(m, field) for m in ok if getattr(m, field) is not None]
         return statistics.median(values) if values else None
 
@@ -237,8 +240,15 @@ def _baseline_summary(knobs: dict, measurements: list[Measurement]) -> dict:
     }
 
 
-def _write(result: ApplyResult, run, trials, contract, manifest, run_dir: Path) -> dict:
-    files = {}
+def _write(
+    result: ApplyResult,
+    run: StoredRun,
+    trials: list[StoredTrial],
+    contract: Contract,
+    manifest: Manifest,
+    run_dir: Path,
+) -> dict[str, Any]:
+    files: dict[str, Any] = {}
     contract.save(run_dir / "contract.yaml")
     files["contract"] = "contract.yaml"
     outputs.write_audit(

@@ -14,7 +14,7 @@ class BranchError(InfraRSIError):
     """The winner cannot be committed: no git repository, a taken branch name, local edits."""
 
 
-def _git(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+def _git(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
     if check and result.returncode != 0:
         raise BranchError(f"git {' '.join(args)}: {result.stderr.strip()}")

@@ -9,7 +9,7 @@ import shlex
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from infrarsi.identity import changed_knobs
 from infrarsi.objective import ranked_step_time_s
@@ -18,7 +18,7 @@ from infrarsi.records import ApplyResult
 from infrarsi.store import Stage, StoredRun, StoredTrial
 from infrarsi.trial import TrialRecord, patching, prepare
 from infrarsi.trial.launch import render
-from infrarsi.workloads.manifest import copy_workload
+from infrarsi.workloads.manifest import Manifest, copy_workload
 
 if TYPE_CHECKING:
     from infrarsi.contract import Contract
@@ -41,13 +41,13 @@ def _git(args: list[str], cwd: Path) -> str:
     return result.stdout
 
 
-def fresh_copy(manifest, dest: Path) -> Path:
+def fresh_copy(manifest: Manifest, dest: Path) -> Path:
     """A copy of the workload as a user has it, links resolved, caches left out."""
     copy_workload(manifest.root, dest)
     return dest
 
 
-def winner_patch(manifest, scale: str, knobs: dict, patches: list[str]) -> str:
+def winner_patch(manifest: Manifest, scale: str, knobs: dict[str, Any], patches: list[str]) -> str:
     """One unified diff (git format, paths relative to the workload's folder) with every patch
     of the winner applied in order; empty when the winner changes no code."""
     spec = prepare(manifest, scale, knobs, patches)  # refuses what a trial would refuse
@@ -64,7 +64,9 @@ def winner_patch(manifest, scale: str, knobs: dict, patches: list[str]) -> str:
         return _git(["diff", "--cached", "--binary", "--no-color"], repo)
 
 
-def launch_script(manifest, scale: str, knobs: dict, patches: list[str], headline: str) -> str:
+def launch_script(
+    manifest: Manifest, scale: str, knobs: dict[str, Any], patches: list[str], headline: str
+) -> str:
     """A shell script that launches the winner from the (patched) workload's folder: the exact
     command of each node, with the workload's environment."""
     spec = prepare(manifest, scale, knobs, patches)
@@ -89,7 +91,7 @@ def launch_script(manifest, scale: str, knobs: dict, patches: list[str], headlin
 
 
 def write_winner(
-    result: ApplyResult, manifest, contract: Contract, run_dir: Path
+    result: ApplyResult, manifest: Manifest, contract: Contract, run_dir: Path
 ) -> tuple[str, ...]:
     """The promoted winner's ``winner.patch`` (every patch of it in one diff, a proposed one
     read from the run folder) and ``launch.sh`` in ``run_dir``; what an earlier Apply of the run
@@ -113,7 +115,7 @@ def write_winner(
     return ("winner.patch", "launch.sh")
 
 
-def audit_row(record: TrialRecord | None, objective: str, **context) -> dict:
+def audit_row(record: TrialRecord | None, objective: str, **context: Any) -> dict[str, Any]:
     """One audit row: the trial's record as the store keeps it, serialised, with the context
     its stage adds (``stage``, who proposed it, the predictions, Apply's verdict) and the two
     figures a reader looks for first: the patch ids with their sha256, and what the search
@@ -132,7 +134,7 @@ def audit_lines(
     trials: list[StoredTrial],
     result: ApplyResult,
     writers: dict[str, str] | None = None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Every trial of every stage as the store keeps it — the Doctor's, the search's and
     Apply's — each its record with its stage's context: config, patch ids and hashes, status,
     metrics, cost, failure reason, who proposed it and what the models predicted, Apply's
@@ -177,7 +179,7 @@ def audit_lines(
     return out
 
 
-def write_audit(path: Path, lines: list[dict]) -> None:
+def write_audit(path: Path, lines: list[dict[str, Any]]) -> None:
     """``audit.jsonl``: one JSON object per trial."""
     path.write_text("".join(json.dumps(line, default=str) + "\n" for line in lines))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from infrarsi.apply.decide import futile, pooled_sd, round_ratios
 from infrarsi.apply.references import REFERENCE, ReferenceRuns, journal
@@ -55,7 +56,7 @@ class Rounds:
         run_dir: Path,
         executor: Executor,
         candidates: list[CandidateResult],
-        baseline_knobs: dict,
+        baseline_knobs: dict[str, Any],
         on_event: EventSink | None = None,
         stored: Callable[[TrialRecord, str], object] | None = None,
     ):
@@ -63,7 +64,7 @@ class Rounds:
         is journalled (the run's store keeps every stage's trials)."""
         self.contract, self.run_dir, self.executor = contract, Path(run_dir), executor
         self.stored = stored or (lambda record, label: None)
-        self.configs: dict[str, tuple[dict, list[str]]] = {BASELINE: (baseline_knobs, [])}
+        self.configs: dict[str, tuple[dict[str, Any], list[str]]] = {BASELINE: (baseline_knobs, [])}
         self.configs.update({c.label: (c.knobs, c.patches) for c in candidates})
         self.on_event: EventSink = on_event or ignore
         self.progress = self.run_dir / PROGRESS_FILE
@@ -114,7 +115,9 @@ class Rounds:
             for m in out
         ]
 
-    def _one(self, done: dict, r: int, label: str, index: int, total: int) -> Measurement:
+    def _one(
+        self, done: dict[tuple[int, str], Measurement], r: int, label: str, index: int, total: int
+    ) -> Measurement:
         """One measurement: the one a killed Apply already made, or a new one. ``total`` is
         how many measurements the plan holds now (it shrinks as candidates are dropped)."""
         if (r, label) in done:
@@ -177,7 +180,7 @@ class Rounds:
                     self.baselines[m.round] = TrialRecord.from_json(json.dumps(entry["record"]))
         return found
 
-    def _measure(self, r: int, label: str) -> tuple[Measurement, dict, TrialRecord]:
+    def _measure(self, r: int, label: str) -> tuple[Measurement, dict[str, Any], TrialRecord]:
         knobs, patches = self.configs[label]
         request = TrialRequest(
             workload=self.contract.workload_path or self.contract.workload,
@@ -307,7 +310,7 @@ def _manifest(contract: Contract) -> Manifest | None:
         return None
 
 
-def _same_config(saved: object, config: tuple[dict, list[str]]) -> bool:
+def _same_config(saved: object, config: tuple[dict[str, Any], list[str]]) -> bool:
     """Whether a journal entry's ``[knobs, patches]`` is this config (``config_key``'s rule)."""
     if not isinstance(saved, list | tuple) or len(saved) != 2:
         return False

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import time
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine, case, create_engine, func, select
@@ -51,7 +51,7 @@ class StoredRun(BaseModel):
     workload: str
     scale: str
     contract_hash: str
-    contract_json: dict
+    contract_json: dict[str, Any]
     searcher: str
     seed: int
     budget_trials: int | None
@@ -59,7 +59,7 @@ class StoredRun(BaseModel):
     capacity_bytes: int | None
     status: RunStatus
     stop_reason: str | None = None
-    ranking_json: list | None = Field(
+    ranking_json: list[Any] | None = Field(
         None,
         description="the configs the run recommends, best "
         "first: {knobs, patches, step_time_s, trials}",
@@ -104,7 +104,7 @@ class StoredTrial(BaseModel):
     stage: Stage = Stage.RUN
     label: str | None = None
     proposed_by: str | None = None
-    config_json: dict
+    config_json: dict[str, Any]
     status: TrialStatus
     trial_id: str | None = None
     predicted_step_time_s: float | None = None
@@ -223,7 +223,7 @@ class Store:
         self,
         run_id: str,
         seq: int,
-        config: dict,
+        config: dict[str, Any],
         predictions: Prediction | None = None,
         proposed_by: str | None = None,
     ) -> int:
@@ -420,7 +420,7 @@ def _engine(url: str) -> Engine:
     return create_engine(url)
 
 
-def upgrade(engine, migrations: Path = MIGRATIONS) -> None:
+def upgrade(engine: Engine, migrations: Path = MIGRATIONS) -> None:
     """Bring a schema to the newest Alembic revision of ``migrations`` (the store's, or the
     bank's, which names its own version table in its ``env.py``)."""
     from alembic import command
@@ -433,7 +433,7 @@ def upgrade(engine, migrations: Path = MIGRATIONS) -> None:
         command.upgrade(config, "head")
 
 
-def revision(engine, version_table: str = "alembic_version") -> str | None:
+def revision(engine: Engine, version_table: str = "alembic_version") -> str | None:
     """The schema revision a store (or, with its version table, the bank) is at."""
     from alembic.runtime.migration import MigrationContext
 

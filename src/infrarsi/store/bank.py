@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
-from sqlalchemy import create_engine, delete, event, func, select
+from sqlalchemy import Engine, create_engine, delete, event, func, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -50,11 +50,11 @@ class Experience(BaseModel):
     workload: str
     scale: str
     hardware_fp: str
-    hardware_json: dict
+    hardware_json: dict[str, Any]
     workload_fp: str
-    workload_json: dict
-    knobs_json: dict
-    patches_json: list[dict] = Field(description="[{id, sha256}] of the patches applied")
+    workload_json: dict[str, Any]
+    knobs_json: dict[str, Any]
+    patches_json: list[dict[str, Any]] = Field(description="[{id, sha256}] of the patches applied")
     status: TrialStatus
     speedup: float | None = None
     censored: bool = False
@@ -73,11 +73,11 @@ class StoredSeed(BaseModel):
     id: int | None = None
     run_id: str
     created_unix_s: float
-    knobs_json: dict
+    knobs_json: dict[str, Any]
     patches_json: list[str]
     expected_speedup: float
     similarity: float
-    source_json: dict
+    source_json: dict[str, Any]
     measured_speedup: float | None = None
     held: bool | None = None
 
@@ -303,7 +303,7 @@ class BankStore:
         raise AssertionError("unreachable")
 
 
-def _sqlite_pragmas(connection, _record) -> None:
+def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     """WAL lets readers run beside a writer; the busy timeout makes writers wait their turn."""
     cursor = connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -311,12 +311,12 @@ def _sqlite_pragmas(connection, _record) -> None:
     cursor.close()
 
 
-def upgrade(engine) -> None:
+def upgrade(engine: Engine) -> None:
     """Bring the bank's schema to the newest Alembic revision."""
     store.upgrade(engine, MIGRATIONS)
 
 
-def revision(engine) -> str | None:
+def revision(engine: Engine) -> str | None:
     """The schema revision a bank is at."""
     return store.revision(engine, VERSION_TABLE)
 

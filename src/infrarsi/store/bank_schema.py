@@ -5,6 +5,8 @@ bank gave later runs with whether they held. Changed only through a migration
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import JSON, Boolean, Float, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -27,11 +29,11 @@ class ExperienceRow(BankBase):
     workload: Mapped[str] = mapped_column(String(128))
     scale: Mapped[str] = mapped_column(String(64))
     hardware_fp: Mapped[str] = mapped_column(String(32), index=True)
-    hardware_json: Mapped[dict] = mapped_column(JSON)
+    hardware_json: Mapped[dict[str, Any]] = mapped_column(JSON)
     workload_fp: Mapped[str] = mapped_column(String(32), index=True)
-    workload_json: Mapped[dict] = mapped_column(JSON)
-    knobs_json: Mapped[dict] = mapped_column(JSON)
-    patches_json: Mapped[list] = mapped_column(JSON)  # [{"id": .., "sha256": ..}]
+    workload_json: Mapped[dict[str, Any]] = mapped_column(JSON)
+    knobs_json: Mapped[dict[str, Any]] = mapped_column(JSON)
+    patches_json: Mapped[list[Any]] = mapped_column(JSON)  # [{"id": .., "sha256": ..}]
     status: Mapped[str] = mapped_column(String(16))
     speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
     censored: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -61,10 +63,10 @@ class SeedRow(BankBase):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(String(64), index=True)
     created_unix_s: Mapped[float] = mapped_column(Float)
-    knobs_json: Mapped[dict] = mapped_column(JSON)
-    patches_json: Mapped[list] = mapped_column(JSON)
+    knobs_json: Mapped[dict[str, Any]] = mapped_column(JSON)
+    patches_json: Mapped[list[Any]] = mapped_column(JSON)
     expected_speedup: Mapped[float] = mapped_column(Float)
     similarity: Mapped[float] = mapped_column(Float)
-    source_json: Mapped[dict] = mapped_column(JSON)
+    source_json: Mapped[dict[str, Any]] = mapped_column(JSON)
     measured_speedup: Mapped[float | None] = mapped_column(Float, nullable=True)
     held: Mapped[bool | None] = mapped_column(Boolean, nullable=True)

@@ -3,6 +3,8 @@ predictions at proposal time beside what was measured. Changed only through a mi
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import JSON, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -20,7 +22,7 @@ class RunRow(Base):
     workload: Mapped[str] = mapped_column(String(128))
     scale: Mapped[str] = mapped_column(String(64))
     contract_hash: Mapped[str] = mapped_column(String(64))
-    contract_json: Mapped[dict] = mapped_column(JSON)
+    contract_json: Mapped[dict[str, Any]] = mapped_column(JSON)
     searcher: Mapped[str] = mapped_column(String(32))
     seed: Mapped[int] = mapped_column(Integer)
     budget_trials: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -28,7 +30,7 @@ class RunRow(Base):
     capacity_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
     status: Mapped[str] = mapped_column(String(16))  # RunStatus: running, finished
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
-    ranking_json: Mapped[list | None] = mapped_column(JSON, nullable=True)  # revision 0002
+    ranking_json: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # revision 0002
 
 
 class TrialRow(Base):
@@ -41,7 +43,7 @@ class TrialRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id"), index=True)
     seq: Mapped[int] = mapped_column(Integer)
-    config_json: Mapped[dict] = mapped_column(JSON)
+    config_json: Mapped[dict[str, Any]] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16))
     trial_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
     predicted_step_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -53,7 +55,7 @@ class TrialRow(Base):
     started_unix_s: Mapped[float] = mapped_column(Float)
     ended_unix_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    record_json: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    record_json: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # revision 0003: which stage ran it (doctor, run, apply), its label there, who proposed it
     stage: Mapped[str] = mapped_column(String(16), default="run", server_default="run")
     label: Mapped[str | None] = mapped_column(String(128), nullable=True)
