@@ -4,7 +4,6 @@ the metrics, and put the manifest together (``draft_manifest``)."""
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +25,11 @@ from infrarsi.draft.dry import dry_run
 from infrarsi.draft.frameworks import evaluation, framework_of, passes_eval_dataset
 from infrarsi.draft.llm_metrics import ask_patterns, check_patterns
 from infrarsi.draft.metrics import MetricsDraftError, read_flops, read_metrics
+from infrarsi.trial.launch import SAVE_PARAMS, free_port
 
 DryRun = Callable[
     [list[str], Path, float, int, dict[str, str]], tuple[list[tuple[float, str, str]], float]
 ]
-SAVE_PARAMS = "INFRARSI_SAVE_PARAMS"  # the framework hook's setting (sandbox/_hooks)
 # what the hook says in a dry run (sandbox/_hooks/infrarsi_params.py WORLD_LINE)
 WORLD_LINE = "infrarsi: processes training together: "
 DRY_MEMORY_SHARE = 0.5  # of the host's memory, shared by the dry run's ranks
@@ -188,13 +187,6 @@ def _read(lines, stderr: bool, metrics: dict, notes: list[str]):
             *notes,
         ]
     return lines, metrics, notes
-
-
-def free_port() -> int:
-    """A loopback TCP port free now (the dry run's rendezvous, where the launcher takes one)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def dry_cap_bytes(ranks: int) -> int:

@@ -103,7 +103,7 @@ def _trial_env(
         env["INFRARSI_SEED_OFFSET"] = str(spec.seed)
     how = spec.manifest.evaluation
     if how is not None and how.framework is not None:  # saved through the script's framework
-        env["INFRARSI_SAVE_PARAMS"] = how.framework
+        env[SAVE_PARAMS] = how.framework
     return env
 
 
@@ -144,6 +144,9 @@ def isolated_env(
         env["INFRARSI_MARK_LAUNCHER"] = "1"
     return env
 
+
+# the framework hook's setting (sandbox/_hooks/infrarsi_params.py): the trial's, the dry run's
+SAVE_PARAMS = "INFRARSI_SAVE_PARAMS"
 
 SEED_BY_PARAMETER = "parameter"
 
