@@ -215,6 +215,29 @@ def cost_grid(table: tables.Table, budget: int) -> list[float]:
     return [round(mean * k, 3) for k in range(1, budget + 1)]
 
 
+def counts(entry: dict) -> bool:
+    """Whether a table takes part in the ranks: informative, full-factorial (on a sampled
+    table a peer's proposal snaps to the nearest measured cell, so it did not run what its
+    sampler proposed) and with the truth of each cell made from repeats the replay never
+    draws (``truth_split``)."""
+    return bool(
+        entry.get("informative")
+        and entry.get("design") == "full_factorial"
+        and entry.get("truth_split")
+    )
+
+
+def compared(per: dict) -> dict[str, float | None]:
+    """Each searcher's median trials to the target on one table, InfraRSI's ablations left
+    out: an ablation is InfraRSI's own study, so it neither makes a table informative nor takes
+    a rank among the searchers compared."""
+    return {
+        n: r["trials_to_target_median"]
+        for n, r in per.items()
+        if isinstance(r, dict) and "trials_to_target_median" in r and n not in ABLATIONS
+    }
+
+
 def tests_of(per: dict) -> dict:
     """The paired two-sided tests of one table's searchers against InfraRSI."""
     scores = {
@@ -288,10 +311,9 @@ def bench_table(
     entry = {
         "design": table.design,
         "cells": cells,
-        "informative": scoring.informative(
-            {n: r["trials_to_target_median"] for n, r in per.items()}, s.something_to_find
-        ),
+        "informative": scoring.informative(compared(per), s.something_to_find),
         "something_to_find": s.something_to_find,
+        "truth_split": s.truth_split,
         **per,
     }
     feasible = table.feasible(s.capacity)
@@ -320,16 +342,16 @@ def _round(v: float | None) -> float | None:
 
 
 def overall(results: dict) -> dict:
-    """Average ranks over the informative tables (by each searcher's mean per-seed area) and
-    Nemenyi's critical difference."""
+    """Average ranks over the tables that count (``counts``; by each searcher's mean per-seed
+    area; InfraRSI's ablations take no rank) and Nemenyi's critical difference."""
     per_table = {
         name: {
             s: float(np.mean(_num(r["per_seed"]["area"])))
             for s, r in entry.items()
-            if isinstance(r, dict) and "per_seed" in r
+            if isinstance(r, dict) and "per_seed" in r and s not in ABLATIONS
         }
         for name, entry in results.items()
-        if entry.get("informative")
+        if counts(entry)
     }
     held = {name: areas for name, areas in per_table.items() if rules.held_out(name)}
     ranks, held_ranks = scoring.average_ranks(per_table), scoring.average_ranks(held)
@@ -338,7 +360,9 @@ def overall(results: dict) -> dict:
             name: against_best_peer(entry) for name, entry in results.items() if OURS in entry
         },
         "average_rank": dict(sorted(ranks.items(), key=lambda kv: kv[1])),
-        "critical_difference": _cd(ranks, per_table, "the informative tables"),
+        "critical_difference": _cd(
+            ranks, per_table, "the informative full-factorial tables with a truth split"
+        ),
         # the judgement the rules were frozen for: only tables measured after their freeze
         "average_rank_held_out": dict(sorted(held_ranks.items(), key=lambda kv: kv[1])),
         "critical_difference_held_out": _cd(held_ranks, held, "the informative held-out tables"),
@@ -389,8 +413,7 @@ def merge(path: Path, table_name: str, new: dict) -> dict:
     }
     entry = {**(kept if same else {}), **new["entry"]}
     entry["informative"] = scoring.informative(
-        {n: r["trials_to_target_median"] for n, r in entry.items() if isinstance(r, dict)},
-        bool(entry.get("something_to_find", True)),
+        compared(entry), bool(entry.get("something_to_find", True))
     )
     results[table_name] = entry
     details[table_name] = {**new["detail"], "tests": tests_of(entry)}

@@ -95,8 +95,9 @@ def test_results_file_has_the_interface_and_replots(tmp_path):
     assert data["details"]["synthetic"]["table"]["truth_split"] is False  # 3 repeats a cell
     assert "average_rank" in data and "critical_difference" in data
     held_out = data["average_rank_held_out"]  # the synthetic table was chosen on by no rule
-    assert held_out == data["average_rank"] or not results["informative"]
-    assert data["critical_difference_held_out"]["tables"] == int(results["informative"])
+    assert held_out == data["average_rank"]
+    # 3 repeats a cell: no truth split, so the table takes no part in the ranks
+    assert data["critical_difference_held_out"]["tables"] == 0 and not bench.counts(results)
     assert set(data["infrarsi_vs_best_peer"]["synthetic"]) >= {"best_peer", "cost_ratio"}
     out.with_suffix(".png").unlink()
     assert bench.main(["--replot", "--out", str(out)]) == 0
@@ -296,3 +297,26 @@ def test_a_peer_learns_to_avoid_combinations_the_workload_refuses(tmp_path, name
     s = replay.setting_of(tables.load(path))
     trace = replay.replay(name, s, seed=0, budget=14)
     assert trace["snapped"] == 0 and trace["exact"] == 14
+
+
+def test_infrarsis_ablations_neither_make_a_table_informative_nor_take_a_rank():
+    """An ablation is InfraRSI's own study: a table where only an ablation misses the target
+    by trial 2 is uninformative, and the average ranks name no ablation."""
+
+    def row(trials: float | None, area: float) -> dict:
+        return {
+            "trials_to_target_median": trials,
+            "cost_to_target_s_median": trials,
+            "per_seed": {"area": [area, area]},
+        }
+
+    entry = {"infrarsi": row(1, 0.1), "greedy": row(2, 0.2), "infrarsi-no-censor": row(9, 0.9)}
+    assert bench.compared(entry) == {"infrarsi": 1, "greedy": 2}
+    assert not bench.scoring.informative(bench.compared(entry))
+    counted = {"informative": True, "design": "full_factorial", "truth_split": True}
+    ranked = {"t1": {**entry, **counted}, "t2": {**entry, **counted}}
+    ranks = bench.overall(ranked)["average_rank"]
+    assert set(ranks) == {"infrarsi", "greedy"} and ranks["infrarsi"] == 1.0
+    # a sampled table, or one whose truth is made from the repeats trials draw, takes no rank
+    assert not bench.counts({**entry, **counted, "design": "sampled"})
+    assert not bench.counts({**entry, **counted, "truth_split": False})
