@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/models.py              # every committed table, 40 splits
     .venv/bin/python bench/models.py --quick      # under a minute
+    .venv/bin/python bench/models.py --quick --formula-alone --out F  # the formula alone competing
     .venv/bin/python bench/models.py --table some/other-table.csv
 
 For each table, many random train/test splits of its cells with 10, 20 and 40 training trials,
@@ -43,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import tables  # noqa: E402
 
+from infrarsi.run import memory  # noqa: E402
 from infrarsi.run.cost import TrialCostModel  # noqa: E402
 from infrarsi.run.memory import MemoryObservation, TobitMemoryModel  # noqa: E402
 from infrarsi.run.space import Config, Space  # noqa: E402
@@ -312,7 +314,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--splits", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--formula-alone",
+        action="store_true",
+        help="let the analytic formula alone compete with the censored fits by evidence "
+        "(the memory model's FORMULA_ALONE; off in the product)",
+    )
     args = parser.parse_args(argv)
+    if args.formula_alone:
+        memory.FORMULA_ALONE = True
     paths = tables.table_paths(args.table)
     if not paths:
         parser.error("no table: measure one with bench/make_table.py or give --table PATH")

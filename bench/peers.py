@@ -11,10 +11,10 @@ from infrarsi.run.problem import Problem
 PEERS = ("smac", "tpe-prior", "tpe-asha")  # benchmark-only peers, beside the registry's
 MODEL_PEERS = ("tpe", "gp", "smac", "tpe-prior", "tpe-asha")  # a sampler proposes: what ran
 # must be what it proposed
-ABLATIONS = {  # InfraRSI with one idea taken out
+ABLATIONS = {  # InfraRSI with one idea taken out (or, where it was taken out, put back)
     "infrarsi-no-prior": {"prior": False},
     "infrarsi-no-censor": {"censored": False},
-    "infrarsi-no-pairing": {"pairing": False},
+    "infrarsi-with-pairing": {"pairing": True},  # off since the local search (2026-12-05)
     "infrarsi-no-cut": {"cut_slow": False},
 }
 

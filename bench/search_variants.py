@@ -14,7 +14,12 @@ module constants, e.g. ``nseeds:1+tr:1``:
 - ``drop:E`` — the log-evidence a patch's prior must lose before it is dropped;
 - ``cover:1`` — each free knob and patch compared alone once before the model exploits
   (``InfraRSISearcher._cover``; 0: off);
-- ``base`` — the committed search; ``greedy`` — the greedy peer, for scale.
+- ``local:1`` — the local search (``run/local.py``) after the start; with it ``lr:R`` (its
+  starting radius), ``jz:Z`` (a far jump's margin in between-run sds), ``wg:G`` (the share of
+  the stop effect below which a neighbourhood is spent);
+- ``ablate:NAME`` — InfraRSI without one idea (``peers.ABLATIONS``: ``no-censor``,
+  ``no-pairing``, ``no-cut``), with the other settings;
+- ``base`` — the committed search; ``greedy`` (or any peer's name) — a peer, for scale.
 
     .venv/bin/python bench/search_variants.py --variants base,greedy,nseeds:1+tr:1 \\
         --table bench/data/moe-1node-wide-fb737a3983921667.csv --seeds 20 --out FILE
@@ -43,38 +48,62 @@ sys.path.insert(0, str(Path(__file__).parent))
 import replay  # noqa: E402
 import scoring  # noqa: E402
 import tables  # noqa: E402
+from peers import ABLATIONS, PEERS  # noqa: E402
 
 import infrarsi.run.infrarsi_searcher as search  # noqa: E402
+from infrarsi.run import searchers as registry  # noqa: E402
+from infrarsi.run import steptime  # noqa: E402
 
-SETTINGS = {  # variant key -> the module constant it sets
+SETTINGS = {  # variant key -> the module constant it sets (the searcher's, or ``module.NAME``)
     "nseeds": "N_SEEDS",
     "tr": "TRUST_RADIUS",
     "tf": "TRUST_FAILURES",
     "rerun": "RERUN_EVERY",
     "drop": "PRIOR_DROP_EVIDENCE",
     "cover": "COVER",
+    "local": "LOCAL",
+    "lr": "LOCAL_RADIUS",
+    "jz": "JUMP_Z",
+    "wg": "WIDEN_GAIN",
+    "dnoise": "DOCTOR_NOISE_FLOOR",
+    "restarts": "steptime.GP_RESTARTS",
 }
-COMMITTED = {name: getattr(search, name) for name in SETTINGS.values()}
+MODULES = {"steptime": steptime}
+PEER_NAMES = [n for n in (*registry.SEARCHERS, *PEERS) if n != "infrarsi"]
+
+
+def _owner(name: str) -> tuple[object, str]:
+    """The module a setting's constant lives in, and the constant's own name."""
+    module, _, attr = name.rpartition(".")
+    return (MODULES[module] if module else search), attr
+
+
+COMMITTED = {name: getattr(*_owner(name)) for name in SETTINGS.values()}
 
 
 def apply_variant(variant: str) -> str:
     """Set the searcher's constants for ``variant``; the searcher to replay."""
     for name, value in COMMITTED.items():
-        setattr(search, name, value)
-    if variant in ("base", "greedy"):
-        return "greedy" if variant == "greedy" else "infrarsi"
+        setattr(*_owner(name), value)
+    if variant == "base":
+        return "infrarsi"
+    if variant in PEER_NAMES:
+        return variant
+    name = "infrarsi"
     for part in variant.split("+"):
         key, _, value = part.partition(":")
+        if key == "ablate" and f"infrarsi-{value}" in ABLATIONS:
+            name = f"infrarsi-{value}"
+            continue
         if key not in SETTINGS or not value:
             raise SystemExit(f"variant {part!r}: use KEY:VALUE with KEY one of {sorted(SETTINGS)}")
         kind = type(COMMITTED[SETTINGS[key]])
         number = float(value)
         setattr(
-            search,
-            SETTINGS[key],
+            *_owner(SETTINGS[key]),
             bool(number) if kind is bool else kind(number) if kind is int else number,
         )
-    return "infrarsi"
+    return name
 
 
 @functools.cache

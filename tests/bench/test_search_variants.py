@@ -21,8 +21,12 @@ def test_a_variant_sets_its_constants_and_the_next_starts_from_the_committed_one
     assert study.apply_variant("nseeds:1+tr:1+drop:0.5") == "infrarsi"
     assert (search.N_SEEDS, search.TRUST_RADIUS, search.PRIOR_DROP_EVIDENCE) == (1, 1, 0.5)
     assert isinstance(search.N_SEEDS, int)
+    assert study.apply_variant("local:0+restarts:2+ablate:with-pairing") == (
+        "infrarsi-with-pairing"
+    )
+    assert search.LOCAL is False and study.steptime.GP_RESTARTS == 2
     assert study.apply_variant("greedy") == "greedy"
-    assert {name: getattr(search, name) for name in committed} == committed
+    assert {name: getattr(*study._owner(name)) for name in committed} == committed
 
 
 @pytest.mark.parametrize("bad", ["nseed:1", "tr", "tr:"])

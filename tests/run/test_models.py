@@ -216,3 +216,29 @@ def test_the_ridge_is_chosen_by_the_evidence_of_the_trials():
     flat = [MemoryObservation(float(np.exp(20 + rng.normal(0, 0.1))), False) for _ in X[:8]]
     tight = TobitMemoryModel(ridge=(1.0, 500.0)).fit(X[:8], flat)
     assert tight.ridge_ == 500.0
+
+
+def test_the_formula_alone_is_kept_where_the_trials_bear_it_out(monkeypatch):
+    """With ``FORMULA_ALONE`` (off: it did not pay on the tables): peaks that are the
+    analytic formula's within its 10% spread — nothing fitted beats the formula by evidence,
+    so the model is the formula (its P(OOM) the formula's); peaks that a knob moves away from
+    the formula — the fitted model is kept."""
+    from scipy import special
+
+    from infrarsi.run import memory
+
+    monkeypatch.setattr(memory, "FORMULA_ALONE", True)
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(12, 4))
+    offset = 20.0 + 0.3 * X[:, 1]  # the formula knows knob 1's effect
+    cap = float(np.exp(20.1))
+    as_said = observe(offset + rng.normal(0, 0.1, len(X)), cap)
+    formula = TobitMemoryModel().fit(X, as_said, offset)
+    assert formula.formula_alone_ and "ridge=inf" in repr(formula)
+    Xt = rng.normal(size=(50, 4))
+    offset_t = 20.0 + 0.3 * Xt[:, 1]
+    expected = special.ndtr((offset_t - np.log(cap)) / formula.sigma_prior)
+    assert np.allclose(formula.p_oom(Xt, cap, offset_t), expected)
+    moved = observe(offset + 0.5 * X[:, 0] + rng.normal(0, 0.02, len(X)), cap)
+    fitted = TobitMemoryModel().fit(X, moved, offset)
+    assert not fitted.formula_alone_ and fitted.beta_[1] > 0.3

@@ -144,7 +144,7 @@ def test_infrarsi_firms_up_its_top_configs_once_exploring_is_expected_to_gain_no
     from infrarsi.run import infrarsi_searcher as mod
 
     p = problem()
-    searcher = InfraRSISearcher(p, seed=0)
+    searcher = InfraRSISearcher(p, seed=0, local=False)  # the local search re-measures nothing
     firmed = 0
     for _ in range(40):
         config = searcher.ask()  # the acquisition and the stop rule see every trial so far
@@ -311,7 +311,7 @@ def test_the_trust_region_narrows_after_failures_widens_after_wins_and_bounds_pr
     from infrarsi.run.problem import distance
 
     p = problem()
-    s = InfraRSISearcher(p, seed=0)
+    s = InfraRSISearcher(p, seed=0, local=False)
     assert s.trust_radius() == mod.TRUST_RADIUS
     for c in s.start:  # the start counts for the best time, not for the region
         s.tell(c, Outcome("ok", step_time_s=1.0, peak_bytes=1e9, cost_s=5.0))
@@ -336,7 +336,7 @@ def test_a_proposal_for_a_parallel_slot_keeps_away_from_the_trials_in_flight():
     search)."""
     from infrarsi.run.problem import distance
 
-    s = InfraRSISearcher(problem(), seed=0)
+    s = InfraRSISearcher(problem(), seed=0, local=False)  # the global step's batch
     cases = moved = 0
     for _ in range(16):
         first = s.ask_batch(1)[0]
@@ -387,7 +387,7 @@ def test_with_cover_each_free_knob_and_patch_is_compared_alone_before_the_model_
     monkeypatch.setattr(mod, "COVER", True)
     monkeypatch.setattr(mod, "N_SEEDS", 1)
     p = replace(problem(), derived=("accum",))  # the accumulation follows the micro-batch
-    s = InfraRSISearcher(p, seed=0)
+    s = InfraRSISearcher(p, seed=0, local=False)
     dims = {"micro_batch", "threads", "ckpt", "fast", "lean"}
     rng = np.random.default_rng(0)
     covering = 0
@@ -408,3 +408,36 @@ def test_with_cover_each_free_knob_and_patch_is_compared_alone_before_the_model_
     assert dims == {free_change(p, a, b) for a in ok for b in s.tried if a != b} - {None}
     assert covering >= 3, covering
     assert s._cover() is None  # nothing left open
+
+
+def test_the_local_search_walks_the_incumbents_neighbourhood_and_measures_nothing_twice():
+    """After the start, each proposal but the drift check's baseline is untried and one free
+    change from the incumbent (the accumulation follows the micro-batch), unless the
+    neighbourhood is spent (it widens) or the models jump to a far config; the walk finds the
+    toy problem's fastest config that fits."""
+    from dataclasses import replace
+
+    from infrarsi.run.local import free_codes
+
+    p = replace(problem(), derived=("accum",))
+    s = InfraRSISearcher(p, seed=0, local=True)
+    codes = free_codes(p.candidates, ["micro_batch", "threads", "ckpt"], ["fast", "lean"])
+    rng = np.random.default_rng(0)
+    near = 0
+    for _ in range(len(s.start) + 14):
+        started = all(c in s.tried for c in s.start)
+        centre = s.recommend() if started else None
+        config = s.ask()
+        if centre is not None and config != p.baseline:
+            assert config not in s.tried, "the search measures no config twice"
+            changes = int((codes[p.index[config]] != codes[p.index[centre]]).sum())
+            near += changes == 1
+        step, peak = truth(config)
+        if peak > CAPACITY:
+            s.tell(config, Outcome("oom", cost_s=2.0, cap_bytes=CAPACITY))
+        else:
+            time_s = step * math.exp(rng.normal(0, 0.02))
+            s.tell(config, Outcome("ok", step_time_s=time_s, peak_bytes=peak, cost_s=5.0))
+    assert near >= 6, near
+    fits = [c for c in p.candidates if truth(c)[1] <= CAPACITY]
+    assert truth(s.recommend())[0] == min(truth(c)[0] for c in fits)

@@ -34,6 +34,7 @@ HYPER_FIT_MAX = 80  # past this many trials the GP's hyperparameters are fitted 
 # 30 seeds, 25 with the floor; moe-1node-full AMD 1c 19 -> 22; the other 13 tables' medians
 # within one trial: dense-2node sampled 11 -> 12)
 AMPLITUDE_MIN_LOG = 0.1
+GP_RESTARTS = 0  # restarts of the GP's hyperparameter fit from random starts (sklearn's)
 
 
 class StepTimeModel:
@@ -85,7 +86,7 @@ class StepTimeModel:
             kernel,
             alpha=noise / max(self.y_sd_, 1e-3) ** 2,
             normalize_y=True,
-            n_restarts_optimizer=0,
+            n_restarts_optimizer=GP_RESTARTS,
             random_state=self.seed,
         )
         with warnings.catch_warnings():
