@@ -49,6 +49,17 @@ def problem():
     )
 
 
+def outcome_of(config, rng):
+    """What a trial of ``config`` shows on the toy problem: an OOM past the capacity, else its
+    true step time with 2% noise."""
+    step, peak = truth(config)
+    if peak > CAPACITY:
+        return Outcome("oom", cost_s=2.0, cap_bytes=CAPACITY)
+    return Outcome(
+        "ok", step_time_s=step * math.exp(rng.normal(0, 0.02)), peak_bytes=peak, cost_s=5.0
+    )
+
+
 def run(searcher, n, seed=0):
     rng = np.random.default_rng(seed)
     asked = []
@@ -56,14 +67,7 @@ def run(searcher, n, seed=0):
         config = searcher.ask()
         if config is None:
             break
-        step, peak = truth(config)
-        if peak > CAPACITY:
-            outcome = Outcome("oom", cost_s=2.0, cap_bytes=CAPACITY)
-        else:
-            outcome = Outcome(
-                "ok", step_time_s=step * math.exp(rng.normal(0, 0.02)), peak_bytes=peak, cost_s=5.0
-            )
-        searcher.tell(config, outcome)
+        searcher.tell(config, outcome_of(config, rng))
         asked.append(config)
     return asked
 
@@ -398,12 +402,7 @@ def test_with_cover_each_free_knob_and_patch_is_compared_alone_before_the_model_
         if expected is not None and config != p.baseline:
             assert config == expected and free_change(p, config, centre) in dims
             covering += 1
-        step, peak = truth(config)
-        if peak > CAPACITY:
-            s.tell(config, Outcome("oom", cost_s=2.0, cap_bytes=CAPACITY))
-        else:
-            time_s = step * math.exp(rng.normal(0, 0.02))
-            s.tell(config, Outcome("ok", step_time_s=time_s, peak_bytes=peak, cost_s=5.0))
+        s.tell(config, outcome_of(config, rng))
     ok = [c for c, o in s.history if o.status.is_ok()]
     assert dims == {free_change(p, a, b) for a in ok for b in s.tried if a != b} - {None}
     assert covering >= 3, covering
@@ -432,12 +431,7 @@ def test_the_local_search_walks_the_incumbents_neighbourhood_and_measures_nothin
             assert config not in s.tried, "the search measures no config twice"
             changes = int((codes[p.index[config]] != codes[p.index[centre]]).sum())
             near += changes == 1
-        step, peak = truth(config)
-        if peak > CAPACITY:
-            s.tell(config, Outcome("oom", cost_s=2.0, cap_bytes=CAPACITY))
-        else:
-            time_s = step * math.exp(rng.normal(0, 0.02))
-            s.tell(config, Outcome("ok", step_time_s=time_s, peak_bytes=peak, cost_s=5.0))
+        s.tell(config, outcome_of(config, rng))
     assert near >= 6, near
     fits = [c for c in p.candidates if truth(c)[1] <= CAPACITY]
     assert truth(s.recommend())[0] == min(truth(c)[0] for c in fits)
