@@ -646,11 +646,11 @@ def test_a_script_that_prints_one_micro_batch_loss_is_judged_per_kind_of_change(
     split = run({"batch_size": 4})
     assert verify(contract, baseline, split).valid, verify(contract, baseline, split).reasons
     uncalibrated = contract.model_copy(update={"equivalence": type(equivalence)()}).sealed()
-    for record in (baseline, split):
-        record.contract_hash = uncalibrated.contract_hash
-    assert not verify(uncalibrated, baseline, split).valid  # what it was before: "loss drift"
-    for record in (baseline, split):
-        record.contract_hash = contract.contract_hash
+    rehashed = [
+        r.model_copy(update={"contract_hash": uncalibrated.contract_hash})
+        for r in (baseline, split)
+    ]
+    assert not verify(uncalibrated, *rehashed).valid  # what it was before: "loss drift"
     cheat = run({}, [str(CHEATS / "microbatch_lm_larger_lr.diff")])
     verdict = verify(contract, baseline, cheat)
     assert not verdict.valid and any("loss drift" in r for r in verdict.reasons), verdict.reasons

@@ -17,8 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from infrarsi.trial import TrialRecord, prepare, run_trial
+from infrarsi.trial import TrialRecord, TrialSpec, prepare, run_trial
 from infrarsi.workloads import find
+from infrarsi.workloads.manifest import Manifest
 
 
 class TrialCancelled(RuntimeError):
@@ -32,7 +33,7 @@ class TrialRequest(BaseModel):
         description="a bundled workload name or a manifest path relative to the workspace root"
     )
     scale: str
-    knobs: dict
+    knobs: dict[str, Any]
     patches: list[str] = Field([], description="catalog ids or diff paths (relative)")
     mem_cap_bytes: int | None = None
     timeout_s: float | None = None
@@ -72,7 +73,7 @@ class Executor:
         raise NotImplementedError
 
     @contextlib.contextmanager
-    def pinned(self, manifest=None) -> Iterator[Executor]:
+    def pinned(self, manifest: Manifest | None = None) -> Iterator[Executor]:
         """An executor whose trials (of ``manifest``'s workload) all run on the same hosts for
         as long as the block lasts: what an interleaved comparison of times needs (here: this
         one; a cluster's holds its nodes)."""
@@ -97,16 +98,27 @@ class Executor:
             time.sleep(poll_s)
 
 
+@dataclasses.dataclass
+class _Job:
+    """One submitted trial: its thread, and its record or the error that ended it."""
+
+    record: TrialRecord | None = None
+    error: BaseException | None = None
+    cancelled: bool = False
+    started: bool = False
+    thread: threading.Thread | None = None
+
+
 class LocalExecutor(Executor):
     """Runs trials on this machine, one at a time, in submission order."""
 
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
         self._lock = threading.Lock()  # one timed trial at a time
-        self._jobs: dict[str, dict] = {}
+        self._jobs: dict[str, _Job] = {}
         self._next = 0
 
-    def resolve(self, request: TrialRequest):
+    def resolve(self, request: TrialRequest) -> TrialSpec:
         """The prepared trial spec of a request (AssignmentError / PatchRefused when invalid)."""
         workload = request.workload
         path = self.root / workload
@@ -134,23 +146,21 @@ class LocalExecutor(Executor):
         spec = self.resolve(request)  # a bad request fails here, in the caller
         handle = f"local-{self._next}"
         self._next += 1
-        job: dict[str, Any] = {"record": None, "error": None, "cancelled": False, "started": False}
-        self._jobs[handle] = job
+        job = self._jobs[handle] = _Job()
         workdir = self.root / request.workdir
-        thread = threading.Thread(target=self._run, args=(job, spec, workdir), daemon=True)
-        job["thread"] = thread
-        thread.start()
+        job.thread = threading.Thread(target=self._run, args=(job, spec, workdir), daemon=True)
+        job.thread.start()
         return handle
 
-    def _run(self, job: dict, spec, workdir: Path) -> None:
+    def _run(self, job: _Job, spec: TrialSpec, workdir: Path) -> None:
         with self._lock:
-            if job["cancelled"]:
+            if job.cancelled:
                 return
-            job["started"] = True
+            job.started = True
             try:
-                job["record"] = run_trial(spec, workdir)
+                job.record = run_trial(spec, workdir)
             except BaseException as exc:  # surfaced by poll, never lost in the thread
-                job["error"] = exc
+                job.error = exc
 
     def run(self, request: TrialRequest) -> TrialRecord:
         """One trial in the calling thread (after any submitted one): a stop signal that
@@ -162,20 +172,22 @@ class LocalExecutor(Executor):
 
     def wait(self, handle: str, poll_s: float = 0.2) -> TrialRecord:
         """Block until the trial ends (joins its thread: no polling delay)."""
-        self._jobs[handle]["thread"].join()
+        thread = self._jobs[handle].thread
+        if thread is not None:
+            thread.join()
         return super().wait(handle, poll_s)
 
     def poll(self, handle: str) -> TrialRecord | None:
         job = self._jobs[handle]
-        if job["error"] is not None:
-            raise job["error"]
-        if job["cancelled"]:
+        if job.error is not None:
+            raise job.error
+        if job.cancelled:
             raise TrialCancelled(f"trial {handle} was cancelled before it started")
-        return job["record"]
+        return job.record
 
     def cancel(self, handle: str) -> bool:
         job = self._jobs[handle]
-        if job["started"]:
+        if job.started:
             return False
-        job["cancelled"] = True
+        job.cancelled = True
         return True

@@ -42,8 +42,10 @@ from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor, LocalExecutor, TrialCancelled, TrialRequest
 from infrarsi.executors.ray_node import NodeAgent, bundle_of
 from infrarsi.trial import TrialRecord, TrialStatus
+from infrarsi.workloads.manifest import Manifest
 
-_IDLE: dict[tuple, list] = {}  # (job, CPUs, resources) -> slots free for a trial
+# (job, CPUs, resources, nodes) -> slots free for a trial
+_IDLE: dict[tuple[Any, ...], list[_Slot]] = {}
 
 
 class RayUnavailable(InfraRSIError, ValueError):
@@ -106,9 +108,10 @@ class RayExecutor(Executor):
                 )
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise RayUnavailable(f"no Ray cluster at {address}: {exc}") from None
-        self.ray, self.root = ray, Path(root).resolve()
+        self.ray: Any = ray  # untyped: its calls are typed by what they return here
+        self.root = Path(root).resolve()
         self.cpus_per_trial, self.resources = cpus_per_trial, dict(resources or {})
-        self._jobs: dict[str, dict] = {}
+        self._jobs: dict[str, _RayJob] = {}
         self._next = itertools.count()
         self._cpus: float | None = None  # a trial's CPUs, once known
         self._agent_class = ray.remote(max_restarts=0, max_task_retries=0)(NodeAgent)
@@ -132,40 +135,40 @@ class RayExecutor(Executor):
             slot = self._new_slot(nodes)
             self.ray.wait([slot.group.ready()], timeout=PLACE_WAIT_S)  # a free node: at once
         handle = f"ray-{next(self._next)}"
-        self._jobs[handle] = {
-            "ref": None,
-            "slot": slot,
-            "pooled": pooled,
-            "nodes": nodes,
-            "request": request,
-            "shipped": (shipped.model_dump(), bundle),
-            "t0": time.time(),
-            "record": None,
-        }
-        self._dispatch(self._jobs[handle])
+        self._jobs[handle] = job = _RayJob(
+            slot=slot,
+            pooled=pooled,
+            nodes=nodes,
+            request=request,
+            shipped=(shipped.model_dump(), bundle),
+            t0=time.time(),
+        )
+        self._dispatch(job)
         return handle
 
-    def _dispatch(self, job: dict) -> bool:
+    def _dispatch(self, job: _RayJob) -> bool:
         """Send a queued trial to its slot once the slot's group is placed (or to an idle
         slot that came free meanwhile); whether it is on its way."""
-        if job["ref"] is not None:
+        if job.ref is not None:
             return True
-        slot = job["slot"]
+        slot = job.slot
+        if slot is None:  # released (cancelled) before it was sent
+            return False
         if not slot.placed():
-            free = self._live_idle(self._idle(job["nodes"])) if job["pooled"] else None
+            free = self._live_idle(self._idle(job.nodes)) if job.pooled else None
             if free is None:
                 return False
             slot.remove()  # the waiting group gives way to the slot that came free
-            job["slot"] = slot = free
+            job.slot = slot = free
         if not slot.agents:
-            self._equip(slot, job["nodes"])
-        request, bundle = job["shipped"]
-        job["ref"] = slot.agent.run.remote(request, bundle, slot.agents[1:])
-        job["t0"] = time.time()
+            self._equip(slot, job.nodes)
+        request, bundle = job.shipped
+        job.ref = slot.agent.run.remote(request, bundle, slot.agents[1:])
+        job.t0 = time.time()
         return True
 
     @contextlib.contextmanager
-    def pinned(self, manifest=None) -> Iterator[Executor]:
+    def pinned(self, manifest: Manifest | None = None) -> Iterator[Executor]:
         """Every trial submitted through the yielded executor runs in one slot held for the
         block (one node; one per launcher of ``manifest``'s workload when it spreads): an
         interleaved comparison compares times of the same hosts."""
@@ -232,10 +235,15 @@ class RayExecutor(Executor):
 
         slot.agents = self._agents(slot.group, nodes)
         ids = list(placement_group_table(slot.group).get("bundles_to_node_id", {}).values())
-        address = {n["NodeID"]: n["NodeManagerAddress"] for n in self.ray.nodes()}
+        address = {n["NodeID"]: n["NodeManagerAddress"] for n in self._nodes()}
         slot.nodes, slot.hosts = ids, [address.get(i, "") for i in ids]
 
-    def _agents(self, group, nodes: int) -> list:
+    def _nodes(self) -> list[dict[str, Any]]:
+        """The cluster's nodes as Ray describes them."""
+        nodes: list[dict[str, Any]] = self.ray.nodes()
+        return nodes
+
+    def _agents(self, group: Any, nodes: int) -> list[Any]:
         """An agent on each bundle of a placed group."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -255,25 +263,27 @@ class RayExecutor(Executor):
         """A whole node's CPUs: the smallest node's (a trial then fits on any)."""
         cpus = [
             n["Resources"].get("CPU", 0)
-            for n in self.ray.nodes()
+            for n in self._nodes()
             if n.get("Alive") and n["Resources"].get("CPU")
         ]
-        return min(cpus) if cpus else 1
+        return float(min(cpus)) if cpus else 1.0
 
     # -- poll / cancel ---------------------------------------------------------------------
     def poll(self, handle: str) -> TrialRecord | None:
         job = self._jobs[handle]
-        if job["record"] is not None:
-            return job["record"]
+        if job.record is not None:
+            return job.record
+        if job.ref is None and job.slot is None:
+            raise TrialCancelled(f"trial {handle} was cancelled before it started")
         if not self._dispatch(job):
             return None  # waiting for a node
-        ready, _ = self.ray.wait([job["ref"]], timeout=0)
+        ready, _ = self.ray.wait([job.ref], timeout=0)
         if not ready:
             return None
         errors, lost = self.ray.exceptions, False
         try:
-            record_json, node_workdir, tar = self.ray.get(job["ref"])
-            job["record"] = self._land(job["request"], record_json, node_workdir, tar)
+            record_json, node_workdir, tar = self.ray.get(job.ref)
+            job.record = self._land(job.request, record_json, node_workdir, tar)
         except errors.TaskCancelledError:
             raise TrialCancelled(f"trial {handle} was cancelled") from None
         except (
@@ -284,31 +294,31 @@ class RayExecutor(Executor):
             errors.RaySystemError,
             errors.LocalRayletDiedError,
         ) as exc:
-            job["record"], lost = _lost(job["request"], job["t0"], exc, job["slot"]), True
+            job.record, lost = _lost(job.request, job.t0, exc, job.slot), True
         finally:
             self._release(job, lost=lost)
-        return job["record"]
+        return job.record
 
     def cancel(self, handle: str) -> bool:
         """Stop a trial that has not ended: its agent is killed (a trial's processes die with
         it) and its slot given up."""
         job = self._jobs[handle]
-        if job["ref"] is not None:
-            ready, _ = self.ray.wait([job["ref"]], timeout=0)
+        if job.ref is not None:
+            ready, _ = self.ray.wait([job.ref], timeout=0)
             if ready:
                 return False
         self._release(job, lost=True)
         return True
 
-    def _release(self, job: dict, lost: bool = False) -> None:
+    def _release(self, job: _RayJob, lost: bool = False) -> None:
         """The job's slot back to the pool (a pinned one stays with its holder); one whose
         node or agent is gone, or whose trial was stopped, is removed."""
-        slot, job["slot"] = job.get("slot"), None
+        slot, job.slot = job.slot, None
         if slot is None:
             return
         if lost:
             slot.remove()
-        elif job["pooled"]:
+        elif job.pooled:
             self._idle(len(slot.agents)).append(slot)
 
     def _land(
@@ -326,11 +336,26 @@ class RayExecutor(Executor):
         return record
 
 
-def _spread_over(manifest) -> int:
+def _spread_over(manifest: Manifest) -> int:
     """Nodes a trial of this workload takes: one per launcher when its ranks report through
     the probe (their metrics then reach the trial over TCP), else one (a workload read from its
     standard output is timed by the lines the harness reads, so its launchers stay together)."""
     return manifest.launch.nodes if manifest.launch.metrics == "probe" else 1
+
+
+@dataclasses.dataclass
+class _RayJob:
+    """One submitted trial: its slot (None once released), what travels to the node, the
+    remote call once sent, and its record once landed."""
+
+    slot: _Slot | None
+    pooled: bool  # its slot came from (and goes back to) the pool, not a pinned holder
+    nodes: int
+    request: TrialRequest
+    shipped: tuple[dict[str, Any], bytes]
+    t0: float
+    ref: Any = None  # the agent's remote call, once sent
+    record: TrialRecord | None = None
 
 
 def release_idle() -> None:
@@ -347,19 +372,21 @@ class _Slot:
     the agent process running on each; the first agent runs the trial."""
 
     group: Any  # a ray.util.placement_group.PlacementGroup
-    agents: list
+    agents: list[Any]  # Ray actor handles of NodeAgent
     nodes: list[str] = dataclasses.field(default_factory=list)  # the Ray node ids it holds
     hosts: list[str] = dataclasses.field(default_factory=list)  # and their addresses
 
     @property
-    def agent(self):
+    def agent(self) -> Any:
+        """The agent that runs the trial (the first bundle's)."""
         return self.agents[0]
 
     def placed(self) -> bool:
         """Whether the group holds its nodes now."""
         from ray.util.placement_group import placement_group_table
 
-        return placement_group_table(self.group).get("state") == "CREATED"
+        state: object = placement_group_table(self.group).get("state")
+        return state == "CREATED"
 
     def remove(self) -> None:
         import ray

@@ -13,8 +13,11 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from infrarsi.executors import LocalExecutor, TrialRequest
+from infrarsi.executors.ray_spread import RayElsewhere, node_address
+from infrarsi.sandbox.remote import LaunchOrder, RemoteOutcome, run_launcher, stop_launcher
 from infrarsi.trial import run_trial
 
 SKIP = ("tmp", "cache", "home", "__pycache__")  # scratch a trial leaves that nobody reads
@@ -29,36 +32,19 @@ class NodeAgent:
     def __init__(self) -> None:
         self._one_trial = threading.Lock()  # the agent takes more calls (stop) than trials
 
-    def run(self, request: dict, bundle: bytes, peers: Sequence = ()) -> tuple[str, str, bytes]:
+    def run(
+        self, request: dict[str, Any], bundle: bytes, peers: Sequence[Any] = ()
+    ) -> tuple[str, str, bytes]:
         with self._one_trial:  # trials sent to one slot run one after another
             return _run_on_node(request, bundle, list(peers))
 
-    def launch(
-        self,
-        command: list[str],
-        env: dict[str, str],
-        workspace: bytes,
-        trial_dir: str,
-        trial_id: str,
-        timeout_s: float,
-    ):
+    def launch(self, order: LaunchOrder) -> RemoteOutcome:
+        """Run one of a spread trial's other launchers on this node, to its end."""
         import ray
 
-        from infrarsi.sandbox.remote import run_launcher
-
-        return run_launcher(
-            ray.get_runtime_context().get_node_id(),
-            command,
-            env,
-            workspace,
-            trial_dir,
-            trial_id,
-            timeout_s,
-        )
+        return run_launcher(ray.get_runtime_context().get_node_id(), order)
 
     def stop(self, trial_id: str) -> int:
-        from infrarsi.sandbox.remote import stop_launcher
-
         return stop_launcher(trial_id)
 
 
@@ -93,7 +79,9 @@ def _no_scratch(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return None if Path(info.name).name in ("__pycache__", ".git") else info
 
 
-def _run_on_node(request: dict, bundle: bytes, peers: list) -> tuple[str, str, bytes]:
+def _run_on_node(
+    request: dict[str, Any], bundle: bytes, peers: list[Any]
+) -> tuple[str, str, bytes]:
     """On the node: unpack, run the trial as a local one (its other launchers on the peers'
     nodes, when it has peers), pack its folder."""
     import ray
@@ -105,12 +93,10 @@ def _run_on_node(request: dict, bundle: bytes, peers: list) -> tuple[str, str, b
         req = TrialRequest.model_validate(request)
         spec = LocalExecutor(scratch).resolve(req)
         if peers:
-            from infrarsi.executors.ray_spread import RayElsewhere
-
             spec = dataclasses.replace(spec, elsewhere=RayElsewhere(peers))
         record = run_trial(spec, scratch / req.workdir)
-        record.node = ray.get_runtime_context().get_node_id()
-        record.hosts = record.hosts or [ray.util.get_node_ip_address()]
+        where = {"node": ray.get_runtime_context().get_node_id()}
+        record = record.model_copy(update={**where, "hosts": record.hosts or [node_address()]})
         workdir = scratch / req.workdir
         record.save(Path(record.trial_dir) / "record.json")
         out = io.BytesIO()

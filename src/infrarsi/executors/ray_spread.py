@@ -4,39 +4,39 @@ the agent there. What the trial runner needs of them (``trial.remote.Elsewhere``
 
 from __future__ import annotations
 
-from infrarsi.sandbox.remote import RemoteOutcome
+from collections.abc import Callable
+from typing import Any
+
+from infrarsi.sandbox.remote import LaunchOrder, RemoteOutcome
+
+
+def node_address() -> str:
+    """This node's address as Ray knows it (reachable from the cluster's other nodes)."""
+    import ray
+
+    address: Callable[[], str] = ray.util.get_node_ip_address  # Ray leaves it untyped
+    return address()
 
 
 class RayElsewhere:
     """The other launchers' hosts of one trial: the agents of the slot's other bundles."""
 
-    def __init__(self, peers: list) -> None:
+    def __init__(self, peers: list[Any]) -> None:  # NodeAgent actor handles
         self.peers = peers
 
     def host(self) -> str:
         """This node's address: the rendezvous and the metrics channel listen there."""
-        import ray
-
-        return ray.util.get_node_ip_address()
+        return node_address()
 
     def node(self) -> str:
         import ray
 
         return ray.get_runtime_context().get_node_id()
 
-    def start(
-        self,
-        node_rank: int,
-        command: list[str],
-        env: dict[str, str],
-        workspace: bytes,
-        trial_dir: str,
-        trial_id: str,
-        timeout_s: float,
-    ) -> RayLauncher:
+    def start(self, node_rank: int, order: LaunchOrder) -> RayLauncher:
+        """Launcher ``node_rank`` started by its bundle's agent."""
         agent = self.peers[node_rank - 1]
-        ref = agent.launch.remote(command, env, workspace, trial_dir, trial_id, timeout_s)
-        return RayLauncher(agent, ref, trial_id)
+        return RayLauncher(agent, agent.launch.remote(order), order.trial_id)
 
 
 class RayLauncher:
@@ -45,7 +45,7 @@ class RayLauncher:
     pid = None
     stdout = None
 
-    def __init__(self, agent, ref, trial_id: str) -> None:
+    def __init__(self, agent: Any, ref: Any, trial_id: str) -> None:  # an actor, its call
         self.agent, self.ref, self.trial_id = agent, ref, trial_id
         self.returncode: int | None = None
         self._outcome: RemoteOutcome | None = None

@@ -111,6 +111,20 @@ class RemoteLauncher(Protocol):
     def outcome(self) -> RemoteOutcome: ...
 
 
+@dataclass(frozen=True)
+class LaunchOrder:
+    """What a launcher on another host runs: its command and environment as the coordinator
+    rendered them (paths under the coordinator's trial folder ``trial_dir``), the patched
+    workspace packed, the trial it belongs to and how long it may take."""
+
+    command: list[str]
+    env: dict[str, str]
+    workspace: bytes
+    trial_dir: str
+    trial_id: str
+    timeout_s: float
+
+
 class Elsewhere(Protocol):
     """Where a trial's launchers after the first run: one host per launcher."""
 
@@ -120,16 +134,7 @@ class Elsewhere(Protocol):
     def node(self) -> str:
         """This host's name in the cluster (the record's ``launcher_nodes``)."""
 
-    def start(
-        self,
-        node_rank: int,
-        command: list[str],
-        env: dict[str, str],
-        workspace: bytes,
-        trial_dir: str,
-        trial_id: str,
-        timeout_s: float,
-    ) -> RemoteLauncher:
+    def start(self, node_rank: int, order: LaunchOrder) -> RemoteLauncher:
         """Start launcher ``node_rank`` on its host."""
 
 
@@ -141,26 +146,19 @@ def pack_workspace(workspace: Path) -> bytes:
     return out.getvalue()
 
 
-def run_launcher(
-    node: str,
-    command: list[str],
-    env: dict[str, str],
-    workspace: bytes,
-    trial_dir: str,
-    trial_id: str,
-    timeout_s: float,
-) -> RemoteOutcome:
-    """On the other host: unpack the workspace into a folder of its own, rewrite the
+def run_launcher(node: str, order: LaunchOrder) -> RemoteOutcome:
+    """On the other host (``node``): unpack the workspace into a folder of its own, rewrite the
     coordinator's paths to it, run the launcher to its end (memory cgroups, parent-death rules,
     the timeout), and pack what its ranks wrote."""
+    trial_id = order.trial_id
     scratch = Path(tempfile.mkdtemp(prefix="infrarsi-launcher-"))
     here = scratch / trial_id
     here.mkdir()
-    with tarfile.open(fileobj=io.BytesIO(workspace)) as archive:
+    with tarfile.open(fileobj=io.BytesIO(order.workspace)) as archive:
         archive.extractall(here, filter="data")
-    there = str(Path(trial_dir).parent)
-    command = [part.replace(there, str(scratch)) for part in command]
-    env = {k: v.replace(there, str(scratch)) for k, v in env.items()}
+    there = str(Path(order.trial_dir).parent)
+    command = [part.replace(there, str(scratch)) for part in order.command]
+    env = {k: v.replace(there, str(scratch)) for k, v in order.env.items()}
     for name in ("home", "cache", "tmp"):
         (here / name).mkdir(exist_ok=True)
     env = bind_interface(env)
@@ -169,7 +167,7 @@ def run_launcher(
         result = run_isolated(
             Launchers(commands=[command], envs=[env], cwd=here / "workspace", spans_hosts=True),
             trial_id=trial_id,
-            timeout_s=timeout_s,
+            timeout_s=order.timeout_s,
             logs=(here / "stdout.log", here / "stderr.log"),
             cgroup_procs=cgroup.launchers_procs if cgroup else None,
         )

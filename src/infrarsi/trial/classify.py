@@ -16,7 +16,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from infrarsi.sandbox.memcg import RankMemory
 from infrarsi.sandbox.ownership import OUTLIVE_TAIL_S
@@ -25,6 +25,7 @@ from infrarsi.trial.arrivals import held_back
 from infrarsi.trial.metrics import (
     MetricsError,
     RankReport,
+    Reduced,
     cv,
     read_probe_files,
     read_stdout,
@@ -109,7 +110,7 @@ def _oom(
     result: ProcessResult,
     spec: TrialSpec,
     memory: dict[int, RankMemory],
-    rank_errors: list[dict],
+    rank_errors: list[dict[str, Any]],
     output: str,
 ) -> str | None:
     """Why the trial is an ``oom``, or None when no rank ran out of memory."""
@@ -192,7 +193,7 @@ def measured(
 
 def _metrics(
     spec: TrialSpec,
-    reduced,
+    reduced: Reduced,
     result: ProcessResult,
     tokens: int,
     peaks: list[int | None],
@@ -241,7 +242,10 @@ def _steady_median(times: list[float | None]) -> float | None:
 
 
 def _peaks(
-    reports: list[RankReport], reduced, result: ProcessResult, memory: dict[int, RankMemory] | None
+    reports: list[RankReport],
+    reduced: Reduced,
+    result: ProcessResult,
+    memory: dict[int, RankMemory] | None,
 ) -> tuple[list[int | None], str, list[str]]:
     """Per-rank peak memory as the harness measured it, its source, and what is unknown.
 
@@ -281,7 +285,7 @@ def _peaks(
     return peaks, source, warnings
 
 
-def _rank_errors(trial_dir: Path) -> list[dict]:
+def _rank_errors(trial_dir: Path) -> list[dict[str, Any]]:
     errors = []
     for path in sorted(trial_dir.glob("error.rank*.jsonl")):
         for line in _read(path).splitlines():
@@ -296,7 +300,7 @@ def _exit_text(returncode: int | None) -> str:
     return f"signal {-returncode}" if returncode and returncode < 0 else f"exit code {returncode}"
 
 
-def _crash_text(result: ProcessResult, rank_errors: list[dict], output: str) -> str:
+def _crash_text(result: ProcessResult, rank_errors: list[dict[str, Any]], output: str) -> str:
     code = _exit_text(result.returncode)
     if result.failed_node is not None:
         code = f"node {result.failed_node}'s launcher ended with {code}; the other nodes were ended"
@@ -312,7 +316,7 @@ def _cap_note(spec: TrialSpec) -> str:
     return f" (capacity {spec.mem_cap_bytes} bytes per rank)"
 
 
-def _line_around(text: str, match: re.Match) -> str:
+def _line_around(text: str, match: re.Match[str]) -> str:
     start = text.rfind("\n", 0, match.start()) + 1
     end = text.find("\n", match.end())
     return text[start : end if end >= 0 else None].strip()[-500:]

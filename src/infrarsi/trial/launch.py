@@ -10,21 +10,31 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from infrarsi.sandbox import HOOKS_DIR, memcg, ownership
+from infrarsi.sandbox.memcg import RankMemory
 from infrarsi.sandbox.process import (
     Launchers,
     ProcessResult,
     owner_alive,
     run_isolated,
 )
-from infrarsi.sandbox.remote import RDZV_HOST, bind_interface, pack_workspace
+from infrarsi.sandbox.remote import (
+    RDZV_HOST,
+    Elsewhere,
+    LaunchOrder,
+    RemoteLauncher,
+    bind_interface,
+    pack_workspace,
+)
 from infrarsi.trial import classify, evaluation
 from infrarsi.trial.evaluation.server import isolation_for
-from infrarsi.trial.filewatch import for_trial
+from infrarsi.trial.filewatch import Moments, for_trial
 from infrarsi.trial.metrics import MetricsError
-from infrarsi.trial.record import TrialRecord, TrialStatus
+from infrarsi.trial.record import Evaluation, TrialMetrics, TrialRecord, TrialStatus
 from infrarsi.trial.spec import TrialSpec, seed_names
 from infrarsi.trial.watch import MetricsChannel
 
@@ -74,7 +84,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port on ``host`` that is free now (the rendezvous of multi-node launches)."""
     with socket.socket() as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def resolve_program(program: str) -> str:
@@ -162,9 +173,16 @@ def seed_setting(spec: TrialSpec) -> str:
     return SEED_BY_PARAMETER if seed_names(spec.manifest, spec.scale) else SEED_BY_BOOTSTRAP
 
 
-def launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict, t0: float) -> TrialRecord:
+def launch(
+    spec: TrialSpec,
+    trial_dir: Path,
+    workspace: Path,
+    base: dict[str, Any],
+    t0: float,
+    late_warnings: list[str] | None = None,
+) -> TrialRecord:
     """Launch the trial's nodes in the sandbox, watch its files, then classify and evaluate
-    what it did: its record."""
+    what it did: its record (``late_warnings`` after what the launch found)."""
     spread = spec.elsewhere if spec.manifest.launch.nodes > 1 else None
     rdzv = spread.host() if spread else None  # asked once: a cluster call on a Ray node
     channel = _channel(spec, trial_dir, rdzv)
@@ -209,16 +227,30 @@ def launch(spec: TrialSpec, trial_dir: Path, workspace: Path, base: dict, t0: fl
         outcome = _measure(spec, channel, result, outcome, memory)
         # a launcher on another host opens its own copies of the files, unseen here
         _annotate(outcome.metrics, launcher_memory, result, None if spread else moments)
-    evaluated = (
-        evaluation.evaluate(spec, trial_dir, workspace)
-        if outcome.status is TrialStatus.OK and spec.evaluate
-        else None
-    )
+    evaluated = _evaluated(spec, outcome, trial_dir, workspace)
     _warn(trial_dir, base, outcome, result)
+    outcome.warnings.extend(late_warnings or [])
     return _record(base, outcome, evaluated, commands, result, t0)
 
 
-def _record(base: dict, outcome, evaluated, commands, result: ProcessResult, t0: float):
+def _evaluated(
+    spec: TrialSpec, outcome: classify.Classified, trial_dir: Path, workspace: Path
+) -> Evaluation | None:
+    """The harness's evaluation of what an ``ok`` trial learned (None: not asked for, or the
+    trial did not end ``ok``)."""
+    if outcome.status is not TrialStatus.OK or not spec.evaluate:
+        return None
+    return evaluation.evaluate(spec, trial_dir, workspace)
+
+
+def _record(
+    base: dict[str, Any],
+    outcome: classify.Classified,
+    evaluated: Evaluation | None,
+    commands: list[list[str]],
+    result: ProcessResult,
+    t0: float,
+) -> TrialRecord:
     """The trial's record: what ``run_trial`` set (``base``) and what the launch found."""
     return TrialRecord(
         **base,
@@ -233,7 +265,12 @@ def _record(base: dict, outcome, evaluated, commands, result: ProcessResult, t0:
     )
 
 
-def _annotate(metrics, launcher_memory, result: ProcessResult, moments) -> None:
+def _annotate(
+    metrics: TrialMetrics | None,
+    launcher_memory: RankMemory | None,
+    result: ProcessResult,
+    moments: Moments | None,
+) -> None:
     """What the sandbox saw beside the ranks' reports: the launchers' peak memory (their
     cgroup's, else sampled from outside) and, where the files were watched, when the patched
     files were first opened and the final parameters last written."""
@@ -279,7 +316,9 @@ def _rendered(
     return commands, envs
 
 
-def _warn(trial_dir: Path, base: dict, outcome, result: ProcessResult) -> None:
+def _warn(
+    trial_dir: Path, base: dict[str, Any], outcome: classify.Classified, result: ProcessResult
+) -> None:
     """What the record must say beside its status: a rank the kernel refused a mount namespace
     (``base['isolation']`` then says so), processes killed after the launcher exited."""
     refused = sorted(trial_dir.glob("isolation.rank*.txt"))
@@ -306,7 +345,7 @@ class _Spread:
 
     def __init__(
         self,
-        elsewhere,
+        elsewhere: Elsewhere,
         workspace: Path,
         trial_dir: Path,
         trial_id: str,
@@ -316,21 +355,31 @@ class _Spread:
         self.elsewhere, self.channel = elsewhere, channel
         self.packed = pack_workspace(workspace)
         self.trial_dir, self.trial_id, self.timeout_s = trial_dir, trial_id, timeout_s
-        self.launched: list = []
+        self.launched: list[RemoteLauncher] = []
         self.nodes, self.hosts = [elsewhere.node()], [elsewhere.host()]
 
-    def starters(self, count: int) -> dict:
-        return {i: (lambda cmd, env, i=i: self._start(i, cmd, env)) for i in range(1, count)}
+    def starters(
+        self, count: int
+    ) -> dict[int, Callable[[list[str], dict[str, str]], RemoteLauncher]]:
+        """Launchers 1.. ``count`` - 1, each started by a call on its host."""
+        return {i: functools.partial(self._start, i) for i in range(1, count)}
 
-    def _start(self, node_rank: int, command: list[str], env: dict[str, str]):
-        env = {**env, **self.channel.remote_env()}
-        launcher = self.elsewhere.start(
-            node_rank, command, env, self.packed, str(self.trial_dir), self.trial_id, self.timeout_s
+    def _start(self, node_rank: int, command: list[str], env: dict[str, str]) -> RemoteLauncher:
+        order = LaunchOrder(
+            command=command,
+            env={**env, **self.channel.remote_env()},
+            workspace=self.packed,
+            trial_dir=str(self.trial_dir),
+            trial_id=self.trial_id,
+            timeout_s=self.timeout_s,
         )
+        launcher = self.elsewhere.start(node_rank, order)
         self.launched.append(launcher)
         return launcher
 
-    def join(self, trial_dir: Path, memory: dict | None, result) -> dict | None:
+    def join(
+        self, trial_dir: Path, memory: dict[int, RankMemory] | None, result: ProcessResult
+    ) -> dict[int, RankMemory] | None:
         """Each remote launcher's files and logs into the trial's folder, its ranks' memory
         and outside peaks into the trial's; the memory by rank."""
         for launcher in self.launched:
@@ -355,7 +404,13 @@ def is_launcher(command: list[str]) -> bool:
     )
 
 
-def _measure(spec: TrialSpec, channel: MetricsChannel, result, outcome, memory):
+def _measure(
+    spec: TrialSpec,
+    channel: MetricsChannel,
+    result: ProcessResult,
+    outcome: classify.Classified,
+    memory: dict[int, RankMemory] | None,
+) -> classify.Classified:
     """Turn the ranks' reports, as the harness's channel received them, into metrics, or into
     ``invalid``/``crash`` with the reason."""
     how = spec.manifest.launch.metrics

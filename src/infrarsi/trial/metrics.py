@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infrarsi.workloads.manifest import StdoutMetrics
+from infrarsi.workloads.manifest import StdoutMetrics, StdoutPattern
 
 
 class MetricsError(ValueError):
@@ -29,8 +29,8 @@ class RankReport:
     rank: int
     world_size: int = 1
     device: str = "cpu"
-    steps: list[dict] = field(default_factory=list)
-    end: dict | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    end: dict[str, Any] | None = None
 
 
 def read_probe_files(paths: list[Path]) -> list[RankReport]:
@@ -114,7 +114,7 @@ def by_arrival(arrivals_s: list[float] | None, steps: int) -> list[float]:
     return [statistics.median(gaps) if gaps else 0.0, *gaps][:steps]
 
 
-def _numbers(text: str, pattern) -> list[float]:
+def _numbers(text: str, pattern: StdoutPattern) -> list[float]:
     factor = pattern.scale_to_base()
     out = []
     for match in re.findall(pattern.pattern, text):
@@ -166,7 +166,7 @@ def reduce_ranks(reports: list[RankReport]) -> Reduced:
     )
 
 
-def critical(step: tuple[dict, ...]) -> dict:
+def critical(step: tuple[dict[str, Any], ...]) -> dict[str, Any]:
     """The slowest rank's entry of one step: the step's time is its time, so its phases are
     the ones that add up to the step."""
     return max(step, key=lambda s: s["step_time_s"])

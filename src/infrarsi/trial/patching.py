@@ -108,7 +108,7 @@ def _path_reasons(path: str, root: Path, editable: list[str], locked: list[str])
     return []
 
 
-def _git_apply(diff_file: Path, workspace: Path, *extra: str) -> subprocess.CompletedProcess:
+def _git_apply(diff_file: Path, workspace: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(workspace.resolve().parent)}
     return subprocess.run(
         ["git", "apply", *extra, str(Path(diff_file).resolve())],

@@ -5,6 +5,7 @@ with the others, the options a trial takes. ``prepare`` returns the ``TrialSpec`
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from infrarsi.errors import InfraRSIError
 from infrarsi.sandbox import memcg
@@ -17,9 +18,9 @@ from infrarsi.workloads.manifest import Manifest
 def prepare(
     manifest: Manifest,
     scale: str,
-    overrides: dict | None = None,
+    overrides: dict[str, Any] | None = None,
     patches: list[str] | tuple[str, ...] = (),
-    **options,
+    **options: Any,
 ) -> TrialSpec:
     """Validate knobs (AssignmentError) and patches (PatchRefused) without running anything.
 
@@ -44,7 +45,7 @@ def _check_options(
     timeout_s: float | None = None,
     steps: int | None = None,
     manifest: Manifest | None = None,
-    **_,
+    **_: Any,
 ) -> None:
     """ValueError naming the option when a capacity, timeout or step count cannot be
     honoured."""

@@ -178,7 +178,10 @@ class Evaluation(BaseModel):
 
 
 class TrialRecord(BaseModel):
-    """One trial, whatever its outcome: configuration, provenance, outcome, metrics and cost."""
+    """One trial, whatever its outcome: configuration, provenance, outcome, metrics and cost.
+    Frozen: everything it says is known when it is built (a changed copy is a new record)."""
+
+    model_config = ConfigDict(frozen=True)
 
     schema_version: int = RECORD_SCHEMA_VERSION
     trial_id: str

@@ -62,13 +62,16 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
         status, error = problem
         record = TrialRecord(**base, status=status, error=error, cost_s=time.monotonic() - t0)
     else:
+        swept_warnings = (
+            [
+                f"{swept} process(es) of earlier trials whose tool was "
+                "killed were still running; they were killed first"
+            ]
+            if swept
+            else []
+        )
         try:
-            record = launch(spec, trial_dir, workspace, base, t0)
-            if swept:
-                record.warnings.append(
-                    f"{swept} process(es) of earlier trials whose tool was "
-                    "killed were still running; they were killed first"
-                )
+            record = launch(spec, trial_dir, workspace, base, t0, swept_warnings)
         except BaseException as exc:  # the tool is stopped: the trial's processes are gone
             TrialRecord(
                 **base,
@@ -97,7 +100,9 @@ def _patch_refs(spec: TrialSpec) -> list[PatchRef]:
     ]
 
 
-def _apply_and_hash(spec: TrialSpec, workspace: Path):
+def _apply_and_hash(
+    spec: TrialSpec, workspace: Path
+) -> tuple[dict[str, str], tuple[TrialStatus, str] | None]:
     """Apply the patches, hash the locked files; (hashes, None) or (hashes, (status, error))."""
     try:
         for source in spec.patches:

@@ -15,7 +15,7 @@ _MODULES = (
     r"pathlib|shutil|glob|pickle|mmap|socket|threading|multiprocessing|atexit|inspect|"
     r"random|tempfile|json"
 )
-RULES: tuple[tuple[str, re.Pattern], ...] = (
+RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "imports a module that reaches the clock, the process or the file system",
         re.compile(rf"^\s*(?:import|from)\s+(?:{_MODULES})\b"),

@@ -29,9 +29,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from infrarsi.trial.metrics import MetricsError, RankReport, read_stdout
 from infrarsi.unixpath import at_path
+from infrarsi.workloads.manifest import StdoutMetrics
 
 POLL_S = 0.01  # the resolution of the arrival times (lines are read as they come; this is
 # what the verification allows for the reader thread's scheduling)
@@ -69,7 +71,7 @@ class MetricsChannel:
         self.t0 = time.monotonic()
         self.started_s: dict[str, float] = {}
         self.steps_s: dict[str, list[float]] = {}
-        self.entries: dict[int, list[dict]] = {}  # rank -> the probe's entries, in order
+        self.entries: dict[int, list[dict[str, Any]]] = {}  # rank -> the probe's entries, in order
         self.problems: list[str] = []
         self.read_stderr = read_stderr  # the launchers' standard error carries metrics too
         self._lines: list[tuple[float, bytes, str]] = []  # (arrival s, line, stream)
@@ -159,9 +161,11 @@ class MetricsChannel:
             read = [b for _, b, where in self._lines if where == "stdout" or self.read_stderr]
         return b"".join(read).decode(errors="replace")
 
-    def reports(self, stdout_spec=None) -> list[RankReport]:
+    def reports(self, stdout_spec: StdoutMetrics | None = None) -> list[RankReport]:
         """The ranks' reports from what arrived; MetricsError naming what is wrong."""
         if not self.probe:
+            if stdout_spec is None:
+                raise MetricsError("a workload read from its output needs its stdout patterns")
             with self._lock:
                 arrivals = list(self.steps_s.get("stdout", []))
             return read_stdout(self.stdout_text(), stdout_spec, arrivals)
@@ -221,7 +225,7 @@ class MetricsChannel:
                 files.close()
             conn.close()
 
-    def _claim(self, entry: dict) -> int | None:
+    def _claim(self, entry: dict[str, Any]) -> int | None:
         """The rank a stream's first line names; None (and a problem) when it is not a start
         line or another stream already claimed that rank."""
         if entry.get("kind") != "start":
@@ -235,7 +239,7 @@ class MetricsChannel:
             self.entries[rank] = []
         return rank
 
-    def _note(self, rank: int, kind: str, entry: dict, now: float) -> None:
+    def _note(self, rank: int, kind: str, entry: dict[str, Any], now: float) -> None:
         name = f"rank{rank}"
         with self._lock:
             self.entries[rank].append(entry)

@@ -18,10 +18,10 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from infrarsi.trial.evaluation.frameworks import trainer_command
-from infrarsi.trial.evaluation.server import SERVER, isolation_for
+from infrarsi.trial.evaluation.server import SERVER, Completed, isolation_for
 from infrarsi.trial.patching import sha256_file
 from infrarsi.trial.record import Evaluation
 from infrarsi.workloads.manifest import copy_workload
@@ -169,13 +169,15 @@ def _to_reference(
     return out
 
 
-def _python(script: str, args: list[str], cwd: Path, logs: Path, timeout_s: float, trial_dir: Path):
+def _python(
+    script: str, args: list[str], cwd: Path, logs: Path, timeout_s: float, trial_dir: Path
+) -> Completed:
     """``python script args`` in ``cwd``, in a fork of the warm evaluation server that sees
     this trial's folder only."""
     return SERVER.run(script, args, cwd, logs, timeout_s, isolation_for(trial_dir))
 
 
-def _run_reference(spec: TrialSpec, trial_dir: Path, ref: dict[str, Path]) -> dict:
+def _run_reference(spec: TrialSpec, trial_dir: Path, ref: dict[str, Path]) -> dict[str, Any]:
     """Run the manifest's evaluation command in a fresh, unpatched copy of the workload, in a
     folder the harness makes anew beside the trial's (never one the trial could have made or
     seen: trials see their own folder only), on copies of the parameters; the evaluation's
@@ -209,7 +211,7 @@ def _run_reference(spec: TrialSpec, trial_dir: Path, ref: dict[str, Path]) -> di
         and command[1:2]
         and command[1].endswith(".py")
     ):
-        done = _python(
+        done: Completed | subprocess.CompletedProcess[str] = _python(
             command[1], command[2:], code, root / "evaluation", spec.effective_timeout_s, root
         )
     else:
@@ -224,4 +226,5 @@ def _run_reference(spec: TrialSpec, trial_dir: Path, ref: dict[str, Path]) -> di
             f"the reference evaluation failed (exit {done.returncode}): "
             f"{(done.stderr or done.stdout).strip()[-800:]}"
         )
-    return json.loads(lines[-1])
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result

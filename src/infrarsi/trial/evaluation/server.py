@@ -17,6 +17,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from infrarsi.host import CACHE_DIR
 from infrarsi.sandbox import HOOKS_DIR, ownership
@@ -95,7 +96,7 @@ class EvalServer:
     """The warm process; started on first use, restarted after a timeout or a crash."""
 
     def __init__(self) -> None:
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[str] | None = None
         self._lock = threading.Lock()
 
     def run(
@@ -105,7 +106,7 @@ class EvalServer:
         cwd: Path,
         logs: Path,
         timeout_s: float,
-        isolate: dict | None = None,
+        isolate: dict[str, Any] | None = None,
     ) -> Completed:
         """Run ``python script args`` in ``cwd`` (a fork of the warm process), isolated as
         ``isolation_for`` says when given."""
@@ -129,7 +130,7 @@ class EvalServer:
                 raise subprocess.TimeoutExpired([script, *args], timeout_s)
             return Completed(reply["returncode"], _read(out), _read(err))
 
-    def _ensure(self) -> subprocess.Popen:
+    def _ensure(self) -> subprocess.Popen[str]:
         if self._proc is None or self._proc.poll() is not None:
             env = {k: v for k, v in os.environ.items() if not k.startswith("INFRARSI_")}
             self._proc = subprocess.Popen(
@@ -144,7 +145,7 @@ class EvalServer:
         return self._proc
 
     @staticmethod
-    def _reply(proc: subprocess.Popen, timeout_s: float) -> dict | None:
+    def _reply(proc: subprocess.Popen[str], timeout_s: float) -> dict[str, Any] | None:
         result: list[str] = []
         stdout = proc.stdout
         assert stdout is not None  # started with stdout=PIPE
@@ -153,7 +154,8 @@ class EvalServer:
         reader.join(timeout_s)
         if not result or not result[0].strip():
             return None
-        return json.loads(result[0])
+        reply: dict[str, Any] = json.loads(result[0])
+        return reply
 
     def close(self) -> None:
         """End the warm process (and any script it is running)."""
@@ -163,7 +165,7 @@ class EvalServer:
         self._proc = None
 
 
-def isolation_for(trial_dir: Path) -> dict | None:
+def isolation_for(trial_dir: Path) -> dict[str, Any] | None:
     """What a process running this trial's code may see (its trial folder; not the other
     trials nor the harness's cache), or None where no namespace can be had (not root, and no
     user namespace for this user)."""
