@@ -372,11 +372,12 @@ def test_a_trial_line_names_each_time_and_shows_only_what_changed():
 
     from infrarsi.cli.optimize import _line
     from infrarsi.events import TrialEnded
+    from infrarsi.stages import Stage
 
     record = _record(0.0212, 0.0)
     line = _line(
         TrialEnded(
-            stage="run",
+            stage=Stage.RUN,
             record=record,
             status=record.status,
             seq=3,

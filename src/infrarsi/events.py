@@ -10,15 +10,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from infrarsi.records import BankSeed, CandidateResult, Measurement, Prediction
+from infrarsi.stages import Stage
 from infrarsi.trial.record import TrialRecord, TrialStatus
 
 
 @dataclass(frozen=True, kw_only=True)
 class StageStarted:
-    """A stage of ``optimize`` begins (``init``, ``doctor``, ``run``, ``apply``, ``report``,
-    ``derive``) in round ``round``; ``budget_trials``: the search's, for ``run``."""
+    """A stage of ``optimize`` begins in round ``round``; ``budget_trials``: the search's, for
+    ``run``."""
 
-    stage: str
+    stage: Stage
     round: int
     budget_trials: int | None = None
 
@@ -76,7 +77,7 @@ class TrialEnded:
     counts as a timeout); ``ranked_time_per_step_s`` what the search ranks by; ``best`` what
     the search recommends now (its changes)."""
 
-    stage: str
+    stage: Stage
     record: TrialRecord
     status: TrialStatus
     seq: int | None = None

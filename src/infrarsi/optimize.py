@@ -39,6 +39,7 @@ from infrarsi.proposers import check_kind, make_proposer
 from infrarsi.records import BankAdvice, CandidateResult, DoctorReport
 from infrarsi.report import write_report
 from infrarsi.run.loop import RunLoop, RunStart
+from infrarsi.stages import Stage
 from infrarsi.workloads import Manifest, find
 
 
@@ -121,7 +122,7 @@ def optimize(
     def note(r: int) -> Callable[[str], None]:
         return lambda text: emit(Note(text=text, round=r))
 
-    emit(StageStarted(stage="init", round=1))
+    emit(StageStarted(stage=Stage.INIT, round=1))
     contract = make_contract_for(manifest, options.scale, instruction, note(1))  # no folder yet
     if confirm is not None and not confirm(contract):
         raise OptimizeError("the contract was not confirmed: nothing was run")
@@ -143,9 +144,9 @@ def optimize(
         manifest = derive_workload(
             manifest, options.scale, winner, out_dir / f"round-{r + 1}" / "workload"
         )
-        emit(StageStarted(stage="derive", round=r + 1))
+        emit(StageStarted(stage=Stage.DERIVE, round=r + 1))
         emit(Note(text=f"the next baseline: {manifest.root}", round=r + 1))
-        emit(StageStarted(stage="init", round=r + 1))
+        emit(StageStarted(stage=Stage.INIT, round=r + 1))
         contract = make_contract_for(manifest, options.scale, instruction, note(r + 1))
     return _summary(out_dir, done, first_baseline, time.monotonic() - t0)
 
@@ -166,12 +167,12 @@ def _one_round(
     if undetectable:  # said before the budget is spent; the search still runs
         emit(Note(text=f"warning: {UNDETECTABLE}", round=r))
     advice = _advice(contract, report, r, emit, bank)
-    emit(StageStarted(stage="run", round=r, budget_trials=options.search.budget.trials))
+    emit(StageStarted(stage=Stage.RUN, round=r, budget_trials=options.search.budget.trials))
     run_dir = (round_dir / "run").resolve()
     executor = make_executor(options.executor.kind, run_dir, options.executor.ray_address)
     start = RunStart(doctor_report=report, bank_advice=advice)
     found = _search(contract, run_dir, r, options, emit, executor, start)
-    emit(StageStarted(stage="apply", round=r))
+    emit(StageStarted(stage=Stage.APPLY, round=r))
     applied = apply_run(
         run_dir,
         top_k=options.top_k,
@@ -180,7 +181,7 @@ def _one_round(
         executor=executor,
         on_event=emit,
     )
-    emit(StageStarted(stage="report", round=r))
+    emit(StageStarted(stage=Stage.REPORT, round=r))
     written = write_report(run_dir)
     ingested = ingest_run(run_dir, bank) if bank is not None else None
     if bank is not None and ingested is not None:
@@ -244,7 +245,7 @@ def _doctor(
     emit: EventSink,
 ) -> tuple[Contract, DoctorReport]:
     """The Doctor's report of this round's baseline, and the contract sealed with it."""
-    emit(StageStarted(stage="doctor", round=r))
+    emit(StageStarted(stage=Stage.DOCTOR, round=r))
     doctor_dir = (round_dir / "doctor-trials").resolve()
     report = run_doctor(
         contract,
@@ -252,7 +253,7 @@ def _doctor(
         doctor_dir,
         executor=make_executor(options.executor.kind, doctor_dir, options.executor.ray_address),
         on_trial=lambda label, rec: emit(
-            TrialEnded(stage="doctor", record=rec, status=rec.status, label=label)
+            TrialEnded(stage=Stage.DOCTOR, record=rec, status=rec.status, label=label)
         ),
     )
     contract, report = sealed_contract(contract, report)

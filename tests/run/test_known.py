@@ -10,9 +10,9 @@ from infrarsi.records import DOCTOR_BASELINE_LABEL
 from infrarsi.run.known import OUTLIER_MIN_LOG, disagrees, doctor_baseline
 from infrarsi.run.problem import Outcome
 from infrarsi.run.space import Config
+from infrarsi.stages import Stage
 from infrarsi.store import (
     RunStatus,
-    Stage,
     Store,
     StoredRun,
 )

@@ -6,7 +6,8 @@ import pytest
 from sqlalchemy import inspect
 
 from infrarsi.records import RankedConfig
-from infrarsi.store import Prediction, Stage, Store, StoredRun, revision, sqlite_url
+from infrarsi.stages import Stage
+from infrarsi.store import Prediction, Store, StoredRun, revision, sqlite_url
 from infrarsi.trial.record import TrialRecord, TrialStatus
 
 NEWEST = "0003"

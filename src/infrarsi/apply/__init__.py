@@ -32,7 +32,8 @@ from infrarsi.records import (
     RankedConfig,
     ReferenceRun,
 )
-from infrarsi.store import RunDirError, Stage, Store, StoredRun, StoredTrial, open_run_dir
+from infrarsi.stages import Stage
+from infrarsi.store import RunDirError, Store, StoredRun, StoredTrial, open_run_dir
 from infrarsi.trial.record import TrialRecord, TrialStatus
 from infrarsi.verify import evidence_strength
 from infrarsi.workloads import knobs as knob_rules

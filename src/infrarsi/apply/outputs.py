@@ -15,7 +15,8 @@ from infrarsi.identity import changed_knobs
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import resolve, who_proposed
 from infrarsi.records import ApplyResult
-from infrarsi.store import Stage, StoredRun, StoredTrial
+from infrarsi.stages import Stage
+from infrarsi.store import StoredRun, StoredTrial
 from infrarsi.trial import TrialRecord, patching, prepare
 from infrarsi.trial.launch import render
 from infrarsi.workloads.manifest import Manifest, copy_workload

@@ -27,6 +27,7 @@ from infrarsi.records import (
     DoctorReport,
     seed_held,
 )
+from infrarsi.stages import Stage
 from infrarsi.store.bank import BankStore, StoredSeed
 
 __all__ = ["advice_for", "ingest_run", "BankStore"]
@@ -118,7 +119,7 @@ def _judge_seeds(run_dir: Path, run_id: str, experiences, bank: BankStore) -> li
         measured = [
             e.speedup
             for e in experiences
-            if e.stage == "run"
+            if e.stage is Stage.RUN
             and e.status.is_ok()
             and e.speedup
             and config_key(e.knobs_json, [p["id"] for p in e.patches_json]) == key

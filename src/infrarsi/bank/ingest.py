@@ -33,6 +33,7 @@ from infrarsi.host import fingerprint, machine_facts
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import is_proposed
 from infrarsi.records import DOCTOR_BASELINE_LABEL, DOCTOR_FILE, ApplyResult, DoctorReport
+from infrarsi.stages import Stage
 from infrarsi.store import open_run_dir
 from infrarsi.store.bank import Experience
 from infrarsi.trial.record import TrialStatus
@@ -105,7 +106,13 @@ class RunContext:
         return (statistics.median(times) if times else None, max(peaks) if peaks else None)
 
     def experience(
-        self, key: str, stage: str, knobs: dict, patches: list[str], status: TrialStatus, **figures
+        self,
+        key: str,
+        stage: Stage,
+        knobs: dict,
+        patches: list[str],
+        status: TrialStatus,
+        **figures,
     ) -> Experience:
         """One experience of this run."""
         return Experience(
@@ -189,7 +196,7 @@ def _doctor(ctx: RunContext) -> list[Experience]:
         out.append(
             ctx.experience(
                 t.trial_id,
-                "doctor",
+                Stage.DOCTOR,
                 t.knobs,
                 [],
                 t.status,
@@ -220,7 +227,7 @@ def _search(ctx: RunContext) -> list[Experience]:
         out.append(
             ctx.experience(
                 t.trial_id or f"row{t.id}",
-                "run",
+                Stage.RUN,
                 t.config_json["knobs"],
                 t.config_json["patches"],
                 status,
@@ -253,7 +260,7 @@ def _apply(ctx: RunContext, run_dir: Path) -> list[Experience]:
         out.append(
             ctx.experience(
                 c.label,
-                "apply",
+                Stage.APPLY,
                 c.knobs,
                 c.patches,
                 TrialStatus.OK if c.verified else TrialStatus.INVALID,

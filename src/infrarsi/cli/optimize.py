@@ -29,14 +29,15 @@ from infrarsi.identity import describe_changes
 from infrarsi.optimize import OptimizeResult, optimize
 from infrarsi.options import Budget, OptimizeOptions, ProposerOptions, SearchOptions
 from infrarsi.records import Measurement
+from infrarsi.stages import Stage
 
 STAGES = {
-    "init": "Init: the contract",
-    "doctor": "Doctor: baseline, noise, tolerances",
-    "run": "Run: the search",
-    "apply": "Apply: interleaved re-verification",
-    "report": "Report",
-    "derive": "the winner becomes the next baseline",
+    Stage.INIT: "Init: the contract",
+    Stage.DOCTOR: "Doctor: baseline, noise, tolerances",
+    Stage.RUN: "Run: the search",
+    Stage.APPLY: "Apply: interleaved re-verification",
+    Stage.REPORT: "Report",
+    Stage.DERIVE: "the winner becomes the next baseline",
 }
 
 
@@ -62,7 +63,7 @@ def _line(event: Event) -> str | None:
     match event:
         case StageStarted(stage=stage, round=r, budget_trials=budget):
             extra = f" (budget {budget} trials)" if budget else ""
-            return f"round {r}: {STAGES.get(stage, stage)}{extra}"
+            return f"round {r}: {STAGES[stage]}{extra}"
         case Note(text=text):
             return text
         case BankAdvised():
@@ -77,7 +78,7 @@ def _line(event: Event) -> str | None:
             )
         case BankIngested(round=r, added=added):
             return f"round {r}: bank: {added} experiences added"
-        case TrialEnded(stage="doctor", label=label, status=status):
+        case TrialEnded(stage=Stage.DOCTOR, label=label, status=status):
             return f"  doctor: {label} {status}"
         case TrialEnded(seq=seq, changes=changes, status=status, ranked_time_per_step_s=t):
             return f"  trial {seq}: {changes} -> {status}{_times(event.record, t)}"

@@ -6,29 +6,31 @@ and read through one ``to_json`` / ``from_json`` pair."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from infrarsi.contract import Equivalence
-from infrarsi.identity import canonical_value
+from infrarsi.records.bank import BANK_ADVICE_FILE as BANK_ADVICE_FILE
+from infrarsi.records.bank import BANK_ADVICE_SCHEMA_VERSION as BANK_ADVICE_SCHEMA_VERSION
+from infrarsi.records.bank import BankAdvice as BankAdvice
+from infrarsi.records.bank import BankIngest as BankIngest
+from infrarsi.records.bank import BankSeed as BankSeed
+from infrarsi.records.bank import bank_features as bank_features
+from infrarsi.records.bank import seed_held as seed_held
+from infrarsi.records.base import Frozen, known_version
 from infrarsi.trial.arrivals import Timing
 from infrarsi.trial.record import TrialStatus
 
 APPLY_FILE = "apply.json"
+DOCTOR_BASELINE_LABEL = "baseline run"  # the Doctor's baseline trials' labels start with it
 DOCTOR_FILE = "doctor.json"
 DOCTOR_SCHEMA_VERSION = 1
 APPLY_SCHEMA_VERSION = 1
-BANK_ADVICE_SCHEMA_VERSION = 1
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-
-class Prediction(_Frozen):
+class Prediction(Frozen):
     """What the search's models said of a config when they proposed it."""
 
     ranked_time_per_step_s: float | None = Field(
@@ -38,7 +40,7 @@ class Prediction(_Frozen):
     peak_bytes: float | None = Field(None, description="the per-rank peak, median")
 
 
-class Noise(_Frozen):
+class Noise(Frozen):
     """The noise of this baseline on this host, on the contract's objective."""
 
     cv_within: float = Field(description="coefficient of variation of steady steps in a run")
@@ -68,7 +70,7 @@ class Noise(_Frozen):
     )
 
 
-class Finding(_Frozen):
+class Finding(Frozen):
     """One diagnosed waste: what, the numbers behind it, the knobs and patches that address
     it (``suggests``), the roles it looks for, its share of the step."""
 
@@ -80,7 +82,7 @@ class Finding(_Frozen):
     note: str | None = None
 
 
-class DoctorRun(_Frozen):
+class DoctorRun(Frozen):
     """One of the baseline's repeated runs."""
 
     trial_id: str
@@ -89,7 +91,7 @@ class DoctorRun(_Frozen):
     cv: float
 
 
-class DoctorTrial(_Frozen):
+class DoctorTrial(Frozen):
     """A trial the Doctor ran (a baseline run, the profiled run, a calibration run)."""
 
     label: str
@@ -103,7 +105,7 @@ class DoctorTrial(_Frozen):
     )
 
 
-class DoctorReport(_Frozen):
+class DoctorReport(Frozen):
     """What the Doctor measured before searching: the baseline's steady step time and phases,
     top operators, MFU, peak memory per rank, the noise, the ranked diagnosis and the
     tolerances it calibrated; every trial it ran. Run reads the diagnosis, the report shows
@@ -154,7 +156,7 @@ class DoctorReport(_Frozen):
     @field_validator("schema_version")
     @classmethod
     def _readable(cls, version: int) -> int:
-        return _known_version(version, DOCTOR_SCHEMA_VERSION, "doctor.json")
+        return known_version(version, DOCTOR_SCHEMA_VERSION, "doctor.json")
 
     def trial_folders(self) -> list[tuple[str, str | None]]:
         """Each trial's (folder, label): where the store reads the Doctor's records from."""
@@ -182,7 +184,7 @@ class DoctorReport(_Frozen):
         return cls.from_json(Path(path).read_text())
 
 
-class RankedConfig(_Frozen):
+class RankedConfig(Frozen):
     """One config a run recommends to Apply, with what the store measured of it."""
 
     knobs: dict[str, Any]
@@ -193,7 +195,7 @@ class RankedConfig(_Frozen):
     )
 
 
-class Best(_Frozen):
+class Best(Frozen):
     """The recommended config of a run."""
 
     knobs: dict[str, Any]
@@ -201,7 +203,7 @@ class Best(_Frozen):
     step_time_s: float | None
 
 
-class RunResult(_Frozen):
+class RunResult(Frozen):
     """What a run did: where it lives, how many trials, why it stopped, what it recommends
     (``best``) and the ranking it hands Apply, best first (also stored with the run)."""
 
@@ -218,18 +220,7 @@ class RunResult(_Frozen):
     baseline_step_time_s: float | None = None
 
 
-def _known_version(version: int, newest: int, what: str) -> int:
-    """A stored record's schema version, refused when this version of InfraRSI cannot read
-    it (written by a newer one)."""
-    if version > newest:
-        raise ValueError(
-            f"{what} has schema version {version}; this InfraRSI reads up to {newest}: "
-            "upgrade InfraRSI to read it"
-        )
-    return version
-
-
-class Measurement(_Frozen):
+class Measurement(Frozen):
     """One trial of Apply's interleaved rounds, with the verdict of ``verify`` on it."""
 
     round: int
@@ -264,7 +255,7 @@ class Measurement(_Frozen):
     )
 
 
-class ReferenceRun(_Frozen):
+class ReferenceRun(Frozen):
     """A run Apply measured for ``verify`` alone: a candidate's knobs without its patch (or at
     fp32), never timed against anything."""
 
@@ -282,7 +273,7 @@ class ReferenceRun(_Frozen):
     for_labels: list[str] = Field([], description="the candidates it was a reference of")
 
 
-class CandidateResult(_Frozen):
+class CandidateResult(Frozen):
     """A re-measured candidate: its speed-up over the neighbouring baselines round by round,
     the interval over rounds, and whether every repeat passed every check."""
 
@@ -299,7 +290,7 @@ class CandidateResult(_Frozen):
     promoted: bool = False
 
 
-class ApplyResult(_Frozen):
+class ApplyResult(Frozen):
     """What Apply did and decided: the rounds, every measurement, each candidate's interval,
     the promoted winner (or none) and the files written."""
 
@@ -336,7 +327,7 @@ class ApplyResult(_Frozen):
     @field_validator("schema_version")
     @classmethod
     def _readable(cls, version: int) -> int:
-        return _known_version(version, APPLY_SCHEMA_VERSION, "apply.json")
+        return known_version(version, APPLY_SCHEMA_VERSION, "apply.json")
 
     @property
     def winner(self) -> CandidateResult | None:
@@ -357,7 +348,7 @@ class ApplyResult(_Frozen):
         return cls.model_validate_json((Path(run_dir) / APPLY_FILE).read_text())
 
 
-class ReportSide(_Frozen):
+class ReportSide(Frozen):
     """The baseline or the winner as the report's headline shows it (medians of Apply's
     rounds)."""
 
@@ -379,7 +370,7 @@ class ReportWinner(ReportSide):
     changes: list[str] = Field(description="each change with why (patch title, finding)")
 
 
-class ReportSummary(_Frozen):
+class ReportSummary(Frozen):
     """The headline of a run's report: what was searched, what it cost, what was promoted."""
 
     workload: str
@@ -402,7 +393,7 @@ class ReportSummary(_Frozen):
     )
 
 
-class Report(_Frozen):
+class Report(Frozen):
     """What the Report stage wrote: its two documents, its figures and the headline."""
 
     markdown: str = Field(description="path of report.md")
@@ -418,148 +409,3 @@ class Report(_Frozen):
     def from_json(cls, text: str) -> Report:
         """A record written by ``to_json``."""
         return cls.model_validate_json(text)
-
-
-BANK_ADVICE_FILE = "bank_advice.json"
-DOCTOR_BASELINE_LABEL = "baseline run"  # the Doctor's baseline trials' labels start with it
-
-
-def seed_held(measured_speedup: float | None) -> bool | None:
-    """Whether a bank seed held where it was tried: faster than the baseline measured in the
-    same run (None: not measured there)."""
-    return None if measured_speedup is None else measured_speedup > 1.0
-
-
-def bank_features(knobs: dict[str, Any], patches: Iterable[str]) -> list[str]:
-    """The features the bank's additive models read off a config: one per knob value
-    (``name=value``) and one per patch (``patch:id``)."""
-    return [f"{k}={canonical_value(v)}" for k, v in sorted(knobs.items())] + [
-        f"patch:{p}" for p in sorted(patches)
-    ]
-
-
-class BankSeed(_Frozen):
-    """A config the bank says worked on a similar workload or host: where it came from and
-    what it expects here."""
-
-    knobs: dict[str, Any]
-    patches: list[str]
-    expected_speedup: float = Field(
-        description="exp of the similarity-weighted mean log speed-up of its experiences"
-    )
-    similarity: float = Field(
-        description="the largest similarity of its experiences (1: the same host and workload)"
-    )
-    experiences: int
-    sources: list[dict[str, Any]] = Field(
-        description="{run_id, hardware_fp, workload, stage} of each source run"
-    )
-    as_measured: dict[str, Any] = Field(
-        {},
-        description="the knobs whose values the source ran with "
-        "differ from these (a rank count scaled to this host's cores or "
-        "GPUs), as measured there",
-    )
-    peak_ratio: float | None = Field(
-        None,
-        description="its per-rank peak over its source "
-        "run's baseline peak (the geometric mean over its "
-        "experiences that measured both), where it ran as it reads "
-        "here (no knob translated); None otherwise",
-    )
-
-
-class BankAdvice(_Frozen):
-    """What the experience bank tells a new run: seed candidates and additive priors (log
-    step-time ratio to the baseline, log peak ratio to the baseline) over knob values and
-    patches, each fitted on past outcomes weighted by their similarity to this host and
-    workload (so a distant past says little). Written as ``bank_advice.json`` in the run."""
-
-    schema_version: int = BANK_ADVICE_SCHEMA_VERSION
-    bank_url: str
-    hardware: dict[str, Any]
-    workload: dict[str, Any]
-    experiences: int = Field(description="experiences the bank holds")
-    used: int = Field(description="experiences similar enough to weigh in")
-    weight: float = Field(0.0, description="the sum of their similarities")
-    time_coefficients: dict[str, float] = {}
-    memory_coefficients: dict[str, float] = {}
-    seeds: list[BankSeed] = []
-    notes: list[str] = []
-
-    @field_validator("schema_version")
-    @classmethod
-    def _readable(cls, version: int) -> int:
-        return _known_version(version, BANK_ADVICE_SCHEMA_VERSION, "bank_advice.json")
-
-    def log_speed(
-        self, knobs: dict[str, Any], patches: Iterable[str], baseline: dict[str, Any]
-    ) -> float:
-        """The bank's prior log step-time ratio of a config to the baseline (negative:
-        faster)."""
-        return _additive(self.time_coefficients, knobs, patches, baseline)
-
-    def log_speed_parts(
-        self, knobs: dict[str, Any], patches: Iterable[str], baseline: dict[str, Any]
-    ) -> dict[str, float]:
-        """``log_speed`` by the knob or patch it comes from (``name`` or ``patch:id``): the
-        search trusts each part only as far as its own trials agree."""
-        return _additive_parts(self.time_coefficients, knobs, patches, baseline)
-
-    def log_peak(
-        self, knobs: dict[str, Any], patches: Iterable[str], baseline: dict[str, Any]
-    ) -> float:
-        """The bank's prior log peak-memory ratio of a config to the baseline."""
-        return _additive(self.memory_coefficients, knobs, patches, baseline)
-
-    def save(self, path: Path) -> None:
-        """Write the record as JSON."""
-        Path(path).write_text(self.model_dump_json(indent=2))
-
-    @classmethod
-    def load(cls, path: Path) -> BankAdvice:
-        """A record written by ``save``."""
-        return cls.model_validate_json(Path(path).read_text())
-
-
-def _additive(
-    coefficients: dict[str, float],
-    knobs: dict[str, Any],
-    patches: Iterable[str],
-    baseline: dict[str, Any],
-) -> float:
-    return sum(_additive_parts(coefficients, knobs, patches, baseline).values())
-
-
-def _additive_parts(
-    coefficients: dict[str, float],
-    knobs: dict[str, Any],
-    patches: Iterable[str],
-    baseline: dict[str, Any],
-) -> dict[str, float]:
-    """Per knob (and per patch), its coefficient here less the baseline's."""
-    out: dict[str, float] = {}
-    for sign, features in (
-        (1.0, bank_features(knobs, patches)),
-        (-1.0, bank_features(baseline, ())),
-    ):
-        for f in features:
-            if f in coefficients:
-                group = f if f.startswith("patch:") else f.split("=", 1)[0]
-                out[group] = out.get(group, 0.0) + sign * coefficients[f]
-    return out
-
-
-class BankIngest(_Frozen):
-    """What one run added to the experience bank."""
-
-    bank_url: str
-    run_id: str
-    added: int = Field(description="experiences new to the bank")
-    already: int = Field(description="experiences the bank held already (a run ingested again)")
-    by_stage: dict[str, int] = {}
-    seeds: list[dict[str, Any]] = Field(
-        [],
-        description="the seeds the run was given: {knobs, patches, "
-        "expected_speedup, measured_speedup, held}",
-    )

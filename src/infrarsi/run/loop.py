@@ -32,11 +32,8 @@ from infrarsi.executors import Executor, LocalExecutor, TrialRequest
 from infrarsi.objective import steady_step_time_s
 from infrarsi.options import Budget, SearchOptions
 from infrarsi.proposal import (
-    FinishedTrial,
-    ProposalState,
     Proposer,
     Recorded,
-    patch_outcomes,
     proposed_by,
     who_proposed,
 )
@@ -44,13 +41,12 @@ from infrarsi.records import (
     BANK_ADVICE_FILE,
     DOCTOR_FILE,
     BankAdvice,
-    Best,
     DoctorReport,
     Prediction,
-    RankedConfig,
     RunResult,
 )
 from infrarsi.run import searchers as registry
+from infrarsi.run.handoff import proposal_state, ranking, run_result
 from infrarsi.run.known import disagrees, doctor_baseline
 from infrarsi.run.outcomes import config_from_json, config_json, outcome_of, outcome_of_stored
 from infrarsi.run.problem import Outcome, Problem, SlowBound
@@ -58,10 +54,10 @@ from infrarsi.run.problem_build import build_problem, with_proposed
 from infrarsi.run.screened import screened
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
+from infrarsi.stages import Stage
 from infrarsi.store import (
     RunDirError,
     RunStatus,
-    Stage,
     Store,
     StoredRun,
     StoredTrial,
@@ -217,7 +213,7 @@ class RunLoop:
         self._proposed_at = count
         catalog = self.proposer.searches_catalog
         self.on_event(PatchesAsked(proposer=self.proposer.name, trials=count))
-        new = self.proposer.propose(_proposal_state(store.trials(run_id), baseline))
+        new = self.proposer.propose(proposal_state(store.trials(run_id), baseline))
         accepted = [p.patch_id for p in new]
         if accepted:
             self._writers = proposed_by(self.run_dir)
@@ -348,7 +344,15 @@ class RunLoop:
         ranked = ranking(st.searcher, store.trials(run_id))
         store.set_ranking(run_id, ranked)
         store.set_run_status(run_id, RunStatus.FINISHED, st.reason)
-        return self._result(store, run_id, st.searcher, st.reason, len(requeue), ranked)
+        return run_result(
+            self.run_dir,
+            run_id,
+            self.options.searcher,
+            st.searcher,
+            store.trials(run_id),
+            (st.reason, len(requeue)),
+            ranked,
+        )
 
     def _launch_next(self, store: Store, run_id: str, st: _Loop) -> bool:
         """Fill one free slot: the next queued config, else the searcher's; False when none
@@ -415,7 +419,7 @@ class RunLoop:
         best = st.searcher.recommend()
         self.on_event(
             TrialEnded(
-                stage=Stage.RUN.value,
+                stage=Stage.RUN,
                 record=record,
                 status=outcome.status,
                 seq=this_seq,
@@ -482,88 +486,10 @@ class RunLoop:
                     return handle, record
             time.sleep(POLL_S)
 
-    def _result(
-        self,
-        store: Store,
-        run_id: str,
-        searcher: Searcher,
-        reason: str,
-        requeued: int,
-        ranked: list[RankedConfig],
-    ) -> RunResult:
-        trials = [t for t in store.trials(run_id) if t.status.is_finished()]
-        best = searcher.recommend()
-        best_row = None
-        if best is not None:
-            times = _times_of(trials, best)
-            best_row = Best(
-                knobs=best.knob_dict,
-                patches=sorted(best.patches),
-                step_time_s=min(times) if times else None,
-            )
-        base = _times_of(trials, searcher.problem.baseline)
-        return RunResult(
-            run_dir=str(self.run_dir),
-            run_id=run_id,
-            searcher=self.options.searcher,
-            trials=len(trials),
-            oom_trials=sum(t.status == TrialStatus.OOM for t in trials),
-            slow_trials=sum(t.status == TrialStatus.SLOW for t in trials),
-            interrupted_requeued=requeued,
-            stop_reason=reason,
-            best=best_row,
-            ranking=list(ranked),
-            baseline_step_time_s=min(base) if base else None,
-        )
 
-
-RANKED = 5  # configs a run hands to Apply, best first
 TRIAL_SEED = "trial_seed"  # run.json's field: the search trials' seed
 POLL_S = 0.2  # how often trials in flight are polled
 PROPOSE_EVERY = 2  # trials between two requests to a proposer (a patch is tried in between)
-
-
-def _proposal_state(trials: list[StoredTrial], baseline: Config) -> ProposalState:
-    """What a proposer is told: per patch, what the finished trials carrying it measured."""
-    done = [t for t in trials if t.status.is_finished()]
-    rows = [
-        FinishedTrial(
-            t.config_json["knobs"],
-            t.config_json["patches"],
-            t.status,
-            t.step_time_s,
-            t.peak_mem_bytes,
-            t.error,
-        )
-        for t in done
-    ]
-    return ProposalState(trials_done=len(done), outcomes=patch_outcomes(rows, baseline.knob_dict))
-
-
-def ranking(searcher: Searcher, trials: list[StoredTrial]) -> list[RankedConfig]:
-    """The searcher's best configs, best first, with what the store measured of each."""
-    out = []
-    for config in searcher.ranking(RANKED):
-        times = sorted(_times_of(trials, config))
-        out.append(
-            RankedConfig(
-                **config_json(config),
-                trials=len(times),
-                step_time_s=times[len(times) // 2] if times else None,
-            )
-        )
-    return out
-
-
-def _times_of(trials: list[StoredTrial], config: Config) -> list[float]:
-    """The steady step times the store holds of ``config``'s ok trials."""
-    return [
-        t.step_time_s
-        for t in trials
-        if t.status.is_ok()
-        and t.step_time_s is not None
-        and config_from_json(t.config_json) == config
-    ]
 
 
 def _censored(record: TrialRecord, bound: SlowBound | None) -> TrialRecord:

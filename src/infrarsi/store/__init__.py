@@ -25,6 +25,7 @@ from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError, UnknownNameError
 from infrarsi.identity import Configuration
 from infrarsi.records import Prediction, RankedConfig
+from infrarsi.stages import Stage
 from infrarsi.store.schema import Base, RunRow, TrialRow
 from infrarsi.trial.record import TrialRecord, TrialStatus
 
@@ -79,17 +80,6 @@ class StoredRun(BaseModel):
     def ranking(self) -> list[RankedConfig]:
         """The configs the run recommends, best first (empty before it finished)."""
         return [RankedConfig.model_validate(entry) for entry in self.ranking_json or []]
-
-
-class Stage(str, enum.Enum):
-    """Which stage ran a trial."""
-
-    DOCTOR = "doctor"  # a baseline run, the profiled run, a calibration run
-    RUN = "run"  # a search trial
-    APPLY = "apply"  # a measurement of Apply's interleaved rounds
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class StoredTrial(BaseModel):

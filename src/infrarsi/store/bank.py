@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from infrarsi import store
 from infrarsi.errors import InfraRSIError, UnknownNameError
+from infrarsi.stages import Stage
 from infrarsi.store.bank_schema import ExperienceRow, PatchTextRow, SeedRow
 from infrarsi.trial.record import TrialStatus
 
@@ -46,7 +47,7 @@ class Experience(BaseModel):
     created_unix_s: float
     run_id: str
     contract_hash: str
-    stage: str = Field(description="doctor, run or apply")
+    stage: Stage = Field(description="doctor, run or apply: the stage that ran the trial")
     workload: str
     scale: str
     hardware_fp: str

@@ -21,20 +21,10 @@ from infrarsi.identity import differing_knobs
 from infrarsi.sandbox.ownership import owns
 from infrarsi.trial.patching import matches
 from infrarsi.trial.record import TrialMetrics, TrialRecord, TrialStatus
-from infrarsi.trial.watch import POLL_S
-from infrarsi.verify import clock, evidence
+from infrarsi.verify import clock, evidence, timing
 from infrarsi.verify.reference import References, precision_ran
 from infrarsi.workloads import Manifest, change_kinds, precision_of
 
-# The harness times each line on arrival (its reader thread may be scheduled a little late on a
-# loaded machine); the loop does a little work outside its measured steps (a print,
-# loss.item()). A span's error is at its two ends only, so the total is held tighter than a
-# single step, relative first: a clock slowed to 0.8x fails the total at tiny scale.
-TIMING_SLACK_FRACTION = 0.10
-TIMING_SLACK_S = 2 * POLL_S + 0.03  # per step
-SPAN_SLACK_S = 0.03  # over the whole span
-READER_LATE_PER = 100  # steps per step a late reader may show long (at least one per run)
-TAIL_S = 10.0  # saving the final parameters and tearing down take a few seconds at most
 # What the launchers hold varies little between configs of one workload (torchrun's agent with
 # PyTorch imported); a rank that parks memory in it (the rendezvous store) moves it by more.
 LAUNCHER_SLACK_BYTES, LAUNCHER_SLACK_FRACTION = 64 * 2**20, 0.25
@@ -391,54 +381,8 @@ def _patch_paths(case: _Case) -> list[str]:
 
 
 def _timing(case: _Case) -> list[str]:
-    """Reported step times against the harness's clock: in total, and step by step."""
-    m = case.cand_m
-    if m.outside_train_span_s is None:
-        return ["no outside timing of the training was recorded"]
-    covered = m.step_times_s[len(m.step_times_s) - (m.outside_span_steps or m.steps) :]
-    reported = sum(covered)
-    floor = m.outside_train_span_s * (1 - TIMING_SLACK_FRACTION) - SPAN_SLACK_S
-    if reported < floor:
-        return [
-            f"reported step times add up to {reported:.3f} s but the harness saw the "
-            f"training take {m.outside_train_span_s:.3f} s: a faked timer or forged metrics"
-        ]
-    return _per_step(m) + _tail(m, m.outside_train_span_s)
-
-
-def _tail(m: TrialMetrics, span_s: float) -> list[str]:
-    """Training that goes on after the last step was reported: step lines written ahead
-    (``span_s``: how long the harness saw the reported training take)."""
-    limit = max(TAIL_S, span_s)
-    if m.harness_tail_s is not None and m.harness_tail_s > limit:
-        return [
-            f"the job ran {m.harness_tail_s:.1f} s after its last step was reported (the "
-            f"reported training took {span_s:.1f} s): steps reported ahead "
-            "of the work"
-        ]
-    return []
-
-
-def _per_step(m: TrialMetrics) -> list[str]:
-    """Steps reported shorter than the harness saw them take. A reader the machine scheduled
-    late sees one step long (and the next short): over a long timed run that happens once in a
-    while, so one such step in a hundred (at least one) is the reader's, not the run's."""
-    seen = m.harness_step_times_s
-    if not seen or len(seen) != len(m.step_times_s):
-        return []
-    short = [
-        i
-        for i, (got, saw) in enumerate(zip(m.step_times_s, seen))
-        if saw is not None and got < saw * (1 - TIMING_SLACK_FRACTION) - TIMING_SLACK_S
-    ]
-    if len(short) > max(1, len(seen) // READER_LATE_PER):
-        i = short[0]
-        return [
-            f"step {i} reported {m.step_times_s[i]:.3f} s but the harness saw it take "
-            f"{seen[i]:.3f} s ({len(short)} such step(s)): time moved between steps or a "
-            "slowed clock"
-        ]
-    return []
+    """Reported step times against the harness's clock (``timing.reported_vs_seen``)."""
+    return timing.reported_vs_seen(case.cand_m)
 
 
 def _same_host(case: _Case) -> list[str]:

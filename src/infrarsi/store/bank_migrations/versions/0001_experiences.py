@@ -1,16 +1,10 @@
-"""experiences and patch texts
-
-Revision ID: 0001
-Revises:
-"""
+"""experiences and patch texts"""
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,16 +1,10 @@
-"""seeds: what the bank gave each run, and whether it held there
-
-Revision ID: 0002
-Revises: 0001
-"""
+"""seeds: what the bank gave each run, and whether it held there"""
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,16 +1,10 @@
-"""runs and trials
-
-Revision ID: 0001
-Revises:
-"""
+"""runs and trials"""
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,16 +1,10 @@
-"""runs.ranking_json: the configs a run recommends, best first, for the Apply stage
-
-Revision ID: 0002
-Revises: 0001
-"""
+"""runs.ranking_json: the configs a run recommends, best first, for the Apply stage"""
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,16 +1,10 @@
-"""trials.stage, label, proposed_by: every stage's trials in the store, with who proposed each
-
-Revision ID: 0003
-Revises: 0002
-"""
+"""trials.stage, label, proposed_by: every stage's trials in the store, with who proposed each"""
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

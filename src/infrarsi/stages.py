@@ -1,0 +1,27 @@
+"""The stages of one optimisation round, by one name each: what events, the store and the bank
+say a thing belongs to. A ground-floor module: every stage and the store read it, it reads
+nothing of theirs."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Stage(str, enum.Enum):
+    """A stage of ``optimize``, in the order one round runs them, and ``derive`` (the winner
+    becoming the next round's baseline). Trials belong to ``doctor`` (a baseline run, the
+    profiled run, a calibration run), ``run`` (a search trial) or ``apply`` (a measurement of
+    Apply's interleaved rounds): ``TRIAL_STAGES``."""
+
+    INIT = "init"
+    DOCTOR = "doctor"
+    RUN = "run"
+    APPLY = "apply"
+    REPORT = "report"
+    DERIVE = "derive"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TRIAL_STAGES = (Stage.DOCTOR, Stage.RUN, Stage.APPLY)
