@@ -64,6 +64,8 @@ def test_a_run_killed_midway_resumes_and_keeps_each_trial_once(tmp_path):
             tool.kill()
     before = _trials(run_dir)
     assert [t.status for t in before].count("running") == 1
+    # the audit was written as each trial ended: the killed run's finished trials are in it
+    assert _audited(run_dir) == sorted(t.trial_id for t in before if t.status != "running")
     resumed = run_cli("run", "--resume", str(run_dir), "--json", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     result = json.loads(resumed.stdout)  # the one answer, the whole of stdout
@@ -85,6 +87,12 @@ def test_a_run_killed_midway_resumes_and_keeps_each_trial_once(tmp_path):
     assert result["best"]["step_time_s"] > 0 and "knobs" in result["best"]
     assert result["oom_trials"] == sum(t.status == "oom" for t in after)
     assert any(t.predicted_step_time_s for t in after)  # predictions stored beside measurements
+    assert _audited(run_dir) == sorted(t.trial_id for t in after)  # each finished trial, once
+
+
+def _audited(run_dir):
+    lines = [json.loads(line) for line in (run_dir / "audit.jsonl").read_text().splitlines()]
+    return sorted(line["trial_id"] for line in lines)
 
 
 def _trials(run_dir):

@@ -15,6 +15,7 @@ from typing import Any
 
 from infrarsi.apply import decide, outputs
 from infrarsi.apply.rounds import BASELINE, Rounds
+from infrarsi.audit import AUDIT_FILE, AuditLog, audit_lines, write_audit
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.events import ApplyPlanned, EventSink, ignore
@@ -45,12 +46,15 @@ class ApplyError(InfraRSIError):
 
 
 def open_run(run_dir: Path) -> tuple[Store, StoredRun, list[StoredTrial], Contract]:
-    """The store, run, trials and contract of a run directory."""
+    """The store, run, trials and contract of a run directory; the store writes the audit's
+    line of each trial as it ends."""
     try:
         store, run = open_run_dir(run_dir)
     except RunDirError as exc:
         raise ApplyError(str(exc)) from None
-    return store, run, store.trials(run.run_id), run.contract
+    contract = run.contract
+    store.subscribe(AuditLog(Path(run_dir), contract.objective, run.searcher))
+    return store, run, store.trials(run.run_id), contract
 
 
 def candidates_of(
@@ -252,11 +256,8 @@ def _write(
     files: dict[str, Any] = {}
     contract.save(run_dir / "contract.yaml")
     files["contract"] = "contract.yaml"
-    outputs.write_audit(
-        run_dir / "audit.jsonl",
-        outputs.audit_lines(run, trials, result, proposed_by(run_dir)),
-    )
-    files["audit"] = "audit.jsonl"
+    write_audit(run_dir / AUDIT_FILE, audit_lines(run, trials, result, proposed_by(run_dir)))
+    files["audit"] = AUDIT_FILE
     (run_dir / "verification.md").write_text(
         f"# Verification of run {result.run_id}\n\n{result.decision}\n\nCompared: "
         f"{result.compared}, {result.rounds} interleaved rounds, confidence "

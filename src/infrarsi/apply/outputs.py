@@ -3,7 +3,6 @@ exact launch command, the audit trail of every trial, and the verification table
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import subprocess
@@ -12,12 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infrarsi.identity import changed_knobs
-from infrarsi.objective import ranked_step_time_s
-from infrarsi.proposal import resolve, who_proposed
+from infrarsi.proposal import resolve
 from infrarsi.records import ApplyResult
-from infrarsi.stages import Stage
-from infrarsi.store import StoredRun, StoredTrial
-from infrarsi.trial import TrialRecord, patching, prepare
+from infrarsi.trial import patching, prepare
 from infrarsi.trial.launch import render
 from infrarsi.workloads.manifest import Manifest, copy_workload
 
@@ -114,75 +110,6 @@ def write_winner(
     script.write_text(launch_script(manifest, contract.scale, winner.knobs, patches, headline))
     script.chmod(0o755)
     return ("winner.patch", "launch.sh")
-
-
-def audit_row(record: TrialRecord | None, objective: str, **context: Any) -> dict[str, Any]:
-    """One audit row: the trial's record as the store keeps it, serialised, with the context
-    its stage adds (``stage``, who proposed it, the predictions, Apply's verdict) and the two
-    figures a reader looks for first: the patch ids with their sha256, and what the search
-    ranks by (``ranked_time_per_step_s``, the objective's time per step)."""
-    row = record.model_dump(mode="json") if record is not None else {}
-    refs = record.patches if record is not None else []
-    row["patch_ids"] = [ref.id for ref in refs]
-    row["patch_sha256"] = {ref.id: ref.sha256 for ref in refs}
-    row["ranked_time_per_step_s"] = ranked_step_time_s(record, objective) if record else None
-    row.update({k: v for k, v in context.items() if v is not None or k not in row})
-    return row
-
-
-def audit_lines(
-    run: StoredRun,
-    trials: list[StoredTrial],
-    result: ApplyResult,
-    writers: dict[str, str] | None = None,
-) -> list[dict[str, Any]]:
-    """Every trial of every stage as the store keeps it — the Doctor's, the search's and
-    Apply's — each its record with its stage's context: config, patch ids and hashes, status,
-    metrics, cost, failure reason, who proposed it and what the models predicted, Apply's
-    verdict. ``writers``: proposed patch id -> who wrote it ('llm:<model>'); a trial carrying
-    such a patch is ``proposed_by`` that writer (then the searcher that chose the config)."""
-    objective = run.contract.objective
-    writers = writers or {}
-    verdicts = {m.trial_id: m for m in result.measurements}
-
-    out = []
-    for t in trials:
-        context = {
-            "stage": t.stage.value,
-            "label": t.label,
-            "seq": t.seq,
-            "trial_id": t.trial_id,
-            "knobs": t.config_json["knobs"],
-            "status": t.status.value,
-            "cost_s": t.cost_s,
-            "error": t.error,
-        }
-        if t.stage is Stage.RUN:
-            context["proposed_by"] = t.proposed_by or who_proposed(
-                t.config_json["patches"], writers, run.searcher
-            )
-            context["predicted"] = t.predicted.model_dump()
-        elif t.stage is Stage.APPLY:
-            context["proposed_by"] = t.proposed_by or who_proposed(
-                t.config_json["patches"], writers, None
-            )
-            m = verdicts.get(t.trial_id or "")
-            if m is not None:
-                context.update(
-                    round=m.round,
-                    label=m.label,
-                    compared_s=m.compared_s,
-                    valid=m.valid,
-                    reasons=m.reasons,
-                    flags=m.flags,
-                )
-        out.append(audit_row(t.record, objective, **context))
-    return out
-
-
-def write_audit(path: Path, lines: list[dict[str, Any]]) -> None:
-    """``audit.jsonl``: one JSON object per trial."""
-    path.write_text("".join(json.dumps(line, default=str) + "\n" for line in lines))
 
 
 def verification_table(result: ApplyResult) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from infrarsi import identity
+from infrarsi.audit import AuditLog
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.events import (
@@ -230,7 +231,7 @@ class RunLoop:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         run_id = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         store = Store(self.store_url)
-        store.create_run(
+        run = store.create_run(
             StoredRun(
                 run_id=run_id,
                 created_unix_s=time.time(),
@@ -246,6 +247,7 @@ class RunLoop:
                 status=RunStatus.RUNNING,
             )
         )  # the run's
+        store.subscribe(AuditLog(self.run_dir, self.contract.objective, run.searcher))
         self.trial_seed = challenge_seed()
         (self.run_dir / "run.json").write_text(
             json.dumps(
@@ -304,6 +306,7 @@ class RunLoop:
         loop.trial_seed = json.loads((Path(run_dir) / "run.json").read_text()).get(TRIAL_SEED)
         requeue = store.interrupt_running(run.run_id)
         store.set_run_status(run.run_id, RunStatus.RUNNING)
+        store.subscribe(AuditLog(Path(run_dir), stored.objective, run.searcher))
         return loop._loop(store, run.run_id, requeue)
 
     # -- the loop --------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -167,15 +168,26 @@ def sqlite_url(run_dir: Path) -> str:
 
 
 class Store:
-    """Runs and trials behind a SQLAlchemy engine, upgraded to the newest schema on open."""
+    """Runs and trials behind a SQLAlchemy engine, upgraded to the newest schema on open. What
+    subscribes (``subscribe``) hears of every trial as this store finishes it."""
 
     def __init__(self, url: str):
         self.url = url
+        self._on_trial_end: list[Callable[[StoredTrial], None]] = []
         try:
             self.engine = _engine(url)
             upgrade(self.engine)
         except (OperationalError, ArgumentError, NoSuchModuleError) as exc:
             raise StoreError(unreachable("store", url, exc)) from None
+
+    def subscribe(self, on_trial_end: Callable[[StoredTrial], None]) -> None:
+        """Call ``on_trial_end`` with each trial this store finishes from now on: a search
+        trial's end, a trial of the Doctor or of Apply added (the audit's hook)."""
+        self._on_trial_end.append(on_trial_end)
+
+    def _ended(self, trial: StoredTrial) -> None:
+        for listener in self._on_trial_end:
+            listener(trial)
 
     def create_run(self, run: StoredRun) -> StoredRun:
         """Insert a new run."""
@@ -257,6 +269,9 @@ class Store:
             row.peak_mem_bytes, row.cost_s, row.error = peak_mem_bytes, cost_s, error
             row.record_json = record.model_dump(mode="json") if record else None
             row.ended_unix_s = time.time()
+            s.flush()
+            ended = StoredTrial.of(row)
+        self._ended(ended)
 
     def add_trial(
         self,
@@ -305,7 +320,9 @@ class Store:
             )
             s.add(row)
             s.flush()
-            return row.id
+            added = StoredTrial.of(row)
+        self._ended(added)
+        return added.id
 
     def add_finished(
         self, run_id: str, stage: Stage, labelled: list[tuple[str, str | None]]
