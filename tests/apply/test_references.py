@@ -2,16 +2,17 @@
 round seed, and verify judges the patch against it; each round runs at a challenge seed drawn
 then; a resumed Apply runs nothing again and keeps the seeds."""
 
-import json
-
 import pytest
 from conftest import FIXTURES
 
+from infrarsi.apply.ledger import ApplyLedger
 from infrarsi.apply.references import REFERENCE
-from infrarsi.apply.rounds import PROGRESS_FILE, Rounds
+from infrarsi.apply.rounds import Rounds
 from infrarsi.executors import LocalExecutor
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.records import CandidateResult
+from infrarsi.stages import Stage
+from infrarsi.store import RunStatus, Store, StoredRun, sqlite_url
 from infrarsi.workloads import find, knobs
 
 pytestmark = pytest.mark.slow
@@ -27,17 +28,12 @@ def test_apply_judges_each_patch_against_its_same_knob_reference_measured_once(t
         CandidateResult(label="c2", knobs=split, patches=[CHEAT]),
     ]
     base = knobs.baseline(dense, "tiny")
-    stored = []
+    store = Store(sqlite_url(tmp_path))
+    store.create_run(_run(contract))
 
-    def rounds():
-        return Rounds(
-            contract,
-            tmp_path,
-            LocalExecutor(tmp_path),
-            candidates,
-            base,
-            stored=lambda record, label: stored.append(label),
-        )
+    def rounds():  # a resumed Apply opens the run's store anew
+        ledger = ApplyLedger(Store(sqlite_url(tmp_path)), "r1")
+        return Rounds(contract, ledger, LocalExecutor(tmp_path), candidates, base)
 
     first = rounds()
     every = first.run(1)
@@ -57,11 +53,31 @@ def test_apply_judges_each_patch_against_its_same_knob_reference_measured_once(t
     assert reference.role == "same_knobs" and reference.patches == []
     assert reference.seed == seeds[0]
     assert reference.for_labels == ["c1", "c2"] and not reference.uncapped
-    journal = [json.loads(line) for line in (tmp_path / PROGRESS_FILE).read_text().splitlines()]
-    assert sum(REFERENCE in entry for entry in journal) == 1
-    assert len(stored) == 5  # baseline, c1, the reference, c2, the closing baseline
+    stored = store.trials("r1", Stage.APPLY)  # each with Apply's verdict: its journal
+    # baseline, the reference (measured as c1 is judged), c1, c2, the closing baseline
+    labels = [t.label.split()[0] for t in stored]
+    assert labels == ["baseline", "reference", "c1", "c2", "baseline"]
+    assert [REFERENCE in t.verdict for t in stored] == [False, True, False, False, False]
 
     again = rounds()
     resumed = {m.label: m for m in again.run(1) if m.round == 0}
-    assert len(stored) == 5, "a resumed Apply ran a trial again"
+    assert len(store.trials("r1", Stage.APPLY)) == 5, "a resumed Apply ran a trial again"
     assert resumed["c1"] == measured["c1"] and resumed["c2"] == measured["c2"]
+    assert set(again.references.runs) == set(first.references.runs) and again.seeds == first.seeds
+
+
+def _run(contract) -> StoredRun:
+    return StoredRun(
+        run_id="r1",
+        created_unix_s=1.0,
+        workload=contract.workload,
+        scale=contract.scale,
+        contract_hash=contract.contract_hash,
+        contract_json=contract.model_dump(mode="json"),
+        searcher="random",
+        seed=0,
+        budget_trials=1,
+        budget_s=None,
+        capacity_bytes=contract.mem_cap_bytes,
+        status=RunStatus.FINISHED,
+    )

@@ -10,7 +10,7 @@ from infrarsi.stages import Stage
 from infrarsi.store import Prediction, Store, StoredRun, revision, sqlite_url
 from infrarsi.trial.record import TrialRecord, TrialStatus
 
-NEWEST = "0003"
+NEWEST = "0004"
 
 
 def make_run(store, run_id="r1"):
@@ -132,7 +132,8 @@ def test_every_stages_trials_are_stored_once_with_their_stage_and_label(store_ur
     make_run(store)
     row = store.start_trial("r1", 0, {"knobs": {"a": 2}, "patches": []})
     store.finish_trial(row, TrialStatus.OOM, trial_id="s0", record=record("s0", "oom"))
-    store.add_trial("r1", Stage.APPLY, record("a0"), label="baseline round 0")
+    verdict = {"config": [{"a": 1}, []], "measurement": {"round": 0, "valid": None}}
+    store.add_trial("r1", Stage.APPLY, record("a0"), label="baseline round 0", verdict=verdict)
     store.add_trial("r1", Stage.DOCTOR, record("d0"), label="baseline run 1")
     store.add_trial("r1", Stage.DOCTOR, record("d0"), label="baseline run 1")  # once only
     store.add_trial("r1", Stage.DOCTOR, record("d1", "crash"), label="calibration bf16")
@@ -144,6 +145,9 @@ def test_every_stages_trials_are_stored_once_with_their_stage_and_label(store_ur
         (Stage.APPLY, "a0"),
     ]
     assert [t.trial_id for t in store.trials("r1")] == ["s0"]  # the search's by default
+    [applied] = store.trials("r1", Stage.APPLY)
+    assert applied.verdict == verdict and applied.record == record("a0")  # Apply's journal
+    assert all(t.verdict is None for t in every if t.stage is not Stage.APPLY)
     doctor = store.trials("r1", Stage.DOCTOR)
     assert [t.label for t in doctor] == ["baseline run 1", "calibration bf16"]
     assert doctor[1].status is TrialStatus.CRASH and doctor[1].error == "killed"

@@ -9,11 +9,11 @@ measured configs otherwise), never through the Run stage's code.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from infrarsi.apply import decide, outputs
+from infrarsi.apply.ledger import ApplyLedger
 from infrarsi.apply.rounds import BASELINE, Rounds
 from infrarsi.audit import AUDIT_FILE, AuditLog, audit_lines, write_audit
 from infrarsi.contract import Contract
@@ -35,7 +35,7 @@ from infrarsi.records import (
 )
 from infrarsi.stages import Stage
 from infrarsi.store import RunDirError, Store, StoredRun, StoredTrial, open_run_dir
-from infrarsi.trial.record import TrialRecord, TrialStatus
+from infrarsi.trial.record import TrialStatus
 from infrarsi.verify import evidence_strength
 from infrarsi.workloads import knobs as knob_rules
 from infrarsi.workloads.manifest import Manifest
@@ -157,15 +157,8 @@ def apply_run(
     references: list[ReferenceRun] = []
     if candidates:  # one host for the whole comparison: times are compared on one clock
         with (executor or LocalExecutor(run_dir)).pinned(manifest) as one_host:
-            rounds_run = Rounds(
-                contract,
-                run_dir,
-                one_host,
-                candidates,
-                baseline_knobs,
-                on_event,
-                stored=_storing(store, run.run_id),
-            )
+            ledger = ApplyLedger(store, run.run_id)
+            rounds_run = Rounds(contract, ledger, one_host, candidates, baseline_knobs, on_event)
             measurements = rounds_run.run(n_rounds, contract.noise.confidence)
             references = list(rounds_run.references.runs.values())
     judged, promoted, decision = judge(
@@ -189,16 +182,11 @@ def apply_run(
         promoted=promoted,
         decision=decision,
     )
-    _store_every_stage(store, run.run_id, result, run_dir)
+    _store_every_stage(store, run.run_id, run_dir)
     files = _write(result, run, store.trials(run.run_id, None), contract, manifest, run_dir)
     result = result.model_copy(update={"files": files})
     result.save(run_dir)
     return result
-
-
-def _storing(store: Store, run_id: str) -> Callable[[TrialRecord, str], int]:
-    """What Apply's rounds call with each trial as it ends: into the run's store, as Apply's."""
-    return lambda record, label: store.add_trial(run_id, Stage.APPLY, record, label=label)
 
 
 def _doctor_folders(run_dir: Path) -> list[tuple[str, str | None]]:
@@ -210,14 +198,10 @@ def _doctor_folders(run_dir: Path) -> list[tuple[str, str | None]]:
         return []
 
 
-def _store_every_stage(store: Store, run_id: str, result: ApplyResult, run_dir: Path) -> None:
-    """The Doctor's and Apply's trials in the run's store, where a run made before they were
-    stored (or an Apply resumed from its journal) lacks them: each trial once."""
+def _store_every_stage(store: Store, run_id: str, run_dir: Path) -> None:
+    """The Doctor's trials in the run's store, where a run made before they were stored lacks
+    them: each trial once (Apply's own went in as each ended)."""
     store.add_finished(run_id, Stage.DOCTOR, _doctor_folders(run_dir))
-    measured: list[tuple[str, str | None]] = [
-        (m.trial_dir, f"{m.label} round {m.round}") for m in result.measurements
-    ]
-    store.add_finished(run_id, Stage.APPLY, measured)
 
 
 def _evidence(contract: Contract, measurements: list[Measurement]) -> str:

@@ -5,18 +5,16 @@ without the patch (and, in bf16, against its knobs at fp32 with and without it:
 ``verify.reference.needed``). Apply measures each such run once per config and challenge seed (a
 round's) — candidates that share knobs share their reference — on the host of the rounds, under
 the contract's capacity; a reference that runs out of memory there (the patch is what makes the
-knobs fit) runs again uncapped, and the verdict says so. Each run is journalled in
-``apply-progress.jsonl`` as it ends (a resumed Apply does not run it again) and kept in the
-run's store.
+knobs fit) runs again uncapped, and the verdict says so. Each run goes into the run's store as
+it ends, with what it is a reference of (``ledger``): a resumed Apply does not run it again.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from infrarsi.apply.ledger import ApplyLedger
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, TrialRequest
 from infrarsi.identity import config_key
@@ -27,11 +25,11 @@ from infrarsi.verify.reference import References, Role, needed
 from infrarsi.workloads import Manifest
 from infrarsi.workloads import knobs as knob_rules
 
-REFERENCE = "reference"  # the journal entry's marker
+REFERENCE = "reference"  # the stored verdict's marker
 
 
 class ReferenceRuns:
-    """Measures, caches and journals the references of Apply's candidates."""
+    """Measures, caches and stores the references of Apply's candidates."""
 
     def __init__(
         self,
@@ -39,14 +37,13 @@ class ReferenceRuns:
         manifest: Manifest | None,
         baseline_knobs: dict[str, Any],
         executor: Executor,
-        progress: Path,
-        stored: Callable[[TrialRecord, str], object],
+        ledger: ApplyLedger,
         steps: int | None = None,
     ) -> None:
         """``steps``: the optimizer steps the rounds run (None: the contract's)."""
         self.contract, self.manifest, self.executor = contract, manifest, executor
         self.steps = steps
-        self.baseline_knobs, self.progress, self.stored = baseline_knobs, progress, stored
+        self.baseline_knobs, self.ledger = baseline_knobs, ledger
         self.records: dict[str, TrialRecord] = {}
         self.runs: dict[str, ReferenceRun] = {}
         self.measured: dict[str, TrialRecord] = {}  # the rounds' own runs, free to reuse
@@ -89,7 +86,6 @@ class ReferenceRuns:
         uncapped = record.status is TrialStatus.OOM and self.contract.mem_cap_bytes is not None
         if uncapped:
             record = self._run(knobs, patches, None, seed)
-        self.stored(record, f"reference {role} {key}")
         run = ReferenceRun(
             role=str(role),
             knobs=knobs,
@@ -102,9 +98,8 @@ class ReferenceRuns:
             cost_s=record.cost_s,
         )
         self.records[key], self.runs[key] = record, run
-        with self.progress.open("a") as f:
-            entry = {REFERENCE: key, "run": run.model_dump(mode="json")}
-            f.write(json.dumps({**entry, "record": record.model_dump(mode="json")}) + "\n")
+        verdict = {REFERENCE: key, "run": run.model_dump(mode="json")}
+        self.ledger.add(record, f"reference {role} {key}", verdict)
 
     def _run(
         self, knobs: dict[str, Any], patches: list[str], cap: int | None, seed: int | None
@@ -124,24 +119,11 @@ class ReferenceRuns:
 
     def _resume(self) -> None:
         """The references a killed Apply of this run already measured."""
-        for entry in journal(self.progress):
-            if REFERENCE in entry:
-                key = entry[REFERENCE]
-                self.runs[key] = ReferenceRun.model_validate(entry["run"])
-                self.records[key] = TrialRecord.from_json(json.dumps(entry["record"]))
-
-
-def journal(path: Path) -> list[dict[str, Any]]:
-    """The entries of Apply's journal (``apply-progress.jsonl``), a line cut by a kill left out."""
-    if not path.exists():
-        return []
-    entries = []
-    for line in path.read_text().splitlines():
-        try:
-            entries.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return entries
+        for verdict, record in self.ledger.entries():
+            if REFERENCE in verdict and record is not None:
+                key = verdict[REFERENCE]
+                self.runs[key] = ReferenceRun.model_validate(verdict["run"])
+                self.records[key] = record
 
 
 def _key(knobs: dict[str, Any], patches: list[str], seed: int | None) -> str:

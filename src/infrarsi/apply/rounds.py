@@ -1,20 +1,18 @@
 """Apply's measurements: the baseline and the top candidates re-run interleaved — B, C1, C2, ...,
 B, C1, ... and a closing B — at the contract's scale, each candidate checked by ``verify``
 against the baseline of its round (and, for a patch with other knobs than the baseline's,
-against the same knobs without it: ``references``). Each measurement is appended to
-``apply-progress.jsonl`` as it ends, so a killed Apply loses nothing and resumes at the next
-measurement of the same plan.
+against the same knobs without it: ``references``). Each measurement goes into the run's
+store with its verdict as it ends (``ledger``), so a killed Apply loses nothing and resumes at
+the next measurement of the same plan.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from infrarsi.apply.decide import futile, pooled_sd, round_ratios
-from infrarsi.apply.references import REFERENCE, ReferenceRuns, journal
+from infrarsi.apply.ledger import ApplyLedger
+from infrarsi.apply.references import REFERENCE, ReferenceRuns
 from infrarsi.contract import Contract, ContractError
 from infrarsi.events import (
     CandidateDropped,
@@ -36,7 +34,6 @@ from infrarsi.verify.evidence import challenge_unseen
 from infrarsi.verify.reference import References
 from infrarsi.workloads import Manifest
 
-PROGRESS_FILE = "apply-progress.jsonl"
 BASELINE = "baseline"
 
 
@@ -53,26 +50,23 @@ class Rounds:
     def __init__(
         self,
         contract: Contract,
-        run_dir: Path,
+        ledger: ApplyLedger,
         executor: Executor,
         candidates: list[CandidateResult],
         baseline_knobs: dict[str, Any],
         on_event: EventSink | None = None,
-        stored: Callable[[TrialRecord, str], object] | None = None,
     ):
-        """``stored``: called with each measurement's record and label as it ends, before it
-        is journalled (the run's store keeps every stage's trials)."""
-        self.contract, self.run_dir, self.executor = contract, Path(run_dir), executor
-        self.stored = stored or (lambda record, label: None)
+        """``ledger``: where each measurement goes as it ends, with its verdict, and where a
+        resumed Apply finds what a killed one finished (the run's store)."""
+        self.contract, self.ledger, self.executor = contract, ledger, executor
         self.configs: dict[str, tuple[dict[str, Any], list[str]]] = {BASELINE: (baseline_knobs, [])}
         self.configs.update({c.label: (c.knobs, c.patches) for c in candidates})
         self.on_event: EventSink = on_event or ignore
-        self.progress = self.run_dir / PROGRESS_FILE
         self.baselines: dict[int, TrialRecord] = {}
         manifest = _manifest(contract)
         self.steps = timed_steps(contract, candidates)
         self.references = ReferenceRuns(
-            contract, manifest, baseline_knobs, executor, self.progress, self.stored, self.steps
+            contract, manifest, baseline_knobs, executor, ledger, self.steps
         )
         # a challenge seed per round: set through the workload's seed parameters, or the
         # bootstrap's offset of the seeds its script sets
@@ -123,10 +117,8 @@ class Rounds:
         if (r, label) in done:
             return done[(r, label)]
         self.on_event(MeasurementLaunched(index=index, total=total, round=r, label=label))
-        measurement, entry, record = self._measure(r, label)
-        self.stored(record, f"{label} round {r}")
-        with self.progress.open("a") as f:
-            f.write(json.dumps(entry) + "\n")
+        measurement, verdict, record = self._measure(r, label)
+        self.ledger.add(record, f"{label} round {r}", verdict)
         self.on_event(MeasurementEnded(index=index, total=total, measurement=measurement))
         return measurement
 
@@ -164,20 +156,20 @@ class Rounds:
     def _done(self, order: list[tuple[int, str]]) -> dict[tuple[int, str], Measurement]:
         """Measurements of this plan a previous Apply of the run finished (same configs)."""
         found = {}
-        for entry in journal(self.progress):
-            if REFERENCE in entry:  # a reference run (``references``)
+        for verdict, record in self.ledger.entries():
+            if REFERENCE in verdict:  # a reference run (``references``)
                 continue
-            m = Measurement.model_validate(entry["measurement"])
+            m = Measurement.model_validate(verdict["measurement"])
             if (
                 m.label in self.configs
-                and _same_config(entry.get("config"), self.configs[m.label])
+                and _same_config(verdict.get("config"), self.configs[m.label])
                 and (m.round, m.label) in order
             ):
                 found[(m.round, m.label)] = m
                 if m.seed is not None:
                     self.seeds.setdefault(m.round, m.seed)
-                if m.label == BASELINE and entry.get("record"):
-                    self.baselines[m.round] = TrialRecord.from_json(json.dumps(entry["record"]))
+                if m.label == BASELINE and record is not None and record.status.is_ok():
+                    self.baselines[m.round] = record
         return found
 
     def _measure(self, r: int, label: str) -> tuple[Measurement, dict[str, Any], TrialRecord]:
@@ -195,12 +187,11 @@ class Rounds:
         )
         record = self.executor.wait(self.executor.submit(request))
         measurement = self._judge(r, label, record)
-        entry = {
+        verdict = {
             "config": [knobs, list(patches)],
-            "measurement": measurement.model_dump(),
-            "record": record.model_dump(mode="json") if label == BASELINE else None,
+            "measurement": measurement.model_dump(mode="json"),
         }
-        return measurement, entry, record
+        return measurement, verdict, record
 
     def _judge(self, r: int, label: str, record: TrialRecord) -> Measurement:
         m = record.metrics
@@ -311,7 +302,7 @@ def _manifest(contract: Contract) -> Manifest | None:
 
 
 def _same_config(saved: object, config: tuple[dict[str, Any], list[str]]) -> bool:
-    """Whether a journal entry's ``[knobs, patches]`` is this config (``config_key``'s rule)."""
+    """Whether a stored verdict's ``[knobs, patches]`` is this config (``config_key``'s rule)."""
     if not isinstance(saved, list | tuple) or len(saved) != 2:
         return False
     knobs, patches = saved

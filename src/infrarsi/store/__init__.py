@@ -108,6 +108,12 @@ class StoredTrial(BaseModel):
     ended_unix_s: float | None = None
     error: str | None = None
     record: TrialRecord | None = Field(None, validation_alias="record_json")
+    verdict: dict[str, Any] | None = Field(
+        None,
+        validation_alias="verdict_json",
+        description="what the stage concluded of the trial: Apply's measurement of a round "
+        "(its config and verdict) or the reference run it measured",
+    )
 
     @property
     def configuration(self) -> Configuration:
@@ -281,9 +287,11 @@ class Store:
         *,
         label: str | None = None,
         proposed_by: str | None = None,
+        verdict: dict[str, Any] | None = None,
     ) -> int:
-        """Write a finished trial of the Doctor or of Apply (its record as it is), once: a
-        trial id the run already holds is not written again. Returns its row id."""
+        """Write a finished trial of the Doctor or of Apply (its record as it is, with what
+        the stage concluded of it), once: a trial id the run already holds is not written
+        again. Returns its row id."""
         with Session(self.engine) as s, s.begin():
             known = s.scalars(
                 select(TrialRow.id).where(
@@ -317,6 +325,7 @@ class Store:
                 ended_unix_s=record.started_unix_s + record.cost_s,
                 error=record.error,
                 record_json=record.model_dump(mode="json"),
+                verdict_json=verdict,
             )
             s.add(row)
             s.flush()

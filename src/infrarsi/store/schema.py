@@ -37,7 +37,7 @@ class TrialRow(Base):
     """One trial of any stage: a search trial is ``running`` when launched, final when it
     ended, ``interrupted`` when the run was killed while it ran ("driver lost": kept, not
     charged, and proposed again in a new row);
-    the Doctor's and Apply's trials are written once they ended."""
+    the Doctor's and Apply's trials are written once they ended, Apply's with its verdict."""
 
     __tablename__ = "trials"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -60,3 +60,5 @@ class TrialRow(Base):
     stage: Mapped[str] = mapped_column(String(16), default="run", server_default="run")
     label: Mapped[str | None] = mapped_column(String(128), nullable=True)
     proposed_by: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    # revision 0004: what the stage concluded of the trial (Apply's measurement or reference)
+    verdict_json: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
