@@ -4,7 +4,6 @@ are (``signatures``, ``transfer``). The bank's tables live in ``store/bank.py``.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from infrarsi.records import (
 )
 from infrarsi.stages import Stage
 from infrarsi.store.bank import BankStore, StoredSeed
+from infrarsi.trial.record import TrialRecord
 
 __all__ = ["advice_for", "ingest_run", "BankStore"]
 
@@ -65,8 +65,8 @@ def _nodes_per_host(nodes: int, report: DoctorReport | None) -> int:
     for trial in report.trials if report else []:
         path = Path(trial.trial_dir) / "record.json"
         try:
-            spread = json.loads(path.read_text()).get("launcher_nodes")
-        except (OSError, ValueError):
+            spread = TrialRecord.load(path).launcher_nodes
+        except (OSError, ValueError):  # a trial without a readable record says nothing
             continue
         if spread:
             return launchers_per_host(nodes, spread)

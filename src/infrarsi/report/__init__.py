@@ -31,7 +31,8 @@ from infrarsi.records import (
 )
 from infrarsi.report import figures
 from infrarsi.report.render import html_report, markdown_report
-from infrarsi.store import RunDirError, StoredRun, open_run_dir
+from infrarsi.stages import Stage
+from infrarsi.store import RunDirError, StoredRun, StoredTrial, open_run_dir
 from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
 from infrarsi.workloads import knobs as knob_rules
@@ -77,7 +78,8 @@ def gather(run_dir: Path) -> ReportData:
     applied = ApplyResult.load(run_dir) if (run_dir / "apply.json").exists() else None
     doctor_path = run_dir / DOCTOR_FILE
     doctor = DoctorReport.load(doctor_path) if doctor_path.exists() else None
-    data = ReportData(run_dir, run, contract, manifest, trials, applied, doctor, *_records(applied))
+    records = _records(applied, store.trials(run.run_id, Stage.APPLY))
+    data = ReportData(run_dir, run, contract, manifest, trials, applied, doctor, *records)
     data.summary = summarise(data)
     if (run_dir / BANK_ADVICE_FILE).exists():
         data.bank = BankAdvice.load(run_dir / BANK_ADVICE_FILE)
@@ -101,8 +103,7 @@ def bank_seed_rows(data: ReportData) -> list[dict]:
             t["ranked_time_per_step_s"]
             for t in data.trials
             if t["status"].is_ok()
-            and t["knobs"] == first["knobs"]
-            and t["patches"] == first["patches"]
+            and config_key(t["knobs"], t["patches"]) == config_key(first["knobs"], first["patches"])
         ]
     base_s = _median(base)
     rows = []
@@ -153,20 +154,24 @@ def _trial_row(t, objective: str) -> dict:
     }
 
 
-def _records(applied: ApplyResult | None):
-    """The first ok baseline and winner records of Apply's rounds."""
+def _records(
+    applied: ApplyResult | None, stored: list[StoredTrial]
+) -> tuple[TrialRecord | None, TrialRecord | None]:
+    """The first ok baseline and winner records of Apply's rounds, as the run's store holds
+    them (``stored``: Apply's trials)."""
     if applied is None:
         return None, None
-    found = {}
+    by_id = {t.trial_id: t.record for t in stored if t.record is not None}
+    found: dict[str, TrialRecord] = {}
     for m in applied.measurements:
+        record = by_id.get(m.trial_id)
         if (
-            m.status == TrialStatus.OK
+            record is not None
+            and m.status == TrialStatus.OK
             and m.label in ("baseline", applied.promoted)
             and m.label not in found
         ):
-            path = Path(m.trial_dir) / "record.json"
-            if path.exists():
-                found[m.label] = TrialRecord.load(path)
+            found[m.label] = record
     return found.get("baseline"), found.get(applied.promoted) if applied.promoted else None
 
 
