@@ -161,13 +161,14 @@ KNOB_HOLDERS = ("knobs", "knob_dict", "config_json", "config")
 
 
 def _holder(node: ast.AST) -> bool:
-    """A knob mapping or a config's JSON: ``x.knobs``, ``knobs``, ``t.config_json``, or one of
-    their values read by ``.get(...)`` / ``[...]``."""
+    """A knob mapping or a config's JSON: ``x.knobs``, ``knobs``, ``t.config_json``, a row's
+    ``t["knobs"]``, or one of their values read by ``.get(...)`` / ``[...]``."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         if node.func.attr == "get":
             return _holder(node.func.value)
     if isinstance(node, ast.Subscript):
-        return _holder(node.value)
+        key = node.slice.value if isinstance(node.slice, ast.Constant) else None
+        return key in KNOB_HOLDERS or _holder(node.value)  # row["knobs"], or knobs[name]
     name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
     return name in KNOB_HOLDERS or name.endswith("_knobs")
 
@@ -209,10 +210,11 @@ def test_the_raw_comparison_check_sees_what_it_forbids(tmp_path):
         "    y = a.knobs.get('n') != b.knobs.get('n')\n"
         "    z = c.config_json == d.config_json\n"
         "    w = str(a) != str(b)\n"
+        "    v = c['knobs'] == d['knobs']\n"
         "    ok = a.knobs.get('precision') == 'bf16'\n"
-        "    return x, y, z, w, ok\n"
+        "    return x, y, z, w, v, ok\n"
     )
-    assert _raw_comparisons(sample) == [f"sample.py:{n}" for n in (2, 3, 4, 5)]
+    assert _raw_comparisons(sample) == [f"sample.py:{n}" for n in (2, 3, 4, 5, 6)]
 
 
 def _reaching(rooms: tuple[str, ...], into: tuple[str, ...]) -> dict[str, list[str]]:
