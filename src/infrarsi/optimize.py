@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from infrarsi.apply import apply_run
+from infrarsi.audit import AuditLog
 from infrarsi.bank import BankStore, advice_for, ingest_run
 from infrarsi.contract import Contract
 from infrarsi.derive import derive_workload
@@ -40,6 +41,8 @@ from infrarsi.records import BankAdvice, CandidateResult, DoctorReport
 from infrarsi.report import write_report
 from infrarsi.run.loop import RunLoop, RunStart
 from infrarsi.stages import Stage
+from infrarsi.store import RunStatus, Store, StoredRun, new_run_id, sqlite_url
+from infrarsi.trial.record import TrialRecord
 from infrarsi.workloads import Manifest, find
 
 
@@ -161,16 +164,18 @@ def _one_round(
 ) -> tuple[RoundResult, dict]:
     """Doctor, Run, Apply and Report once, then the bank ingests the round."""
     round_dir.mkdir(parents=True, exist_ok=True)
-    contract, report = _doctor(contract, round_dir, r, options, emit)
+    run_dir = (round_dir / "run").resolve()
+    ledger = _open_round(contract, run_dir, options)
+    emit(StageStarted(stage=Stage.DOCTOR, round=r))
+    contract, report = _doctor(contract, round_dir, r, options, _stored_then(ledger, emit))
     gain, undetectable = headroom(report)
     emit(Note(text=f"objective headroom: {gain}", round=r))
     if undetectable:  # said before the budget is spent; the search still runs
         emit(Note(text=f"warning: {UNDETECTABLE}", round=r))
     advice = _advice(contract, report, r, emit, bank)
     emit(StageStarted(stage=Stage.RUN, round=r, budget_trials=options.search.budget.trials))
-    run_dir = (round_dir / "run").resolve()
     executor = make_executor(options.executor.kind, run_dir, options.executor.ray_address)
-    start = RunStart(doctor_report=report, bank_advice=advice)
+    start = RunStart(doctor_report=report, bank_advice=advice, run_id=ledger.run_id)
     found = _search(contract, run_dir, r, options, emit, executor, start)
     emit(StageStarted(stage=Stage.APPLY, round=r))
     applied = apply_run(
@@ -237,24 +242,55 @@ def _search(
     ).start()
 
 
+@dataclass(frozen=True)
+class _Ledger:
+    """The round's store and the run it holds for the round."""
+
+    store: Store
+    run_id: str
+
+
+def _open_round(contract: Contract, run_dir: Path, options: OptimizeOptions) -> _Ledger:
+    """The round's store and its run, opened before the Doctor (``doctoring``): every trial of
+    the round goes in as it ends — the Doctor's through ``_stored_then``, the search's and
+    Apply's in their stages — and the audit writes each one's line then. The search brings
+    the run to its sealed contract and its own settings (``Store.save_run``)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(options.search.store_url or sqlite_url(run_dir))
+    name = contract.manifest().name
+    run = store.save_run(
+        StoredRun.opened(new_run_id(), contract, name, options.search, RunStatus.DOCTORING)
+    )
+    store.subscribe(AuditLog(run_dir, contract.objective, run.searcher))
+    return _Ledger(store, run.run_id)
+
+
+def _stored_then(ledger: _Ledger, emit: EventSink) -> Callable[[str, TrialRecord], None]:
+    """What the Doctor calls as each of its trials ends: into the round's store, then told."""
+
+    def ended(label: str, record: TrialRecord) -> None:
+        ledger.store.add_trial(ledger.run_id, Stage.DOCTOR, record, label=label)
+        emit(TrialEnded(stage=Stage.DOCTOR, record=record, status=record.status, label=label))
+
+    return ended
+
+
 def _doctor(
     contract: Contract,
     round_dir: Path,
     r: int,
     options: OptimizeOptions,
-    emit: EventSink,
+    on_trial: Callable[[str, TrialRecord], None],
 ) -> tuple[Contract, DoctorReport]:
-    """The Doctor's report of this round's baseline, and the contract sealed with it."""
-    emit(StageStarted(stage=Stage.DOCTOR, round=r))
+    """The Doctor's report of this round's baseline, and the contract sealed with it;
+    ``on_trial`` hears of each trial as it ends (and emits its events)."""
     doctor_dir = (round_dir / "doctor-trials").resolve()
     report = run_doctor(
         contract,
         options.doctor_repeats,
         doctor_dir,
         executor=make_executor(options.executor.kind, doctor_dir, options.executor.ray_address),
-        on_trial=lambda label, rec: emit(
-            TrialEnded(stage=Stage.DOCTOR, record=rec, status=rec.status, label=label)
-        ),
+        on_trial=on_trial,
     )
     contract, report = sealed_contract(contract, report)
     contract.save(round_dir / "contract.yaml")

@@ -7,7 +7,7 @@ from sqlalchemy import inspect
 
 from infrarsi.records import RankedConfig
 from infrarsi.stages import Stage
-from infrarsi.store import Prediction, Store, StoredRun, revision, sqlite_url
+from infrarsi.store import Prediction, RunStatus, Store, StoredRun, revision, sqlite_url
 from infrarsi.trial.record import TrialRecord, TrialStatus
 
 NEWEST = "0004"
@@ -153,6 +153,28 @@ def test_every_stages_trials_are_stored_once_with_their_stage_and_label(store_ur
     assert doctor[1].status is TrialStatus.CRASH and doctor[1].error == "killed"
     assert doctor[1].record == record("d1", "crash")
     assert store.interrupt_running("r1") == []  # no stage's finished trial is touched
+
+
+def test_a_run_opened_before_its_doctor_is_brought_to_its_search_keeping_its_trials(store_url):
+    store = Store(store_url)
+    opened = make_run(store).model_copy(update={"status": RunStatus.DOCTORING})
+    store.save_run(opened)  # a run the store holds: written over, not inserted twice
+    store.add_trial("r1", Stage.DOCTOR, record("d0"), label="baseline run 1")
+    sealed = opened.model_copy(
+        update={
+            "contract_hash": "sealed",
+            "searcher": "infrarsi",
+            "budget_trials": 8,
+            "status": RunStatus.RUNNING,
+            "created_unix_s": 99.0,
+        }
+    )
+    assert store.save_run(sealed).contract_hash == "sealed"
+    [run] = store.runs()
+    assert (run.status, run.searcher, run.budget_trials) == (RunStatus.RUNNING, "infrarsi", 8)
+    assert run.created_unix_s == 1.0  # when it was opened
+    assert [t.trial_id for t in store.trials("r1", Stage.DOCTOR)] == ["d0"]
+    assert store.save_run(sealed.model_copy(update={"run_id": "r2"})).run_id == "r2"  # new
 
 
 def test_errors_name_what_is_known(store_url):

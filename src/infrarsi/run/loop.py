@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +61,7 @@ from infrarsi.store import (
     Store,
     StoredRun,
     StoredTrial,
+    new_run_id,
     open_run_dir,
     sqlite_url,
 )
@@ -77,10 +77,13 @@ class RunError(InfraRSIError):
 @dataclass(frozen=True, kw_only=True)
 class RunStart:
     """What a run starts from besides the contract: the Doctor's report (its diagnosis,
-    calibration and noise) and the experience bank's advice; either may be missing."""
+    calibration and noise) and the experience bank's advice, either of which may be missing,
+    and the run the store already holds for it (``run_id``: opened before the Doctor, which
+    stored its trials there as they ended; None: a new one)."""
 
     doctor_report: DoctorReport | None = None
     bank_advice: BankAdvice | None = None
+    run_id: str | None = None
 
     @classmethod
     def kept_in(cls, run_dir: Path) -> RunStart:
@@ -154,8 +157,8 @@ class RunLoop:
         self.budget = options.budget.resolve(contract.budget)
         self.store_url = options.store_url or sqlite_url(self.run_dir)
         self.executor = executor or LocalExecutor(self.run_dir)
-        start = start or RunStart()
-        self.doctor_report, self.bank_advice = start.doctor_report, start.bank_advice
+        self.begun = start or RunStart()
+        self.doctor_report, self.bank_advice = self.begun.doctor_report, self.begun.bank_advice
         self.on_event: EventSink = on_event or ignore
         self.manifest = contract.manifest()
         self.proposer = proposer
@@ -229,24 +232,12 @@ class RunLoop:
                 f"{self.run_dir}, or give another run directory"
             )
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        run_id = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        run_id = self.begun.run_id or new_run_id()
         store = Store(self.store_url)
-        run = store.create_run(
-            StoredRun(
-                run_id=run_id,
-                created_unix_s=time.time(),
-                workload=self.manifest.name,
-                scale=self.contract.scale,
-                contract_hash=self.contract.contract_hash,
-                contract_json=self.contract.model_dump(mode="json"),
-                searcher=self.options.searcher,
-                seed=self.options.seed,
-                budget_trials=self.budget.trials,
-                budget_s=self.budget.seconds,
-                capacity_bytes=self.contract.mem_cap_bytes,
-                status=RunStatus.RUNNING,
-            )
-        )  # the run's
+        search = replace(self.options, budget=self.budget)
+        run = store.save_run(  # a run opened before its Doctor gets its sealed contract here
+            StoredRun.opened(run_id, self.contract, self.manifest.name, search, RunStatus.RUNNING)
+        )
         store.subscribe(AuditLog(self.run_dir, self.contract.objective, run.searcher))
         self.trial_seed = challenge_seed()
         (self.run_dir / "run.json").write_text(

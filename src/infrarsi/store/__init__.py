@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from sqlalchemy.pool import StaticPool
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError, UnknownNameError
 from infrarsi.identity import Configuration
+from infrarsi.options import SearchOptions
 from infrarsi.records import Prediction, RankedConfig
 from infrarsi.stages import Stage
 from infrarsi.store.schema import Base, RunRow, TrialRow
@@ -35,9 +37,11 @@ RowT = TypeVar("RowT", bound=Base)
 
 
 class RunStatus(str, enum.Enum):
-    """A stored run's state: searching (or killed while it searched: ``running`` until it is
-    resumed), ``finished`` at its budget or when nothing was left to try."""
+    """A stored run's state: ``doctoring`` (opened before its Doctor, whose trials go in as
+    they end), searching (or killed while it searched: ``running`` until it is resumed),
+    ``finished`` at its budget or when nothing was left to try."""
 
+    DOCTORING = "doctoring"
     RUNNING = "running"
     FINISHED = "finished"
 
@@ -66,6 +70,32 @@ class StoredRun(BaseModel):
         description="the configs the run recommends, best "
         "first: {knobs, patches, step_time_s, trials}",
     )
+
+    @classmethod
+    def opened(
+        cls,
+        run_id: str,
+        contract: Contract,
+        workload: str,
+        search: SearchOptions,
+        status: RunStatus,
+    ) -> StoredRun:
+        """A run of ``contract`` searched as ``search`` says (its budget as given there), at
+        ``status``, created now."""
+        return cls(
+            run_id=run_id,
+            created_unix_s=time.time(),
+            workload=workload,
+            scale=contract.scale,
+            contract_hash=contract.contract_hash,
+            contract_json=contract.model_dump(mode="json"),
+            searcher=search.searcher,
+            seed=search.seed,
+            budget_trials=search.budget.trials,
+            budget_s=search.budget.seconds,
+            capacity_bytes=contract.mem_cap_bytes,
+            status=status,
+        )
 
     @classmethod
     def of(cls, row: object) -> StoredRun:
@@ -168,6 +198,11 @@ def open_run_dir(run_dir: Path) -> tuple[Store, StoredRun]:
     return store, store.run(info["run_id"])
 
 
+def new_run_id() -> str:
+    """A fresh run id: its start time and six random hex digits."""
+    return f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
 def sqlite_url(run_dir: Path) -> str:
     """The default store of a run directory."""
     return f"sqlite:///{Path(run_dir).resolve() / 'run.sqlite'}"
@@ -200,6 +235,20 @@ class Store:
         with Session(self.engine) as s, s.begin():
             s.add(RunRow(**run.model_dump()))
         return run
+
+    def save_run(self, run: StoredRun) -> StoredRun:
+        """Write ``run`` whole: a new run inserted, one the store holds (opened before its
+        Doctor) brought to these values — its sealed contract, its search — keeping its
+        trials and its creation time."""
+        with Session(self.engine) as s, s.begin():
+            row = s.get(RunRow, run.run_id)
+            if row is None:
+                s.add(RunRow(**run.model_dump()))
+                return run
+            for name, value in run.model_dump(exclude={"run_id", "created_unix_s"}).items():
+                setattr(row, name, value)
+            s.flush()
+            return StoredRun.of(row)
 
     def run(self, run_id: str) -> StoredRun:
         """The run called ``run_id``; KeyError naming the runs the store holds otherwise."""
