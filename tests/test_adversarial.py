@@ -674,29 +674,16 @@ HONEST_TIMED = [["sdpa_attention", "fused_qkv"], [str(CHEATS / "adamw_foreach.di
 def _ranked_run(run_dir: Path, contract, configs: list[tuple[dict, list[str]]]) -> Path:
     """A run directory whose ranking is ``configs``, best first: what Apply re-measures, as
     a search that ranked them on their lines' arrivals would hand them over."""
-    import time as clock
-
+    from infrarsi.options import SearchOptions
     from infrarsi.records import RankedConfig
     from infrarsi.store import RunStatus, Store, StoredRun, sqlite_url
 
     run_dir.mkdir(parents=True)
     store = Store(sqlite_url(run_dir))
     run_id = "run-round-five"
+    search = SearchOptions()  # InfraRSI's searcher, the contract's budget
     store.create_run(
-        StoredRun(
-            run_id=run_id,
-            created_unix_s=clock.time(),
-            workload=contract.workload,
-            scale=contract.scale,
-            contract_hash=contract.contract_hash,
-            contract_json=contract.model_dump(mode="json"),
-            searcher="infrarsi",
-            seed=0,
-            budget_trials=None,
-            budget_s=None,
-            capacity_bytes=contract.mem_cap_bytes,
-            status=RunStatus.FINISHED,
-        )
+        StoredRun.opened(run_id, contract, contract.workload, search, RunStatus.FINISHED)
     )
     ranked = [RankedConfig(knobs=k, patches=p, trials=1, step_time_s=1e-4) for k, p in configs]
     store.set_ranking(run_id, ranked)

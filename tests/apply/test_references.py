@@ -10,6 +10,7 @@ from infrarsi.apply.references import REFERENCE
 from infrarsi.apply.rounds import Rounds
 from infrarsi.executors import LocalExecutor
 from infrarsi.init import make_contract, read_instruction
+from infrarsi.options import Budget, SearchOptions
 from infrarsi.records import CandidateResult
 from infrarsi.stages import Stage
 from infrarsi.store import RunStatus, Store, StoredRun, sqlite_url
@@ -67,17 +68,5 @@ def test_apply_judges_each_patch_against_its_same_knob_reference_measured_once(t
 
 
 def _run(contract) -> StoredRun:
-    return StoredRun(
-        run_id="r1",
-        created_unix_s=1.0,
-        workload=contract.workload,
-        scale=contract.scale,
-        contract_hash=contract.contract_hash,
-        contract_json=contract.model_dump(mode="json"),
-        searcher="random",
-        seed=0,
-        budget_trials=1,
-        budget_s=None,
-        capacity_bytes=contract.mem_cap_bytes,
-        status=RunStatus.FINISHED,
-    )
+    search = SearchOptions(searcher="random", budget=Budget(trials=1))
+    return StoredRun.opened("r1", contract, contract.workload, search, RunStatus.FINISHED)
