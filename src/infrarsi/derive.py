@@ -12,7 +12,7 @@ from infrarsi.identity import canonical_value
 from infrarsi.trial import patching, prepare
 from infrarsi.workloads import Manifest, find
 from infrarsi.workloads import knobs as knob_rules
-from infrarsi.workloads.manifest import copy_workload
+from infrarsi.workloads.folder import copy_workload
 
 
 def derive_workload(manifest: Manifest, scale: str, winner: dict, dest: Path) -> Manifest:

@@ -39,7 +39,7 @@ def test_a_copy_of_a_workload_leaves_out_the_tools_state_and_version_control(tmp
     """A workload drafted in the user's folder keeps the tool's runs there (``.infrarsi``):
     a trial's copy of the folder must not take them, nor copy itself into itself where the
     trials are kept in another folder inside the workload's."""
-    from infrarsi.workloads.manifest import copy_workload
+    from infrarsi.workloads.folder import copy_workload
 
     for where, dst in ((".infrarsi", "trials/t2"), ("runs", "t2")):
         src = tmp_path / where.strip(".")

@@ -155,7 +155,7 @@ def _lines(texts, every_s=0.05):
 
 def test_the_step_line_its_loss_and_its_time_in_the_printed_unit():
     from infrarsi.draft.metrics import read_metrics
-    from infrarsi.workloads.manifest import StdoutMetrics
+    from infrarsi.workloads.stdout import StdoutMetrics
 
     lines = _lines(
         ["tokens per iter: 256"] + [f"iter {i}: loss 2.{i}1, time 41.{i}ms" for i in range(4)]
@@ -184,7 +184,7 @@ def test_a_unit_not_printed_is_read_from_the_clock():
 def test_hugging_face_log_dicts_are_timed_by_their_arrival():
     from infrarsi.draft.metrics import LOSS_PATTERNS, read_metrics
     from infrarsi.trial.metrics import read_stdout
-    from infrarsi.workloads.manifest import StdoutMetrics
+    from infrarsi.workloads.stdout import StdoutMetrics
 
     hf = [f"{{'loss': '{2.5 - i / 10:.4f}', 'grad_norm': 1.2, 'epoch': 0.{i}}}" for i in range(3)]
     hf.append("{'train_runtime': 1.9, 'train_loss': 2.4, 'epoch': 1.0}")  # the summary: no step
@@ -205,7 +205,7 @@ def test_a_loop_of_max_iters_plus_one_with_evaluation_lines_beside_is_read():
     the step lines are told apart by the words before their loss, the extra step counted."""
     from infrarsi.draft.metrics import read_metrics
     from infrarsi.trial.metrics import read_stdout
-    from infrarsi.workloads.manifest import StdoutMetrics
+    from infrarsi.workloads.stdout import StdoutMetrics
 
     printed = ["tokens per iteration will be: 8,192", "step 0: train loss 4.2874, val loss 4.2823"]
     printed += [

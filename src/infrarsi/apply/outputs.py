@@ -15,7 +15,8 @@ from infrarsi.proposal import resolve
 from infrarsi.records import ApplyResult
 from infrarsi.trial import patching, prepare
 from infrarsi.trial.launch import render
-from infrarsi.workloads.manifest import Manifest, copy_workload
+from infrarsi.workloads.folder import copy_workload
+from infrarsi.workloads.manifest import Manifest
 
 if TYPE_CHECKING:
     from infrarsi.contract import Contract

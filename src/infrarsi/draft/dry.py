@@ -17,7 +17,7 @@ from infrarsi.sandbox import memcg
 from infrarsi.sandbox.process import Launchers, owner_alive, run_isolated
 from infrarsi.trial.launch import isolated_env, resolve_program
 from infrarsi.trial.watch import MetricsChannel
-from infrarsi.workloads.manifest import copy_workload
+from infrarsi.workloads.folder import copy_workload
 
 LINK_ABOVE_BYTES = 16 << 20  # a larger file (data, checkpoints) is linked, not copied
 SKIP = ("wandb", "out")  # besides what every copy of a workload leaves out: its outputs

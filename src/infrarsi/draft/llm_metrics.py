@@ -23,7 +23,7 @@ from infrarsi.draft.metrics import (
     timeable_by_arrival,
     tokens_pattern,
 )
-from infrarsi.workloads.manifest import StdoutMetrics
+from infrarsi.workloads.stdout import StdoutMetrics
 
 SYSTEM_PROMPT = """You read the output of a few optimizer steps of a PyTorch training script.
 Give the Python regular expressions that find, on the lines printed once per optimizer step,

@@ -38,7 +38,7 @@ from infrarsi.trial.patching import check_paths, sha256_bytes
 from infrarsi.trial.screen import screen
 from infrarsi.trial.spec import challenge_seed
 from infrarsi.verify import verify
-from infrarsi.workloads.manifest import copy_workload
+from infrarsi.workloads.folder import copy_workload
 
 SMOKE_SCALE = "tiny"
 

@@ -9,7 +9,8 @@ import tempfile
 from pathlib import Path
 
 from infrarsi.trial import patching
-from infrarsi.workloads.manifest import Manifest, copy_workload
+from infrarsi.workloads.folder import copy_workload
+from infrarsi.workloads.manifest import Manifest
 
 
 def incompatible_pairs(manifest: Manifest) -> set[frozenset[str]]:

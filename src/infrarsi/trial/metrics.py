@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infrarsi.workloads.manifest import StdoutMetrics, StdoutPattern
+from infrarsi.workloads.stdout import StdoutMetrics, StdoutPattern
 
 
 class MetricsError(ValueError):

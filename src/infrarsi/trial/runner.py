@@ -23,7 +23,8 @@ from infrarsi.trial.launch import isolation, launch, seed_setting
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
 from infrarsi.trial.screen import screen
 from infrarsi.trial.spec import TrialSpec
-from infrarsi.workloads.manifest import Manifest, copy_workload
+from infrarsi.workloads.folder import copy_workload
+from infrarsi.workloads.manifest import Manifest
 
 
 def new_trial_id(manifest: Manifest) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 
 from infrarsi.trial.metrics import MetricsError, RankReport, read_stdout
 from infrarsi.unixpath import at_path
-from infrarsi.workloads.manifest import StdoutMetrics
+from infrarsi.workloads.stdout import StdoutMetrics
 
 POLL_S = 0.01  # the resolution of the arrival times (lines are read as they come; this is
 # what the verification allows for the reader thread's scheduling)

@@ -6,10 +6,7 @@ says how to fix it. The typed models here are the only way a manifest is read.
 
 from __future__ import annotations
 
-import re
-import shutil
 import string
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from infrarsi.errors import InfraRSIError, UnknownNameError, field_problems
 from infrarsi.workloads import expr
+from infrarsi.workloads.stdout import StdoutMetrics
 
 KnobValue = int | float | bool | str
 # What a knob or patch is for, in words the diagnosis speaks: a finding names roles, and the
@@ -144,76 +142,6 @@ class Scale(_Strict):
         if "steps" not in params:
             raise ValueError("params must include 'steps', the number of optimizer steps")
         return params
-
-
-class StdoutPattern(_Strict):
-    """A regex with exactly one capture group, and the unit of the number it captures."""
-
-    pattern: str
-    unit: Literal["s", "ms", "us"] = "s"
-
-    @field_validator("pattern")
-    @classmethod
-    def _one_group(cls, pattern: str) -> str:
-        try:
-            groups = re.compile(pattern).groups
-        except re.error as exc:
-            raise ValueError(f"{pattern!r} is not a valid regex: {exc}") from None
-        if groups != 1:
-            raise ValueError(
-                f"{pattern!r} has {groups} capture groups; give exactly one, "
-                "around the number, e.g. 'loss ([0-9.]+)'"
-            )
-        return pattern
-
-    def scale_to_base(self) -> float:
-        """Factor from the captured number to the base unit (seconds for times)."""
-        return {"s": 1.0, "ms": 1e-3, "us": 1e-6}[self.unit]
-
-
-class StdoutMetrics(_Strict):
-    """Regexes that read per-step metrics from rank 0's stdout, for scripts not instrumented.
-
-    A bare string is a pattern whose number is in seconds (``step_time_s: "time ([0-9.]+)"``);
-    ``step_time: {pattern: "time ([0-9.]+)ms", unit: ms}`` states another unit. A script that
-    prints no step time leaves ``step_time`` out: its loss lines are the step lines, and each
-    step is timed by the harness's clock between their arrivals (the first, whose start no line
-    marks, as long as the median of the others). ``tokens_per_step`` (optional) lets the
-    harness check the workload invariant. ``read_stderr``: the lines are read from standard
-    error too, as they arrive (a script that logs with Python's ``logging``, which writes there).
-    """
-
-    step_time: StdoutPattern | None = None
-    loss: StdoutPattern
-    tokens_per_step: StdoutPattern | None = None
-    read_stderr: bool = False
-    steps_offset: int = Field(
-        0,
-        ge=0,
-        le=1,
-        description="step lines a run prints beyond the steps it is given: 1 for a loop over "
-        "range(max_iters + 1), as nanoGPT's; each is an optimizer step",
-    )
-
-    @property
-    def step_line(self) -> str:
-        """The pattern that marks one step's line: the step time's, else the loss's."""
-        return (self.step_time or self.loss).pattern
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shorthand(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        if "step_time_s" in data:
-            if "step_time" in data:
-                raise ValueError("give either step_time_s (seconds) or step_time, not both")
-            data["step_time"] = data.pop("step_time_s")
-        for key in ("step_time", "loss", "tokens_per_step"):
-            if isinstance(data.get(key), str):
-                data[key] = {"pattern": data[key]}
-        return data
 
 
 class Launch(_Strict):
@@ -507,24 +435,3 @@ def load_manifest(path: str | Path) -> Manifest:
         if not manifest.patch_path(patch.id).is_file():
             raise ManifestError(f"{path}: field 'patches.{i}.file': {patch.file} does not exist")
     return manifest
-
-
-# what a copy of a workload's folder leaves out: the tool's own state (run in the workload's
-# folder, its trials live there), version control, virtual environments and compiled caches
-COPY_SKIP = (".infrarsi", ".git", ".venv", "venv", "__pycache__", "*.pyc")
-
-
-def copy_workload(
-    src: Path, dst: Path, *also: str, copy: Callable[[str, str], object] = shutil.copy2
-) -> None:
-    """A copy of the workload's folder ``src`` at ``dst`` for a trial, an evaluation or an
-    output, without ``COPY_SKIP``, the patterns ``also`` and, where ``dst`` lies inside
-    ``src`` (the trials kept in the workload's own folder), the folder holding ``dst``."""
-    by_pattern = shutil.ignore_patterns(*COPY_SKIP, *also)
-    target = Path(dst).resolve()
-
-    def ignore(folder: str, names: list[str]) -> set[str]:
-        inside = {n for n in names if target.is_relative_to(Path(folder, n).resolve())}
-        return set(by_pattern(folder, names)) | inside
-
-    shutil.copytree(src, dst, ignore=ignore, copy_function=copy)

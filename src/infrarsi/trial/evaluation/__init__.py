@@ -24,7 +24,7 @@ from infrarsi.trial.evaluation.frameworks import trainer_command
 from infrarsi.trial.evaluation.server import SERVER, Completed, isolation_for
 from infrarsi.trial.patching import sha256_file
 from infrarsi.trial.record import Evaluation
-from infrarsi.workloads.manifest import copy_workload
+from infrarsi.workloads.folder import copy_workload
 
 if TYPE_CHECKING:
     from infrarsi.trial.spec import TrialSpec
