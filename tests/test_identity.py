@@ -117,6 +117,11 @@ def test_one_configuration_type_on_the_ground_floor():
     assert a.same_knobs(Configuration.of({"micro_batch": 2.0, "precision": "bf16"}))
     assert a.changed_from({"micro_batch": 2.0, "precision": "fp32"}) == {"precision": "bf16"}
     assert a.describe() == "micro_batch=2 precision=bf16 +sdpa_attention"
+    base = Configuration.of({"micro_batch": 2.0, "precision": "fp32"})
+    assert a.describe_from(base) == "precision=bf16 +sdpa_attention"
+    assert base.describe_from(Configuration.of({"precision": "fp32", "micro_batch": 2})) == (
+        "baseline"
+    )
 
 
 def test_knobs_that_differ_however_spelled_and_the_kinds_of_change_they_make():

@@ -123,6 +123,11 @@ class Configuration:
         """Whether ``other`` sets the same knob values (its patches aside)."""
         return self.key[0] == other.key[0]
 
+    def describe_from(self, baseline: Configuration) -> str:
+        """What this configuration changes from ``baseline``, for a person: ``micro_batch=4
+        +sdpa_attention``, or ``baseline`` (``describe_changes``)."""
+        return describe_changes(self.knob_dict, self.patches, baseline.knob_dict)
+
     def describe(self) -> str:
         """``micro_batch=4 precision=bf16 +sdpa_attention``: for tables and logs."""
         knobs = " ".join(f"{k}={v}" for k, v in self.knobs)

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from infrarsi import identity
 from infrarsi.audit import AuditLog
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
@@ -94,11 +93,6 @@ class RunStart:
             doctor_report=DoctorReport.load(doctor) if doctor.exists() else None,
             bank_advice=BankAdvice.load(advice) if advice.exists() else None,
         )
-
-
-def describe_changes(config: Config, baseline: Config) -> str:
-    """What a config changes from the baseline (``identity.describe_changes``)."""
-    return identity.describe_changes(config.knob_dict, config.patches, baseline.knob_dict)
 
 
 @dataclass
@@ -377,7 +371,7 @@ class RunLoop:
             by = who_proposed(config.patches, self._writers, self.options.searcher)
             row = store.start_trial(run_id, st.seq, config_json(config), predictions, by)
             this_seq, st.seq = st.seq, st.seq + 1
-        changes = describe_changes(config, st.baseline)
+        changes = config.describe_from(st.baseline)
         self.on_event(TrialLaunched(seq=this_seq, changes=changes, predicted=predictions))
         bound = st.searcher.slow_bound()
         st.flying[self._submit(config, bound)] = (config, row, this_seq, predictions, bound)
@@ -417,11 +411,11 @@ class RunLoop:
                 record=record,
                 status=outcome.status,
                 seq=this_seq,
-                changes=describe_changes(config, st.baseline),
+                changes=config.describe_from(st.baseline),
                 ranked_time_per_step_s=outcome.step_time_s,
                 peak_bytes=outcome.peak_bytes,
                 predicted=predictions,
-                best=None if best is None else describe_changes(best, st.baseline),
+                best=None if best is None else best.describe_from(st.baseline),
             )
         )
 
