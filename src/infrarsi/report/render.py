@@ -264,6 +264,21 @@ def next_steps(data) -> list[str]:
     return steps + [f"bash {launch}"]
 
 
+def _md_section(
+    title: str, intro: str, rows: list[list[str]], header: list[str] | tuple[str, ...]
+) -> list[str]:
+    """A titled Markdown section: its intro, then a table (a cell's pipes and line breaks
+    written so they cannot break the table)."""
+    out = ["", f"## {title}", "", intro, "", "| " + " | ".join(header) + " |"]
+    out += ["|" + "---|" * len(header)]
+    return out + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+
+
+def _cell(text: str) -> str:
+    """A table cell's text with nothing that could end its cell or its row."""
+    return text.replace("|", "/").replace("\n", " ")
+
+
 def markdown_report(data, figure_dir: str) -> str:
     """``report.md``."""
     s = data.summary
@@ -281,32 +296,9 @@ def markdown_report(data, figure_dir: str) -> str:
             _verification_md(data.apply, data.summary["baseline"]["knobs"]),
         ]
     if data.bank is not None:
-        intro, rows = bank_lines(data)
-        out += [
-            "",
-            "## Experience bank",
-            "",
-            intro,
-            "",
-            "| " + " | ".join(BANK_HEADER) + " |",
-            "|" + "---|" * len(BANK_HEADER),
-        ]
-        out += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
+        out += _md_section("Experience bank", *bank_lines(data), BANK_HEADER)
     if data.proposals:
-        intro, rows = proposal_lines(data)
-        out += [
-            "",
-            "## Patches written by the LLM",
-            "",
-            intro,
-            "",
-            "| " + " | ".join(PROPOSAL_HEADER) + " |",
-            "|" + "---|" * len(PROPOSAL_HEADER),
-        ]
-        out += [
-            "| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in row) + " |"
-            for row in rows
-        ]
+        out += _md_section("Patches written by the LLM", *proposal_lines(data), PROPOSAL_HEADER)
     out += ["", "## Figures", ""]
     for name in data.figures:
         out += [
