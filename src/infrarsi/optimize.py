@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from infrarsi.apply import apply_run
 from infrarsi.audit import AuditLog
 from infrarsi.bank import BankStore, advice_for, ingest_run
+from infrarsi.compose import search_loop
 from infrarsi.contract import Contract
 from infrarsi.derive import derive_workload
 from infrarsi.doctor import UNDETECTABLE, headroom, run_doctor, sealed_contract
@@ -36,10 +37,10 @@ from infrarsi.executors.choice import make_executor
 from infrarsi.init import InitError, init
 from infrarsi.options import OptimizeOptions
 from infrarsi.proposal import resolve
-from infrarsi.proposers import check_kind, make_proposer
+from infrarsi.proposers import check_kind
 from infrarsi.records import BankAdvice, CandidateResult, DoctorReport
 from infrarsi.report import write_report
-from infrarsi.run.loop import RunLoop, RunStart
+from infrarsi.run.loop import RunStart
 from infrarsi.stages import Stage
 from infrarsi.store import RunStatus, Store, StoredRun, new_run_id, sqlite_url
 from infrarsi.trial.record import TrialRecord
@@ -166,17 +167,21 @@ def _one_round(
     round_dir.mkdir(parents=True, exist_ok=True)
     run_dir = (round_dir / "run").resolve()
     ledger = _open_round(contract, run_dir, options)
-    emit(StageStarted(stage=Stage.DOCTOR, round=r))
-    contract, report = _doctor(contract, round_dir, r, options, _stored_then(ledger, emit))
-    gain, undetectable = headroom(report)
-    emit(Note(text=f"objective headroom: {gain}", round=r))
-    if undetectable:  # said before the budget is spent; the search still runs
-        emit(Note(text=f"warning: {UNDETECTABLE}", round=r))
+    contract, report = _doctor(contract, round_dir, r, options, emit, ledger)
     advice = _advice(contract, report, r, emit, bank)
     emit(StageStarted(stage=Stage.RUN, round=r, budget_trials=options.search.budget.trials))
     executor = make_executor(options.executor.kind, run_dir, options.executor.ray_address)
     start = RunStart(doctor_report=report, bank_advice=advice, run_id=ledger.run_id)
-    found = _search(contract, run_dir, r, options, emit, executor, start)
+    found = search_loop(
+        contract,
+        run_dir,
+        options.search,
+        options.proposer,
+        executor,
+        start,
+        on_event=emit,
+        on_note=lambda text: emit(Note(text=text, round=r)),
+    ).start()
     emit(StageStarted(stage=Stage.APPLY, round=r))
     applied = apply_run(
         run_dir,
@@ -210,36 +215,6 @@ def _one_round(
     )
     base = written.summary.baseline
     return result, base.model_dump(include={"step_time_s", "mfu_pct", "knobs", "tokens_per_s"})
-
-
-def _search(
-    contract: Contract,
-    run_dir: Path,
-    r: int,
-    options: OptimizeOptions,
-    emit: EventSink,
-    executor,
-    start: RunStart,
-):
-    """The round's search: its proposer (the catalog, an LLM or both) and the run loop."""
-    proposer = make_proposer(
-        options.proposer.kind,
-        contract,
-        run_dir,
-        executor,
-        start.doctor_report,
-        options.proposer.llm_budget,
-        on_note=lambda text: emit(Note(text=text, round=r)),
-    )
-    return RunLoop(
-        contract,
-        run_dir,
-        options.search,
-        start=start,
-        executor=executor,
-        proposer=proposer,
-        on_event=emit,
-    ).start()
 
 
 @dataclass(frozen=True)
@@ -280,20 +255,26 @@ def _doctor(
     round_dir: Path,
     r: int,
     options: OptimizeOptions,
-    on_trial: Callable[[str, TrialRecord], None],
+    emit: EventSink,
+    ledger: _Ledger,
 ) -> tuple[Contract, DoctorReport]:
-    """The Doctor's report of this round's baseline, and the contract sealed with it;
-    ``on_trial`` hears of each trial as it ends (and emits its events)."""
+    """The Doctor's report of this round's baseline (each trial into the round's store as it
+    ends), the contract sealed with it, and the objective's headroom said."""
+    emit(StageStarted(stage=Stage.DOCTOR, round=r))
     doctor_dir = (round_dir / "doctor-trials").resolve()
     report = run_doctor(
         contract,
         options.doctor_repeats,
         doctor_dir,
         executor=make_executor(options.executor.kind, doctor_dir, options.executor.ray_address),
-        on_trial=on_trial,
+        on_trial=_stored_then(ledger, emit),
     )
     contract, report = sealed_contract(contract, report)
     contract.save(round_dir / "contract.yaml")
+    gain, undetectable = headroom(report)
+    emit(Note(text=f"objective headroom: {gain}", round=r))
+    if undetectable:  # said before the budget is spent; the search still runs
+        emit(Note(text=f"warning: {UNDETECTABLE}", round=r))
     return contract, report
 
 

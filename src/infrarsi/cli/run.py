@@ -4,6 +4,7 @@ measured step time and memory, the best so far) and the final answer, or one JSO
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from rich.table import Table
 from infrarsi.bank import advice_for, ingest_run
 from infrarsi.cli.answer import keep_stdout_for_the_answer, print_answer
 from infrarsi.cli.errors import user_error
+from infrarsi.compose import search_loop
 from infrarsi.contract import Contract, load_contract
 from infrarsi.doctor import UNDETECTABLE
 from infrarsi.errors import InfraRSIError
@@ -121,14 +123,15 @@ def _start(
     runner = make_executor(
         command.executor.kind, Path(directory).resolve(), command.executor.ray_address
     )
-    loop = RunLoop(
+    loop = search_loop(
         contract,
         directory,
         command.search,
-        start=RunStart(doctor_report=report, bank_advice=advice),
-        executor=runner,
-        proposer=_proposer(command.proposer, contract, directory, report, err, runner),
+        command.proposer,
+        runner,
+        RunStart(doctor_report=report, bank_advice=advice),
         on_event=screen.event,
+        on_note=_noted(err),
     )
     with screen.live():
         return loop.start()
@@ -148,14 +151,13 @@ def _proposer(
             "asking for more patches on resume needs the contract: give it with --resume"
         )
     return make_proposer(
-        options.kind,
-        contract,
-        Path(run_dir),
-        executor,
-        report,
-        options.llm_budget,
-        on_note=lambda text: err.print(text, markup=False, highlight=False),
+        options.kind, contract, Path(run_dir), executor, report, options.llm_budget, _noted(err)
     )
+
+
+def _noted(err: Console) -> Callable[[str], None]:
+    """A proposer's notes, printed on the error console as they come."""
+    return lambda text: err.print(text, markup=False, highlight=False)
 
 
 def _doctor_report(contract, contract_path: Path) -> DoctorReport | None:
