@@ -92,7 +92,7 @@ def _resume(command: RunCommand, screen: _Screen, err: Console) -> RunResult:
     resume = Path(command.resume)
     runner = make_executor(command.executor.kind, resume.resolve(), command.executor.ray_address)
     proposer = (
-        _proposer(command.proposer, contract, resume, None, err, runner)
+        _proposer(command.proposer, contract, resume, err, runner)
         if command.proposer.kind
         else None
     )
@@ -141,17 +141,17 @@ def _proposer(
     options: ProposerOptions,
     contract: Contract | None,
     run_dir: Path,
-    report: DoctorReport | None,
     err: Console,
     executor: Executor,
 ) -> Proposer:
-    """The proposer of a run (``proposers.make_proposer``), its notes on the error console."""
+    """The proposer of a resumed run (``proposers.make_proposer``, no Doctor's report: the run
+    keeps it), its notes on the error console."""
     if contract is None:
         raise RunError(
             "asking for more patches on resume needs the contract: give it with --resume"
         )
     return make_proposer(
-        options.kind, contract, Path(run_dir), executor, report, options.llm_budget, _noted(err)
+        options.kind, contract, Path(run_dir), executor, None, options.llm_budget, _noted(err)
     )
 
 
