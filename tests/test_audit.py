@@ -23,7 +23,7 @@ def _lines(run_dir):
 def test_each_trial_the_store_finishes_adds_its_audit_line_once(tmp_path):
     store = Store(sqlite_url(tmp_path))
     make_run(store)
-    store.subscribe(AuditLog(tmp_path, "e2e_time", "random"))
+    store.subscribe(AuditLog(tmp_path, "e2e_time", "random").on_trial_end)
     store.add_trial("r1", Stage.DOCTOR, record("d1"), label="baseline run 1/3")
     assert [(x["stage"], x["label"], x["trial_id"]) for x in _lines(tmp_path)] == [
         ("doctor", "baseline run 1/3", "d1")

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from infrarsi.callbacks import Callback
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import proposed_by, who_proposed
 from infrarsi.records import ApplyResult, Measurement
@@ -94,14 +95,15 @@ def audit_line(
     return audit_row(t.record, objective, **context)
 
 
-class AuditLog:
+class AuditLog(Callback):
     """Appends a trial's audit line to ``run_dir``'s ``audit.jsonl`` as the store finishes it:
-    what a run's store calls (``Store.subscribe``) for every trial that ends."""
+    the callback a run's store calls (``Store.subscribe(log.on_trial_end)``) for every trial
+    that ends."""
 
     def __init__(self, run_dir: Path, objective: str, searcher: str) -> None:
         self.run_dir, self.objective, self.searcher = Path(run_dir), objective, searcher
 
-    def __call__(self, trial: StoredTrial) -> None:
+    def on_trial_end(self, trial: StoredTrial) -> None:
         writers = proposed_by(self.run_dir)
         line = audit_line(trial, self.objective, self.searcher, writers=writers)
         with open(self.run_dir / AUDIT_FILE, "a") as out:

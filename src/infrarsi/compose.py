@@ -6,6 +6,7 @@ module sits above the stages; no stage imports it."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from infrarsi.contract import Contract
@@ -14,6 +15,17 @@ from infrarsi.executors import Executor
 from infrarsi.options import ProposerOptions, SearchOptions
 from infrarsi.proposers import make_proposer
 from infrarsi.run.loop import RunLoop, RunStart
+from infrarsi.store import StoredTrial
+
+
+@dataclass(frozen=True)
+class Listeners:
+    """Who hears the Run stage: its events, the proposer's notes, and each trial's end as the
+    run's store keeps it (None: the run's audit log alone)."""
+
+    on_event: EventSink
+    on_note: Callable[[str], None]
+    on_trial_end: Callable[[StoredTrial], None] | None = None
 
 
 def search_loop(
@@ -23,13 +35,11 @@ def search_loop(
     patches: ProposerOptions,
     executor: Executor,
     start: RunStart,
-    *,
-    on_event: EventSink,
-    on_note: Callable[[str], None],
+    listeners: Listeners,
 ) -> RunLoop:
     """The Run stage of ``contract`` in ``run_dir``, ready to start: the proposer
-    ``patches`` names (told the Doctor's report of ``start``; its notes to ``on_note``), and
-    the loop searching as ``search`` says, from ``start``, its trials through ``executor``."""
+    ``patches`` names (told the Doctor's report of ``start``), and the loop searching as
+    ``search`` says, from ``start``, its trials through ``executor``; ``listeners`` hear it."""
     proposer = make_proposer(
         patches.kind,
         contract,
@@ -37,7 +47,7 @@ def search_loop(
         executor,
         start.doctor_report,
         patches.llm_budget,
-        on_note=on_note,
+        on_note=listeners.on_note,
     )
     return RunLoop(
         contract,
@@ -46,5 +56,6 @@ def search_loop(
         start=start,
         executor=executor,
         proposer=proposer,
-        on_event=on_event,
+        on_event=listeners.on_event,
+        on_trial_end=listeners.on_trial_end,
     )

@@ -18,15 +18,15 @@ from pydantic import BaseModel, Field
 
 from infrarsi.apply import apply_run
 from infrarsi.audit import AuditLog
-from infrarsi.bank import BankStore, advice_for, ingest_run
-from infrarsi.compose import search_loop
+from infrarsi.bank import BankIngester, BankStore, advice_for
+from infrarsi.callbacks import Callback, CallbackList, RoundEnd, Screen
+from infrarsi.compose import Listeners, search_loop
 from infrarsi.contract import Contract
 from infrarsi.derive import derive_workload
 from infrarsi.doctor import UNDETECTABLE, headroom, run_doctor, sealed_contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.events import (
     BankAdvised,
-    BankIngested,
     EventSink,
     Note,
     StageStarted,
@@ -38,8 +38,15 @@ from infrarsi.init import InitError, init
 from infrarsi.options import OptimizeOptions
 from infrarsi.proposal import resolve
 from infrarsi.proposers import check_kind
-from infrarsi.records import BankAdvice, CandidateResult, DoctorReport
-from infrarsi.report import write_report
+from infrarsi.records import (
+    ApplyResult,
+    BankAdvice,
+    CandidateResult,
+    DoctorReport,
+    Report,
+    RunResult,
+)
+from infrarsi.report import ReportWriter
 from infrarsi.run.loop import RunStart
 from infrarsi.stages import Stage
 from infrarsi.store import RunStatus, Store, StoredRun, new_run_id, sqlite_url
@@ -163,26 +170,30 @@ def _one_round(
     emit: EventSink,
     bank: BankStore | None,
 ) -> tuple[RoundResult, dict]:
-    """Doctor, Run, Apply and Report once, then the bank ingests the round."""
+    """Doctor, Run, Apply once, their trials into the round's store; then the callbacks hear
+    the round end: the report is written and the bank ingests the round."""
     round_dir.mkdir(parents=True, exist_ok=True)
     run_dir = (round_dir / "run").resolve()
-    ledger = _open_round(contract, run_dir, options)
-    contract, report = _doctor(contract, round_dir, r, options, emit, ledger)
-    advice = _advice(contract, report, r, emit, bank)
-    emit(StageStarted(stage=Stage.RUN, round=r, budget_trials=options.search.budget.trials))
+    report, ingest = ReportWriter(), BankIngester(bank, emit) if bank is not None else None
+    audit = AuditLog(run_dir, contract.objective, options.search.searcher)
+    hear = CallbackList([Screen(emit), audit, report, *([ingest] if ingest else [])])
+    ledger = _open_round(contract, run_dir, options, hear)
+    contract, doctored = _doctor(contract, round_dir, r, options, emit, ledger)
+    advice = _advice(contract, doctored, r, emit, bank)
+    hear.on_stage_start(
+        StageStarted(stage=Stage.RUN, round=r, budget_trials=options.search.budget.trials)
+    )
     executor = make_executor(options.executor.kind, run_dir, options.executor.ray_address)
-    start = RunStart(doctor_report=report, bank_advice=advice, run_id=ledger.run_id)
     found = search_loop(
         contract,
         run_dir,
         options.search,
         options.proposer,
         executor,
-        start,
-        on_event=emit,
-        on_note=lambda text: emit(Note(text=text, round=r)),
+        RunStart(doctor_report=doctored, bank_advice=advice, run_id=ledger.run_id),
+        Listeners(emit, lambda text: emit(Note(text=text, round=r)), hear.on_trial_end),
     ).start()
-    emit(StageStarted(stage=Stage.APPLY, round=r))
+    hear.on_stage_start(StageStarted(stage=Stage.APPLY, round=r))
     applied = apply_run(
         run_dir,
         top_k=options.top_k,
@@ -190,12 +201,25 @@ def _one_round(
         seed=options.search.seed,
         executor=executor,
         on_event=emit,
+        on_trial_end=hear.on_trial_end,
     )
-    emit(StageStarted(stage=Stage.REPORT, round=r))
-    written = write_report(run_dir)
-    ingested = ingest_run(run_dir, bank) if bank is not None else None
-    if bank is not None and ingested is not None:
-        emit(BankIngested(round=r, url=bank.url, added=ingested.added))
+    hear.on_stage_start(StageStarted(stage=Stage.REPORT, round=r))
+    hear.on_round_end(RoundEnd(round=r, run_dir=run_dir, run_id=ledger.run_id))
+    assert report.written is not None  # written as the round ends, or that raised
+    return _round_result(r, contract, run_dir, found, applied, report.written, ingest)
+
+
+def _round_result(
+    r: int,
+    contract: Contract,
+    run_dir: Path,
+    found: RunResult,
+    applied: ApplyResult,
+    written: Report,
+    ingest: BankIngester | None,
+) -> tuple[RoundResult, dict]:
+    """What a round returns: its summary and the baseline's figures (the report's)."""
+    ingested = ingest.ingested if ingest else None
     result = RoundResult(
         round=r,
         run_dir=str(run_dir),
@@ -219,25 +243,29 @@ def _one_round(
 
 @dataclass(frozen=True)
 class _Ledger:
-    """The round's store and the run it holds for the round."""
+    """The round's store, the run it holds for the round, and who hears the round."""
 
     store: Store
     run_id: str
+    hear: Callback
 
 
-def _open_round(contract: Contract, run_dir: Path, options: OptimizeOptions) -> _Ledger:
+def _open_round(
+    contract: Contract, run_dir: Path, options: OptimizeOptions, hear: Callback
+) -> _Ledger:
     """The round's store and its run, opened before the Doctor (``doctoring``): every trial of
     the round goes in as it ends — the Doctor's through ``_stored_then``, the search's and
-    Apply's in their stages — and the audit writes each one's line then. The search brings
-    the run to its sealed contract and its own settings (``Store.save_run``)."""
+    Apply's in their stages — and ``hear`` is told of each then (the audit writes its line).
+    The search brings the run to its sealed contract and its own settings
+    (``Store.save_run``)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     store = Store(options.search.store_url or sqlite_url(run_dir))
     name = contract.manifest().name
     run = store.save_run(
         StoredRun.opened(new_run_id(), contract, name, options.search, RunStatus.DOCTORING)
     )
-    store.subscribe(AuditLog(run_dir, contract.objective, run.searcher))
-    return _Ledger(store, run.run_id)
+    store.subscribe(hear.on_trial_end)
+    return _Ledger(store, run.run_id, hear)
 
 
 def _stored_then(ledger: _Ledger, emit: EventSink) -> Callable[[str, TrialRecord], None]:
@@ -260,7 +288,7 @@ def _doctor(
 ) -> tuple[Contract, DoctorReport]:
     """The Doctor's report of this round's baseline (each trial into the round's store as it
     ends), the contract sealed with it, and the objective's headroom said."""
-    emit(StageStarted(stage=Stage.DOCTOR, round=r))
+    ledger.hear.on_stage_start(StageStarted(stage=Stage.DOCTOR, round=r))
     doctor_dir = (round_dir / "doctor-trials").resolve()
     report = run_doctor(
         contract,

@@ -9,6 +9,7 @@ measured configs otherwise), never through the Run stage's code.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +46,19 @@ class ApplyError(InfraRSIError):
     """A run directory Apply cannot work on, with the reason and the fix."""
 
 
-def open_run(run_dir: Path) -> tuple[Store, StoredRun, list[StoredTrial], Contract]:
-    """The store, run, trials and contract of a run directory; the store writes the audit's
-    line of each trial as it ends."""
+def open_run(
+    run_dir: Path, on_trial_end: Callable[[StoredTrial], None] | None = None
+) -> tuple[Store, StoredRun, list[StoredTrial], Contract]:
+    """The store, run, trials and contract of a run directory; the store tells
+    ``on_trial_end`` of each trial as it ends (None: it writes the trial's audit line)."""
     try:
         store, run = open_run_dir(run_dir)
     except RunDirError as exc:
         raise ApplyError(str(exc)) from None
     contract = run.contract
-    store.subscribe(AuditLog(Path(run_dir), contract.objective, run.searcher))
+    store.subscribe(
+        on_trial_end or AuditLog(Path(run_dir), contract.objective, run.searcher).on_trial_end
+    )
     return store, run, store.trials(run.run_id), contract
 
 
@@ -141,10 +146,12 @@ def apply_run(
     rounds: int | None = None,
     seed: int = 0,
     on_event: EventSink | None = None,
+    on_trial_end: Callable[[StoredTrial], None] | None = None,
 ) -> ApplyResult:
-    """Re-measure the top ``top_k`` against the baseline, decide, write what holds (apply.json)."""
+    """Re-measure the top ``top_k`` against the baseline, decide, write what holds (apply.json);
+    each measurement heard by ``on_trial_end`` as it ends (None: the run's audit log)."""
     run_dir = Path(run_dir).resolve()
-    store, run, trials, contract = open_run(run_dir)
+    store, run, trials, contract = open_run(run_dir, on_trial_end)
     manifest = contract.manifest()
     contract.check_locked(manifest.root)
     baseline_knobs = knob_rules.baseline(manifest, contract.scale)

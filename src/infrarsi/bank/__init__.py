@@ -17,7 +17,9 @@ from infrarsi.bank.signatures import (
 )
 from infrarsi.bank.transfer import advise
 from infrarsi.bank.translate import translator
+from infrarsi.callbacks import Callback, RoundEnd
 from infrarsi.contract import Contract
+from infrarsi.events import BankIngested, EventSink
 from infrarsi.identity import config_key
 from infrarsi.records import (
     BANK_ADVICE_FILE,
@@ -30,7 +32,7 @@ from infrarsi.stages import Stage
 from infrarsi.store.bank import BankStore, StoredSeed
 from infrarsi.trial.record import TrialRecord
 
-__all__ = ["advice_for", "ingest_run", "BankStore"]
+__all__ = ["advice_for", "ingest_run", "BankIngester", "BankStore"]
 
 
 def advice_for(contract: Contract, report: DoctorReport | None, bank: BankStore) -> BankAdvice:
@@ -140,3 +142,17 @@ def _judge_seeds(run_dir: Path, run_id: str, experiences, bank: BankStore) -> li
             }
         )
     return out
+
+
+class BankIngester(Callback):
+    """The bank's ingest as a round's callback: when the round ends, what its store holds
+    goes into ``bank`` (``ingested``: what went in, None before then), and the screen is
+    told."""
+
+    def __init__(self, bank: BankStore, emit: EventSink) -> None:
+        self.bank, self.emit = bank, emit
+        self.ingested: BankIngest | None = None
+
+    def on_round_end(self, end: RoundEnd) -> None:
+        self.ingested = ingest_run(end.run_dir, self.bank)
+        self.emit(BankIngested(round=end.round, url=self.bank.url, added=self.ingested.added))

@@ -15,7 +15,7 @@ from rich.table import Table
 from infrarsi.bank import advice_for, ingest_run
 from infrarsi.cli.answer import keep_stdout_for_the_answer, print_answer
 from infrarsi.cli.errors import user_error
-from infrarsi.compose import search_loop
+from infrarsi.compose import Listeners, search_loop
 from infrarsi.contract import Contract, load_contract
 from infrarsi.doctor import UNDETECTABLE
 from infrarsi.errors import InfraRSIError
@@ -130,8 +130,7 @@ def _start(
         command.proposer,
         runner,
         RunStart(doctor_report=report, bank_advice=advice),
-        on_event=screen.event,
-        on_note=_noted(err),
+        Listeners(on_event=screen.event, on_note=_noted(err)),
     )
     with screen.live():
         return loop.start()

@@ -11,6 +11,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infrarsi.callbacks import Callback, RoundEnd
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.identity import changed_knobs, config_key
@@ -289,3 +290,14 @@ def write_report(run_dir: Path) -> Report:
         figures=written,
         summary=ReportSummary(**data.summary),
     )
+
+
+class ReportWriter(Callback):
+    """The report as a round's callback: written from the round's store when the round ends
+    (``written``: what it wrote, None before then)."""
+
+    def __init__(self) -> None:
+        self.written: Report | None = None
+
+    def on_round_end(self, end: RoundEnd) -> None:
+        self.written = write_report(end.run_dir)

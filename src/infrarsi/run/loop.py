@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,7 @@ class RunLoop:
         executor: Executor | None = None,
         proposer: Proposer | None = None,
         on_event: EventSink | None = None,
+        on_trial_end: Callable[[StoredTrial], None] | None = None,
     ):
         """``options``: the searcher, its budget (resolved against the contract's), seed,
         trials in flight and store. ``start``: what the run starts from — the Doctor's report
@@ -140,7 +142,9 @@ class RunLoop:
         from (``proposers``; None: the workload's catalog) — asked before the first trial and
         every ``PROPOSE_EVERY`` trials while it wants to; a patch it accepts joins the
         candidates and is tried on the baseline's knobs first. Trials in flight at once
-        (``options.parallel``) need an executor with room for them (a cluster's nodes)."""
+        (``options.parallel``) need an executor with room for them (a cluster's nodes).
+        ``on_trial_end``: what the run's store calls as each trial ends (the composer's
+        callbacks; None: this run's audit log alone)."""
         options = options or SearchOptions()
         if options.searcher not in registry.SEARCHERS:
             raise RunError(
@@ -156,6 +160,7 @@ class RunLoop:
         self.on_event: EventSink = on_event or ignore
         self.manifest = contract.manifest()
         self.proposer = proposer
+        self.on_trial_end = on_trial_end
         self._proposed_at: int | None = None
         self._writers = proposed_by(self.run_dir)  # proposed patch id -> who wrote it
         # the seed every search trial runs at: drawn when the run starts, kept in run.json
@@ -232,7 +237,10 @@ class RunLoop:
         run = store.save_run(  # a run opened before its Doctor gets its sealed contract here
             StoredRun.opened(run_id, self.contract, self.manifest.name, search, RunStatus.RUNNING)
         )
-        store.subscribe(AuditLog(self.run_dir, self.contract.objective, run.searcher))
+        store.subscribe(
+            self.on_trial_end
+            or AuditLog(self.run_dir, self.contract.objective, run.searcher).on_trial_end
+        )
         self.trial_seed = challenge_seed()
         (self.run_dir / "run.json").write_text(
             json.dumps(
@@ -291,7 +299,7 @@ class RunLoop:
         loop.trial_seed = json.loads((Path(run_dir) / "run.json").read_text()).get(TRIAL_SEED)
         requeue = store.interrupt_running(run.run_id)
         store.set_run_status(run.run_id, RunStatus.RUNNING)
-        store.subscribe(AuditLog(Path(run_dir), stored.objective, run.searcher))
+        store.subscribe(AuditLog(Path(run_dir), stored.objective, run.searcher).on_trial_end)
         return loop._loop(store, run.run_id, requeue)
 
     # -- the loop --------------------------------------------------------------------------
