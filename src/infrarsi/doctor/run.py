@@ -51,8 +51,9 @@ def run_doctor(
 ) -> DoctorReport:
     """Measure the baseline ``repeats`` times, one profiled run and the calibration runs (another
     split of the batch, bf16); return the report. Every trial goes through ``executor`` (a
-    ``LocalExecutor`` on ``workdir`` by default) and is noted in ``doctor-progress-<contract>.json``
-    under ``workdir`` as it ends: nothing measured is lost when a later run fails or the tool stops.
+    ``LocalExecutor`` on ``workdir`` by default), keeps its record in its own folder, and is
+    told to ``on_trial`` as it ends (``optimize`` puts it into the round's store then: nothing
+    measured is lost when a later run fails or the tool stops; there is no side journal).
     """
     manifest = contract.manifest()
     contract.check_locked(manifest.root)
@@ -64,11 +65,7 @@ def run_doctor(
         mem_cap_bytes=contract.mem_cap_bytes,
         contract_hash=contract.contract_hash,
     )
-    progress = _Progress(
-        Path(workdir) / f"doctor-progress-{contract.contract_hash[:12]}.json",
-        on_trial,
-        contract.objective,
-    )
+    progress = _Noted(on_trial, contract.objective)
     trials = _Trials(executor or LocalExecutor(Path(workdir)), contract, workdir, progress)
     runs = []
     for i in range(repeats):
@@ -102,12 +99,13 @@ def run_doctor(
     )  # with its cost each
 
 
-class _Progress:
-    """Notes each finished trial in a JSON file (written atomically) and tells the screen."""
+class _Noted:
+    """The Doctor's finished trials, in the order they ended (the report's ``trials``), each
+    told to ``on_trial`` as it ends."""
 
-    def __init__(self, path: Path, on_trial, objective: str) -> None:
-        self.path, self.on_trial = path, on_trial
-        self.trials: list[dict] = []  # DoctorTrial fields, as written to the progress file
+    def __init__(self, on_trial: Callable[[str, TrialRecord], None] | None, objective: str):
+        self.on_trial = on_trial
+        self.trials: list[dict] = []  # DoctorTrial fields
         self.objective = objective
 
     def __call__(self, label: str, record: TrialRecord) -> None:
@@ -122,10 +120,6 @@ class _Progress:
                 "ranked_time_per_step_s": ranked_step_time_s(record, self.objective),
             }
         )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"trials": self.trials}, indent=2))
-        tmp.replace(self.path)
         if self.on_trial is not None:
             self.on_trial(label, record)
 
