@@ -2,7 +2,6 @@
 in milliseconds, its own knob names and a store_true switch goes through init, doctor,
 trial --contract and verify, from a directory that is not the workload's."""
 
-
 import pytest
 from conftest import FIXTURES, doctor_json, run_cli
 

@@ -124,6 +124,28 @@ def test_one_configuration_type_on_the_ground_floor():
     )
 
 
+def test_records_hand_out_the_configuration_they_name():
+    from infrarsi.identity import Configuration
+    from infrarsi.records import CandidateResult
+    from infrarsi.records.bank import BankSeed
+
+    fields = {"knobs": {"micro_batch": 4.0}, "patches": ["fused_qkv", "sdpa_attention"]}
+    candidate = CandidateResult.model_validate({"label": "c1", **fields})
+    seed = BankSeed.model_validate(
+        {
+            "knobs": {"micro_batch": "4"},
+            "patches": ["sdpa_attention", "fused_qkv"],
+            "expected_speedup": 1.2,
+            "similarity": 0.9,
+            "experiences": 3,
+            "sources": [],
+        }
+    )
+    want = Configuration.of({"micro_batch": 4}, {"sdpa_attention", "fused_qkv"})
+    assert candidate.configuration == seed.configuration == want
+    assert len({candidate.configuration, seed.configuration, want}) == 1
+
+
 def test_knobs_that_differ_however_spelled_and_the_kinds_of_change_they_make():
     from infrarsi.identity import differing_knobs
     from infrarsi.workloads import find

@@ -21,7 +21,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from infrarsi.identity import config_key
+from infrarsi.identity import Configuration
 from infrarsi.trial.record import TrialStatus
 
 PROPOSALS_DIR = "proposals"
@@ -220,14 +220,20 @@ class FinishedTrial:
     status: TrialStatus
     step_time_s: float | None
     peak_mem_bytes: float | None
+
+    @property
+    def configuration(self) -> Configuration:
+        """The configuration it ran."""
+        return Configuration.of(self.knobs, self.patches)
+
     error: str | None
 
 
 def patch_outcomes(rows: list[FinishedTrial], baseline_knobs: dict) -> list[PatchOutcome]:
     """Per patch, what the finished trials that carried it measured, over the baseline's
     trials (the baseline's knobs, no patch)."""
-    want = config_key(baseline_knobs)
-    base = [r for r in rows if r.status.is_ok() and config_key(r.knobs, r.patches) == want]
+    want = Configuration.of(baseline_knobs)
+    base = [r for r in rows if r.status.is_ok() and r.configuration == want]
     base_time = _median([r.step_time_s for r in base])
     base_peak = _median([r.peak_mem_bytes for r in base])
     out = []

@@ -21,7 +21,7 @@ from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.events import ApplyPlanned, EventSink, ignore
 from infrarsi.executors import Executor, LocalExecutor
-from infrarsi.identity import ConfigKey, config_key
+from infrarsi.identity import ConfigKey, Configuration
 from infrarsi.objective import compared_name
 from infrarsi.options import APPLY_TOP_K
 from infrarsi.proposal import proposed_by
@@ -82,7 +82,7 @@ def candidates_of(
         ]
     out: list[CandidateResult] = []
     for entry in ranking:
-        if config_key(entry.knobs, entry.patches) == config_key(baseline):
+        if entry.configuration == Configuration.of(baseline):
             continue  # the baseline is measured every round anyway
         out.append(
             CandidateResult(

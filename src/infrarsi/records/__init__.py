@@ -19,7 +19,7 @@ from infrarsi.records.bank import BankIngest as BankIngest
 from infrarsi.records.bank import BankSeed as BankSeed
 from infrarsi.records.bank import bank_features as bank_features
 from infrarsi.records.bank import seed_held as seed_held
-from infrarsi.records.base import Frozen, known_version
+from infrarsi.records.base import Configured, Frozen, known_version
 from infrarsi.trial.arrivals import Timing
 from infrarsi.trial.record import TrialStatus
 
@@ -184,7 +184,7 @@ class DoctorReport(Frozen):
         return cls.from_json(Path(path).read_text())
 
 
-class RankedConfig(Frozen):
+class RankedConfig(Frozen, Configured):
     """One config a run recommends to Apply, with what the store measured of it."""
 
     knobs: dict[str, Any]
@@ -195,7 +195,7 @@ class RankedConfig(Frozen):
     )
 
 
-class Best(Frozen):
+class Best(Frozen, Configured):
     """The recommended config of a run."""
 
     knobs: dict[str, Any]
@@ -255,7 +255,7 @@ class Measurement(Frozen):
     )
 
 
-class ReferenceRun(Frozen):
+class ReferenceRun(Frozen, Configured):
     """A run Apply measured for ``verify`` alone: a candidate's knobs without its patch (or at
     fp32), never timed against anything."""
 
@@ -273,7 +273,7 @@ class ReferenceRun(Frozen):
     for_labels: list[str] = Field([], description="the candidates it was a reference of")
 
 
-class CandidateResult(Frozen):
+class CandidateResult(Frozen, Configured):
     """A re-measured candidate: its speed-up over the neighbouring baselines round by round,
     the interval over rounds, and whether every repeat passed every check."""
 
@@ -359,7 +359,7 @@ class ReportSide(Frozen):
     mfu_pct: float | None = None
 
 
-class ReportWinner(ReportSide):
+class ReportWinner(ReportSide, Configured):
     """The promoted candidate: its speed-up and interval, rounds, and what it changes, why."""
 
     patches: list[str]

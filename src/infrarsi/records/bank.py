@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from infrarsi.identity import canonical_value
-from infrarsi.records.base import Frozen, known_version
+from infrarsi.records.base import Configured, Frozen, known_version
 
 BANK_ADVICE_SCHEMA_VERSION = 1
 BANK_ADVICE_FILE = "bank_advice.json"
@@ -30,7 +30,7 @@ def bank_features(knobs: dict[str, Any], patches: Iterable[str]) -> list[str]:
     ]
 
 
-class BankSeed(Frozen):
+class BankSeed(Frozen, Configured):
     """A config the bank says worked on a similar workload or host: where it came from and
     what it expects here."""
 

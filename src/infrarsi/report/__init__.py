@@ -109,7 +109,7 @@ def bank_seed_rows(data: ReportData) -> list[dict]:
     base_s = _median(base)
     rows = []
     for seed in data.bank.seeds if data.bank else []:
-        key = config_key(seed.knobs, seed.patches)
+        key = seed.configuration.key
         times = [
             t["ranked_time_per_step_s"]
             for t in data.trials

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from infrarsi.identity import Configuration
+
 RECORD_SCHEMA_VERSION = 2
 
 
@@ -182,6 +184,11 @@ class TrialRecord(BaseModel):
     Frozen: everything it says is known when it is built (a changed copy is a new record)."""
 
     model_config = ConfigDict(frozen=True)
+
+    @property
+    def configuration(self) -> Configuration:
+        """The configuration it ran: its knobs and the ids of its patches."""
+        return Configuration.of(self.knobs, [p.id for p in self.patches])
 
     schema_version: int = RECORD_SCHEMA_VERSION
     trial_id: str

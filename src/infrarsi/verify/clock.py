@@ -37,7 +37,6 @@ import math
 from dataclasses import dataclass
 
 from infrarsi.contract import Contract
-from infrarsi.identity import config_key
 from infrarsi.trial.arrivals import Timing, arrivals, paired_windows
 from infrarsi.trial.record import TrialMetrics, TrialRecord
 from infrarsi.verify.reference import References
@@ -187,7 +186,7 @@ def timing_reference(
 ) -> TrialRecord | None:
     """The run a patched candidate's throughput is timed against: the same knobs without the
     patch — the baseline when the knobs are the baseline's, else the reference run of them."""
-    if config_key(baseline.knobs) == config_key(candidate.knobs):
+    if baseline.configuration.same_knobs(candidate.configuration):
         return baseline
     return refs.same_knobs
 
