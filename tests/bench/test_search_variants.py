@@ -19,7 +19,8 @@ import infrarsi.run.infrarsi_searcher as search  # noqa: E402
 def test_a_variant_sets_its_constants_and_the_next_starts_from_the_committed_ones():
     committed = dict(study.COMMITTED)
     assert study.apply_variant("nseeds:1+tr:1+drop:0.5") == "infrarsi"
-    assert (search.N_SEEDS, search.TRUST_RADIUS, search.PRIOR_DROP_EVIDENCE) == (1, 1, 0.5)
+    assert (search.N_SEEDS, study.trust.TRUST_RADIUS) == (1, 1)
+    assert study.prior_fade.PRIOR_DROP_EVIDENCE == 0.5
     assert isinstance(search.N_SEEDS, int)
     assert study.apply_variant("local:0+restarts:2+ablate:with-pairing") == (
         "infrarsi-with-pairing"

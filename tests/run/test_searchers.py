@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 from infrarsi.run import searchers as registry
-from infrarsi.run.infrarsi_searcher import InfraRSISearcher, _log_ei
+from infrarsi.run.infrarsi_searcher import InfraRSISearcher
+from infrarsi.run.pairing import memory_savers
 from infrarsi.run.problem import MemorySavers, Outcome, Problem
 from infrarsi.run.space import Config, Space
+from infrarsi.run.steptime import log_expected_improvement
 
 CAPACITY = 2.0e9
 
@@ -108,7 +110,7 @@ def test_memory_savers_of_a_config_are_its_checkpointed_smaller_and_leaner_varia
     p = problem()
     searcher = InfraRSISearcher(p)
     risky = Config.of({"micro_batch": 8, "accum": 1, "threads": 2, "ckpt": False}, ["fast"])
-    variants = searcher._savers(risky)
+    variants = memory_savers(searcher.problem, risky)
     assert (
         Config.of({"micro_batch": 8, "accum": 1, "threads": 2, "ckpt": True}, ["fast"]) in variants
     )
@@ -124,7 +126,7 @@ def test_memory_savers_of_a_config_are_its_checkpointed_smaller_and_leaner_varia
 
 def test_log_expected_improvement_is_finite_and_monotone_far_in_the_tail():
     mu = np.linspace(-1, 40, 200)
-    values = _log_ei(0.0, mu, np.ones_like(mu))
+    values = log_expected_improvement(0.0, mu, np.ones_like(mu))
     assert np.all(np.isfinite(values))
     assert np.all(np.diff(values) < 0)
 
@@ -311,7 +313,7 @@ def test_the_priors_pick_keeps_the_knobs_no_prior_speaks_of_at_the_baseline():
 
 
 def test_the_trust_region_narrows_after_failures_widens_after_wins_and_bounds_proposals():
-    from infrarsi.run import infrarsi_searcher as mod
+    from infrarsi.run import trust as mod
     from infrarsi.run.problem import distance
 
     p = problem()

@@ -1,42 +1,19 @@
 """The InfraRSI searcher: global models, a local search ordered by them, censored memory.
 
-- **Start**: the baseline, the Doctor's suggestions and the experience bank's seeds, and the
-  candidate the priors (patch metadata, the Doctor's calibration) expect fastest among those the
-  analytic memory estimate says fit.
-- **Then a local search** (``LOCAL``, ``run/local.py``, since 2026-12-05): the incumbent's
-  neighbourhood — every untried config one free change away (a knob's value, a patch on or
-  off; derived knobs follow) — ordered by the acquisition below; a far jump when the models
-  predict an untried config clearly better than every neighbour (``JUMP_Z`` between-run
-  standard deviations), likely to fit; the region widens one change at a time while it holds
-  nothing the models expect to gain (``WIDEN_GAIN`` of the stop effect), and as a trust region
-  grows after improvements in a row and falls back after failures. Nothing is measured twice
-  inside the search but the drift check's baseline: Apply re-measures. On the 7 seen tables of
-  >= 96 cells (16 seeds, ``bench/search_variants.py``) the mean area under the normalised
-  regret curve was 0.339 against the earlier search's 0.369 and greedy's 0.360. The earlier
-  step (``local=False``): each free knob and patch compared alone once (``_cover``), then the
-  global acquisition inside a CASMOPOLITAN trust region of radius ``TRUST_RADIUS``,
-  re-measuring the top two configs one trial in ``RERUN_EVERY``.
-- **The acquisition**: the censored memory model and the step-time model are fitted on every
-  trial so far; a candidate scores ``log EI + log P(fits)`` per expected second of wall time
-  (compile and start-up included; a trial past the slow bound costs at most the bound). EI is
-  taken against the incumbent: the best posterior mean among the configs that ran, not the
-  luckiest measurement. The step-time model's prior mean is what the Doctor measured on this
-  host (bf16, another split: trusted as measured) plus the catalog's patch ratios at half
-  strength, each patch's dropped once its own trials say it does not hold here. A config the
-  Doctor measured 1.5x slower is never proposed. Only what the memory model is 90% sure will
-  not fit is excluded (a hard cut at 50% kept the dense-2node table's fastest cells, which sit
-  near the capacity, out of reach).
-- **Pairing** (``PAIRING``, off since the local search: it did not pay): when the candidate
-  with the highest EI is likely to run out of memory, its memory-saving variants that the
-  memory model expects to fit are proposed in its place.
-- **Drift**: the baseline is measured again every ``drift.REBASE_EVERY`` trials; when its
-  repeats say the load changed, each trial is compared against the baseline measured nearest in
-  time (``drift.offsets``), so a config is ranked by its ratio to that, not by when it ran.
-- **Slow trials cut short** (``slow_bound``): a trial still running after ``k`` times the
-  incumbent's cost is ended and told ``slow``, its time right-censored at ``k`` times the
-  incumbent's (entered at that bound: it only needs to look slow).
-- **Stops** when the trials left are not expected to gain the minimum detectable effect: the
-  sum of the best candidates' expected improvements, one per trial left, is below it.
+Its start is the baseline, the Doctor's suggestions, the experience bank's seeds and the
+config the priors expect fastest among those the analytic memory estimate says fit. Then a
+local search (``LOCAL``, ``run/local.py``): the incumbent's untried one-change neighbours
+ordered by the acquisition — ``log EI + log P(fits)`` per expected second, EI against the best
+posterior mean (not the luckiest draw) — a far jump when the models predict one clearly better
+(``JUMP_Z``), the region widening while spent (``WIDEN_GAIN``) and as a trust region
+(``run/trust.py``); nothing measured twice but the drift check's baseline (``run/drift.py``).
+The step-time model's prior is the Doctor's measurements plus the catalog's patch ratios at
+half strength, each faded where the trials contradict it (``run/prior_fade.py``); the memory
+model takes OOMs as right-censored observations (``run/memory.py``); a trial past the slow
+bound is cut and told ``slow``; the search stops when the trials left are not expected to gain
+the minimum detectable effect. The earlier step (``local=False``: ``_cover``, re-measures, the
+global acquisition) and pairing (``run/pairing.py``) stay for the benchmark's ablations.
+docs/search.md says why each part is there and what it measured.
 """
 
 from __future__ import annotations
@@ -44,14 +21,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import special
 
-from infrarsi.identity import differing_knobs
 from infrarsi.records import Prediction
-from infrarsi.run import drift
+from infrarsi.run import drift, trust
 from infrarsi.run.cost import TrialCostModel
 from infrarsi.run.local import Scores, free_codes, local_step
 from infrarsi.run.memory import MemoryObservation, TobitMemoryModel
+from infrarsi.run.pairing import PAIR_SAFE, PAIRING, paired_pick
+from infrarsi.run.prior_fade import TimedTrials, faded_time_model
 from infrarsi.run.problem import (
     MEASURED_SLOW,
     Outcome,
@@ -62,7 +39,8 @@ from infrarsi.run.problem import (
 )
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
-from infrarsi.run.steptime import StepTimeModel
+from infrarsi.run.steptime import StepTimeModel, log_expected_improvement
+from infrarsi.run.trust import within
 from infrarsi.trial.record import TrialStatus
 
 Array = np.ndarray
@@ -83,13 +61,7 @@ RERUN_MAX = 3
 FIRM_TOP = 3  # configs re-measured once exploring is expected to gain nothing
 FIRM_MAX = 6  # measurements of one config at most
 P_OOM_MAX = 0.9  # never propose what the memory model is this sure will not fit
-PAIR_RISK = 0.5
-# pairing (a likely OOM's memory-saving variants proposed in its place): off since the local
-# search, whose neighbourhood holds those variants anyway; on the 16 informative seen tables
-# (10 seeds) the local search ranked 3.94 with it and 3.56 without, on the 7 of >= 96 cells (16
-# seeds) 4.71 with it and 4.79 without: it did not pay (bench/search_variants.py)
-PAIRING = False
-PAIR_SAFE = 0.2
+# pairing (a likely OOM's memory-saving variants proposed in its place): run/pairing.py
 
 
 class InfraRSISearcher(Searcher):
@@ -187,9 +159,8 @@ class InfraRSISearcher(Searcher):
         floor = p.noise_var_log if DOCTOR_NOISE_FLOOR else 0.0
         noise = np.array([max(o.noise_var_log or 1e-4, floor) for _, o in timed])
         seed = int(self.rng.integers(1 << 30))
-        time_model, weights = self._time_model(
-            p.X[rows], logs, catalog[rows], noise, seed, n_catalog=len(p.patch_ids)
-        )
+        timed_trials = TimedTrials(self.family, p.X[rows], logs, catalog[rows], noise, seed)
+        time_model, weights = faded_time_model(timed_trials, n_catalog=len(p.patch_ids))
         self.patch_weights = dict(zip(names, map(float, weights)))
         prior = catalog @ weights + p.measured
         costs = TrialCostModel().fit(
@@ -206,89 +177,6 @@ class InfraRSISearcher(Searcher):
         return drift.offsets(
             times, [c == base for c, _ in self.history], self.problem.noise_var_log
         )
-
-    def _time_model(
-        self,
-        X: Array,
-        logs: Array,
-        catalog: Array,
-        noise: Array,
-        seed: int,
-        n_catalog: int | None = None,
-    ) -> tuple[StepTimeModel, Array]:
-        """The step-time model on the measured times less the catalog's prior, and each
-        patch's prior weight (1 or 0). A patch's prior is trusted only as far as measured: once
-        at least ``PATCH_FADE_MIN`` trials with it ran, its weight drops to 0 when the trials
-        make that more likely (the GP's marginal likelihood, on the raw scale) — patch by
-        patch, so a catalog ratio that does not hold on this host fades while the others
-        stay. The experience bank's prior comes in the same way, one column per knob and
-        patch it speaks of (the negative-transfer guard: what the bank learned on another host
-        about, say, the rank count loses its say once this host's trials contradict it, while
-        its part on precision stays if they agree). Columns from ``n_catalog`` on are the
-        bank's: one touches most configs, so it may fade once ``PATCH_FADE_MIN`` trials it
-        touched and ``BANK_FADE_MIN`` trials in all ran. Before that per-column test, the
-        bank as a whole is weighed (``_bank_weight``): split over a dozen columns, each too
-        weakly tested alone to drop, a bank turned round kept its full say for 6-8 trials."""
-        weights = np.ones(catalog.shape[1])
-        model = self._fit_time(X, logs, catalog, weights, noise, seed)
-        if self.family != "gp" or not catalog.any():
-            return model, weights
-        if n_catalog is not None and catalog.shape[1] > n_catalog and len(logs) >= BANK_FADE_MIN:
-            model, weights = self._bank_weight(
-                X, logs, catalog, weights, noise, seed, model, n_catalog
-            )
-        evidence = model.log_evidence()
-        for j in range(catalog.shape[1]):
-            with_patch = int(np.count_nonzero(catalog[:, j]))
-            if n_catalog is not None and j >= n_catalog:
-                if with_patch < PATCH_FADE_MIN or len(logs) < BANK_FADE_MIN:
-                    continue
-            elif with_patch < PATCH_FADE_MIN or len(logs) - with_patch < PATCH_FADE_MIN:
-                continue
-            trial = weights.copy()
-            trial[j] = 0.0
-            other = self._fit_time(X, logs, catalog, trial, noise, seed)
-            gained = other.log_evidence()
-            if (
-                evidence is not None
-                and gained is not None
-                and gained > evidence + PRIOR_DROP_EVIDENCE
-            ):
-                model, weights, evidence = other, trial, gained
-        return model, weights
-
-    def _bank_weight(
-        self,
-        X: Array,
-        logs: Array,
-        catalog: Array,
-        weights: Array,
-        noise: Array,
-        seed: int,
-        model: StepTimeModel,
-        n_catalog: int,
-    ) -> tuple[StepTimeModel, Array]:
-        """The bank's prior as a whole, scaled by how far these trials bear it out: the
-        posterior mean of one weight on its columns' sum (``StepTimeModel.basis_weight``,
-        prior ``N(1, BANK_WEIGHT_SD^2)``, the GP's kernel marginalised), kept in [0, 1] —
-        never stronger than the bank said, never turned around. A bank whose claims run
-        against this host's first trials loses its say before any one column could be
-        refuted alone; one they bear out keeps it. The kernel is the one fitted with the bank
-        at full weight: a turned-round bank leaves that fit more to absorb, so the test leans
-        towards keeping what the bank says."""
-        bank = catalog[:, n_catalog:] @ weights[n_catalog:]
-        residual = logs - catalog[:, :n_catalog] @ weights[:n_catalog]
-        fitted = model.basis_weight(X, residual, bank, noise, BANK_WEIGHT_SD)
-        if fitted is None or fitted[0] >= 1.0:
-            return model, weights
-        weights = weights.copy()
-        weights[n_catalog:] *= max(0.0, fitted[0])
-        return self._fit_time(X, logs, catalog, weights, noise, seed), weights
-
-    def _fit_time(
-        self, X: Array, logs: Array, catalog: Array, weights: Array, noise: Array, seed: int
-    ) -> StepTimeModel:
-        return StepTimeModel(self.family, seed=seed).fit(X, np.exp(logs - catalog @ weights), noise)
 
     def _predict(self) -> Predicted:
         """Per candidate: log step-time mean and sd, P(OOM), expected cost; and the incumbent
@@ -483,7 +371,7 @@ class InfraRSISearcher(Searcher):
         incumbent's index."""
         mu, sd, p_oom, cost, incumbent = self._predict()
         best = mu[incumbent] if incumbent is not None else np.min(mu)
-        log_ei = _log_ei(best, mu, sd)
+        log_ei = log_expected_improvement(best, mu, sd)
         log_fit = np.log(np.clip(1 - p_oom, 1e-12, 1.0))
         bound = self.slow_bound()
         if bound is not None:  # a trial past the bound is cut there: it costs at most that
@@ -520,102 +408,35 @@ class InfraRSISearcher(Searcher):
         return p.candidates[max(options, key=lambda i: acq[i])] if options else None
 
     def _trust_region(self, incumbent: int | None) -> Array | None:
-        """The candidates within the trust radius (changes counted as in ``distance``) of the
-        incumbent, or None (no region: before any trial ran ok, or switched off)."""
+        """The candidates within the trust radius of the incumbent, or None (no region:
+        before any trial ran ok, or switched off)."""
         radius = self.trust_radius()
         if radius is None or incumbent is None:
             return None
-        p = self.problem
-        centre = p.candidates[incumbent]
-        return np.array([distance(c, centre) <= radius for c in p.candidates])
+        return within(self.problem.candidates, self.problem.candidates[incumbent], radius)
 
     def trust_radius(self) -> int | None:
-        """The trust region's radius after the trials so far, replayed from the history (so
-        a resumed search has the same): ``TRUST_RADIUS`` at first; one wider after
-        ``TRUST_SUCCESSES`` trials in a row that improved on the best measured time, one
-        narrower after ``TRUST_FAILURES`` in a row that did not, back to the start below 1
-        (a restart: the models keep every trial)."""
-        start = LOCAL_RADIUS if self.local else TRUST_RADIUS
+        """The trust region's radius after the trials so far (``trust.replayed_radius``),
+        starting at ``LOCAL_RADIUS`` for the local search, ``TRUST_RADIUS`` for the earlier
+        step; None when that is switched off."""
+        start = LOCAL_RADIUS if self.local else trust.TRUST_RADIUS
         if start is None:
             return None
         widest = len(self.problem.space.dims) + len(self.problem.space.patches)
-        radius, wins, losses, best = start, 0, 0, math.inf
-        started = set(self.start)
-        for c, o in self.history:
-            t = math.log(o.time_s) if o.status == TrialStatus.OK else math.inf
-            if c in started or c == self.problem.baseline:
-                best = min(best, t)
-                continue
-            if t < best:
-                wins, losses, best = wins + 1, 0, t
-            else:
-                wins, losses = 0, losses + 1
-            if wins >= TRUST_SUCCESSES:
-                radius, wins = min(radius + 1, widest), 0
-            if losses >= TRUST_FAILURES:
-                radius, losses = radius - 1, 0
-            if radius < 1:
-                radius = start
-        return radius
+        return trust.replayed_radius(
+            self.history, start, set(self.start), self.problem.baseline, widest
+        )
 
     def _pair(
-        self,
-        pick: int,
-        log_ei: Array,
-        p_oom: Array,
-        acq: Array,
-        untried: Array,
-        chosen: list[int],
+        self, pick: int, log_ei: Array, p_oom: Array, acq: Array, untried: Array, chosen: list[int]
     ) -> int:
-        """Swap in a memory-saving variant of the highest-EI candidate when that one is
-        likely to run out of memory and the variant is expected to fit."""
-        p = self.problem
-        risky = int(np.argmax(np.where(untried, log_ei, -np.inf)))
-        if (
-            not self.pairing
-            or p_oom[risky] <= PAIR_RISK
-            or log_ei[risky] < log_ei[pick] + math.log(2)
-        ):
+        """``pick``, or a memory-saving variant in its place while pairing is on
+        (``pairing.paired_pick``)."""
+        if not self.pairing:
             return pick
-        variants = [
-            p.index[v]
-            for v in self._savers(p.candidates[risky])
-            if v in p.index and untried[p.index[v]] and p.index[v] not in chosen
-        ]
-        safe = [j for j in variants if p_oom[j] <= PAIR_SAFE and acq[j] >= acq[pick] - math.log(4)]
-        if not safe:
-            return pick
-        self.paired += 1
-        return max(safe, key=lambda j: acq[j])
-
-    def _savers(self, config: Config) -> list[Config]:
-        """The config with each memory saver applied: checkpointing on, a smaller
-        micro-batch, a memory patch added (the knobs that derive from them follow)."""
-        s, knobs, out = self.problem.savers, config.knob_dict, []
-        for c in self.problem.candidates:
-            ck = c.knob_dict
-            diff = differing_knobs(ck, knobs, knobs)
-            added = c.patches - config.patches
-            if not config.patches <= c.patches:
-                continue
-            if (
-                s.checkpointing
-                and diff == {s.checkpointing}
-                and not added
-                and str(ck[s.checkpointing]).lower() in ("true", "1")
-            ):
-                out.append(c)
-            elif (
-                s.micro_batch
-                and s.micro_batch in diff
-                and not added
-                and float(ck[s.micro_batch]) < float(knobs[s.micro_batch])
-                and diff - set(s.follows) == {s.micro_batch}
-            ):
-                out.append(c)
-            elif not diff and added and added <= set(s.patches):
-                out.append(c)
-        return out
+        swapped = paired_pick(self.problem, pick, log_ei, p_oom, acq, untried, chosen)
+        self.paired += swapped != pick
+        return swapped
 
     def slow_bound(self) -> SlowBound | None:
         """Cut the next trial short once it has cost ``k`` times what the incumbent's trials
@@ -679,11 +500,7 @@ def slow_factor(noise_var_log: float) -> float:
     return max(SLOW_MIN, math.exp(SLOW_Z * math.sqrt(max(noise_var_log, 0.0))))
 
 
-# a trust region around the incumbent (CASMOPOLITAN's, Wan et al. 2021: Hamming-distance
-# regions for categorical and mixed spaces): proposals change at most this many knobs and
-# patches of the incumbent; chosen on the 2026-12-03 replays of the six informative tables
-# committed then (area under the normalised regret curve, 10 seeds: 0.630 -> 0.615)
-TRUST_RADIUS: int | None = 2
+# the trust region around the incumbent: run/trust.py
 # the local search (``run/local.py``, issue 52): set a priori on 2026-12-05 before any replay
 # of it — the trust region starts at one change; a far config is jumped to when its posterior
 # mean beats every neighbour's by JUMP_Z between-run standard deviations; a neighbourhood whose
@@ -696,8 +513,6 @@ WIDEN_GAIN = 0.25
 # the GP's white-noise kernel learns what the trials' own steps do not say
 DOCTOR_NOISE_FLOOR = True
 NOISE_VAR_MIN = 1e-4  # (1% in log time) the least between-run noise a jump's margin assumes
-TRUST_SUCCESSES = 2
-TRUST_FAILURES = 3
 SLOW_MIN = 2.0
 SLOW_Z = 4.0
 MAX_LEFT = 200  # candidates whose expected gains are kept for the stopping rule
@@ -708,13 +523,8 @@ STOP_EFFECT_MAX = 0.05
 # mean is half its effect in log time (the mean of "holds" and "no effect"); replays, 10 seeds,
 # budget 40: dense-2node 23.5 -> 7.5 trials to 95% of the best, moe-1node 6 -> 6.5
 PRIOR_SHRINK = 0.5
-PRIOR_DROP_EVIDENCE = 2.0  # log-evidence the trials must gain to drop a patch's prior
-PATCH_FADE_MIN = 2  # trials with (and without) a patch before its prior may be dropped
 BANK = "bank"  # the bank's prior columns in ``patch_weights`` are ``bank:<knob or patch>``
-BANK_FADE_MIN = 3  # trials in all before a part of the bank's prior may be dropped
-# the prior sd of the weight on the bank's prior (mean 1: it holds as the bank says): chosen
-# before any replay, one sd spans "no effect here" to "twice the effect"
-BANK_WEIGHT_SD = 1.0
+# how the prior fades where the trials contradict it: run/prior_fade.py
 
 
 def _peak_or_bound(o: Outcome) -> float:
@@ -724,16 +534,3 @@ def _peak_or_bound(o: Outcome) -> float:
     if value is None:
         raise ValueError(f"a {o.status} outcome without a peak or a bound enters no memory model")
     return value
-
-
-def _log_ei(best: float, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
-    """log expected improvement below ``best`` (minimisation), stable far in the tail."""
-    z = (best - mu) / sd
-    # EI = sd * (z * Phi(z) + phi(z)); for z << 0 use the asymptotic log phi(z) - log(z^2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        direct = np.log(
-            np.maximum(z * special.ndtr(z) + np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi), 1e-300)
-        )
-        tail = -0.5 * z * z - 0.5 * math.log(2 * math.pi) - np.log(np.maximum(z * z, 1e-300))
-    out: np.ndarray = np.log(sd) + np.where(z > -5, direct, tail)
-    return out

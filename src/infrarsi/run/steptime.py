@@ -21,6 +21,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+from scipy import special
 
 from infrarsi.errors import InfraRSIError
 from infrarsi.run.space import single_threaded
@@ -177,3 +178,16 @@ class StepTimeModel:
         """Median predicted step time in seconds."""
         median: np.ndarray = np.exp(self.predict_log(X)[0])
         return median
+
+
+def log_expected_improvement(best: float, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """log expected improvement below ``best`` (minimisation), stable far in the tail."""
+    z = (best - mu) / sd
+    # EI = sd * (z * Phi(z) + phi(z)); for z << 0 use the asymptotic log phi(z) - log(z^2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        direct = np.log(
+            np.maximum(z * special.ndtr(z) + np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi), 1e-300)
+        )
+        tail = -0.5 * z * z - 0.5 * math.log(2 * math.pi) - np.log(np.maximum(z * z, 1e-300))
+    out: np.ndarray = np.log(sd) + np.where(z > -5, direct, tail)
+    return out
