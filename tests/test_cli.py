@@ -8,6 +8,7 @@ import sys
 import pytest
 import yaml
 from conftest import run_cli
+from typer.testing import CliRunner
 
 
 def test_apply_report_and_optimize_refuse_bad_input_with_the_fix(tmp_path):
@@ -440,3 +441,32 @@ def test_a_command_that_reads_no_weight_starts_without_torch_or_scipy(tmp_path, 
     }
     assert "infrarsi.cli" in imported  # the log is read
     assert not imported & {"torch", "scipy.stats", "sklearn", "optuna"}, result.stderr[-2000:]
+
+
+def test_the_shared_options_reach_a_command_as_their_typed_objects(monkeypatch):
+    """``run``, ``optimize`` and ``apply`` declare ``bank``, ``proposer`` and ``executor`` once
+    (``cli.options.grouped``): Typer shows each group's flags, and the command gets the
+    objects they build."""
+    import infrarsi.cli.optimize as screen
+    from infrarsi import cli
+    from infrarsi.options import BankOptions, ExecutorOptions, LLMBudget, ProposerOptions
+
+    seen = {}
+    monkeypatch.setattr(
+        screen, "optimize_command", lambda *args, **kwargs: seen.update(args=args, **kwargs)
+    )
+    args = ["optimize", "dense-1node", "go faster", "--no-bank", "--bank", "b.sqlite"]
+    args += ["--proposer", "catalog", "--llm-max-calls", "2", "--executor", "ray"]
+    args += ["--ray-address", "h:1", "--parallel", "2", "--seed", "7"]
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    options = seen["args"][2]
+    assert options.bank == BankOptions(url="b.sqlite", use=False)
+    assert options.proposer == ProposerOptions(
+        kind="catalog", llm_budget=LLMBudget(calls=2, tokens=400_000, seconds=1800.0)
+    )
+    assert options.executor == ExecutorOptions(kind="ray", ray_address="h:1")
+    assert options.search.parallel == 2 and options.search.seed == 7
+    for command in ("run", "optimize", "apply"):
+        shown = CliRunner().invoke(cli.app, [command, "--help"], terminal_width=200).output
+        assert "--no-bank" in shown and "--ray-address" in shown

@@ -20,19 +20,13 @@ from rich.table import Table
 from infrarsi import units
 from infrarsi.cli.errors import report_bug, user_error
 from infrarsi.cli.options import (
-    BANK,
     EXECUTOR,
+    GROUPED,
     JSON,
-    LLM_CALLS,
-    LLM_SECONDS,
-    LLM_TOKENS,
-    NO_BANK,
     PARALLEL,
-    PROPOSER,
     RAY_ADDRESS,
-    bank_options,
-    executor_options,
-    proposer_options,
+    SEED,
+    grouped,
 )
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors import LocalExecutor, TrialRequest
@@ -40,8 +34,11 @@ from infrarsi.executors.choice import make_executor
 from infrarsi.options import (
     APPLY_TOP_K,
     DEFAULT_BUDGET_TRIALS,
+    BankOptions,
     Budget,
+    ExecutorOptions,
     OptimizeOptions,
+    ProposerOptions,
     SearchOptions,
 )
 from infrarsi.trial import TrialRecord, TrialStatus
@@ -303,6 +300,7 @@ def doctor(
 
 
 @app.command()
+@grouped
 def run(
     contract: Path | None = typer.Argument(None, help="contract.yaml (from init, doctored)"),
     budget: int | None = typer.Option(None, "--budget", min=1, help="trials to run"),
@@ -315,16 +313,11 @@ def run(
     store: str | None = typer.Option(
         None, "--store", help="a SQLAlchemy URL (default: SQLite in the run directory)"
     ),
-    seed: int = typer.Option(0, help="the searcher's random seed"),
-    as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
-    bank: str | None = BANK,
-    no_bank: bool = NO_BANK,
-    proposer: str | None = PROPOSER,
-    llm_calls: int = LLM_CALLS,
-    llm_tokens: int = LLM_TOKENS,
-    llm_seconds: float = LLM_SECONDS,
-    executor: str = EXECUTOR,
-    ray_address: str | None = RAY_ADDRESS,
+    seed: int = SEED,
+    as_json: bool = JSON,
+    bank: BankOptions = GROUPED,
+    proposer: ProposerOptions = GROUPED,
+    executor: ExecutorOptions = GROUPED,
     parallel: int = PARALLEL,
 ) -> None:
     """Stage 3: search knobs and patches together with the step-time and memory models."""
@@ -345,15 +338,16 @@ def run(
         resume=resume,
         run_dir=run_dir,
         search=search,
-        bank=bank_options(bank, no_bank),
-        proposer=proposer_options(proposer, llm_calls, llm_tokens, llm_seconds),
-        executor=executor_options(executor, ray_address),
+        bank=bank,
+        proposer=proposer,
+        executor=executor,
         as_json=as_json,
     )
     run_command(command, out, err)
 
 
 @app.command()
+@grouped
 def apply(
     run_dir: Path = typer.Argument(..., help="a run directory written by `infrarsi run`"),
     top: int = typer.Option(APPLY_TOP_K, "--top", min=1, help="candidates to re-measure"),
@@ -369,10 +363,8 @@ def apply(
         help="commit the winner on a new branch of the workload's git repository",
     ),
     as_json: bool = JSON,
-    bank: str | None = BANK,
-    no_bank: bool = NO_BANK,
-    executor: str = EXECUTOR,
-    ray_address: str | None = RAY_ADDRESS,
+    bank: BankOptions = GROUPED,
+    executor: ExecutorOptions = GROUPED,
 ) -> None:
     """Stage 4: re-verify the best candidates against the baseline, interleaved; promote only
     what holds; write winner.patch, launch.sh, audit.jsonl and the verification table."""
@@ -383,8 +375,8 @@ def apply(
         top=top,
         rounds=rounds,
         branch=to_branch,
-        bank=bank_options(bank, no_bank),
-        executor=executor_options(executor, ray_address),
+        bank=bank,
+        executor=executor,
         as_json=as_json,
     )
     apply_command(command, out, err)
@@ -413,6 +405,7 @@ app.add_typer(manifest_app, name="manifest")
 
 
 @app.command()
+@grouped
 def optimize(
     workload: str = typer.Argument(..., help="bundled workload name or path to workload.yaml"),
     instruction: str = typer.Argument(..., help="what you want, in one sentence"),
@@ -442,16 +435,11 @@ def optimize(
         None, "--out", help="where the rounds are written (default .infrarsi/optimize/<time>)"
     ),
     yes: bool = typer.Option(False, "--yes", help="freeze the contract without asking"),
-    seed: int = typer.Option(0, help="the searcher's random seed"),
-    as_json: bool = typer.Option(False, "--json", help="end with one JSON object"),
-    bank: str | None = BANK,
-    no_bank: bool = NO_BANK,
-    proposer: str | None = PROPOSER,
-    llm_calls: int = LLM_CALLS,
-    llm_tokens: int = LLM_TOKENS,
-    llm_seconds: float = LLM_SECONDS,
-    executor: str = EXECUTOR,
-    ray_address: str | None = RAY_ADDRESS,
+    seed: int = SEED,
+    as_json: bool = JSON,
+    bank: BankOptions = GROUPED,
+    proposer: ProposerOptions = GROUPED,
+    executor: ExecutorOptions = GROUPED,
     parallel: int = PARALLEL,
 ) -> None:
     """All stages from one instruction: Init -> Doctor -> Run -> Apply -> Report."""
@@ -466,9 +454,9 @@ def optimize(
             doctor_repeats=doctor_repeats,
             verify_rounds=verify_rounds,
             search=SearchOptions(budget=Budget(trials=budget), seed=seed, parallel=parallel),
-            executor=executor_options(executor, ray_address),
-            proposer=proposer_options(proposer, llm_calls, llm_tokens, llm_seconds),
-            bank=bank_options(bank, no_bank),
+            executor=executor,
+            proposer=proposer,
+            bank=bank,
         )
     except InfraRSIError as exc:
         fail(exc)
