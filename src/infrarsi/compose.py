@@ -14,7 +14,8 @@ from infrarsi.events import EventSink
 from infrarsi.executors import Executor
 from infrarsi.options import ProposerOptions, SearchOptions
 from infrarsi.proposers import make_proposer
-from infrarsi.run.loop import RunLoop, RunStart
+from infrarsi.records import RunStart
+from infrarsi.run.loop import RunLoop
 from infrarsi.store import StoredTrial
 
 

@@ -45,9 +45,9 @@ from infrarsi.records import (
     DoctorReport,
     Report,
     RunResult,
+    RunStart,
 )
 from infrarsi.report import ReportWriter
-from infrarsi.run.loop import RunStart
 from infrarsi.stages import Stage
 from infrarsi.store import RunStatus, Store, StoredRun, new_run_id, sqlite_url
 from infrarsi.trial.record import TrialRecord

@@ -37,8 +37,8 @@ from infrarsi.options import (
 )
 from infrarsi.proposal import Proposer
 from infrarsi.proposers import check_kind, make_proposer
-from infrarsi.records import DoctorReport, Prediction, RunResult
-from infrarsi.run.loop import RunError, RunLoop, RunStart
+from infrarsi.records import DoctorReport, Prediction, RunResult, RunStart
+from infrarsi.run.loop import RunError, RunLoop
 from infrarsi.store.bank import BankStore
 from infrarsi.units import format_bytes
 

@@ -6,6 +6,7 @@ and read through one ``to_json`` / ``from_json`` pair."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -409,3 +410,25 @@ class Report(Frozen):
     def from_json(cls, text: str) -> Report:
         """A record written by ``to_json``."""
         return cls.model_validate_json(text)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStart:
+    """What a run starts from besides the contract: the Doctor's report (its diagnosis,
+    calibration and noise) and the experience bank's advice, either of which may be missing,
+    and the run the store already holds for it (``run_id``: opened before the Doctor, which
+    stored its trials there as they ended; None: a new one)."""
+
+    doctor_report: DoctorReport | None = None
+    bank_advice: BankAdvice | None = None
+    run_id: str | None = None
+
+    @classmethod
+    def kept_in(cls, run_dir: Path) -> RunStart:
+        """The report and advice a run keeps in its directory (``doctor.json``,
+        ``bank_advice.json``)."""
+        doctor, advice = Path(run_dir) / DOCTOR_FILE, Path(run_dir) / BANK_ADVICE_FILE
+        return cls(
+            doctor_report=DoctorReport.load(doctor) if doctor.exists() else None,
+            bank_advice=BankAdvice.load(advice) if advice.exists() else None,
+        )

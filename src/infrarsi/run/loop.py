@@ -40,10 +40,9 @@ from infrarsi.proposal import (
 from infrarsi.records import (
     BANK_ADVICE_FILE,
     DOCTOR_FILE,
-    BankAdvice,
-    DoctorReport,
     Prediction,
     RunResult,
+    RunStart,
 )
 from infrarsi.run import searchers as registry
 from infrarsi.run.handoff import proposal_state, ranking, run_result
@@ -72,28 +71,6 @@ from infrarsi.trial.spec import challenge_seed
 
 class RunError(InfraRSIError):
     """A run that cannot start or resume, with the reason and the fix."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunStart:
-    """What a run starts from besides the contract: the Doctor's report (its diagnosis,
-    calibration and noise) and the experience bank's advice, either of which may be missing,
-    and the run the store already holds for it (``run_id``: opened before the Doctor, which
-    stored its trials there as they ended; None: a new one)."""
-
-    doctor_report: DoctorReport | None = None
-    bank_advice: BankAdvice | None = None
-    run_id: str | None = None
-
-    @classmethod
-    def kept_in(cls, run_dir: Path) -> RunStart:
-        """The report and advice a run keeps in its directory (``doctor.json``,
-        ``bank_advice.json``)."""
-        doctor, advice = Path(run_dir) / DOCTOR_FILE, Path(run_dir) / BANK_ADVICE_FILE
-        return cls(
-            doctor_report=DoctorReport.load(doctor) if doctor.exists() else None,
-            bank_advice=BankAdvice.load(advice) if advice.exists() else None,
-        )
 
 
 @dataclass
