@@ -41,6 +41,7 @@ from infrarsi.proposers import check_kind
 from infrarsi.records import (
     ApplyResult,
     BankAdvice,
+    BankIngest,
     CandidateResult,
     DoctorReport,
     Report,
@@ -206,7 +207,8 @@ def _one_round(
     hear.on_stage_start(StageStarted(stage=Stage.REPORT, round=r))
     hear.on_round_end(RoundEnd(round=r, run_dir=run_dir, run_id=ledger.run_id))
     assert report.written is not None  # written as the round ends, or that raised
-    return _round_result(r, contract, run_dir, found, applied, report.written, ingest)
+    ingested = ingest.ingested if ingest else None
+    return _round_result(r, contract, run_dir, found, applied, report.written, ingested)
 
 
 def _round_result(
@@ -216,10 +218,9 @@ def _round_result(
     found: RunResult,
     applied: ApplyResult,
     written: Report,
-    ingest: BankIngester | None,
+    ingested: BankIngest | None,
 ) -> tuple[RoundResult, dict]:
     """What a round returns: its summary and the baseline's figures (the report's)."""
-    ingested = ingest.ingested if ingest else None
     result = RoundResult(
         round=r,
         run_dir=str(run_dir),

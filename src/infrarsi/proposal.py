@@ -22,6 +22,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from infrarsi.identity import Configuration
+from infrarsi.records.base import Configured
 from infrarsi.trial.record import TrialStatus
 
 PROPOSALS_DIR = "proposals"
@@ -212,7 +213,7 @@ def resolve(patches: list[str], run_dir: Path) -> list[str]:
 
 
 @dataclass(frozen=True)
-class FinishedTrial:
+class FinishedTrial(Configured):
     """What a proposer and the report read of one finished search trial."""
 
     knobs: dict
@@ -220,12 +221,6 @@ class FinishedTrial:
     status: TrialStatus
     step_time_s: float | None
     peak_mem_bytes: float | None
-
-    @property
-    def configuration(self) -> Configuration:
-        """The configuration it ran."""
-        return Configuration.of(self.knobs, self.patches)
-
     error: str | None
 
 

@@ -40,7 +40,6 @@ from infrarsi.run.problem import (
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.run.steptime import StepTimeModel, log_expected_improvement
-from infrarsi.run.trust import within
 from infrarsi.trial.record import TrialStatus
 
 Array = np.ndarray
@@ -413,7 +412,7 @@ class InfraRSISearcher(Searcher):
         radius = self.trust_radius()
         if radius is None or incumbent is None:
             return None
-        return within(self.problem.candidates, self.problem.candidates[incumbent], radius)
+        return trust.within(self.problem.candidates, self.problem.candidates[incumbent], radius)
 
     def trust_radius(self) -> int | None:
         """The trust region's radius after the trials so far (``trust.replayed_radius``),
