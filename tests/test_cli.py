@@ -373,17 +373,21 @@ def test_a_trial_line_names_each_time_and_shows_only_what_changed():
 
     from infrarsi.cli.optimize import _line
     from infrarsi.events import TrialEnded
-    from infrarsi.stages import Stage
+    from infrarsi.store import StoredTrial
 
     record = _record(0.0212, 0.0)
+    trial = StoredTrial(
+        id=4,
+        run_id="r1",
+        seq=3,
+        config_json={"knobs": dict(record.knobs), "patches": []},
+        status=record.status,
+        started_unix_s=record.started_unix_s,
+        record=record,
+    )
     line = _line(
         TrialEnded(
-            stage=Stage.RUN,
-            record=record,
-            status=record.status,
-            seq=3,
-            changes="micro_batch=4 +sdpa_attention",
-            ranked_time_per_step_s=0.742,
+            trial=trial, changes="micro_batch=4 +sdpa_attention", ranked_time_per_step_s=0.742
         )
     )
     assert line == (

@@ -1,8 +1,10 @@
 """The audit trail, ``audit.jsonl`` in a run's folder: one JSON object per trial of every stage
 (the Doctor's, the search's, Apply's), its record as the store keeps it with its stage's
-context. It is an export of the store, written as each trial ends (``AuditLog``, subscribed to
-the run's store) and once more, whole, when Apply has judged its measurements
-(``write_audit``): a run killed at any point keeps the lines of every trial that ended."""
+context. It is an export of the store, written line by line as each trial ends (``AuditLog``,
+subscribed to the run's store) and never rewritten: an Apply trial is stored with its verdict,
+so its line is whole when it is written, and a run killed at any point keeps the lines of every
+trial that ended. A run whose store holds trials its file lacks (made before trials were
+audited as they ended) has them appended once when it is opened again (``AuditLog.catch_up``)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,9 @@ from typing import Any
 from infrarsi.callbacks import Callback
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import proposed_by, who_proposed
-from infrarsi.records import ApplyResult, Measurement
+from infrarsi.records import Measurement
 from infrarsi.stages import Stage
-from infrarsi.store import StoredRun, StoredTrial
+from infrarsi.store import StoredTrial
 from infrarsi.trial import TrialRecord
 
 AUDIT_FILE = "audit.jsonl"
@@ -36,33 +38,17 @@ def audit_row(record: TrialRecord | None, objective: str, **context: Any) -> dic
     return row
 
 
-def audit_lines(
-    run: StoredRun,
-    trials: list[StoredTrial],
-    result: ApplyResult,
-    writers: dict[str, str] | None = None,
-) -> list[dict[str, Any]]:
-    """Every trial of every stage as the store keeps it — the Doctor's, the search's and
-    Apply's — each its record with its stage's context: config, patch ids and hashes, status,
-    metrics, cost, failure reason, who proposed it and what the models predicted, Apply's
-    verdict. ``writers``: proposed patch id -> who wrote it ('llm:<model>'); a trial carrying
-    such a patch is ``proposed_by`` that writer (then the searcher that chose the config)."""
-    verdicts = {m.trial_id: m for m in result.measurements}
-    objective = run.contract.objective
-    return [audit_line(t, objective, run.searcher, verdicts, writers) for t in trials]
-
-
 def audit_line(
     t: StoredTrial,
     objective: str,
     searcher: str,
-    verdicts: Mapping[str, Measurement] | None = None,
-    writers: dict[str, str] | None = None,
+    writers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """One trial's audit row: its record with its stage's context (``searcher``: the run's,
-    which chose its search trials; ``verdicts``: Apply's measurements by trial id, once it has
-    judged them)."""
-    writers, verdicts = writers or {}, verdicts or {}
+    which chose its search trials; an Apply trial's verdict as it was stored with it).
+    ``writers``: proposed patch id -> who wrote it ('llm:<model>'); a trial carrying such a
+    patch is ``proposed_by`` that writer (then the searcher that chose the config)."""
+    writers = dict(writers or {})
     context: dict[str, Any] = {
         "stage": t.stage.value,
         "label": t.label,
@@ -82,7 +68,7 @@ def audit_line(
         context["proposed_by"] = t.proposed_by or who_proposed(
             t.config_json["patches"], writers, None
         )
-        m = verdicts.get(t.trial_id or "")
+        m = measured(t)
         if m is not None:
             context.update(
                 round=m.round,
@@ -95,6 +81,20 @@ def audit_line(
     return audit_row(t.record, objective, **context)
 
 
+def measured(t: StoredTrial) -> Measurement | None:
+    """The measurement of a round an Apply trial was stored with (None: a reference run, or a
+    trial of another stage)."""
+    if t.verdict is None or "measurement" not in t.verdict:
+        return None
+    return Measurement.model_validate(t.verdict["measurement"])
+
+
+def _audit_key(line: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What tells one audit line's trial from another's: its stage, sequence number (a search
+    trial's) and trial id."""
+    return (line.get("stage"), line.get("seq"), line.get("trial_id"))
+
+
 class AuditLog(Callback):
     """Appends a trial's audit line to ``run_dir``'s ``audit.jsonl`` as the store finishes it:
     the callback a run's store calls (``Store.subscribe(log.on_trial_end)``) for every trial
@@ -104,14 +104,27 @@ class AuditLog(Callback):
         self.run_dir, self.objective, self.searcher = Path(run_dir), objective, searcher
 
     def on_trial_end(self, trial: StoredTrial) -> None:
+        self._append([trial])
+
+    def catch_up(self, trials: list[StoredTrial]) -> int:
+        """Append the lines of the finished ``trials`` the file lacks (a run made before its
+        trials were audited as they ended); returns how many were written."""
+        path = self.run_dir / AUDIT_FILE
+        text = path.read_text() if path.is_file() else ""
+        have = {_audit_key(json.loads(line)) for line in text.splitlines() if line.strip()}
+        missing = [
+            t
+            for t in trials
+            if t.status.is_finished() and (t.stage.value, t.seq, t.trial_id) not in have
+        ]
+        self._append(missing)
+        return len(missing)
+
+    def _append(self, trials: list[StoredTrial]) -> None:
+        if not trials:
+            return
         writers = proposed_by(self.run_dir)
-        line = audit_line(trial, self.objective, self.searcher, writers=writers)
         with open(self.run_dir / AUDIT_FILE, "a") as out:
-            out.write(json.dumps(line, default=str) + "\n")
-
-
-def write_audit(path: Path, lines: list[dict[str, Any]]) -> None:
-    """``audit.jsonl`` whole: one JSON object per trial, written atomically."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(line, default=str) + "\n" for line in lines))
-    tmp.replace(path)
+            for trial in trials:
+                line = audit_line(trial, self.objective, self.searcher, writers=writers)
+                out.write(json.dumps(line, default=str) + "\n")

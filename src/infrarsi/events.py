@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from infrarsi.records import BankSeed, CandidateResult, Measurement, Prediction
 from infrarsi.stages import Stage
+from infrarsi.store import StoredTrial
 from infrarsi.trial.record import TrialRecord, TrialStatus
 
 
@@ -72,21 +73,45 @@ class TrialLaunched:
 
 @dataclass(frozen=True, kw_only=True)
 class TrialEnded:
-    """A trial of the Doctor (``label``: which run) or of the search (``seq``, ``changes``)
-    ended. ``status`` is how the stage counts it (a trial cut short without a bound on record
-    counts as a timeout); ``ranked_time_per_step_s`` what the search ranks by; ``best`` what
-    the search recommends now (its changes)."""
+    """A trial of the Doctor or of the search ended: ``trial`` as the round's store now holds
+    it (its stage, label or sequence number, its status as the stage counts it — a trial cut
+    short without a bound on record counts as a timeout — its record and the predictions made
+    of it), with what the search says of it: what it ``changes`` from the baseline,
+    ``ranked_time_per_step_s`` (what the search ranks by) and ``best`` (what it recommends
+    now). The event carries the ledger's entry, not a copy of its fields."""
 
-    stage: Stage
-    record: TrialRecord
-    status: TrialStatus
-    seq: int | None = None
-    label: str = ""
+    trial: StoredTrial
     changes: str = ""
     ranked_time_per_step_s: float | None = None
-    peak_bytes: float | None = None
-    predicted: Prediction | None = None
     best: str | None = None
+
+    @property
+    def stage(self) -> Stage:
+        return self.trial.stage
+
+    @property
+    def status(self) -> TrialStatus:
+        return self.trial.status
+
+    @property
+    def seq(self) -> int:
+        return self.trial.seq
+
+    @property
+    def label(self) -> str:
+        return self.trial.label or ""
+
+    @property
+    def record(self) -> TrialRecord | None:
+        return self.trial.record
+
+    @property
+    def peak_bytes(self) -> float | None:
+        return self.trial.peak_mem_bytes
+
+    @property
+    def predicted(self) -> Prediction:
+        return self.trial.predicted
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -273,8 +273,11 @@ def _stored_then(ledger: _Ledger, emit: EventSink) -> Callable[[str, TrialRecord
     """What the Doctor calls as each of its trials ends: into the round's store, then told."""
 
     def ended(label: str, record: TrialRecord) -> None:
-        ledger.store.add_trial(ledger.run_id, Stage.DOCTOR, record, label=label)
-        emit(TrialEnded(stage=Stage.DOCTOR, record=record, status=record.status, label=label))
+        emit(
+            TrialEnded(
+                trial=ledger.store.add_trial(ledger.run_id, Stage.DOCTOR, record, label=label)
+            )
+        )
 
     return ended
 

@@ -16,7 +16,7 @@ from typing import Any
 from infrarsi.apply import decide, outputs
 from infrarsi.apply.ledger import ApplyLedger
 from infrarsi.apply.rounds import BASELINE, Rounds
-from infrarsi.audit import AUDIT_FILE, AuditLog, audit_lines, write_audit
+from infrarsi.audit import AUDIT_FILE, AuditLog
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.events import ApplyPlanned, EventSink, ignore
@@ -24,7 +24,6 @@ from infrarsi.executors import Executor, LocalExecutor
 from infrarsi.identity import ConfigKey, Configuration
 from infrarsi.objective import compared_name
 from infrarsi.options import APPLY_TOP_K
-from infrarsi.proposal import proposed_by
 from infrarsi.records import (
     DOCTOR_FILE,
     ApplyResult,
@@ -50,15 +49,20 @@ def open_run(
     run_dir: Path, on_trial_end: Callable[[StoredTrial], None] | None = None
 ) -> tuple[Store, StoredRun, list[StoredTrial], Contract]:
     """The store, run, trials and contract of a run directory; the store tells
-    ``on_trial_end`` of each trial as it ends (None: it writes the trial's audit line)."""
+    ``on_trial_end`` of each trial as it ends (None: it writes the trial's audit line, after
+    appending the lines of stored trials the audit lacks). The Doctor's trials are in the store
+    (a run made before they were stored has them added from its ``doctor.json``)."""
     try:
         store, run = open_run_dir(run_dir)
     except RunDirError as exc:
         raise ApplyError(str(exc)) from None
     contract = run.contract
-    store.subscribe(
-        on_trial_end or AuditLog(Path(run_dir), contract.objective, run.searcher).on_trial_end
-    )
+    if on_trial_end is None:
+        log = AuditLog(Path(run_dir), contract.objective, run.searcher)
+        log.catch_up(store.trials(run.run_id, None))
+        on_trial_end = log.on_trial_end
+    store.subscribe(on_trial_end)
+    _store_every_stage(store, run.run_id, Path(run_dir))
     return store, run, store.trials(run.run_id), contract
 
 
@@ -189,8 +193,7 @@ def apply_run(
         promoted=promoted,
         decision=decision,
     )
-    _store_every_stage(store, run.run_id, run_dir)
-    files = _write(result, run, store.trials(run.run_id, None), contract, manifest, run_dir)
+    files = _write(result, contract, manifest, run_dir)
     result = result.model_copy(update={"files": files})
     result.save(run_dir)
     return result
@@ -237,17 +240,13 @@ def _baseline_summary(knobs: dict[str, Any], measurements: list[Measurement]) ->
 
 
 def _write(
-    result: ApplyResult,
-    run: StoredRun,
-    trials: list[StoredTrial],
-    contract: Contract,
-    manifest: Manifest,
-    run_dir: Path,
+    result: ApplyResult, contract: Contract, manifest: Manifest, run_dir: Path
 ) -> dict[str, Any]:
+    """What Apply writes besides ``apply.json``: the contract, the verification table, the
+    winner's patch and launch script (the audit was written line by line as trials ended)."""
     files: dict[str, Any] = {}
     contract.save(run_dir / "contract.yaml")
     files["contract"] = "contract.yaml"
-    write_audit(run_dir / AUDIT_FILE, audit_lines(run, trials, result, proposed_by(run_dir)))
     files["audit"] = AUDIT_FILE
     (run_dir / "verification.md").write_text(
         f"# Verification of run {result.run_id}\n\n{result.decision}\n\nCompared: "

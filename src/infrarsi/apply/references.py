@@ -17,7 +17,7 @@ from typing import Any
 from infrarsi.apply.ledger import ApplyLedger
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, TrialRequest
-from infrarsi.identity import config_key
+from infrarsi.identity import Configuration, config_key
 from infrarsi.records import ReferenceRun
 from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
@@ -104,13 +104,10 @@ class ReferenceRuns:
     def _run(
         self, knobs: dict[str, Any], patches: list[str], cap: int | None, seed: int | None
     ) -> TrialRecord:
-        request = TrialRequest(
-            workload=self.contract.workload_path or self.contract.workload,
-            scale=self.contract.scale,
-            knobs=knobs,
-            patches=list(patches),
+        request = TrialRequest.of(
+            self.contract,
+            Configuration.of(knobs, patches),
             mem_cap_bytes=cap,
-            contract_hash=self.contract.contract_hash,
             workdir="apply-trials",
             seed=seed,
             steps=self.steps,

@@ -22,7 +22,7 @@ from infrarsi.events import (
     ignore,
 )
 from infrarsi.executors import Executor, TrialRequest
-from infrarsi.identity import config_key
+from infrarsi.identity import Configuration, config_key
 from infrarsi.objective import compared_time
 from infrarsi.records import CandidateResult, Measurement
 from infrarsi.trial import TrialRecord
@@ -174,13 +174,9 @@ class Rounds:
 
     def _measure(self, r: int, label: str) -> tuple[Measurement, dict[str, Any], TrialRecord]:
         knobs, patches = self.configs[label]
-        request = TrialRequest(
-            workload=self.contract.workload_path or self.contract.workload,
-            scale=self.contract.scale,
-            knobs=knobs,
-            patches=list(patches),
-            mem_cap_bytes=self.contract.mem_cap_bytes,
-            contract_hash=self.contract.contract_hash,
+        request = TrialRequest.of(
+            self.contract,
+            Configuration.of(knobs, patches),
             workdir="apply-trials",
             seed=self.seed(r),
             steps=self.steps,

@@ -97,7 +97,7 @@ def _line(event: Event) -> str | None:
 def _times(record, ranked_s: float | None) -> str:
     """A trial's times, each named: end to end, the steady step, and the time per step the
     search ranks by (the objective's)."""
-    m = record.metrics
+    m = record.metrics if record is not None else None
     if m is None:
         return ""
     steady = m.harness_step_time_s or m.step_time_s

@@ -225,7 +225,7 @@ class _Screen:
             _bytes(predicted.peak_bytes),
             _bytes(e.peak_bytes),
             f"{predicted.p_oom:.2f}" if predicted.p_oom is not None else "-",
-            f"{e.record.cost_s:.1f}",
+            f"{e.trial.cost_s or 0.0:.1f}",
             e.changes,
         )
         self.rows.append(row)

@@ -19,6 +19,7 @@ from infrarsi.doctor.diagnose import Facts, diagnose
 from infrarsi.doctor.hardware import probe_hardware
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
+from infrarsi.identity import Configuration
 from infrarsi.mfu import mfu as compute_mfu
 from infrarsi.objective import compared_time, ranked_step_time_s
 from infrarsi.options import APPLY_TOP_K, apply_rounds
@@ -137,13 +138,8 @@ class _Trials:
 
     def run(self, label: str, knobs: dict, **options) -> TrialRecord:
         """One trial of the contract's workload under ``knobs``; its record, noted."""
-        request = TrialRequest(
-            workload=self.contract.workload_path or self.contract.workload,
-            scale=self.contract.scale,
-            knobs=knobs,
-            workdir=self.workdir,
-            contract_hash=self.contract.contract_hash,
-            **{"mem_cap_bytes": self.contract.mem_cap_bytes, **options},
+        request = TrialRequest.of(
+            self.contract, Configuration.of(knobs), workdir=self.workdir, **options
         )
         record = self.executor.run(request)
         self.progress(label, record)

@@ -17,6 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from infrarsi.contract import Contract
+from infrarsi.identity import Configuration
+from infrarsi.records.base import Configured
 from infrarsi.trial import TrialRecord, TrialSpec, prepare, run_trial
 from infrarsi.workloads import find
 from infrarsi.workloads.manifest import Manifest
@@ -26,8 +29,10 @@ class TrialCancelled(RuntimeError):
     """Polled a trial that was cancelled before it started."""
 
 
-class TrialRequest(BaseModel):
-    """One trial to run, as data: what any executor needs and nothing local to one machine."""
+class TrialRequest(BaseModel, Configured):
+    """One trial to run, as data: what any executor needs and nothing local to one machine —
+    a configuration (``.configuration``: the proposal it carries, by ``config_key``'s identity)
+    and where and how to run it."""
 
     workload: str = Field(
         description="a bundled workload name or a manifest path relative to the workspace root"
@@ -55,6 +60,21 @@ class TrialRequest(BaseModel):
         description="optimizer steps instead of the scale's (Apply's timed runs); None: the "
         "scale's",
     )
+
+    @classmethod
+    def of(cls, contract: Contract, configuration: Configuration, **launch: Any) -> TrialRequest:
+        """A trial of ``contract``'s workload and scale under ``configuration``, capped at the
+        contract's capacity and naming its hash; ``launch``: the other fields (where trial
+        folders go, a challenge seed, a bound, the steps; ``mem_cap_bytes`` to override)."""
+        fields: dict[str, Any] = {
+            "workload": contract.workload_path or contract.workload,
+            "scale": contract.scale,
+            "knobs": configuration.knob_dict,
+            "patches": sorted(configuration.patches),
+            "mem_cap_bytes": contract.mem_cap_bytes,
+            "contract_hash": contract.contract_hash,
+        }
+        return cls(**{**fields, **launch})
 
 
 class Executor:

@@ -88,9 +88,7 @@ class _Loop:
     t0: float
     reason: str = "budget spent"
     stopping: bool = False
-    flying: dict[str, tuple[Config, int, int, Prediction | None, SlowBound | None]] = field(
-        default_factory=dict
-    )
+    flying: dict[str, tuple[Config, int, SlowBound | None]] = field(default_factory=dict)
 
     @property
     def baseline(self) -> Config:
@@ -359,14 +357,14 @@ class RunLoop:
         changes = config.describe_from(st.baseline)
         self.on_event(TrialLaunched(seq=this_seq, changes=changes, predicted=predictions))
         bound = st.searcher.slow_bound()
-        st.flying[self._submit(config, bound)] = (config, row, this_seq, predictions, bound)
+        st.flying[self._submit(config, bound)] = (config, row, bound)
         st.searcher.tried.add(config)  # in flight: not proposed again meanwhile
         return True
 
     def _finish_next(self, store: Store, st: _Loop) -> None:
         """Wait for the next trial in flight to end; screen, store and tell it."""
         handle, record = self._next_done(st.flying)
-        config, row, this_seq, predictions, bound = st.flying.pop(handle)
+        config, row, bound = st.flying.pop(handle)
         record = screened(
             _censored(record, bound),
             self.contract,
@@ -375,7 +373,7 @@ class RunLoop:
             self.doctor_report.timing if self.doctor_report else None,
         )
         outcome = outcome_of(record, st.problem.capacity_bytes, self.contract.objective)
-        store.finish_trial(
+        ended = store.finish_trial(
             row,
             outcome.status,
             trial_id=record.trial_id,
@@ -392,14 +390,9 @@ class RunLoop:
         best = st.searcher.recommend()
         self.on_event(
             TrialEnded(
-                stage=Stage.RUN,
-                record=record,
-                status=outcome.status,
-                seq=this_seq,
+                trial=ended,
                 changes=config.describe_from(st.baseline),
                 ranked_time_per_step_s=outcome.step_time_s,
-                peak_bytes=outcome.peak_bytes,
-                predicted=predictions,
                 best=None if best is None else best.describe_from(st.baseline),
             )
         )
@@ -435,13 +428,9 @@ class RunLoop:
     def _submit(self, config: Config, bound: SlowBound | None = None) -> str:
         """One trial to the executor; cut short past ``bound`` (recorded ``slow``)."""
         return self.executor.submit(
-            TrialRequest(
-                workload=self.contract.workload_path or self.contract.workload,
-                scale=self.contract.scale,
-                knobs=config.knob_dict,
-                patches=sorted(config.patches),
-                mem_cap_bytes=self.contract.mem_cap_bytes,
-                contract_hash=self.contract.contract_hash,
+            TrialRequest.of(
+                self.contract,
+                config,
                 slow_after_s=bound.after_s if bound else None,
                 seed=self.trial_seed,
             )

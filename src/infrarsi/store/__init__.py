@@ -182,8 +182,9 @@ class Store:
         cost_s: float | None = None,
         error: str | None = None,
         record: TrialRecord | None = None,
-    ) -> None:
-        """Write what a trial measured; its status becomes final."""
+    ) -> StoredTrial:
+        """Write what a trial measured; its status becomes final. Returns the trial as the
+        store now holds it (what its listeners were told)."""
         if not TrialStatus(status).is_finished():
             raise ValueError(f"trial status {status!r}: one of {TrialStatus.finished()}")
         with Session(self.engine) as s, s.begin():
@@ -195,6 +196,7 @@ class Store:
             s.flush()
             ended = StoredTrial.of(row)
         self._ended(ended)
+        return ended
 
     def add_trial(
         self,
@@ -205,18 +207,18 @@ class Store:
         label: str | None = None,
         proposed_by: str | None = None,
         verdict: dict[str, Any] | None = None,
-    ) -> int:
+    ) -> StoredTrial:
         """Write a finished trial of the Doctor or of Apply (its record as it is, with what
         the stage concluded of it), once: a trial id the run already holds is not written
-        again. Returns its row id."""
+        again (and is returned as stored). Returns the trial as the store holds it."""
         with Session(self.engine) as s, s.begin():
             known = s.scalars(
-                select(TrialRow.id).where(
+                select(TrialRow).where(
                     TrialRow.run_id == run_id, TrialRow.trial_id == record.trial_id
                 )
             ).first()
             if known is not None:
-                return known
+                return StoredTrial.of(known)
             seq = s.scalars(
                 select(func.count())
                 .select_from(TrialRow)
@@ -248,7 +250,7 @@ class Store:
             s.flush()
             added = StoredTrial.of(row)
         self._ended(added)
-        return added.id
+        return added
 
     def add_finished(
         self, run_id: str, stage: Stage, labelled: list[tuple[str, str | None]]
