@@ -51,14 +51,14 @@ import tables  # noqa: E402
 from peers import ABLATIONS, PEERS  # noqa: E402
 
 import infrarsi.run.infrarsi_searcher as search  # noqa: E402
-from infrarsi.run import prior_fade, steptime, trust  # noqa: E402
+from infrarsi.run import prior_fade, remeasure, steptime, trust  # noqa: E402
 from infrarsi.run import searchers as registry  # noqa: E402
 
 SETTINGS = {  # variant key -> the module constant it sets (the searcher's, or ``module.NAME``)
     "nseeds": "N_SEEDS",
     "tr": "trust.TRUST_RADIUS",
     "tf": "trust.TRUST_FAILURES",
-    "rerun": "RERUN_EVERY",
+    "rerun": "remeasure.RERUN_EVERY",
     "drop": "prior_fade.PRIOR_DROP_EVIDENCE",
     "cover": "COVER",
     "local": "LOCAL",
@@ -68,7 +68,12 @@ SETTINGS = {  # variant key -> the module constant it sets (the searcher's, or `
     "dnoise": "DOCTOR_NOISE_FLOOR",
     "restarts": "steptime.GP_RESTARTS",
 }
-MODULES = {"steptime": steptime, "prior_fade": prior_fade, "trust": trust}
+MODULES = {
+    "steptime": steptime,
+    "prior_fade": prior_fade,
+    "trust": trust,
+    "remeasure": remeasure,
+}
 PEER_NAMES = [n for n in (*registry.SEARCHERS, *PEERS) if n != "infrarsi"]
 
 

@@ -147,7 +147,7 @@ def test_an_unknown_searcher_names_the_known_ones():
 
 
 def test_infrarsi_firms_up_its_top_configs_once_exploring_is_expected_to_gain_nothing():
-    from infrarsi.run import infrarsi_searcher as mod
+    from infrarsi.run import remeasure as mod
 
     p = problem()
     searcher = InfraRSISearcher(p, seed=0, local=False)  # the local search re-measures nothing
@@ -257,7 +257,7 @@ def test_a_patch_prior_fades_once_its_own_trials_contradict_it(claim, true_ratio
 
 
 def test_the_slow_bound_is_k_times_the_incumbents_cost_and_time():
-    from infrarsi.run.infrarsi_searcher import SLOW_MIN, slow_factor
+    from infrarsi.run.slow import SLOW_MIN, slow_factor
 
     p = _precision_problem(None)
     searcher = InfraRSISearcher(p, seed=0)

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from infrarsi.records import Prediction
-from infrarsi.run import drift, trust
+from infrarsi.run import drift, remeasure, slow, trust
 from infrarsi.run.cost import TrialCostModel
 from infrarsi.run.local import Scores, free_codes, local_step
 from infrarsi.run.memory import MemoryObservation, TobitMemoryModel
@@ -55,10 +55,7 @@ Predicted = tuple[Array, Array, Array, Array, int | None]
 # mean rank by area 2.17 against the earlier 3 space-filling points' 2.57 and greedy's 2.63)
 N_SEEDS = 1
 COVER = True
-RERUN_EVERY = 7  # one trial in seven re-measures a top candidate (METHODS: 10-15% of a budget)
-RERUN_MAX = 3
-FIRM_TOP = 3  # configs re-measured once exploring is expected to gain nothing
-FIRM_MAX = 6  # measurements of one config at most
+# re-measures (the earlier step's): run/remeasure.py; the slow bound: run/slow.py
 P_OOM_MAX = 0.9  # never propose what the memory model is this sure will not fit
 # pairing (a likely OOM's memory-saving variants proposed in its place): run/pairing.py
 
@@ -295,30 +292,19 @@ class InfraRSISearcher(Searcher):
     def _firm_up(self) -> Config | None:
         """A trial past the point where exploring is expected to gain nothing: the top configs
         by posterior mean measured again (fewest measurements first), so the ranking Apply
-        reads rests on repeats rather than on one draw — and no trial is spent on a config
-        the models expect to be slower or to run out of memory."""
-        return self._least_measured_top(FIRM_TOP, FIRM_MAX)
+        reads rests on repeats rather than on one draw."""
+        return self._least_measured_top(remeasure.FIRM_TOP, remeasure.FIRM_MAX)
 
     def _least_measured_top(self, k: int, cap: int) -> Config | None:
-        """Of the ``k`` configs that ran ok with the best posterior mean, the one measured
-        fewest times, if under ``cap`` measurements."""
-        mu = self._predict()[0]
-        counts: dict[Config, int] = {}
-        for c, o in self.history:
-            if o.status == TrialStatus.OK:
-                counts[c] = counts.get(c, 0) + 1
-        top = sorted(counts, key=lambda c: mu[self.problem.index[c]])[:k]
-        fewest = [c for c in top if counts[c] < cap]
-        return min(fewest, key=lambda c: counts[c]) if fewest else None
+        mu, index = self._predict()[0], self.problem.index
+        return remeasure.least_measured_top(self.history, mu, index, k, cap)
 
     def _rerun(self) -> Config | None:
         """Every ``RERUN_EVERY``-th trial, the top-2 configs by posterior mean that ran least
-        often are measured again: under noise the incumbent is an estimate, and a second
-        measurement is what separates a fast config from a lucky one."""
-        after_start = len(self.history) - len(self.start)
-        if after_start <= 0 or after_start % RERUN_EVERY != RERUN_EVERY - 1:
+        often are measured again (``remeasure.rerun_due``)."""
+        if not remeasure.rerun_due(len(self.history) - len(self.start)):
             return None
-        return self._least_measured_top(2, RERUN_MAX)
+        return self._least_measured_top(2, remeasure.RERUN_MAX)
 
     def _describe(self, i: int) -> Prediction | None:
         """The models' predictions for candidate ``i`` (None before any trial)."""
@@ -438,27 +424,13 @@ class InfraRSISearcher(Searcher):
         return swapped
 
     def slow_bound(self) -> SlowBound | None:
-        """Cut the next trial short once it has cost ``k`` times what the incumbent's trials
-        cost (their median), ``k`` from the between-run noise (``slow_factor``); it is then
-        told as ``slow`` at ``k`` times the incumbent's posterior step time. None before any
-        trial ran ok, and when cutting is switched off (``cut_slow``)."""
-        if not self.cut_slow:
-            return None
-        incumbent = self.recommend()
+        """Cut the next trial short past the incumbent's bound (``run/slow.py``). None before
+        any trial ran ok, and when cutting is switched off (``cut_slow``)."""
+        incumbent = self.recommend() if self.cut_slow else None
         if incumbent is None:
             return None
-        costs = [
-            o.cost_s
-            for c, o in self.history
-            if c == incumbent and o.status == TrialStatus.OK and o.cost_s
-        ]
-        if not costs:
-            return None
-        k = slow_factor(self.problem.noise_var_log)
-        mu = self._predict()[0]
-        return SlowBound(
-            k * float(np.median(costs)), k * math.exp(mu[self.problem.index[incumbent]])
-        )
+        log_time = float(self._predict()[0][self.problem.index[incumbent]])
+        return slow.slow_bound(self.history, incumbent, log_time, self.problem.noise_var_log)
 
     def recommend(self) -> Config | None:
         """The tried feasible config with the best posterior mean step time."""
@@ -492,13 +464,6 @@ class InfraRSISearcher(Searcher):
         return float(np.sum(gains[: max(1, trials_left or 1)]))
 
 
-def slow_factor(noise_var_log: float) -> float:
-    """How many times the incumbent's cost a trial may take before it is cut short: at least
-    ``SLOW_MIN``, wider on a noisy machine (``SLOW_Z`` between-run standard deviations in log
-    time), so that noise alone cuts a config as fast as the incumbent with odds below 1e-4."""
-    return max(SLOW_MIN, math.exp(SLOW_Z * math.sqrt(max(noise_var_log, 0.0))))
-
-
 # the trust region around the incumbent: run/trust.py
 # the local search (``run/local.py``, issue 52): set a priori on 2026-12-05 before any replay
 # of it — the trust region starts at one change; a far config is jumped to when its posterior
@@ -512,8 +477,6 @@ WIDEN_GAIN = 0.25
 # the GP's white-noise kernel learns what the trials' own steps do not say
 DOCTOR_NOISE_FLOOR = True
 NOISE_VAR_MIN = 1e-4  # (1% in log time) the least between-run noise a jump's margin assumes
-SLOW_MIN = 2.0
-SLOW_Z = 4.0
 MAX_LEFT = 200  # candidates whose expected gains are kept for the stopping rule
 # the minimum detectable effect from 3 Doctor runs can be far off (dense-2node at bench: 20%,
 # and the search stopped after 8 of 40 trials having found 1.9x); stop below 5% at most
