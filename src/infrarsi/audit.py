@@ -22,6 +22,8 @@ from infrarsi.store import StoredTrial
 from infrarsi.trial import TrialRecord
 
 AUDIT_FILE = "audit.jsonl"
+# what an Apply trial's line adds of the measurement it was stored with
+VERDICT_FIELDS = {"round", "label", "compared_s", "valid", "reasons", "flags"}
 
 
 def audit_row(record: TrialRecord | None, objective: str, **context: Any) -> dict[str, Any]:
@@ -70,14 +72,7 @@ def audit_line(
         )
         m = measured(t)
         if m is not None:
-            context.update(
-                round=m.round,
-                label=m.label,
-                compared_s=m.compared_s,
-                valid=m.valid,
-                reasons=m.reasons,
-                flags=m.flags,
-            )
+            context.update(m.model_dump(mode="json", include=VERDICT_FIELDS))
     return audit_row(t.record, objective, **context)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import typer
 from rich.console import Console
@@ -15,6 +17,8 @@ from infrarsi.cli.errors import user_error
 from infrarsi.cli.options import BANK
 from infrarsi.errors import InfraRSIError
 from infrarsi.store.bank import BankStore, Experience
+
+T = TypeVar("T")
 
 bank_app = typer.Typer(
     help="Stage 5: the experience bank — what past runs measured, reused "
@@ -26,11 +30,31 @@ BANK_OPTION = BANK  # the one --bank of every command
 JSON_OPTION = typer.Option(False, "--json", help="print one JSON object")
 
 
-def _open(url: str | None) -> BankStore:
+def _or_fail(call: Callable[[], T]) -> T:
+    """``call()``; a user error (the message, exit 2) when it raises InfraRSIError."""
     try:
-        return BankStore(url)
+        return call()
     except InfraRSIError as exc:
         user_error(err, exc)
+
+
+def _open(url: str | None) -> BankStore:
+    return _or_fail(lambda: BankStore(url))
+
+
+def _answer(data: dict, as_json: bool, text: str | None = None) -> None:
+    """What a command prints: one JSON object (``--json``), else ``text``, else each field
+    on a line of its own (a list or mapping as JSON)."""
+    if as_json:
+        print(json.dumps(data))
+        return
+    lines = [text] if text is not None else [f"{k}: {_shown(v)}" for k, v in data.items()]
+    for line in lines:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _shown(value: object) -> object:
+    return json.dumps(value) if isinstance(value, dict | list) else value
 
 
 def _row(e: Experience) -> dict:
@@ -101,21 +125,8 @@ def show(
 ) -> None:
     """One experience in full: signatures, knobs, patches (with their hashes), outcome."""
     store = _open(bank)
-    try:
-        e = store.experience(experience_id)
-    except InfraRSIError as exc:
-        user_error(err, exc)
-    data = e.model_dump(mode="json")
-    if as_json:
-        print(json.dumps(data))
-        return
-    for key, value in data.items():
-        out.print(
-            f"{key}: {json.dumps(value) if isinstance(value, (dict, list)) else value}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+    e = _or_fail(lambda: store.experience(experience_id))
+    _answer(e.model_dump(mode="json"), as_json)
 
 
 @bank_app.command()
@@ -137,11 +148,7 @@ def stats(bank: str | None = BANK_OPTION, as_json: bool = JSON_OPTION) -> None:
         "seeds_held": sum(s.held is True for s in seeds),
         "seeds_not_held": sum(s.held is False for s in seeds),
     }
-    if as_json:
-        print(json.dumps(data))
-        return
-    for key, value in data.items():
-        out.print(f"{key}: {value}", markup=False, highlight=False, soft_wrap=True)
+    _answer(data, as_json)
 
 
 @bank_app.command("export")
@@ -153,10 +160,7 @@ def export(
     """Write the whole bank to one JSON file (for another host or a team's bank)."""
     store = _open(bank)
     counts = store.export(path)
-    if as_json:
-        print(json.dumps({"bank": store.url, "file": str(path), **counts}))
-    else:
-        out.print(f"wrote {path}: {counts}", markup=False, highlight=False)
+    _answer({"bank": store.url, "file": str(path), **counts}, as_json, f"wrote {path}: {counts}")
 
 
 @bank_app.command("import")
@@ -167,14 +171,9 @@ def import_(
 ) -> None:
     """Add an exported bank's experiences (those already here are skipped)."""
     store = _open(bank)
-    try:
-        counts = store.import_file(path)
-    except InfraRSIError as exc:
-        user_error(err, exc)
-    if as_json:
-        print(json.dumps({"bank": store.url, "file": str(path), **counts}))
-    else:
-        out.print(f"imported {path}: {counts}", markup=False, highlight=False)
+    counts = _or_fail(lambda: store.import_file(path))
+    data = {"bank": store.url, "file": str(path), **counts}
+    _answer(data, as_json, f"imported {path}: {counts}")
 
 
 @bank_app.command()
@@ -189,7 +188,5 @@ def forget(
     if removed == 0:
         known = sorted({e.run_id for e in store.experiences()})
         user_error(err, f"the bank holds no run {run!r}; it holds {known[:10]}")
-    if as_json:
-        print(json.dumps({"bank": store.url, "run_id": run, "removed": removed}))
-    else:
-        out.print(f"removed {removed} experiences of {run}", markup=False, highlight=False)
+    data = {"bank": store.url, "run_id": run, "removed": removed}
+    _answer(data, as_json, f"removed {removed} experiences of {run}")

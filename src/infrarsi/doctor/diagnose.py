@@ -117,43 +117,75 @@ def _phase_share(facts: Facts, phase: str) -> float:
     return facts.phases_s.get(phase, 0.0) / facts.step_time_s
 
 
-def _attention(facts: Facts) -> Finding | None:
-    share = _ops_share(facts, ATTENTION_OPS)
-    if share < 0.02:
-        return None
-    return _finding(
-        facts,
-        "attention materialises the T x T scores (mask, softmax)",
-        f"{share:.0%} of the step in softmax/mask operators",
-        ("attention",),
-        share,
-    )
+@dataclass(frozen=True)
+class ShareRule:
+    """A finding when at least ``least`` of the step goes to some operators (``ops``, the
+    profiler's shares) or to a phase (``phase``): its text, its evidence (``{share}`` and the
+    phase's ``{seconds}`` filled in), the roles that address it, and its rank (the share times
+    ``weight``)."""
+
+    finding: str
+    evidence: str
+    roles: tuple[str, ...]
+    least: float
+    ops: frozenset[str] = frozenset()
+    phase: str | None = None
+    weight: float = 1.0
+
+    def __call__(self, facts: Facts) -> Finding | None:
+        if self.phase is not None:
+            share = _phase_share(facts, self.phase)
+        else:
+            share = _ops_share(facts, set(self.ops))
+        if share < self.least:
+            return None
+        seconds = facts.phases_s.get(self.phase or "", 0.0)
+        evidence = self.evidence.format(share=share, seconds=seconds)
+        return _finding(facts, self.finding, evidence, self.roles, share * self.weight)
 
 
-def _optimizer(facts: Facts) -> Finding | None:
-    share = _phase_share(facts, "optimizer")
-    if share < 0.05:
-        return None
-    return _finding(
-        facts,
-        "optimizer step is a large share of the step",
-        f"optimizer {share:.0%} of the step",
-        ("optimizer",),
-        share,
-    )
+_attention = ShareRule(
+    "attention materialises the T x T scores (mask, softmax)",
+    "{share:.0%} of the step in softmax/mask operators",
+    ("attention",),
+    0.02,
+    ops=frozenset(ATTENTION_OPS),
+)
+_optimizer = ShareRule(
+    "optimizer step is a large share of the step",
+    "optimizer {share:.0%} of the step",
+    ("optimizer",),
+    0.05,
+    phase="optimizer",
+)
+_exposed_comm = ShareRule(
+    "exposed communication: ranks wait for gradients or tokens",
+    "exposed communication {share:.0%} of the step ({seconds:.4f} s)",
+    ("communication",),
+    0.05,
+    phase="comm",
+)
+_dispatch = ShareRule(
+    "MoE dispatch loops over experts with boolean masks",
+    "{share:.0%} of the step in index/mask/nonzero operators",
+    ("dispatch",),
+    0.03,
+    ops=frozenset(DISPATCH_OPS),
+)
+_matmuls = ShareRule(
+    "matmuls dominate; fewer, larger GEMMs use the hardware better",
+    "{share:.0%} of the step in matmul operators",
+    ("matmul",),
+    0.2,
+    ops=frozenset(MATMUL_OPS),
+    weight=0.2,
+)
 
 
 def _communication(facts: Facts) -> Finding | None:
-    share = _phase_share(facts, "comm")
-    if share < 0.05:
+    found = _exposed_comm(facts)
+    if found is None:
         return None
-    found = _finding(
-        facts,
-        "exposed communication: ranks wait for gradients or tokens",
-        f"exposed communication {share:.0%} of the step ({facts.phases_s.get('comm', 0):.4f} s)",
-        ("communication",),
-        share,
-    )
     category = [p.id for p in facts.manifest.patches if p.category == "communication"]
     found.suggests = list(dict.fromkeys(found.suggests + category))
     return found
@@ -176,32 +208,6 @@ def _threads(facts: Facts) -> Finding | None:
         f"{world} rank(s) x {threads} intra-op thread(s) on {facts.cores} core(s)",
         ("threads", "ranks"),
         0.3 if over else 0.1,
-    )
-
-
-def _dispatch(facts: Facts) -> Finding | None:
-    share = _ops_share(facts, DISPATCH_OPS)
-    if share < 0.03:
-        return None
-    return _finding(
-        facts,
-        "MoE dispatch loops over experts with boolean masks",
-        f"{share:.0%} of the step in index/mask/nonzero operators",
-        ("dispatch",),
-        share,
-    )
-
-
-def _matmuls(facts: Facts) -> Finding | None:
-    share = _ops_share(facts, MATMUL_OPS)
-    if share < 0.2:
-        return None
-    return _finding(
-        facts,
-        "matmuls dominate; fewer, larger GEMMs use the hardware better",
-        f"{share:.0%} of the step in matmul operators",
-        ("matmul",),
-        share * 0.2,
     )
 
 

@@ -24,6 +24,18 @@ from infrarsi.trial import TrialRecord, TrialSpec, prepare, run_trial
 from infrarsi.workloads import find
 from infrarsi.workloads.manifest import Manifest
 
+# the request's fields a trial spec takes as they are (``prepare``'s options)
+SPEC_OPTIONS = {
+    "mem_cap_bytes",
+    "timeout_s",
+    "contract_hash",
+    "slow_after_s",
+    "seed",
+    "steps",
+    "extra_env",
+    "evaluate",
+}
+
 
 class TrialCancelled(RuntimeError):
     """Polled a trial that was cancelled before it started."""
@@ -144,23 +156,8 @@ class LocalExecutor(Executor):
         path = self.root / workload
         manifest = find(str(path) if path.exists() else workload)
         patches = [str(self.root / p) if (self.root / p).is_file() else p for p in request.patches]
-        spec = prepare(
-            manifest,
-            request.scale,
-            request.knobs,
-            patches,
-            mem_cap_bytes=request.mem_cap_bytes,
-            timeout_s=request.timeout_s,
-            contract_hash=request.contract_hash,
-            slow_after_s=request.slow_after_s,
-            seed=request.seed,
-            steps=request.steps,
-        )
-        if request.extra_env or not request.evaluate:
-            spec = dataclasses.replace(
-                spec, extra_env=dict(request.extra_env), evaluate=request.evaluate
-            )
-        return spec
+        options = request.model_dump(include=SPEC_OPTIONS)
+        return prepare(manifest, request.scale, request.knobs, patches, **options)
 
     def submit(self, request: TrialRequest) -> str:
         spec = self.resolve(request)  # a bad request fails here, in the caller

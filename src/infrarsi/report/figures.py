@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import math
+from typing import Any
 
 import matplotlib
 
@@ -107,24 +108,22 @@ def time_vs_memory(trials: list[dict], capacity_bytes: int | None) -> bytes:
         if t["status"] == TrialStatus.OK and t["peak_mem_bytes"] and _ranked(t) is not None
     ]
     mib = 2**20
-    if ok:
-        ax.scatter(
-            [t["peak_mem_bytes"] / mib for t in ok],
-            [_ranked_or_nan(t) for t in ok],
-            s=18,
-            color="tab:blue",
-            label="ok: measured peak",
-        )
-        pred = [t for t in ok if t.get("predicted_peak_bytes")]
-        if pred:
-            ax.scatter(
-                [t["predicted_peak_bytes"] / mib for t in pred],
-                [_ranked_or_nan(t) for t in pred],
-                s=18,
-                facecolors="none",
-                edgecolors="tab:green",
-                label="predicted peak at proposal",
-            )
+    peaks: tuple[tuple[str, dict[str, Any]], ...] = (  # measured, then predicted at proposal
+        ("peak_mem_bytes", {"color": "tab:blue", "label": "ok: measured peak"}),
+        (
+            "predicted_peak_bytes",
+            {
+                "facecolors": "none",
+                "edgecolors": "tab:green",
+                "label": "predicted peak at proposal",
+            },
+        ),
+    )
+    for field, style in peaks:
+        shown = [t for t in ok if t.get(field)]
+        if shown:
+            xs = [t[field] / mib for t in shown]
+            ax.scatter(xs, [_ranked_or_nan(t) for t in shown], s=18, **style)
     y_oom = [
         t.get("predicted_" + RANKED) or (np.median([_ranked(o) for o in ok]) if ok else 1.0)
         for t in trials

@@ -349,13 +349,12 @@ def _memory_outside_ranks(case: _Case) -> list[str]:
     if base is None or cand is None:
         return []
     allowed = max(LAUNCHER_SLACK_BYTES, int(LAUNCHER_SLACK_FRACTION * base))
-    if cand - base > allowed:
-        return [
-            f"the processes outside the ranks (the launchers) peaked at {cand} bytes, the "
-            f"baseline's at {base} (allowed {allowed} more): memory held where the ranks' "
-            "capacity does not look"
-        ]
-    return []
+    held = (
+        f"the processes outside the ranks (the launchers) peaked at {cand} bytes, the "
+        f"baseline's at {base} (allowed {allowed} more): memory held where the ranks' "
+        "capacity does not look"
+    )
+    return [held] if cand - base > allowed else []
 
 
 def _locked(case: _Case) -> list[str]:
@@ -390,13 +389,12 @@ def _same_host(case: _Case) -> list[str]:
     fingerprint than the baseline it is judged against (another cluster node, another
     machine) is refused. Records from before fingerprints were kept pass."""
     mine, theirs = case.cand.fingerprint, case.baseline.fingerprint
-    if mine and theirs and mine != theirs:
-        return [
-            f"ran on another host (fingerprint {mine}, node {case.cand.node}) than the "
-            f"baseline (fingerprint {theirs}, node {case.baseline.node}): times are "
-            "compared on one host only"
-        ]
-    return []
+    elsewhere = (
+        f"ran on another host (fingerprint {mine}, node {case.cand.node}) than the "
+        f"baseline (fingerprint {theirs}, node {case.baseline.node}): times are "
+        "compared on one host only"
+    )
+    return [elsewhere] if mine and theirs and mine != theirs else []
 
 
 def _seed(case: _Case) -> list[str]:

@@ -38,14 +38,13 @@ def reported_vs_seen(m: TrialMetrics) -> list[str]:
 def _tail(m: TrialMetrics, span_s: float) -> list[str]:
     """Training that goes on after the last step was reported: step lines written ahead
     (``span_s``: how long the harness saw the reported training take)."""
-    limit = max(TAIL_S, span_s)
-    if m.harness_tail_s is not None and m.harness_tail_s > limit:
-        return [
-            f"the job ran {m.harness_tail_s:.1f} s after its last step was reported (the "
-            f"reported training took {span_s:.1f} s): steps reported ahead "
-            "of the work"
-        ]
-    return []
+    tail_s = m.harness_tail_s
+    if tail_s is None or tail_s <= max(TAIL_S, span_s):
+        return []
+    return [
+        f"the job ran {tail_s:.1f} s after its last step was reported (the reported training "
+        f"took {span_s:.1f} s): steps reported ahead of the work"
+    ]
 
 
 def _per_step(m: TrialMetrics) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from infrarsi.errors import InfraRSIError, UnknownNameError, field_problems
 from infrarsi.workloads import expr
 from infrarsi.workloads.stdout import StdoutMetrics
+
+T = TypeVar("T")
 
 KnobValue = int | float | bool | str
 # What a knob or patch is for, in words the diagnosis speaks: a finding names roles, and the
@@ -369,12 +371,7 @@ class Manifest(_Strict):
 
     def knob(self, name: str) -> Knob:
         """The knob called ``name``; KeyError naming the known knobs otherwise."""
-        for knob in self.knobs:
-            if knob.name == name:
-                return knob
-        raise UnknownNameError(
-            f"unknown knob {name!r}; {self.name} has {[k.name for k in self.knobs]}"
-        )
+        return self._named("knob", {k.name: k for k in self.knobs}, name)
 
     def scale(self, name: str) -> Scale:
         """The scale preset called ``name``; KeyError naming the known scales otherwise."""
@@ -384,12 +381,13 @@ class Manifest(_Strict):
 
     def patch(self, patch_id: str) -> PatchSpec:
         """The catalog entry ``patch_id``; KeyError naming the catalog otherwise."""
-        for patch in self.patches:
-            if patch.id == patch_id:
-                return patch
-        raise UnknownNameError(
-            f"unknown patch {patch_id!r}; {self.name} has {[p.id for p in self.patches]}"
-        )
+        return self._named("patch", {p.id: p for p in self.patches}, patch_id)
+
+    def _named(self, what: str, known: dict[str, T], name: str) -> T:
+        """``known[name]``; UnknownNameError naming what this workload has otherwise."""
+        if name not in known:
+            raise UnknownNameError(f"unknown {what} {name!r}; {self.name} has {list(known)}")
+        return known[name]
 
     def patch_path(self, patch_id: str) -> Path:
         """Where the diff of catalog patch ``patch_id`` lies on disk."""
