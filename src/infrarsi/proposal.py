@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infrarsi.identity import Configuration
 from infrarsi.records.base import Configured
-from infrarsi.trial.record import TrialStatus
+from infrarsi.trial.record import TrialRecord, TrialStatus
 
 PROPOSALS_DIR = "proposals"
 PROPOSALS_LOG = "proposals.jsonl"
@@ -121,11 +121,16 @@ class ProposalState(_Frozen):
     outcomes: list[PatchOutcome] = []
 
 
+# where a proposer's own trials go as each ends (label, record): the run's ledger
+TrialSink = Callable[[str, TrialRecord], object]
+
+
 class Proposer(Protocol):
     """What the run loop calls. ``propose`` returns the patches it newly accepted (validated;
     empty when it has nothing, or its budget is spent); ``accepted`` every patch accepted in
     this run directory so far (a resumed run searches them again); ``searches_catalog``
-    whether the workload's own catalog patches are candidates too."""
+    whether the workload's own catalog patches are candidates too. The trials a proposer runs
+    to validate its patches (smoke trials) are told to ``on_trial`` as each ends."""
 
     name: str
 
@@ -134,7 +139,9 @@ class Proposer(Protocol):
 
     def wants_more(self) -> bool: ...
 
-    def propose(self, state: ProposalState) -> list[ProposedPatch]: ...
+    def propose(
+        self, state: ProposalState, on_trial: TrialSink | None = None
+    ) -> list[ProposedPatch]: ...
 
     def accepted(self) -> list[ProposedPatch]: ...
 
@@ -153,7 +160,9 @@ class Recorded:
     def wants_more(self) -> bool:
         return False
 
-    def propose(self, state: ProposalState) -> list[ProposedPatch]:
+    def propose(
+        self, state: ProposalState, on_trial: TrialSink | None = None
+    ) -> list[ProposedPatch]:
         return []
 
     def accepted(self) -> list[ProposedPatch]:

@@ -10,12 +10,15 @@ import enum
 class Stage(str, enum.Enum):
     """A stage of ``optimize``, in the order one round runs them, and ``derive`` (the winner
     becoming the next round's baseline). Trials belong to ``doctor`` (a baseline run, the
-    profiled run, a calibration run), ``run`` (a search trial) or ``apply`` (a measurement of
-    Apply's interleaved rounds): ``TRIAL_STAGES``."""
+    profiled run, a calibration run), ``run`` (a search trial), ``propose`` (a smoke trial the
+    proposer ran to validate a patch during the search: not a search trial, in the ledger and
+    the audit all the same) or ``apply`` (a measurement of Apply's interleaved rounds):
+    ``TRIAL_STAGES``."""
 
     INIT = "init"
     DOCTOR = "doctor"
     RUN = "run"
+    PROPOSE = "propose"
     APPLY = "apply"
     REPORT = "report"
     DERIVE = "derive"
@@ -24,4 +27,4 @@ class Stage(str, enum.Enum):
         return self.value
 
 
-TRIAL_STAGES = (Stage.DOCTOR, Stage.RUN, Stage.APPLY)
+TRIAL_STAGES = (Stage.DOCTOR, Stage.RUN, Stage.PROPOSE, Stage.APPLY)

@@ -15,6 +15,7 @@ from infrarsi.options import Budget, SearchOptions
 from infrarsi.proposal import ProposalState, read_lines
 from infrarsi.proposers import LLMBudget, LLMProposer, make_proposer
 from infrarsi.proposers.llm import Endpoint
+from infrarsi.stages import Stage
 from infrarsi.workloads import find
 
 INSTRUCTION = "Cut end-to-end time; keep loss within 0.5%"
@@ -224,6 +225,10 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
     store, run = open_run_dir(run_dir)
     trials = store.trials(run.run_id)
     assert len(trials) == result.trials == 4  # the smoke trials are not search trials
+    smoke = store.trials(run.run_id, Stage.PROPOSE)  # ... but they are in the run's ledger
+    assert [t.label for t in smoke] == ["smoke baseline"] + [
+        f"smoke of diff {x.diff_sha256[:12]}" for x in lines if x.stage == "smoke"
+    ]
     tried = [t for t in trials if patch in t.config_json["patches"]]
     assert tried and tried[0].seq == 1  # right after the baseline
     assert all(set(t.config_json["patches"]) <= {patch} for t in trials)  # no catalog, no reject
@@ -241,6 +246,7 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
         if r["stage"] == "run" and any(p["id"] == patch.rsplit("/", 1)[1] for p in r["patches"])
     ]
     assert carrying and all(r["proposed_by"].startswith("llm:scripted-model") for r in carrying)
+    assert [r["label"] for r in audit if r["stage"] == "propose"] == [t.label for t in smoke]
     assert all(
         r["proposed_by"] == "infrarsi" for r in audit if r["stage"] == "run" and r not in carrying
     )

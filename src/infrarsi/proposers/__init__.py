@@ -16,7 +16,7 @@ from pathlib import Path
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor
-from infrarsi.proposal import ProposalState, ProposedPatch
+from infrarsi.proposal import ProposalState, ProposedPatch, TrialSink
 from infrarsi.proposers.llm import Endpoint, EndpointError, LLMBudget, LLMProposer, configured
 from infrarsi.records import DoctorReport
 
@@ -43,7 +43,9 @@ class CatalogProposer:
     def wants_more(self) -> bool:
         return False
 
-    def propose(self, state: ProposalState) -> list[ProposedPatch]:
+    def propose(
+        self, state: ProposalState, on_trial: TrialSink | None = None
+    ) -> list[ProposedPatch]:
         return []
 
     def accepted(self) -> list[ProposedPatch]:

@@ -37,6 +37,7 @@ from infrarsi.proposal import (
     ProposalState,
     ProposalStatus,
     ProposedPatch,
+    TrialSink,
     append_line,
     read_lines,
 )
@@ -147,17 +148,20 @@ class LLMProposer:
             and sum(x.seconds for x in lines) < self.budget.seconds
         )
 
-    def propose(self, state: ProposalState) -> list[ProposedPatch]:
-        """One round: requests until a patch is accepted, the round's cap or the budget."""
+    def propose(
+        self, state: ProposalState, on_trial: TrialSink | None = None
+    ) -> list[ProposedPatch]:
+        """One round: requests until a patch is accepted, the round's cap or the budget; each
+        smoke trial told to ``on_trial`` as it ends."""
         for _ in range(self.budget.calls_per_round):
             if not self.wants_more():
                 break
-            accepted = self._one(state)
+            accepted = self._one(state, on_trial)
             if accepted:
                 return accepted
         return []
 
-    def _one(self, state: ProposalState) -> list[ProposedPatch]:
+    def _one(self, state: ProposalState, on_trial: TrialSink | None) -> list[ProposedPatch]:
         """One request, one reply, validated; the accepted patch (or nothing)."""
         history = read_lines(self.run_dir)
         asked = messages(self.contract, self.report, history, state.outcomes)
@@ -171,7 +175,7 @@ class LLMProposer:
                 f"the LLM proposer stops: {self.dead}; the run goes on with the workload's catalog"
             )
             return []
-        line = self._judge(len(history) + 1, text, tokens, prompt_sha, t0)
+        line = self._judge(len(history) + 1, text, tokens, prompt_sha, t0, on_trial)
         append_line(self.run_dir, line)
         self.on_note(f"LLM proposal {line.n}: {line.status} at {line.stage}: {line.reason}"[:300])
         return [ProposedPatch.of_line(line)] if line.status is ProposalStatus.ACCEPTED else []
@@ -198,7 +202,17 @@ class LLMProposer:
         )  # no usage: ~4 chars/token
         return text, tokens
 
-    def _judge(self, n: int, text: str, tokens: int, prompt_sha: str, t0: float) -> ProposalLine:
+    def _judge(
+        self,
+        n: int,
+        text: str,
+        tokens: int,
+        prompt_sha: str,
+        t0: float,
+        on_trial: TrialSink | None,
+    ) -> ProposalLine:
+        """The reply to request ``n`` judged: rejected with its reason, or accepted and
+        written where the search finds it (each smoke trial told to ``on_trial``)."""
         base = dict(n=n, tokens=tokens, model=self.endpoint.model, prompt_sha256=prompt_sha)
         try:
             reply = parse_reply(text)
@@ -210,7 +224,7 @@ class LLMProposer:
                 seconds=time.monotonic() - t0,
                 **base,
             )
-        checked = self.validator.check(reply.diff)
+        checked = self.validator.check(reply.diff, on_trial=on_trial)
         sha = checked.sha256
         if checked.ok and sha in {
             x.diff_sha256 for x in read_lines(self.run_dir) if x.status is ProposalStatus.ACCEPTED

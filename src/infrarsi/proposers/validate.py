@@ -32,7 +32,7 @@ from pathlib import Path
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, TrialRequest
 from infrarsi.objective import ranked_step_time_s
-from infrarsi.proposal import PROPOSALS_DIR
+from infrarsi.proposal import PROPOSALS_DIR, TrialSink
 from infrarsi.trial import TrialRecord, TrialStatus, prepare
 from infrarsi.trial.patching import check_paths, sha256_bytes
 from infrarsi.trial.screen import screen
@@ -41,6 +41,10 @@ from infrarsi.verify import verify
 from infrarsi.workloads.folder import copy_workload
 
 SMOKE_SCALE = "tiny"
+
+
+def _ignore(label: str, record: TrialRecord) -> None:
+    """A smoke trial nobody keeps (a check run outside a search)."""
 
 
 @dataclass(frozen=True)
@@ -97,9 +101,9 @@ class Validator:
         self.seed = challenge_seed()
 
     # -- the cheap checks ------------------------------------------------------------------
-    def check(self, diff: str, smoke: bool = True) -> Checked:
+    def check(self, diff: str, smoke: bool = True, on_trial: TrialSink | None = None) -> Checked:
         """Every check in order; the first that fails rejects (``smoke=False``: stop before
-        the smoke trial)."""
+        the smoke trial; ``on_trial``: where each smoke trial goes as it ends)."""
         reasons = check_paths(diff, self.manifest.root, self.contract.editable, self.locked)
         if reasons:
             return Checked(False, "files", "; ".join(reasons))
@@ -114,7 +118,7 @@ class Validator:
             return Checked(
                 True, "screen", "passed the checks before the smoke trial", canonical, None, flags
             )
-        return dataclasses.replace(self._smoke(canonical), flags=flags)
+        return dataclasses.replace(self._smoke(canonical, on_trial or _ignore), flags=flags)
 
     def _git(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         env = {
@@ -181,9 +185,10 @@ class Validator:
             seed=self.seed,
         )
 
-    def _smoke(self, canonical: str) -> Checked:
+    def _smoke(self, canonical: str, on_trial: TrialSink) -> Checked:
         if self._baseline is None or self._baseline.status is not TrialStatus.OK:
             self._baseline = self.executor.run(self._request([]))
+            on_trial("smoke baseline", self._baseline)
             if self._baseline.status is not TrialStatus.OK:
                 return Checked(
                     False,
@@ -192,7 +197,8 @@ class Validator:
                     f"{self._baseline.status.value}: {self._baseline.error}",
                     canonical,
                 )
-        pending = self.folder / f"pending-{sha256_bytes(canonical.encode())[:12]}.diff"
+        sha = sha256_bytes(canonical.encode())[:12]
+        pending = self.folder / f"pending-{sha}.diff"
         pending.write_text(canonical)
         try:
             record = self.executor.run(
@@ -200,6 +206,7 @@ class Validator:
             )
         finally:
             pending.unlink(missing_ok=True)
+        on_trial(f"smoke of diff {sha}", record)
         verdict = verify(self.smoke, self._baseline, record)
         if not verdict.valid:
             return Checked(False, "smoke", "; ".join(verdict.reasons)[:600], canonical)

@@ -191,7 +191,12 @@ class RunLoop:
         self._proposed_at = count
         catalog = self.proposer.searches_catalog
         self.on_event(PatchesAsked(proposer=self.proposer.name, trials=count))
-        new = self.proposer.propose(proposal_state(store.trials(run_id), baseline))
+        new = self.proposer.propose(
+            proposal_state(store.trials(run_id), baseline),
+            on_trial=lambda label, record: store.add_trial(
+                run_id, Stage.PROPOSE, record, label=label
+            ),
+        )
         accepted = [p.patch_id for p in new]
         if accepted:
             self._writers = proposed_by(self.run_dir)

@@ -23,7 +23,7 @@ from sqlalchemy.pool import StaticPool
 
 from infrarsi.errors import InfraRSIError, UnknownNameError
 from infrarsi.records import Prediction, RankedConfig
-from infrarsi.stages import Stage
+from infrarsi.stages import TRIAL_STAGES, Stage
 from infrarsi.store.schema import Base, RunRow, TrialRow
 from infrarsi.store.stored import RunStatus as RunStatus
 from infrarsi.store.stored import StoredRun as StoredRun
@@ -280,7 +280,8 @@ class Store:
     def trials(self, run_id: str, stage: Stage | None = Stage.RUN) -> list[StoredTrial]:
         """A run's trials of one stage (the search's by default; None: every stage, the
         Doctor's, then the search's, then Apply's), each stage's in the order proposed."""
-        order = case({Stage.DOCTOR.value: 0, Stage.RUN.value: 1}, value=TrialRow.stage, else_=2)
+        first = {s.value: i for i, s in enumerate(TRIAL_STAGES)}  # the Doctor's, ..., Apply's
+        order = case(first, value=TrialRow.stage, else_=len(first))
         query = select(TrialRow).where(TrialRow.run_id == run_id)
         if stage is not None:
             query = query.where(TrialRow.stage == stage)
