@@ -146,16 +146,12 @@ class Proposer(Protocol):
     def accepted(self) -> list[ProposedPatch]: ...
 
 
-class Recorded:
-    """A proposer that proposes nothing more: the patches a run directory's
-    ``proposals.jsonl`` accepted, with the catalog (a run resumed without its proposer still
-    searches every patch it had)."""
+class ProposesNothing:
+    """A proposer that proposes nothing during the run: the workload's catalog is searched,
+    with whatever ``accepted`` returns."""
 
-    name = "recorded"
+    name = "nothing"
     searches_catalog = True
-
-    def __init__(self, run_dir: Path):
-        self.run_dir = Path(run_dir)
 
     def wants_more(self) -> bool:
         return False
@@ -164,6 +160,20 @@ class Recorded:
         self, state: ProposalState, on_trial: TrialSink | None = None
     ) -> list[ProposedPatch]:
         return []
+
+    def accepted(self) -> list[ProposedPatch]:
+        return []
+
+
+class Recorded(ProposesNothing):
+    """A proposer that proposes nothing more: the patches a run directory's
+    ``proposals.jsonl`` accepted, with the catalog (a run resumed without its proposer still
+    searches every patch it had)."""
+
+    name = "recorded"
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
 
     def accepted(self) -> list[ProposedPatch]:
         return [

@@ -16,7 +16,7 @@ STRAY = ["sleep", "3600.25"]
 def _run(manifest, tmp_path, **knobs_and_options):
     options = {
         k: knobs_and_options.pop(k)
-        for k in ("mem_cap_bytes", "timeout_s", "slow_after_s")
+        for k in ("mem_cap_bytes", "timeout_s", "slow_after_s", "censored_step_time_s")
         if k in knobs_and_options
     }
     record = run_trial(prepare(manifest, "tiny", knobs_and_options, **options), tmp_path)
@@ -33,8 +33,12 @@ def test_hang_ends_timeout(toy, tmp_path):
 
 
 def test_a_trial_past_the_search_bound_is_cut_short_as_slow_and_costs_what_it_ran(toy, tmp_path):
-    record = _run(toy, tmp_path, mode="hang", timeout_s=120, slow_after_s=4)
+    record = _run(
+        toy, tmp_path, mode="hang", timeout_s=120, slow_after_s=4, censored_step_time_s=0.25
+    )
     assert record.status is TrialStatus.SLOW and record.slow_after_s == 4
+    # built with the time it is at least (right-censored), not amended afterwards
+    assert record.censored_time_per_step_s == 0.25
     assert "cut short after 4.0 s" in record.error
     assert record.metrics is None and 4 <= record.cost_s < 30  # not its 120 s timeout
 

@@ -30,6 +30,7 @@ SPEC_OPTIONS = {
     "timeout_s",
     "contract_hash",
     "slow_after_s",
+    "censored_step_time_s",
     "seed",
     "steps",
     "extra_env",
@@ -63,6 +64,11 @@ class TrialRequest(BaseModel, Configured):
     slow_after_s: float | None = Field(
         None,
         description="the search's bound: a trial still running then is cut short and recorded slow",
+    )
+    censored_step_time_s: float | None = Field(
+        None,
+        description="with the bound: the time per step a trial cut there is recorded at least "
+        "(right-censored)",
     )
     seed: int | None = Field(
         None, description="a challenge seed: every seed parameter of the workload takes it"

@@ -91,14 +91,15 @@ def _run_on_node(
         with tarfile.open(fileobj=io.BytesIO(bundle)) as archive:
             archive.extractall(scratch, filter="data")
         req = TrialRequest.model_validate(request)
-        spec = LocalExecutor(scratch).resolve(req)
+        spec = dataclasses.replace(
+            LocalExecutor(scratch).resolve(req),
+            node=ray.get_runtime_context().get_node_id(),
+            host=node_address(),
+        )
         if peers:
             spec = dataclasses.replace(spec, elsewhere=RayElsewhere(peers))
-        record = run_trial(spec, scratch / req.workdir)
-        where = {"node": ray.get_runtime_context().get_node_id()}
-        record = record.model_copy(update={**where, "hosts": record.hosts or [node_address()]})
+        record = run_trial(spec, scratch / req.workdir)  # built with its node and host
         workdir = scratch / req.workdir
-        record.save(Path(record.trial_dir) / "record.json")
         out = io.BytesIO()
         with tarfile.open(fileobj=out, mode="w:gz") as archive:
             for item in sorted(workdir.iterdir()) if workdir.is_dir() else []:

@@ -16,7 +16,7 @@ from pathlib import Path
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor
-from infrarsi.proposal import ProposalState, ProposedPatch, TrialSink
+from infrarsi.proposal import ProposesNothing
 from infrarsi.proposers.llm import Endpoint, EndpointError, LLMBudget, LLMProposer, configured
 from infrarsi.records import DoctorReport
 
@@ -34,22 +34,10 @@ __all__ = [
 ]
 
 
-class CatalogProposer:
+class CatalogProposer(ProposesNothing):
     """Today's behaviour: the workload's catalog, searched from the start; proposes nothing."""
 
     name = "catalog"
-    searches_catalog = True
-
-    def wants_more(self) -> bool:
-        return False
-
-    def propose(
-        self, state: ProposalState, on_trial: TrialSink | None = None
-    ) -> list[ProposedPatch]:
-        return []
-
-    def accepted(self) -> list[ProposedPatch]:
-        return []
 
 
 def default_kind() -> str:

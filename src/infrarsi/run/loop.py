@@ -65,7 +65,6 @@ from infrarsi.store import (
     sqlite_url,
 )
 from infrarsi.trial import TrialRecord
-from infrarsi.trial.record import TrialStatus
 from infrarsi.trial.spec import challenge_seed
 
 
@@ -88,7 +87,7 @@ class _Loop:
     t0: float
     reason: str = "budget spent"
     stopping: bool = False
-    flying: dict[str, tuple[Config, int, SlowBound | None]] = field(default_factory=dict)
+    flying: dict[str, tuple[Config, int]] = field(default_factory=dict)  # handle: (config, row)
 
     @property
     def baseline(self) -> Config:
@@ -362,16 +361,16 @@ class RunLoop:
         changes = config.describe_from(st.baseline)
         self.on_event(TrialLaunched(seq=this_seq, changes=changes, predicted=predictions))
         bound = st.searcher.slow_bound()
-        st.flying[self._submit(config, bound)] = (config, row, bound)
+        st.flying[self._submit(config, bound)] = (config, row)
         st.searcher.tried.add(config)  # in flight: not proposed again meanwhile
         return True
 
     def _finish_next(self, store: Store, st: _Loop) -> None:
         """Wait for the next trial in flight to end; screen, store and tell it."""
         handle, record = self._next_done(st.flying)
-        config, row, bound = st.flying.pop(handle)
+        config, row = st.flying.pop(handle)
         record = screened(
-            _censored(record, bound),
+            record,
             self.contract,
             self.manifest,
             st.baseline.knob_dict,
@@ -437,6 +436,7 @@ class RunLoop:
                 self.contract,
                 config,
                 slow_after_s=bound.after_s if bound else None,
+                censored_step_time_s=bound.censored_step_time_s if bound else None,
                 seed=self.trial_seed,
             )
         )
@@ -457,16 +457,6 @@ class RunLoop:
 TRIAL_SEED = "trial_seed"  # run.json's field: the search trials' seed
 POLL_S = 0.2  # how often trials in flight are polled
 PROPOSE_EVERY = 2  # trials between two requests to a proposer (a patch is tried in between)
-
-
-def _censored(record: TrialRecord, bound: SlowBound | None) -> TrialRecord:
-    """A trial cut short at the search's bound carries the bound's time per step (a
-    right-censored time), saved with its record."""
-    if record.status is TrialStatus.SLOW and bound is not None:
-        record = record.model_copy(update={"censored_time_per_step_s": bound.censored_step_time_s})
-        if record.trial_dir:
-            record.save(Path(record.trial_dir) / "record.json")
-    return record
 
 
 def _predictions(searcher: Searcher) -> Prediction | None:

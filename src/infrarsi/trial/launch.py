@@ -230,6 +230,8 @@ def launch(
     evaluated = _evaluated(spec, outcome, trial_dir, workspace)
     _warn(trial_dir, base, outcome, result)
     outcome.warnings.extend(late_warnings or [])
+    if outcome.status is TrialStatus.SLOW:  # cut at the search's bound: its time is censored
+        base = {**base, "censored_time_per_step_s": spec.censored_step_time_s}
     return _record(base, outcome, evaluated, commands, result, t0)
 
 

@@ -51,6 +51,8 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
         started_unix_s=started,
         trial_dir=str(trial_dir),
         fingerprint=host_fingerprint(),
+        node=spec.node,
+        hosts=[spec.host] if spec.host else [],
         seed=spec.seed,
         steps=spec.steps,
         seed_set_by=seed_setting(spec),

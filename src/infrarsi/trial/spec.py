@@ -42,10 +42,16 @@ class TrialSpec:
     extra_env: dict[str, str] = field(default_factory=dict)
     evaluate: bool = True  # False: skip the held-out evaluation (measurement-only benchmarks)
     slow_after_s: float | None = None  # the search's bound: cut short there, recorded slow
+    # the time per step a trial cut at the bound is recorded at least (right-censored)
+    censored_step_time_s: float | None = None
     seed: int | None = None  # a challenge seed the harness drew: every seed parameter takes it
     # the optimizer steps the harness asks for instead of the scale's (Apply's timed runs:
     # launch to exit over more steps, so the steps stand clear of start-up's noise)
     steps: int | None = None
+    # where it runs, for its record: the cluster node's id and this host's address (a trial
+    # run here: "local", no address); a spread trial's launchers record their own hosts
+    node: str = "local"
+    host: str | None = None
     # where launchers after the first run (``trial.remote.Elsewhere``); None: all here
     elsewhere: Elsewhere | None = field(default=None, compare=False, repr=False)
 
