@@ -12,7 +12,6 @@ stage, why, what it cost); the accepted ones also carry their patch id and prove
 
 from __future__ import annotations
 
-import enum
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infrarsi.enums import ValueEnum
 from infrarsi.identity import Configuration
 from infrarsi.records.base import Configured
 from infrarsi.trial.record import TrialRecord, TrialStatus
@@ -44,14 +44,11 @@ class Expectation(_Frozen):
     addresses: str = ""
 
 
-class ProposalStatus(str, enum.Enum):
+class ProposalStatus(ValueEnum):
     """What became of an LLM reply: a patch that passed every check, or not."""
 
     ACCEPTED = "accepted"
     REJECTED = "rejected"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class ProposalLine(_Frozen):

@@ -4,10 +4,10 @@ nothing of theirs."""
 
 from __future__ import annotations
 
-import enum
+from infrarsi.enums import ValueEnum
 
 
-class Stage(str, enum.Enum):
+class Stage(ValueEnum):
     """A stage of ``optimize``, in the order one round runs them, and ``derive`` (the winner
     becoming the next round's baseline). Trials belong to ``doctor`` (a baseline run, the
     profiled run, a calibration run), ``run`` (a search trial), ``propose`` (a smoke trial the
@@ -22,9 +22,6 @@ class Stage(str, enum.Enum):
     APPLY = "apply"
     REPORT = "report"
     DERIVE = "derive"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 TRIAL_STAGES = (Stage.DOCTOR, Stage.RUN, Stage.PROPOSE, Stage.APPLY)

@@ -3,13 +3,13 @@ them, each read from its row in one place, and a run's state (``RunStatus``)."""
 
 from __future__ import annotations
 
-import enum
 import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from infrarsi.contract import Contract
+from infrarsi.enums import ValueEnum
 from infrarsi.identity import Configuration
 from infrarsi.options import SearchOptions
 from infrarsi.records import Prediction, RankedConfig
@@ -17,7 +17,7 @@ from infrarsi.stages import Stage
 from infrarsi.trial.record import TrialRecord, TrialStatus
 
 
-class RunStatus(str, enum.Enum):
+class RunStatus(ValueEnum):
     """A stored run's state: ``doctoring`` (opened before its Doctor, whose trials go in as
     they end), searching (or killed while it searched: ``running`` until it is resumed),
     ``finished`` at its budget or when nothing was left to try."""
@@ -25,9 +25,6 @@ class RunStatus(str, enum.Enum):
     DOCTORING = "doctoring"
     RUNNING = "running"
     FINISHED = "finished"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class StoredRun(BaseModel):

@@ -7,17 +7,17 @@ censoring bound. Records are frozen once written and are stored as JSON beside t
 
 from __future__ import annotations
 
-import enum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from infrarsi.enums import ValueEnum
 from infrarsi.identity import Configuration
 
 RECORD_SCHEMA_VERSION = 2
 
 
-class TrialStatus(str, enum.Enum):
+class TrialStatus(ValueEnum):
     """Where a trial is: in flight (``running``, or ``interrupted`` when the tool died while it
     ran: a stored trial only) or how it ended. A ``TrialRecord`` always holds a finished one."""
 
@@ -30,9 +30,6 @@ class TrialStatus(str, enum.Enum):
     INVALID = "invalid"  # finished, but computed something else than the workload (or refused)
     SLOW = "slow"  # cut short at the search's bound: slower than worth finishing
     # (its time per step right-censored, as an OOM's peak is)
-
-    def __str__(self) -> str:  # f-strings and tables show the value ("ok"), not the name
-        return self.value
 
     def is_finished(self) -> bool:
         """Whether the trial has ended (every status but ``running`` and ``interrupted``)."""

@@ -14,11 +14,11 @@ that quietly runs fp32 under a bf16 label does not.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
 from infrarsi.contract import Contract
+from infrarsi.enums import ValueEnum
 from infrarsi.identity import config_key
 from infrarsi.trial.record import TrialRecord
 from infrarsi.verify.evidence import known_params, weight_distance
@@ -31,15 +31,12 @@ PRECISION_SHARE = 0.25
 Knobs = dict[str, Any]
 
 
-class Role(str, enum.Enum):
+class Role(ValueEnum):
     """What a reference run is for."""
 
     SAME_KNOBS = "same_knobs"  # the candidate's knobs, no patch
     FP32_SAME_KNOBS = "fp32_same_knobs"  # its knobs at fp32, no patch (a bf16 candidate)
     FP32_CANDIDATE = "fp32_candidate"  # its knobs at fp32, with its patches
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
