@@ -70,24 +70,18 @@ def audit_line(
         context["proposed_by"] = t.proposed_by or who_proposed(
             t.config_json["patches"], writers, None
         )
-        m = measured(t)
+        m = Measurement.of_verdict(t.verdict)
         if m is not None:
             context.update(m.model_dump(mode="json", include=VERDICT_FIELDS))
     return audit_row(t.record, objective, **context)
 
 
-def measured(t: StoredTrial) -> Measurement | None:
-    """The measurement of a round an Apply trial was stored with (None: a reference run, or a
-    trial of another stage)."""
-    if t.verdict is None or "measurement" not in t.verdict:
-        return None
-    return Measurement.model_validate(t.verdict["measurement"])
+# what tells one audit line's trial from another's: its stage, sequence number and trial id
+KEY_FIELDS = ("stage", "seq", "trial_id")
 
 
 def _audit_key(line: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What tells one audit line's trial from another's: its stage, sequence number (a search
-    trial's) and trial id."""
-    return (line.get("stage"), line.get("seq"), line.get("trial_id"))
+    return tuple(line.get(k) for k in KEY_FIELDS)
 
 
 class AuditLog(Callback):
@@ -110,7 +104,9 @@ class AuditLog(Callback):
         missing = [
             t
             for t in trials
-            if t.status.is_finished() and (t.stage.value, t.seq, t.trial_id) not in have
+            if t.status.is_finished()
+            and _audit_key({"stage": t.stage.value, "seq": t.seq, "trial_id": t.trial_id})
+            not in have
         ]
         self._append(missing)
         return len(missing)

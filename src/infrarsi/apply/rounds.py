@@ -12,7 +12,7 @@ from typing import Any
 
 from infrarsi.apply.decide import futile, pooled_sd, round_ratios
 from infrarsi.apply.ledger import ApplyLedger
-from infrarsi.apply.references import REFERENCE, ReferenceRuns
+from infrarsi.apply.references import ReferenceRuns
 from infrarsi.contract import Contract, ContractError
 from infrarsi.events import (
     CandidateDropped,
@@ -157,9 +157,9 @@ class Rounds:
         """Measurements of this plan a previous Apply of the run finished (same configs)."""
         found = {}
         for verdict, record in self.ledger.entries():
-            if REFERENCE in verdict:  # a reference run (``references``)
+            m = Measurement.of_verdict(verdict)
+            if m is None:  # a reference run (``references``)
                 continue
-            m = Measurement.model_validate(verdict["measurement"])
             if (
                 m.label in self.configs
                 and _same_config(verdict.get("config"), self.configs[m.label])

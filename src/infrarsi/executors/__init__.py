@@ -24,19 +24,6 @@ from infrarsi.trial import TrialRecord, TrialSpec, prepare, run_trial
 from infrarsi.workloads import find
 from infrarsi.workloads.manifest import Manifest
 
-# the request's fields a trial spec takes as they are (``prepare``'s options)
-SPEC_OPTIONS = {
-    "mem_cap_bytes",
-    "timeout_s",
-    "contract_hash",
-    "slow_after_s",
-    "censored_step_time_s",
-    "seed",
-    "steps",
-    "extra_env",
-    "evaluate",
-}
-
 
 class TrialCancelled(RuntimeError):
     """Polled a trial that was cancelled before it started."""
@@ -93,6 +80,13 @@ class TrialRequest(BaseModel, Configured):
             "contract_hash": contract.contract_hash,
         }
         return cls(**{**fields, **launch})
+
+
+# the request's fields a trial spec takes as they are (``prepare``'s options): those both
+# declare, but what ``prepare`` is given in its own place
+SPEC_OPTIONS = (
+    {f.name for f in dataclasses.fields(TrialSpec)} & set(TrialRequest.model_fields)
+) - {"scale", "knobs", "patches"}
 
 
 class Executor:

@@ -95,9 +95,8 @@ def _run_on_node(
             LocalExecutor(scratch).resolve(req),
             node=ray.get_runtime_context().get_node_id(),
             host=node_address(),
+            elsewhere=RayElsewhere(peers) if peers else None,
         )
-        if peers:
-            spec = dataclasses.replace(spec, elsewhere=RayElsewhere(peers))
         record = run_trial(spec, scratch / req.workdir)  # built with its node and host
         workdir = scratch / req.workdir
         out = io.BytesIO()

@@ -6,6 +6,7 @@ and read through one ``to_json`` / ``from_json`` pair."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -254,6 +255,14 @@ class Measurement(Frozen):
         description="the comparisons verify made beyond the baseline (same-knob reference, the "
         "patch at fp32, the precision that ran, process ownership)",
     )
+
+    @classmethod
+    def of_verdict(cls, verdict: Mapping[str, Any] | None) -> Measurement | None:
+        """The measurement an Apply trial's stored verdict holds: the one reader of what
+        Apply's rounds store (None: a reference run's verdict, or no verdict)."""
+        if not verdict or "measurement" not in verdict:
+            return None
+        return cls.model_validate(verdict["measurement"])
 
 
 class ReferenceRun(Frozen, Configured):
