@@ -34,7 +34,7 @@ from infrarsi.trial import classify, evaluation
 from infrarsi.trial.evaluation.server import isolation_for
 from infrarsi.trial.filewatch import Moments, for_trial
 from infrarsi.trial.metrics import MetricsError
-from infrarsi.trial.record import Evaluation, TrialMetrics, TrialRecord, TrialStatus
+from infrarsi.trial.record import Evaluation, TrialRecord, TrialStatus
 from infrarsi.trial.spec import TrialSpec, seed_names
 from infrarsi.trial.watch import MetricsChannel
 
@@ -226,7 +226,7 @@ def launch(
     if outcome.status is TrialStatus.OK:
         outcome = _measure(spec, channel, result, outcome, memory)
         # a launcher on another host opens its own copies of the files, unseen here
-        _annotate(outcome.metrics, launcher_memory, result, None if spread else moments)
+        _annotate(outcome, launcher_memory, result, None if spread else moments)
     evaluated = _evaluated(spec, outcome, trial_dir, workspace)
     _warn(trial_dir, base, outcome, result)
     outcome.warnings.extend(late_warnings or [])
@@ -268,14 +268,16 @@ def _record(
 
 
 def _annotate(
-    metrics: TrialMetrics | None,
+    outcome: classify.Classified,
     launcher_memory: RankMemory | None,
     result: ProcessResult,
     moments: Moments | None,
 ) -> None:
     """What the sandbox saw beside the ranks' reports: the launchers' peak memory (their
     cgroup's, else sampled from outside) and, where the files were watched, when the patched
-    files were first opened and the final parameters last written."""
+    files were first opened, when the final parameters last changed, and how far apart the
+    watch's reads around those moments were (what kept the watch from telling, a warning)."""
+    metrics = outcome.metrics
     if metrics is None:
         return
     metrics.launcher_peak_mem_bytes = (
@@ -286,6 +288,9 @@ def _annotate(
     if moments is not None:
         metrics.first_open_s = moments.first_open_s
         metrics.final_saved_s = moments.final_saved_s
+        metrics.watch_lag_s = moments.lag_s
+        if moments.problem:
+            outcome.warnings.append(f"the harness's file watch: {moments.problem}")
 
 
 def _rendered(

@@ -124,8 +124,15 @@ class TrialMetrics(BaseModel):
     )
     final_saved_s: float | None = Field(
         None,
-        description="seconds from launch to the last write of the final parameters (the "
-        "kernel's inotify): the workload's work ends there",
+        description="seconds from launch to the last change of the bytes under the final "
+        "parameters' name (the kernel's inotify on their folder and inode, and their change "
+        "time at the end): the workload's work ends there",
+    )
+    watch_lag_s: float | None = Field(
+        None,
+        description="the most the harness's reader can have mistimed those two moments (the "
+        "span of the reads that delivered them): a first open is timed at its earliest, the "
+        "end at its latest",
     )
     loss: list[float]
     step_times_s: list[float]
@@ -208,6 +215,12 @@ class TrialRecord(BaseModel):
         None,
         description="for a slow trial: the objective's time per step it was at least "
         "(right-censored), as the search set its bound",
+    )
+    window_step_time_s: float | None = Field(
+        None,
+        description="a patched search trial under a throughput objective: its steady step "
+        "charged by the harness's window against the Doctor's baseline (``run.screened``); it "
+        "ranks on the larger of this and its lines, never on its lines alone",
     )
     started_unix_s: float
     cost_s: float = Field(description="wall time the trial cost the harness, set-up included")
