@@ -8,10 +8,12 @@ import statistics
 import pytest
 
 from infrarsi.apply.rounds import harness_time
+from infrarsi.contract import NoisePolicy
 from infrarsi.doctor import noise
 from infrarsi.trial.arrivals import Timing, arrivals, held_back, paired_windows, window
 from infrarsi.trial.record import PatchRef, TrialMetrics, TrialRecord
 from infrarsi.verify import clock
+from infrarsi.verify.reference import References
 
 PATCH = PatchRef(id="p.diff", sha256="0", catalog=False, paths=["model.py"])
 
@@ -124,7 +126,7 @@ def test_two_runs_are_windowed_the_same_way():
     cand, ref = _metrics(opened=2.0), _metrics(opened=2.5)
     mine, theirs, how = paired_windows(cand, ref, ["model.py"])
     assert mine - theirs == pytest.approx(0.5)
-    assert how == "the first open of the patched files to the last write of the final parameters"
+    assert how == "the first open of the patched files to the last change of the final parameters"
     unsaved = ref.model_copy(update={"final_saved_s": None})
     mine, theirs, how = paired_windows(cand, unsaved, ["model.py"])
     assert how.endswith("to exit") and theirs == pytest.approx(unsaved.e2e_time_s - 2.5)
@@ -147,25 +149,103 @@ def test_a_patch_is_charged_every_second_it_moves_inside_its_window():
     assert clock.charged_step_s(_metrics(steps=12), ref, ["model.py"]) is None  # two counts
 
 
-def test_apply_compares_the_slower_of_the_charged_step_and_the_lines():
-    def record(m: TrialMetrics, patches=()) -> TrialRecord:
-        return TrialRecord.model_validate(
-            {
-                "trial_id": "t",
-                "workload": "w",
-                "scale": "tiny",
-                "status": "ok",
-                "knobs": {},
-                "patches": [p.model_dump() for p in patches],
-                "locked_files": {},
-                "mem_cap_bytes": None,
-                "timeout_s": 60,
-                "started_unix_s": 0,
-                "cost_s": 1,
-                "metrics": m.model_dump(),
-            }
-        )
+def _trial(m: TrialMetrics, patches=()) -> TrialRecord:
+    return TrialRecord.model_validate(
+        {
+            "trial_id": "t",
+            "workload": "w",
+            "scale": "tiny",
+            "status": "ok",
+            "knobs": {},
+            "patches": [p.model_dump() for p in patches],
+            "locked_files": {},
+            "mem_cap_bytes": None,
+            "timeout_s": 60,
+            "started_unix_s": 0,
+            "cost_s": 1,
+            "metrics": m.model_dump(),
+        }
+    )
 
+
+def test_the_window_ends_no_earlier_than_the_last_step_line():
+    """The final parameters' name written early (a placeholder) cannot end the window before
+    the training's last step line arrived."""
+    m = _metrics(saved=2.1)  # a "save" at import, the steps after it
+    start, end = window(m)
+    assert end == pytest.approx(m.e2e_time_s - 1.0)  # the last step line
+    assert window(_metrics())[1] == pytest.approx(_metrics().e2e_time_s - 0.8)  # a real save
+
+
+def test_an_impossible_charge_is_a_refusal_never_handed_to_the_lines():
+    ref = _trial(_metrics())
+    # a window that opened near the end of the run: it cannot hold its 1.4 s of steps
+    late_open = _trial(_metrics(opened=4.3), [PATCH])
+    timing = clock.timing_of(NoisePolicy(), [ref])
+    charge = clock.bill(late_open, ref, timing)
+    assert charge.step_s < 0
+    assert "the window did not contain the run" in charge.impossible
+    assert "charges -0.1300 s a step, the candidate's own lines say 0.1000 s" in charge.impossible
+    assert charge.compared_s is None and harness_time(late_open, ref) is None
+    # within what the window can save outside the steps (here its 1.8 s of set-up and tail)
+    set_up_saving = _trial(_metrics(start=2.4), [PATCH])  # 0.6 s less set-up in its window
+    assert clock.bill(set_up_saving, ref, timing).impossible is None
+    # below the lines by more than that: the window missed steps
+    charge = clock.Charged(1.0, 4.0, "x", 0.02, 10, lines_s=0.3, room_s=1.0)
+    assert "the window did not contain the run" in charge.impossible
+    assert clock.Charged(3.0, 4.0, "x", 0.05, 10, lines_s=0.1, room_s=1.0).impossible is None
+    verdict, _ = clock.judge(_throughput(), ref, late_open, References())
+    assert any("the window did not contain the run" in r for r in verdict), verdict
+
+
+def _throughput():
+    from infrarsi.contract import Contract
+
+    return Contract.model_validate(
+        {
+            "workload": "w",
+            "scale": "tiny",
+            "instruction": "x",
+            "objective": "tokens_per_s",
+            "invariants": {
+                "tokens_per_step": 512,
+                "steps": 10,
+                "seeds": {"seed": 1},
+                "data_fingerprint": "x",
+            },
+            "correctness": {"loss_tolerance": 0.01},
+            "editable": ["model.py"],
+            "locked": {},
+        }
+    ).sealed()
+
+
+def test_the_start_line_is_judged_both_ways_against_that_configurations_start_ups():
+    ref = Timing.of([_record(_metrics())])
+    # work done before the steps began: the start line later than the warm-up may grow
+    rehearsed = _metrics(start=3.0 + 1.4, step_s=0.002)
+    assert "the run's work done before its steps began" in clock.late_start(rehearsed, ref)
+    assert clock.late_start(_metrics(start=3.3), ref) is None
+    assert "before its steps began" in " ".join(clock.moved_work(rehearsed, ref))
+    assert clock.moved_work(rehearsed, ref, one_time=False) == []  # compiling: not judged
+    # one slow start-up of the reference does not decide: judged against its earliest
+    slow_once = Timing.of([_record(_metrics(start=4.8))])
+    honest = _metrics(start=3.14)
+    assert "a probe opened before" in clock.early_start(honest, slow_once)
+    twice = clock.timing_of(
+        NoisePolicy(start_sd_s=0.1), [_record(_metrics(start=4.8)), _record(_metrics(start=3.2))]
+    )
+    assert twice.start_sd_s == 0.1  # two runs' spread is no yardstick: the Doctor's
+    assert twice.start_range_s == (pytest.approx(3.2), pytest.approx(4.8))
+    assert clock.start_reasons(honest, twice) == []
+    probe_at_import = _metrics(start=1.0)
+    assert "1.00 s after launch, the reference's 3.20-4.80 s over 2 runs" in " ".join(
+        clock.start_reasons(probe_at_import, twice)
+    )
+
+
+def test_apply_compares_the_slower_of_the_charged_step_and_the_lines():
+    record = _trial
     ref = record(_metrics())
     # every record held to the end: the run takes as long, its lines say its steps were free
     burst = record(_metrics(seen=[0.5] + [0.00002] * 9, tail=1.9, saved=4.6), [PATCH])

@@ -79,6 +79,16 @@ class ReferenceRuns:
             found[role] = self.records[key]
         return References.of(found)
 
+    def again(self, record: TrialRecord) -> TrialRecord:
+        """``record``'s configuration (a run without a patch: the baseline, or a same-knob
+        reference) measured once more at its seed, so that a candidate's start line is judged
+        against that configuration's start-ups, not one run's; measured once per config and
+        seed, and stored like every reference."""
+        key = _key(record.knobs, [], record.seed, Role.START_AGAIN)
+        if key not in self.records:
+            self._measure(Role.START_AGAIN, key, record.knobs, [], record.seed)
+        return self.records[key]
+
     def _measure(
         self, role: Role, key: str, knobs: dict[str, Any], patches: list[str], seed: int | None
     ) -> None:
@@ -123,6 +133,10 @@ class ReferenceRuns:
                 self.records[key] = record
 
 
-def _key(knobs: dict[str, Any], patches: list[str], seed: int | None) -> str:
-    """A reference's identity: its config and the seed it ran at (one host: Apply's)."""
-    return json.dumps([config_key(knobs, patches), seed], default=str)
+def _key(
+    knobs: dict[str, Any], patches: list[str], seed: int | None, again: Role | None = None
+) -> str:
+    """A reference's identity: its config and the seed it ran at (one host: Apply's); a run
+    measured again (``again``) is another one of the same config."""
+    parts: list[Any] = [config_key(knobs, patches), seed]
+    return json.dumps(parts if again is None else [*parts, str(again)], default=str)

@@ -8,12 +8,13 @@ the next measurement of the same plan.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from infrarsi.apply.decide import futile, pooled_sd, round_ratios
 from infrarsi.apply.ledger import ApplyLedger
 from infrarsi.apply.references import ReferenceRuns
-from infrarsi.contract import Contract, ContractError
+from infrarsi.contract import Contract, ContractError, NoisePolicy
 from infrarsi.events import (
     CandidateDropped,
     EventSink,
@@ -29,7 +30,7 @@ from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
 from infrarsi.trial.spec import challenge_seed
 from infrarsi.verify import verify
-from infrarsi.verify.clock import charged_step_s, timing_reference
+from infrarsi.verify.clock import compared_step_s, start_reasons, timing_of, timing_reference
 from infrarsi.verify.evidence import challenge_unseen
 from infrarsi.verify.reference import References
 from infrarsi.workloads import Manifest
@@ -227,11 +228,14 @@ class Rounds:
             if record.status is TrialStatus.OK
             else None
         )
+        clocked = bool(patches) and self.contract.objective != "e2e_time"
+        if clocked and refs is not None:
+            refs = self._start_again(reference, record, refs)
         verdict = verify(self.contract, reference, record, refs)
-        if patches and self.contract.objective != "e2e_time":  # by the harness's clock alone
+        if clocked:  # by the harness's clock alone
             timed_by = timing_reference(reference, record, refs or References())
             base.update(
-                compared_s=harness_time(record, timed_by),
+                compared_s=harness_time(record, timed_by, self.contract.noise),
                 timed_against=timed_by.trial_id if timed_by else None,
             )
         return Measurement(
@@ -242,6 +246,21 @@ class Rounds:
             not_checked=verdict.not_checked,
             ran=verdict.ran,
         )
+
+    def _start_again(
+        self, reference: TrialRecord, record: TrialRecord, refs: References
+    ) -> References:
+        """``refs``, with the run the patch is timed against measured once more where the
+        candidate's start line would be refused against that one run: one slow (or quick)
+        start-up of the reference does not decide; a start line that still stands apart
+        from both is refused (``clock.start_reasons``)."""
+        timed_by = timing_reference(reference, record, refs)
+        timing = timing_of(self.contract.noise, [timed_by]) if timed_by else None
+        if timed_by is None or timing is None or record.metrics is None:
+            return refs
+        if not start_reasons(record.metrics, timing):
+            return refs
+        return replace(refs, start_again=self.references.again(timed_by))
 
     def seed(self, r: int) -> int | None:
         """Round ``r``'s challenge seed: drawn when the round starts, never written where a
@@ -272,22 +291,17 @@ def timed_steps(contract: Contract, candidates: list[CandidateResult]) -> int | 
     return steps if steps and steps != contract.invariants.steps else None
 
 
-def harness_time(record: TrialRecord, timed_by: TrialRecord | None) -> float | None:
+def harness_time(
+    record: TrialRecord, timed_by: TrialRecord | None, noise: NoisePolicy | None = None
+) -> float | None:
     """A patched candidate's steady step as Apply compares it: its step charged by the
-    harness's clock against the same knobs without the patch, run in its round
-    (``clock.charged_step_s``), or its lines' own steady step where that is longer — the
-    clock bounds what the lines can claim, and the lines bound what a one-time saving inside
-    the clock's window (a faster set-up) can be credited as. None when that run or the
-    candidate has no timing."""
-    if record.status is not TrialStatus.OK or record.metrics is None or timed_by is None:
-        return None
-    if timed_by.metrics is None:
-        return None
-    paths = sorted({p for patch in record.patches for p in patch.paths})
-    charged = charged_step_s(record.metrics, timed_by.metrics, paths)
-    if charged is None:
-        return None
-    return max(charged, record.metrics.harness_step_time_s or 0.0)
+    harness's clock against the same knobs without the patch, run in its round, or its lines'
+    own steady step where that is longer — the clock bounds what the lines can claim, and the
+    lines bound what a one-time saving inside the clock's window (a faster set-up) can be
+    credited as (``clock.compared_step_s``). None when that run or the candidate has no
+    timing, or when the charge is impossible (the window did not contain the run: a refusal,
+    never handed to the lines)."""
+    return compared_step_s(record, timed_by, noise or NoisePolicy())
 
 
 def _manifest(contract: Contract) -> Manifest | None:

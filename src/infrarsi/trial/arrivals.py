@@ -158,6 +158,16 @@ class Timing(BaseModel):
     window_sd_s: float = Field(0.0, description="spread of the window between runs")
     start_sd_s: float = 0.0
     warmup_sd_s: float = 0.0
+    start_earliest_s: float | None = Field(None, description="the earliest of the runs' starts")
+    start_latest_s: float | None = Field(None, description="the latest of the runs' starts")
+
+    @property
+    def start_range_s(self) -> tuple[float, float]:
+        """The earliest and the latest start line of the runs (the median where a stored
+        timing did not keep them)."""
+        low = self.start_line_s if self.start_earliest_s is None else self.start_earliest_s
+        high = self.start_line_s if self.start_latest_s is None else self.start_latest_s
+        return low, high
 
     @classmethod
     def of(cls, records: Sequence[TrialRecord]) -> Timing | None:
@@ -197,6 +207,8 @@ class Timing(BaseModel):
             window_sd_s=sd(windows),
             start_sd_s=sd(start),
             warmup_sd_s=sd(warm),
+            start_earliest_s=min(start),
+            start_latest_s=max(start),
         )
 
     def with_noise(self, e2e_sd_s: float, start_sd_s: float, warmup_sd_s: float) -> Timing:
@@ -213,12 +225,15 @@ class Timing(BaseModel):
 def window(m: TrialMetrics, paths: Iterable[str] | None = None) -> tuple[float, float]:
     """(start, end), seconds from launch, of the window in which a patch can change what a run
     costs: from the first open of any of ``paths`` (None: of any file a patch may touch) to the
-    last write of the final parameters, as the kernel told the harness (``filewatch``); launch
-    and exit where it did not say."""
+    last change of the final parameters as the kernel told the harness (``filewatch``), or the
+    last step line's arrival where that came later (the training was not over before its last
+    step); launch and exit where the kernel did not say."""
     wanted = None if paths is None else set(paths)
     opened = [t for p, t in m.first_open_s.items() if wanted is None or p in wanted]
-    end = m.final_saved_s if m.final_saved_s is not None else m.e2e_time_s
-    return (min(opened) if opened else 0.0), end
+    if m.final_saved_s is None:
+        return (min(opened) if opened else 0.0), m.e2e_time_s
+    last_line = m.e2e_time_s - m.harness_tail_s if m.harness_tail_s is not None else 0.0
+    return (min(opened) if opened else 0.0), max(m.final_saved_s, last_line)
 
 
 def paired_windows(
@@ -238,6 +253,6 @@ def paired_windows(
         ce, re = cand.e2e_time_s, ref.e2e_time_s
     how = (
         f"{'the first open of the patched files' if opened else 'launch'} to "
-        f"{'the last write of the final parameters' if saved else 'exit'}"
+        f"{'the last change of the final parameters' if saved else 'exit'}"
     )
     return ce - cs, re - rs, how

@@ -25,10 +25,17 @@ states the bound.
 
 A knob's own effect is timed by arrivals: a config without a patch runs the workload's code.
 
+A charge the window cannot have made is a refusal, never a fallback to the lines
+(``Charged.impossible``): a charged step below zero, or below the candidate's own lines by more
+than the window can have saved outside the steps (the reference's time in its window outside
+its steady steps) and the window's noise, means the window did not contain the run.
+
 Arrivals stay a hint for the search, where lines that cannot be real are refused
 (``moved_work``): the steps claim a saving the harness's clock does not show, the start line
-came earlier than the baseline's by more than start-up's noise, or the warm-up grew by more
-than half of the steady steps' time.
+came earlier than the reference's by more than start-up's noise (judged against that
+configuration's own start-ups: Apply measures the reference once more before refusing), the
+start line came later or the warm-up grew by more than half of the steady steps' time (work
+done before the steady steps).
 """
 
 from __future__ import annotations
@@ -36,18 +43,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from infrarsi.contract import Contract
-from infrarsi.trial.arrivals import Timing, arrivals, paired_windows
-from infrarsi.trial.record import TrialMetrics, TrialRecord
+from infrarsi.contract import Contract, NoisePolicy
+from infrarsi.trial.arrivals import Timing, arrivals, paired_windows, window
+from infrarsi.trial.record import TrialMetrics, TrialRecord, TrialStatus
 from infrarsi.verify.reference import References
 
 __all__ = [
     "Charged",
     "Timing",
     "charged",
+    "charged_by_window",
     "charged_step_s",
+    "compared_step_s",
     "judge",
     "moved_work",
+    "start_reasons",
+    "timing_of",
     "timing_reference",
 ]
 
@@ -58,6 +69,8 @@ __all__ = [
 CLAIM_SLACK_S, CLAIM_SLACK_SHARE, CLAIM_SLACK_SD = 1.0, 0.5, 5.0
 # The start line may come earlier than the reference's by at most the largest of these.
 START_SLACK_S, START_SLACK_SHARE, START_SLACK_SD = 1.0, 0.3, 5.0
+# A configuration's own spread counts from this many runs on (else the Doctor's alone).
+MIN_SPREAD_RUNS = 3
 # The warm-up may grow past the reference's by at most the largest of these: half of the
 # reference's steady span (a rehearsal of the run moves all of it), a floor, the noise.
 WARMUP_SLACK_SHARE, WARMUP_SLACK_S, WARMUP_SLACK_SD = 0.5, 0.25, 5.0
@@ -67,23 +80,94 @@ WARMUP_SLACK_SHARE, WARMUP_SLACK_S, WARMUP_SLACK_SD = 0.5, 0.25, 5.0
 class Charged:
     """A patched candidate against the same knobs without the patch, by the harness's clock:
     each run's window (``arrivals.paired_windows``: the first open of the patched files to the
-    last write of the final parameters), how it was bounded, and the candidate's steady step
-    charged with the difference."""
+    last change of the final parameters), how it was bounded, the candidate's steady step
+    charged with the difference, what its own lines say, and how far below its lines the
+    charge can honestly fall (``room_s`` over the steps: what the window can have saved
+    outside the steady steps, and its noise)."""
 
     cand_window_s: float
     ref_window_s: float
     bounded: str
     step_s: float
     steps: int
+    lines_s: float = 0.0
+    room_s: float = 0.0
+
+    @property
+    def impossible(self) -> str | None:
+        """Why this charge cannot be the run's (None: it can): below zero, or below the
+        candidate's own lines by more than ``room_s`` over the steps — the window did not
+        contain the run (its end moved before the training's, or its start after it)."""
+        below = (self.lines_s - self.step_s) * self.steps
+        if self.step_s > 0 and below <= self.room_s:
+            return None
+        return (
+            f"the harness's clock charges {self.step_s:.4f} s a step, the candidate's own lines "
+            f"say {self.lines_s:.4f} s: its window ({self.cand_window_s:.2f} s against "
+            f"{self.ref_window_s:.2f} s) shows {self.ref_window_s - self.cand_window_s:.2f} s "
+            f"saved, {below:.2f} s more than its steps do (allowed {self.room_s:.2f} s: what the "
+            "window can save outside the steps, and its noise): the window did not contain the "
+            "run"
+        )
+
+    @property
+    def compared_s(self) -> float | None:
+        """What Apply compares: the charged step, or the lines' where those are slower (the
+        clock bounds what the lines can claim; the lines bound what a one-time saving inside
+        the window is credited as); None where the charge is impossible."""
+        return None if self.impossible else max(self.step_s, self.lines_s)
 
 
-def charged(cand: TrialMetrics, ref: TrialMetrics, ref_step_s: float, paths: list[str]) -> Charged:
+def charged(
+    cand: TrialMetrics,
+    ref: TrialMetrics,
+    ref_step_s: float,
+    paths: list[str],
+    timing: Timing | None = None,
+) -> Charged:
     """The candidate's steady step by the harness's clock: the reference's steady step (by its
     lines: no patch ran there) plus the difference of their windows over the steps. Work the
     patch moves anywhere inside the window — before the first step, into a warm-up step, into a
-    process beside the rank — is charged to its steps; nothing its process writes moves it."""
+    process beside the rank — is charged to its steps; nothing its process writes moves it.
+    ``timing`` (the reference's, with its noise) sets how far below the candidate's lines the
+    charge may fall."""
     mine, theirs, how = paired_windows(cand, ref, paths)
-    return Charged(mine, theirs, how, ref_step_s + (mine - theirs) / cand.steps, cand.steps)
+    return _charge(cand, mine, theirs, how, ref_step_s, timing)
+
+
+def charged_by_window(cand: TrialMetrics, timing: Timing) -> Charged | None:
+    """The candidate charged by its window against the median window of other runs
+    (``timing``: the search's screen, against the Doctor's baseline runs at other seeds), each
+    from the first open of any file a patch may touch; None where the step counts differ or
+    the timing kept no window."""
+    if cand.steps != timing.steps or cand.steps < 1 or not timing.window_s:
+        return None
+    start, end = window(cand)
+    how = "the first open of a file a patch may touch to the end of the training (the Doctor's)"
+    return _charge(cand, end - start, timing.window_s, how, timing.step_s, timing)
+
+
+def _charge(
+    cand: TrialMetrics,
+    mine: float,
+    theirs: float,
+    how: str,
+    ref_step_s: float,
+    timing: Timing | None,
+) -> Charged:
+    room = 0.0
+    if timing is not None:
+        room = max(0.0, theirs - timing.steady_span_s)
+        room += CLAIM_SLACK_SD * math.sqrt(2) * timing.window_sd_s
+    return Charged(
+        mine,
+        theirs,
+        how,
+        ref_step_s + (mine - theirs) / cand.steps,
+        cand.steps,
+        lines_s=cand.harness_step_time_s or 0.0,
+        room_s=room,
+    )
 
 
 def charged_step_s(cand: TrialMetrics, ref: TrialMetrics, paths: list[str]) -> float | None:
@@ -93,6 +177,47 @@ def charged_step_s(cand: TrialMetrics, ref: TrialMetrics, paths: list[str]) -> f
     if cand.steps != ref.steps or cand.steps < 1 or not step:
         return None
     return charged(cand, ref, step, paths).step_s
+
+
+def timing_of(noise: NoisePolicy, runs: list[TrialRecord | None]) -> Timing | None:
+    """The timing of one configuration's runs (None where none was timed), its spreads the
+    Doctor's (``noise``) or, from ``MIN_SPREAD_RUNS`` runs on, the larger of those and its
+    own: two runs' spread is one difference, too loose a yardstick to multiply (their range,
+    ``Timing.start_range_s``, is what the start line is judged against)."""
+    timing = Timing.of([r for r in runs if r is not None])
+    if timing is None:
+        return None
+    if timing.runs < MIN_SPREAD_RUNS:
+        timing = timing.model_copy(
+            update={"e2e_sd_s": 0.0, "window_sd_s": 0.0, "start_sd_s": 0.0, "warmup_sd_s": 0.0}
+        )
+    return timing.with_noise(
+        noise.e2e_sd_s or 0.0, noise.start_sd_s or 0.0, noise.warmup_sd_s or 0.0
+    )
+
+
+def bill(candidate: TrialRecord, ref_run: TrialRecord, timing: Timing) -> Charged | None:
+    """The candidate's charge against ``ref_run`` (the same knobs without its patch, in its
+    round) whose configuration's timing is ``timing``; None where the two ran other step
+    counts or either has no metrics."""
+    m, r = candidate.metrics, ref_run.metrics
+    if m is None or r is None or m.steps != r.steps or m.steps < 1:
+        return None
+    paths = sorted({p for patch in candidate.patches for p in patch.paths})
+    return charged(m, r, timing.step_s, paths, timing)
+
+
+def compared_step_s(
+    candidate: TrialRecord, timed_by: TrialRecord | None, noise: NoisePolicy
+) -> float | None:
+    """A patched candidate's steady step as Apply compares it (``Charged.compared_s``): None
+    when it did not end ok, the run it is timed against or its timing is missing, or the
+    charge is impossible (a refusal: ``judge`` says why)."""
+    if candidate.status is not TrialStatus.OK or timed_by is None:
+        return None
+    timing = timing_of(noise, [timed_by])
+    charge = bill(candidate, timed_by, timing) if timing is not None else None
+    return charge.compared_s if charge is not None else None
 
 
 def claim_slack_s(ref: Timing, windowed: bool = False) -> float:
@@ -130,21 +255,53 @@ def unshown_saving(cand: TrialMetrics, ref: Timing, shown_s: float | None = None
 
 
 def early_start(cand: TrialMetrics, ref: Timing) -> str | None:
-    """Why the start line cannot be trusted: it came earlier than the reference's by more
-    than start-up's noise (a probe opened before the workload's own start)."""
+    """Why the start line cannot be trusted: it came earlier than the reference's earliest
+    by more than start-up's noise (a probe opened before the workload's own start)."""
     seen = arrivals(cand)
     if seen is None:
         return None
-    allowed = max(
-        START_SLACK_S, START_SLACK_SHARE * ref.start_line_s, START_SLACK_SD * ref.start_sd_s
-    )
-    if ref.start_line_s - seen.start_line_s <= allowed:
+    earliest = ref.start_range_s[0]
+    allowed = max(START_SLACK_S, START_SLACK_SHARE * earliest, START_SLACK_SD * ref.start_sd_s)
+    if earliest - seen.start_line_s <= allowed:
         return None
     return (
         f"the first line arrived {seen.start_line_s:.2f} s after launch, the reference's "
-        f"{ref.start_line_s:.2f} s (allowed {allowed:.2f} s earlier): a probe opened before the "
+        f"{_starts(ref)} (allowed {allowed:.2f} s earlier): a probe opened before the "
         "workload's own start"
     )
+
+
+def late_start(cand: TrialMetrics, ref: Timing) -> str | None:
+    """Why the steps cannot be trusted: the start line came later than the reference's latest
+    by more than the warm-up may grow (half of the reference's steady steps' time, a floor,
+    the start-up's noise) — the run's work done before its steps began."""
+    seen = arrivals(cand)
+    if seen is None:
+        return None
+    latest = ref.start_range_s[1]
+    allowed = max(
+        WARMUP_SLACK_SHARE * ref.steady_span_s, WARMUP_SLACK_S, START_SLACK_SD * ref.start_sd_s
+    )
+    if seen.start_line_s - latest <= allowed:
+        return None
+    return (
+        f"the first line arrived {seen.start_line_s:.2f} s after launch, the reference's "
+        f"{_starts(ref)} (allowed {allowed:.2f} s later, half of its steady steps' "
+        f"{ref.steady_span_s:.2f} s): the run's work done before its steps began"
+    )
+
+
+def _starts(ref: Timing) -> str:
+    low, high = ref.start_range_s
+    if ref.runs < 2:
+        return f"{low:.2f} s"
+    return f"{low:.2f}-{high:.2f} s over {ref.runs} runs"
+
+
+def start_reasons(cand: TrialMetrics, ref: Timing) -> list[str]:
+    """Why the candidate's start line cannot be trusted against the reference: earlier, or
+    later, than start-up's noise allows."""
+    return [r for r in (early_start(cand, ref), late_start(cand, ref)) if r is not None]
 
 
 def grown_warmup(cand: TrialMetrics, ref: Timing) -> str | None:
@@ -173,11 +330,15 @@ def moved_work(
     """Every reason the candidate's arrivals cannot be what a throughput objective compares,
     against a reference of the same knobs without the patch (or the Doctor's baseline): an
     early start line, and (``one_time``: the reference runs the same one-time work, so a
-    growth of it is the candidate's) a claimed saving the harness's clock does not show
-    (``shown_s``: what it shows; launch to exit by default) and a grown warm-up."""
+    growth of it is the candidate's) a late one, a claimed saving the harness's clock does not
+    show (``shown_s``: what it shows; launch to exit by default) and a grown warm-up."""
     found = [early_start(cand, ref)]
     if one_time:
-        found += [unshown_saving(cand, ref, shown_s), grown_warmup(cand, ref)]
+        found += [
+            late_start(cand, ref),
+            unshown_saving(cand, ref, shown_s),
+            grown_warmup(cand, ref),
+        ]
     return [reason for reason in found if reason is not None]
 
 
@@ -195,9 +356,11 @@ def judge(
     contract: Contract, baseline: TrialRecord, candidate: TrialRecord, refs: References
 ) -> tuple[list[str], list[str]]:
     """(reasons, comparisons made) of a patched candidate's time under a throughput objective,
-    against the same knobs without the patch (``clock``): its steps' claimed saving must show
-    in launch to exit, its start line may not come early, its warm-up may not swallow the
-    steps. A candidate without a patch runs the workload's own code: its lines are honest."""
+    against the same knobs without the patch (``clock``): its charge must be possible, its
+    steps' claimed saving must show in its window, its start line may come neither early nor
+    late (against that configuration's start-ups: the reference, and its start-up measured
+    again where Apply did so before refusing), its warm-up may not swallow the steps. A
+    candidate without a patch runs the workload's own code: its lines are honest."""
     if contract.objective == "e2e_time" or not candidate.patches or candidate.metrics is None:
         return [], []
     ref_run = timing_reference(baseline, candidate, refs)
@@ -206,7 +369,7 @@ def judge(
             "a patch's throughput is timed against the same knobs without it (launch to "
             "exit), and that run was not measured"
         ], []
-    timing = Timing.of([ref_run])
+    timing = timing_of(contract.noise, [ref_run, refs.start_again])
     if timing is None or ref_run.metrics is None:
         return [f"the same knobs without the patch ({ref_run.trial_id}) have no timed run"], []
     if ref_run.metrics.steps != candidate.metrics.steps:
@@ -214,17 +377,18 @@ def judge(
             f"ran {candidate.metrics.steps} steps, the same knobs without the patch "
             f"{ref_run.metrics.steps}: a throughput is timed at one step count"
         ], []
-    noise = contract.noise
-    timing = timing.with_noise(
-        noise.e2e_sd_s or 0.0, noise.start_sd_s or 0.0, noise.warmup_sd_s or 0.0
+    charge = bill(candidate, ref_run, timing)
+    assert charge is not None  # both ran ok with metrics at one step count
+    lag = max(candidate.metrics.watch_lag_s or 0.0, ref_run.metrics.watch_lag_s or 0.0)
+    again = (
+        f"; its start-up measured again: {refs.start_again.trial_id}" if refs.start_again else ""
     )
-    paths = sorted({p for patch in candidate.patches for p in patch.paths})
-    bill = charged(candidate.metrics, ref_run.metrics, timing.step_s, paths)
-    lines = candidate.metrics.harness_step_time_s or 0.0
     ran = [
-        f"harness clock: {bill.bounded}, {bill.cand_window_s:.2f} s against "
-        f"{ref_run.trial_id}'s {bill.ref_window_s:.2f} s over {bill.steps} steps (charged "
-        f"step {bill.step_s:.4f} s; its lines say {lines:.4f} s)"
+        f"harness clock: {charge.bounded}, {charge.cand_window_s:.2f} s against "
+        f"{ref_run.trial_id}'s {charge.ref_window_s:.2f} s over {charge.steps} steps (charged "
+        f"step {charge.step_s:.4f} s; its lines say {charge.lines_s:.4f} s; the watch's "
+        f"moments timed within {lag * 1e3:.0f} ms{again})"
     ]
-    shown = bill.ref_window_s - bill.cand_window_s
-    return moved_work(candidate.metrics, timing, shown_s=shown), ran
+    shown = charge.ref_window_s - charge.cand_window_s
+    reasons = moved_work(candidate.metrics, timing, shown_s=shown)
+    return reasons + ([charge.impossible] if charge.impossible else []), ran

@@ -37,6 +37,9 @@ class Role(ValueEnum):
     SAME_KNOBS = "same_knobs"  # the candidate's knobs, no patch
     FP32_SAME_KNOBS = "fp32_same_knobs"  # its knobs at fp32, no patch (a bf16 candidate)
     FP32_CANDIDATE = "fp32_candidate"  # its knobs at fp32, with its patches
+    # the run a patch is timed against, once more at its seed: its start-up measured twice
+    # before a candidate's start line is refused against it (``verify.clock.start_reasons``)
+    START_AGAIN = "start_again"
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class References:
     same_knobs: TrialRecord | None = None
     fp32_same_knobs: TrialRecord | None = None
     fp32_candidate: TrialRecord | None = None
+    start_again: TrialRecord | None = None
 
     @classmethod
     def of(cls, runs: dict[Role, TrialRecord]) -> References:
