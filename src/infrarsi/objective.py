@@ -10,9 +10,11 @@ Both come from the harness's own clock, never from the times the workload report
 - ``tokens_per_s``: the steady step time by the arrival of the step lines
   (``harness_step_time_s``, the trial's own ``step_time_s`` where the harness has none). For a
   config without a patch that is the workload's own code writing them, and it is what Apply
-  compares; a patch's lines are the patch's to shape, so the search ranks on them as a hint
-  only and Apply compares a patched candidate by the window the kernel bounds
-  (``verify.clock``, ``apply.rounds.harness_time``), under the same name.
+  compares; a patch's lines are the patch's to shape, so the search ranks a patched trial on
+  the larger of them and its window charged against the Doctor's baseline (``run.screened``:
+  a hint) and Apply compares a patched candidate by the window the kernel bounds against the
+  same knobs without the patch (``verify.clock``, ``apply.rounds.harness_time``), under the
+  same name.
 """
 
 from __future__ import annotations
@@ -37,11 +39,14 @@ def compared_name(objective: str) -> str:
 
 
 def steady_step_time_s(record: TrialRecord) -> float | None:
-    """The steady step time: the harness's clock when it has one."""
+    """The steady step time: the harness's clock when it has one — for a patched search trial
+    the larger of its lines' step and the step its window was charged (``run.screened``: its
+    lines are its own to shape)."""
     m = record.metrics
     if m is None:
         return None
-    return m.harness_step_time_s or m.step_time_s
+    lines = m.harness_step_time_s or m.step_time_s
+    return max(lines, record.window_step_time_s or 0.0)
 
 
 def ranked_step_time_s(record: TrialRecord, objective: str) -> float | None:

@@ -5,6 +5,7 @@ recorded invalid with the reason, so it ranks nowhere and takes none of Apply's 
 import pytest
 
 from infrarsi.contract import Contract
+from infrarsi.objective import steady_step_time_s
 from infrarsi.run.screened import screened
 from infrarsi.trial.arrivals import Timing
 from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
@@ -115,3 +116,27 @@ def test_what_the_screen_leaves_alone(doctor_timing):
     early = _record(start=1.0)  # a probe opened at import: two seconds early
     refused = screened(early, throughput, dense, {}, doctor_timing)
     assert "a probe opened before the workload's own start" in refused.error
+
+
+def test_a_patched_trial_ranks_on_its_window_never_on_its_lines_alone(doctor_timing, tmp_path):
+    """A run rehearsed before its steps (a little of it, within every check's slack): its
+    lines claim 15% faster steps, its window against the Doctor's baseline shows no saving;
+    the search ranks it on the window. An honest faster patch ranks on its lines and window
+    alike; a knobs-only trial (the workload's own code) on its lines."""
+    dense = find("dense-1node")
+    throughput = _contract("tokens_per_s")
+    rehearsed = _record(start=3.9, steps_s=0.085, tmp=tmp_path)
+    (tmp_path / "record.json").write_text("{}")
+    out = screened(rehearsed, throughput, dense, {"compile": "off"}, doctor_timing)
+    assert out.status is TrialStatus.OK
+    assert out.metrics.harness_step_time_s == pytest.approx(0.085)  # what its lines claim
+    assert out.window_step_time_s == pytest.approx(0.1 + 0.015 / 60)  # what its window shows
+    assert steady_step_time_s(out) == pytest.approx(out.window_step_time_s)  # ranked on it
+    assert TrialRecord.load(tmp_path / "record.json").window_step_time_s == out.window_step_time_s
+    base = {"compile": "off"}
+    honest = screened(_record(steps_s=0.08), throughput, dense, base, doctor_timing)
+    assert steady_step_time_s(honest) == pytest.approx(0.1 + (5.9 * 0.8 - 5.9) / 60)
+    assert honest.window_step_time_s < 0.1
+    plain = _record(steps_s=0.08, patches=())
+    assert screened(plain, throughput, dense, base, doctor_timing).window_step_time_s is None
+    assert steady_step_time_s(plain) == pytest.approx(0.08)

@@ -1,8 +1,11 @@
 """A search trial's arrivals, screened before the searcher is told: under a throughput objective
-the search ranks a patched config on its lines' arrivals (cheap, a hint: Apply promotes on the
-harness's clock alone), so lines that cannot be real would rank a cheat first and take one of
-Apply's slots. A patched config's trial whose arrivals the Doctor's baseline contradicts
-(``verify.clock.moved_work``) is recorded ``invalid`` with the reason."""
+the search ranks a patched config cheaply (a hint: Apply promotes on the harness's clock
+alone), and lines that cannot be real would rank a cheat first and take one of Apply's slots.
+So a patched config's trial is ranked on the larger of its lines' steady step and its window
+charged against the Doctor's baseline (``verify.clock.charged_by_window``: a run rehearsed
+before its steps, spoofed or not, shows no saving there), and one whose arrivals the Doctor's
+baseline contradicts (``verify.clock.moved_work``), or whose charge is impossible, is recorded
+``invalid`` with the reason."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from infrarsi.identity import same_config
 from infrarsi.trial import TrialRecord
 from infrarsi.trial.arrivals import Timing
 from infrarsi.trial.record import TrialStatus
-from infrarsi.verify.clock import moved_work
+from infrarsi.verify.clock import charged_by_window, moved_work
 from infrarsi.workloads import Manifest
 
 
@@ -25,10 +28,12 @@ def screened(
     baseline_knobs: dict[str, Any],
     timing: Timing | None,
 ) -> TrialRecord:
-    """``record``, or (its arrivals refused) the same trial ``invalid`` with why, saved with
-    its folder. Only a patched trial that ended ok under a throughput objective is screened,
-    against the Doctor's baseline ``timing``; where the config switches compilation (its first
-    steps compile, an honest one-time cost the baseline does not pay) only its start line is."""
+    """``record`` as the search ranks it, saved with its folder: with the step its window is
+    charged against the Doctor's baseline ``timing`` (``window_step_time_s``), or (its
+    arrivals refused, its charge impossible) the same trial ``invalid`` with why. Only a
+    patched trial that ended ok under a throughput objective is screened; where the config
+    switches compilation (its first steps compile, an honest one-time cost the baseline does
+    not pay) only its start line is."""
     m = record.metrics
     if (
         contract.objective == "e2e_time"
@@ -41,14 +46,21 @@ def screened(
     compile_knobs = manifest.knobs_with_role("compile")
     compiles = not same_config((record.knobs, []), (baseline_knobs, []), dims=compile_knobs)
     reasons = moved_work(m, timing, one_time=not compiles)
-    if not reasons:
+    # its first steps compile, a one-time cost the baseline does not pay: not charged here
+    charge = None if compiles else charged_by_window(m, timing)
+    if charge is not None and charge.impossible:
+        reasons.append(charge.impossible)
+    if reasons:
+        judged = record.model_copy(
+            update={
+                "status": TrialStatus.INVALID,
+                "error": "arrivals against the Doctor's baseline: " + "; ".join(reasons),
+            }
+        )
+    elif charge is not None:
+        judged = record.model_copy(update={"window_step_time_s": charge.step_s})
+    else:
         return record
-    refused = record.model_copy(
-        update={
-            "status": TrialStatus.INVALID,
-            "error": "arrivals against the Doctor's baseline: " + "; ".join(reasons),
-        }
-    )
-    if refused.trial_dir and Path(refused.trial_dir).is_dir():
-        refused.save(Path(refused.trial_dir) / "record.json")
-    return refused
+    if judged.trial_dir and Path(judged.trial_dir).is_dir():
+        judged.save(Path(judged.trial_dir) / "record.json")
+    return judged
