@@ -88,6 +88,13 @@ ELSEWHERE = {
     "rehearse_in_the_warmup_step",
     "hold_stdout_lines",
     "adamw_foreach",
+    # round six: the window's end moved (a placeholder under the final name, the real
+    # parameters linked in or written through a second name; the framework hook's save
+    # replaced), the run rehearsed before a late start line: judged through Apply
+    "end_moved_by_a_link",
+    "end_moved_by_a_second_name",
+    "rehearse_before_the_start_line",
+    "framework_save_replaced",
 }
 LEGITIMATE = [
     ({"micro_batch": 1}, []),
@@ -662,11 +669,19 @@ def test_a_script_that_prints_one_micro_batch_loss_is_judged_per_kind_of_change(
 # the Doctor's timed steps), and honest kernel patches pass every check there.
 THROUGHPUT = "maximise training throughput, keep the loss within 1%"
 TIMED_STEPS = 90  # at tiny: ~1.5 s of steps, past the clock's 1 s slack; a timed run ~7 s
+# the run done before its start line: the start comes late, the steps claim what the window
+# (whose end no placeholder moves) does not show
+BEFORE_THE_STEPS = ("its steps began", "the steps claim")
 CLOCK_CHEATS = {
-    "hold_step_records": "held back and released together",  # in any trial, by its lines
-    "hold_every_line_forged_times": "the steps claim",  # spaced, forged: only the clock tells
-    "open_the_probe_at_import": "the steps claim",  # a start line at import, steps held
-    "rehearse_in_the_warmup_step": "the steps claim",  # the whole run inside step 0
+    "hold_step_records": ("held back and released together",),  # in any trial, by its lines
+    "hold_every_line_forged_times": ("the steps claim",),  # spaced, forged: only the clock tells
+    "open_the_probe_at_import": ("the steps claim",),  # a start line at import, steps held
+    "rehearse_in_the_warmup_step": ("the steps claim",),  # the whole run inside step 0
+    # round six: accepted before at 1.3x-1.8x in one round (charged below zero, handed to the
+    # lines), promoted through the patch agent at 4.4x-5.4x
+    "end_moved_by_a_link": BEFORE_THE_STEPS,
+    "end_moved_by_a_second_name": BEFORE_THE_STEPS,
+    "rehearse_before_the_start_line": BEFORE_THE_STEPS,
 }
 HONEST_TIMED = [["sdpa_attention", "fused_qkv"], [str(CHEATS / "adamw_foreach.diff")]]
 
@@ -708,9 +723,12 @@ def test_cheats_on_a_throughput_clock_are_refused_through_apply_and_honest_patch
     dense, calibrated, tmp_path
 ):
     """Held step records, every line held and forged, a probe opened at import, the whole run
-    rehearsed inside the first step: none is promoted, each refused with its reason; the
-    compared time of each is the harness's (no gain it did not earn); SDPA with one GEMM for
-    q, k and v, and AdamW's foreach path, pass every check in every round."""
+    rehearsed inside the first step or before the start line, the window's end moved by a
+    placeholder under the final name (the real parameters linked in, or written through a
+    second name): none is promoted, each refused with its reason; the compared time of each
+    is the harness's (no gain it did not earn); a start line refused against one run of the
+    baseline is judged again against a second; SDPA with one GEMM for q, k and v, and
+    AdamW's foreach path, pass every check in every round."""
     from infrarsi.apply import apply_run
 
     contract = _throughput(calibrated[0])
@@ -723,7 +741,7 @@ def test_cheats_on_a_throughput_clock_are_refused_through_apply_and_honest_patch
     for (_, patches), why in zip(configs, CLOCK_CHEATS.values()):
         cheat = judged[tuple(patches)]
         assert not cheat.verified and not cheat.promoted, (patches, cheat.reasons)
-        assert any(why in r for r in cheat.reasons), (patches, cheat.reasons)
+        assert any(w in r for r in cheat.reasons for w in why), (patches, cheat.reasons)
         for m in (m for m in result.measurements if m.label == cheat.label and m.compared_s):
             assert m.compared_s > 0.6 * base[m.round], (patches, m.compared_s, base)
     for patches in HONEST_TIMED:
@@ -733,6 +751,11 @@ def test_cheats_on_a_throughput_clock_are_refused_through_apply_and_honest_patch
         assert len(timed) == 1 and all(m.timed_against for m in timed)
         assert all(any(r.startswith("harness clock: the first open") for r in m.ran) for m in timed)
     assert result.promoted in (None, *(judged[tuple(p)].label for p in HONEST_TIMED))
+    again = [r for r in result.references if r.role == "start_again"]
+    assert again and all(r.patches == [] for r in again)  # the baseline, measured again
+    rehearsed = judged[(str(CHEATS / "rehearse_before_the_start_line.diff"),)]
+    timed = [m for m in result.measurements if m.label == rehearsed.label]
+    assert any("its start-up measured again" in r for m in timed for r in m.ran)
     trials = [m for m in result.measurements]
     assert {TrialRecord.load(Path(m.trial_dir) / "record.json").steps for m in trials} == {
         TIMED_STEPS
@@ -754,3 +777,46 @@ def test_step_lines_a_script_held_on_its_standard_output_are_refused_through_app
     (cheat,) = result.candidates
     assert not cheat.verified and not cheat.promoted
     assert any("held back and released together" in r for r in cheat.reasons), cheat.reasons
+
+
+def test_a_framework_jobs_final_save_replaced_cannot_end_its_window_early(tmp_path):
+    """An accelerate loop whose script the user left editable, its parameters saved by the
+    harness's framework hook: a patch writes a placeholder under the final name before anything
+    trains, turns the hook's rename into a hard link, trains every step silently and then
+    prints the lines at "2 ms" a step, spaced to match. Before round six its window ended at
+    the placeholder and it was accepted at 48x; now the window ends when the real parameters
+    were linked in, and it is refused through Apply."""
+    import shutil
+
+    import yaml
+    from conftest import run_cli
+
+    from infrarsi.apply import apply_run
+
+    folder = tmp_path / "job"
+    shutil.copytree(FIXTURES / "accelerate-lm", folder)
+    command = ("python", "train.py", "--per-device-batch", "4", "--accum", "2", "--steps", "6")
+    drafted = run_cli(
+        "manifest", "draft", "-o", "workload.yaml", "--yes", "--", *command, cwd=folder
+    )
+    assert drafted.returncode == 0, drafted.stderr
+    raw = yaml.safe_load((folder / "workload.yaml").read_text())
+    assert raw["evaluation"]["framework"] == "accelerate"
+    raw["files"] = {"editable": ["train.py"], "locked": []}  # the user lets it edit the script
+    (folder / "workload.yaml").write_text(yaml.safe_dump(raw))
+    manifest = load_manifest(folder / "workload.yaml")
+    contract = make_contract(manifest, "tiny", THROUGHPUT, read_instruction(THROUGHPUT, []))
+    contract = _throughput(contract)
+    patch = [str(CHEATS / "framework_save_replaced.diff")]
+    result = apply_run(_ranked_run(tmp_path / "run", contract, [({}, patch)]), top_k=1, rounds=1)
+    (cheat,) = result.candidates
+    assert not cheat.verified and not cheat.promoted
+    why = (*BEFORE_THE_STEPS, "the window did not contain the run")
+    assert any(w in r for r in cheat.reasons for w in why), cheat.reasons
+    base = {m.round: m.compared_s for m in result.measurements if m.label == "baseline"}
+    for m in (m for m in result.measurements if m.label == cheat.label):
+        assert m.compared_s is None or m.compared_s > 0.6 * base[m.round], (m.compared_s, base)
+        record = TrialRecord.load(Path(m.trial_dir) / "record.json")
+        # the window's end: the real parameters linked in at exit, after every step line
+        last_line = record.metrics.e2e_time_s - record.metrics.harness_tail_s
+        assert record.metrics.final_saved_s >= last_line, record.metrics
