@@ -140,3 +140,19 @@ def test_a_patched_trial_ranks_on_its_window_never_on_its_lines_alone(doctor_tim
     plain = _record(steps_s=0.08, patches=())
     assert screened(plain, throughput, dense, base, doctor_timing).window_step_time_s is None
     assert steady_step_time_s(plain) == pytest.approx(0.08)
+
+
+def test_one_time_work_is_judged_in_the_search_only_at_the_baselines_knobs(doctor_timing):
+    """Work before the steps is in the window, which ranks the trial: a late start line is
+    not refused in the search (at its few steps, within a loaded host's start-up noise); a
+    claimed saving the clock does not show is, at the baseline's knobs only — another knob
+    (more ranks) may start up slower, and there its window ranks it instead."""
+    dense = find("dense-1node")
+    throughput, base = _contract("tokens_per_s"), {"compile": "off"}
+    late = screened(_record(start=7.0), throughput, dense, base, doctor_timing)
+    assert "launch to exit shows 4.00 s more" in late.error
+    assert "before its steps began" not in late.error
+    more_ranks = _record(start=7.0, knobs={"nproc": 4})
+    ranked = screened(more_ranks, throughput, dense, base, doctor_timing)
+    assert ranked.status is TrialStatus.OK
+    assert steady_step_time_s(ranked) == pytest.approx(0.1 + 4.0 / 60)  # its start-up charged

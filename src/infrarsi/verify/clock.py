@@ -6,7 +6,7 @@ back and release them in a burst, open the probe early, rehearse the whole run i
 warm-up step, or leave the work to a process beside the rank. What the harness alone owns is
 what the kernel tells it: launch and exit, which processes exist, and two moments no code of
 the trial can move (``trial.filewatch``) — the first open of a file the patch touches (its
-code cannot run before Python reads it) and the last write of the final parameters (the
+code cannot run before Python reads it) and the last change of the final parameters (the
 training is over). So the steady step time that decides a promotion of a patch is
 
     charged step of (K, P) = steady step of (K, no patch) + (W(K, P) - W(K, no patch)) / N
@@ -325,17 +325,22 @@ def grown_warmup(cand: TrialMetrics, ref: Timing) -> str | None:
 
 
 def moved_work(
-    cand: TrialMetrics, ref: Timing, one_time: bool = True, shown_s: float | None = None
+    cand: TrialMetrics,
+    ref: Timing,
+    one_time: bool = True,
+    shown_s: float | None = None,
+    late: bool = True,
 ) -> list[str]:
     """Every reason the candidate's arrivals cannot be what a throughput objective compares,
     against a reference of the same knobs without the patch (or the Doctor's baseline): an
     early start line, and (``one_time``: the reference runs the same one-time work, so a
     growth of it is the candidate's) a late one, a claimed saving the harness's clock does not
-    show (``shown_s``: what it shows; launch to exit by default) and a grown warm-up."""
+    show (``shown_s``: what it shows; launch to exit by default) and a grown warm-up; ``late``
+    False leaves a late start line to the window (the search's short runs)."""
     found = [early_start(cand, ref)]
     if one_time:
         found += [
-            late_start(cand, ref),
+            late_start(cand, ref) if late else None,
             unshown_saving(cand, ref, shown_s),
             grown_warmup(cand, ref),
         ]
