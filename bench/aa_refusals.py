@@ -109,7 +109,7 @@ def _pair(contract, report, executor, patch, base_knobs, manifest) -> dict:
 
     base, cand = run([], contract.noise.timed_steps), run([patch], contract.noise.timed_steps)
     verdict = verify(contract, base, cand)
-    charged = harness_time(cand, base)
+    charged = harness_time(cand, base, contract.noise)
     searched = screened(run([patch], None), contract, manifest, base_knobs, report.timing)
     return {
         "apply_reasons": verdict.reasons,

@@ -14,7 +14,7 @@ POWER = 0.80
 TARGET_EFFECT = 0.05  # the verifier should resolve a 5% speed-up
 MAX_REPEATS = 10
 # A patch under a throughput objective is timed by the harness's clock (``verify.clock``: the
-# window from the first open of its files to the last write of the final parameters): over N
+# window from the first open of its files to the last change of the final parameters): over N
 # steps its per-round noise is about sqrt(2) * sd(window) / (N * step). The Doctor picks N so that
 # this is TIMED_TARGET_CV, but so that the steps of a timed run take at most TIMED_MAX_FACTOR
 # times the baseline's whole launch to exit (Apply's cost), and never fewer than the

@@ -150,7 +150,7 @@ class Timing(BaseModel):
     outside_steady_s: float
     window_s: float = Field(
         0.0,
-        description="the first open of a file a patch may touch to the last write of the "
+        description="the first open of a file a patch may touch to the last change of the "
         "final parameters (``window``)",
     )
     runs: int = 1
@@ -241,7 +241,7 @@ def paired_windows(
 ) -> tuple[float, float, str]:
     """(the candidate's window, the reference's, how they were bounded), seconds: both from
     the first open of the files the candidate's patch touches where both runs opened one (else
-    both from launch), both to the last write of the final parameters where both wrote them
+    both from launch), both to the last change of the final parameters where both wrote them
     (else both to exit) — two runs measured the same way."""
     paths = set(paths)
     opened = bool(paths & set(cand.first_open_s)) and bool(paths & set(ref.first_open_s))
