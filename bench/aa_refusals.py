@@ -56,6 +56,16 @@ def comment_only(manifest, folder: Path) -> Path:
     return path
 
 
+def doctored(manifest, folder: Path, calibrate: bool = False):
+    """The demo's throughput contract on ``manifest`` at ``SCALE``, doctored (three baseline
+    runs, tolerances calibrated only when asked) and sealed; (contract, the Doctor's report)."""
+    contract = make_contract(
+        manifest, SCALE, INSTRUCTION, read_instruction(INSTRUCTION, ["model.py"])
+    )
+    report = run_doctor(contract, 3, folder / "doctor", calibrate_tolerances=calibrate)
+    return sealed_contract(contract, report)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=40)
@@ -67,11 +77,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         executor = LocalExecutor(folder)
-        contract = make_contract(
-            manifest, SCALE, INSTRUCTION, read_instruction(INSTRUCTION, ["model.py"])
-        )
-        report = run_doctor(contract, 3, folder / "doctor", calibrate_tolerances=False)
-        contract, report = sealed_contract(contract, report)
+        contract, report = doctored(manifest, folder)
         mine["timed_steps"] = contract.noise.timed_steps
         mine["doctor_timing"] = report.timing.model_dump() if report.timing else None
         patch = str(comment_only(manifest, folder))

@@ -29,16 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from aa_refusals import comment_only
+from aa_refusals import SCALE, WORKLOAD, comment_only, doctored
 
 from infrarsi.apply.ledger import ApplyLedger
 from infrarsi.apply.rounds import BASELINE, Rounds
-from infrarsi.doctor import run_doctor, sealed_contract
 from infrarsi.events import MeasurementEnded
 from infrarsi.executors import LocalExecutor, TrialRequest
 from infrarsi.host import host_fingerprint
 from infrarsi.identity import Configuration
-from infrarsi.init import make_contract, read_instruction
 from infrarsi.options import SearchOptions
 from infrarsi.records import CandidateResult, Measurement
 from infrarsi.run.screened import screened
@@ -47,8 +45,6 @@ from infrarsi.trial.spec import challenge_seed
 from infrarsi.workloads import find, knobs
 
 RESULTS = Path(__file__).parent / "results" / "honest-refusals.json"
-INSTRUCTION = "maximise training throughput, keep the loss within 1%"
-WORKLOAD, SCALE = "dense-1node", "steady"
 COMMENT = "comment only"  # the unchanged run's patch: a comment line added to model.py
 # (label, knobs, patches)
 CANDIDATES = [
@@ -137,11 +133,7 @@ def _doctored(manifest, work: Path):
     sealed, doctor = work / "contract.yaml", work / "doctor.json"
     if sealed.exists() and doctor.exists():
         return load_contract(sealed), DoctorReport.load(doctor)
-    contract = make_contract(
-        manifest, SCALE, INSTRUCTION, read_instruction(INSTRUCTION, ["model.py"])
-    )
-    report = run_doctor(contract, 3, work / "doctor")
-    contract, report = sealed_contract(contract, report)
+    contract, report = doctored(manifest, work, calibrate=True)
     contract.save(sealed)
     report.save(doctor)
     return contract, report

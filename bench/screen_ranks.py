@@ -25,11 +25,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from infrarsi.doctor import run_doctor, sealed_contract
+from aa_refusals import SCALE, WORKLOAD, doctored
+
 from infrarsi.executors import LocalExecutor, TrialRequest
 from infrarsi.host import host_fingerprint
 from infrarsi.identity import Configuration
-from infrarsi.init import make_contract, read_instruction
 from infrarsi.objective import steady_step_time_s
 from infrarsi.run.screened import screened
 from infrarsi.trial.spec import challenge_seed
@@ -37,8 +37,6 @@ from infrarsi.workloads import find, knobs
 
 RESULTS = Path(__file__).parent / "results" / "screen-ranks.json"
 CHEATS = Path(__file__).parents[1] / "tests" / "fixtures" / "adversarial"
-INSTRUCTION = "maximise training throughput, keep the loss within 1%"
-WORKLOAD, SCALE = "dense-1node", "steady"
 CONFIGS = {
     "baseline": [],
     "honest sdpa+fused_qkv": ["sdpa_attention", "fused_qkv"],
@@ -59,11 +57,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         executor = LocalExecutor(folder)
-        contract = make_contract(
-            manifest, SCALE, INSTRUCTION, read_instruction(INSTRUCTION, ["model.py"])
-        )
-        report = run_doctor(contract, 3, folder / "doctor", calibrate_tolerances=False)
-        contract, report = sealed_contract(contract, report)
+        contract, report = doctored(manifest, folder)
         while len(mine["rounds"]) < args.rounds:
             seed, row = challenge_seed(), {}
             for label, patches in CONFIGS.items():

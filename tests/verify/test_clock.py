@@ -149,25 +149,6 @@ def test_a_patch_is_charged_every_second_it_moves_inside_its_window():
     assert clock.charged_step_s(_metrics(steps=12), ref, ["model.py"]) is None  # two counts
 
 
-def _trial(m: TrialMetrics, patches=()) -> TrialRecord:
-    return TrialRecord.model_validate(
-        {
-            "trial_id": "t",
-            "workload": "w",
-            "scale": "tiny",
-            "status": "ok",
-            "knobs": {},
-            "patches": [p.model_dump() for p in patches],
-            "locked_files": {},
-            "mem_cap_bytes": None,
-            "timeout_s": 60,
-            "started_unix_s": 0,
-            "cost_s": 1,
-            "metrics": m.model_dump(),
-        }
-    )
-
-
 def test_the_window_ends_no_earlier_than_the_last_step_line():
     """The final parameters' name written early (a placeholder) cannot end the window before
     the training's last step line arrived."""
@@ -178,9 +159,9 @@ def test_the_window_ends_no_earlier_than_the_last_step_line():
 
 
 def test_an_impossible_charge_is_a_refusal_never_handed_to_the_lines():
-    ref = _trial(_metrics())
+    ref = _record(_metrics())
     # a window that opened near the end of the run: it cannot hold its 1.4 s of steps
-    late_open = _trial(_metrics(opened=4.3), [PATCH])
+    late_open = _record(_metrics(opened=4.3), [PATCH])
     timing = clock.timing_of(NoisePolicy(), [ref])
     charge = clock.bill(late_open, ref, timing)
     assert charge.step_s < 0
@@ -188,7 +169,7 @@ def test_an_impossible_charge_is_a_refusal_never_handed_to_the_lines():
     assert "charges -0.1300 s a step, the candidate's own lines say 0.1000 s" in charge.impossible
     assert charge.compared_s is None and harness_time(late_open, ref) is None
     # within what the window can save outside the steps (here its 1.8 s of set-up and tail)
-    set_up_saving = _trial(_metrics(start=2.4), [PATCH])  # 0.6 s less set-up in its window
+    set_up_saving = _record(_metrics(start=2.4), [PATCH])  # 0.6 s less set-up in its window
     assert clock.bill(set_up_saving, ref, timing).impossible is None
     # below the lines by more than that: the window missed steps
     charge = clock.Charged(1.0, 4.0, "x", 0.02, 10, lines_s=0.3, room_s=1.0)
@@ -245,7 +226,7 @@ def test_the_start_line_is_judged_both_ways_against_that_configurations_start_up
 
 
 def test_apply_compares_the_slower_of_the_charged_step_and_the_lines():
-    record = _trial
+    record = _record
     ref = record(_metrics())
     # every record held to the end: the run takes as long, its lines say its steps were free
     burst = record(_metrics(seen=[0.5] + [0.00002] * 9, tail=1.9, saved=4.6), [PATCH])
@@ -277,7 +258,7 @@ def test_arrivals_the_harness_clock_contradicts_are_named():
     assert clock.moved_work(rehearsed, long_ref, one_time=False) == []  # its start line is fine
 
 
-def _record(m: TrialMetrics) -> TrialRecord:
+def _record(m: TrialMetrics, patches=()) -> TrialRecord:
     return TrialRecord.model_validate(
         {
             "trial_id": "r",
@@ -285,7 +266,7 @@ def _record(m: TrialMetrics) -> TrialRecord:
             "scale": "tiny",
             "status": "ok",
             "knobs": {},
-            "patches": [],
+            "patches": [p.model_dump() for p in patches],
             "locked_files": {},
             "mem_cap_bytes": None,
             "timeout_s": 60,
