@@ -22,8 +22,6 @@ workloads': against the baseline's, and with the unpatched code on held-out data
 """
 
 import atexit
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 
@@ -95,31 +93,10 @@ def _wrap_accelerator(module):
 _WRAPS = {"trainer": _wrap_trainer, "accelerate": _wrap_accelerator}
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the framework's module once it has been executed."""
-
-    def __init__(self, framework):
-        self.framework, self.done = framework, False
-
-    def find_spec(self, fullname, path, target=None):
-        if self.done or fullname != _MODULES[self.framework]:
-            return None
-        self.done = True
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        exec_module, wrap = spec.loader.exec_module, _WRAPS[self.framework]
-
-        def exec_and_wrap(module):
-            exec_module(module)
-            wrap(module)
-
-        spec.loader.exec_module = exec_and_wrap
-        return spec
-
-
 def install():
     """Save the parameters through the framework the harness names, when it names one."""
+    from infrarsi_after import after_import  # beside this file, on the hooks' path
+
     framework = os.environ.get(ENV)
     if framework in _MODULES:
-        sys.meta_path.insert(0, _AfterImport(framework))
+        after_import(_MODULES[framework], _WRAPS[framework])

@@ -11,10 +11,7 @@ parameters must match its same-seed baseline's; baselines at two challenge seeds
 the same parameters and ran the same curve show it did not: ``verify.evidence.challenge_unseen``).
 """
 
-import importlib.abc
-import importlib.machinery
 import os
-import sys
 
 ENV = "INFRARSI_SEED_OFFSET"
 
@@ -62,32 +59,10 @@ def _patch_numpy(np, offset):
 _PATCHES = {"torch": _patch_torch, "numpy": _patch_numpy}
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the loader of the modules it patches, once each."""
-
-    def __init__(self, offset):
-        self.offset, self.done = offset, set()
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in _PATCHES or fullname in self.done:
-            return None
-        self.done.add(fullname)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        loader, offset = spec.loader, self.offset
-        exec_module = loader.exec_module
-
-        def exec_and_patch(module):
-            exec_module(module)
-            _PATCHES[fullname](module, offset)
-
-        loader.exec_module = exec_and_patch
-        return spec
-
-
 def install():
     """Offset every seed the script sets, when the harness asks for it."""
+    from infrarsi_after import after_import  # beside this file, on the hooks' path
+
     text = os.environ.get(ENV)
     if not text:
         return
@@ -95,4 +70,5 @@ def install():
     import random
 
     random.seed = _wrap(random.seed, offset)
-    sys.meta_path.insert(0, _AfterImport(offset))
+    for name, patch in _PATCHES.items():
+        after_import(name, lambda module, patch=patch: patch(module, offset))

@@ -173,6 +173,9 @@ if _is_rank():
     import infrarsi_params
 
     infrarsi_params.install()  # the parameters saved through the script's framework
+    import infrarsi_observe
+
+    infrarsi_observe.install()  # the training watched through PyTorch's own hooks
 if _is_rank():
     faulthandler.enable()  # a native abort still shows the Python stack it happened in
 _previous_excepthook = sys.excepthook
