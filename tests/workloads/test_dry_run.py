@@ -30,7 +30,8 @@ def test_the_dry_run_has_a_home_of_its_own_and_leaves_no_process(tmp_path):
             print(f"step {{i}} loss {{3 - i}}", flush=True)
         """,
     )
-    lines, wall_s = dry_run(["python", "train.py"], folder, timeout_s=60)
+    lines, wall_s, observed = dry_run(["python", "train.py"], folder, timeout_s=60)
+    assert observed == []  # no PyTorch: nothing for the observer to see
     text = [line for _, line, _ in lines]
     assert text[1:] == ["step 0 loss 3", "step 1 loss 2", "step 2 loss 1"]
     home = text[0].split()[1]
@@ -78,9 +79,28 @@ def test_a_script_that_logs_its_steps_is_drafted_to_read_standard_error_too(tmp_
             logging.info("step %d | loss %.3f", i, 3 - i / 10)
         """,
     )
-    printed, _ = dry_run(["python", "train.py"], folder, timeout_s=60)
+    printed = dry_run(["python", "train.py"], folder, timeout_s=60).lines
     assert {stream for _, _, stream in printed} == {"stdout", "stderr"}
     lines, metrics, notes = _metrics(printed, 4)
     assert metrics["read_stderr"] is True and "standard error" in notes[0]
     assert "step_time" not in metrics  # no time printed: timed by the lines' arrival
     assert len(lines) == 5
+
+
+def test_gloos_teardown_race_alone_does_not_fail_the_dry_run(tmp_path):
+    """A rank that trained every step and aborted as its process ended ("terminate called
+    without an active exception", no Python error): the dry run reads what it printed, as a
+    trial is classified by its steps; a Python error before such an abort still fails."""
+    race = """
+        import os, sys
+        for i in range(3):
+            print(f"step {i} loss {3 - i}", flush=True)
+        sys.stderr.write("terminate called without an active exception\\n")
+        sys.stderr.flush()
+        os.abort()
+        """
+    lines = dry_run(["python", "train.py"], script(tmp_path / "race", race), timeout_s=60).lines
+    assert [text for _, text, stream in lines if stream == "stdout"][-1] == "step 2 loss 1"
+    error = race.replace("os.abort()", "raise SystemError('boom')")
+    with pytest.raises(DryRunError, match="ended with exit"):
+        dry_run(["python", "train.py"], script(tmp_path / "error", error), timeout_s=60)

@@ -28,6 +28,12 @@ def draft(
     output: Path = typer.Option(Path("workload.yaml"), "-o", "--output", help="manifest file"),
     yes: bool = typer.Option(False, "--yes", help="write it without asking"),
     timeout_s: float = typer.Option(120.0, "--timeout", help="seconds the dry run may take"),
+    role: list[str] = typer.Option(
+        [],
+        "--role",
+        help="NAME=ROLE: an argument the draft could not tell (steps, seed, micro_batch, "
+        "grad_accum, precision, threads, ...), e.g. --role num-updates=steps; repeatable",
+    ),
 ) -> None:
     """Draft workload.yaml from your command and script (run from the script's folder): the
     knobs, the steps, the metrics read from a dry run of a few steps; shown, then written."""
@@ -35,8 +41,16 @@ def draft(
     from infrarsi.host import usable_threads
     from infrarsi.workloads import load_manifest
 
+    named = {}
+    for given in role:
+        name, sep, what = given.partition("=")
+        if not sep or not name or not what:
+            user_error(err, f"--role {given}: give NAME=ROLE, e.g. --role num-updates=steps")
+        named[name] = what
     try:
-        drafted = draft_manifest(list(command), Path.cwd(), usable_threads(), timeout_s)
+        drafted = draft_manifest(
+            list(command), Path.cwd(), usable_threads(), timeout_s, named=named
+        )
     except InfraRSIError as exc:
         user_error(err, exc)
     text = yaml.safe_dump(drafted.manifest, sort_keys=False, width=100)

@@ -25,6 +25,7 @@ class ScriptArg:
     choices: tuple[Any, ...] = ()
     switch: bool = False
     help: str = ""
+    named: str | None = None  # the role the user named for it (``--role``): taken as given
 
 
 def read_arguments(source: str) -> list[ScriptArg]:

@@ -3,6 +3,7 @@ the metrics, and put the manifest together (``draft_manifest``)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,15 +22,13 @@ from infrarsi.draft.draft import (
     render,
     value_given,
 )
-from infrarsi.draft.dry import dry_run
+from infrarsi.draft.dry import DryRan, dry_run
 from infrarsi.draft.frameworks import evaluation, framework_of, passes_eval_dataset
 from infrarsi.draft.llm_metrics import ask_patterns, check_patterns
 from infrarsi.draft.metrics import MetricsDraftError, read_flops, read_metrics
 from infrarsi.trial.launch import SAVE_PARAMS, free_port
 
-DryRun = Callable[
-    [list[str], Path, float, int, dict[str, str]], tuple[list[tuple[float, str, str]], float]
-]
+DryRun = Callable[[list[str], Path, float, int, dict[str, str], int | None], DryRan]
 # what the hook says in a dry run (sandbox/_hooks/infrarsi_params.py WORLD_LINE)
 WORLD_LINE = "infrarsi: processes training together: "
 DRY_MEMORY_SHARE = 0.5  # of the host's memory, shared by the dry run's ranks
@@ -51,21 +50,26 @@ class Drafted:
 
 
 def draft_manifest(
-    argv: list[str], folder: Path, cores: int, timeout_s: float = 120.0, run: DryRun = dry_run
+    argv: list[str],
+    folder: Path,
+    cores: int,
+    timeout_s: float = 120.0,
+    run: DryRun = dry_run,
+    named: dict[str, str] | None = None,
 ) -> Drafted:
-    """The manifest of the training job ``argv`` runs from ``folder`` (see the package)."""
+    """The manifest of the training job ``argv`` runs from ``folder`` (see the package);
+    ``named``: the roles the user named (an argument's name or option -> its role)."""
     folder = Path(folder).resolve()
     parsed = parse_command(argv)
-    draft = _planned(plan(read_script(parsed, folder), cores))
+    draft = _planned(plan(read_script(parsed, folder, named), cores))
     framework = framework_of(draft.source)
-    command = launch_command(draft)
     steps = min(DRY_STEPS, int(draft.params["steps"]))
-    argv_dry = render(command, draft, {**draft.params, "steps": steps, "rdzv_port": free_port()})
-    said = {SAVE_PARAMS: framework, "INFRARSI_SAY_WORLD": "1"} if framework else {}
-    cap = dry_cap_bytes(draft.command.nproc() or 1)
-    printed, wall = run(argv_dry, folder, timeout_s, cap, said)
+    ran = _dry(draft, framework, folder, steps, timeout_s, run)
+    printed, wall = ran.lines, ran.wall_s
     draft = _ranks_as_seen(
-        draft, _world(printed), lambda: plan(read_script(parsed, folder), cores, ranks=False)
+        draft,
+        _world(printed),
+        lambda: plan(read_script(parsed, folder, named), cores, ranks=False),
     )
     command = launch_command(draft)
     lines, metrics, notes = _metrics(printed, steps)
@@ -73,9 +77,14 @@ def draft_manifest(
     timeout = max(120.0, 4 * wall)
     full_timeout = max(timeout, 4 * wall * int(draft.params["steps"]) / steps)
     manifest = {
-        "name": _workload_name(draft.command.script),
+        "name": _workload_name(draft.command.script, draft.source, argv),
         "description": f"drafted by infrarsi manifest draft from: {' '.join(argv)}",
-        "launch": {"command": command, "env": draft.env, "metrics": metrics},
+        "launch": {
+            "command": command,
+            "env": draft.env,
+            "metrics": metrics,
+            **({"stop_after_steps": True} if draft.stop_after_steps else {}),
+        },
         "scales": {
             "tiny": {
                 "params": {**params, "steps": steps},
@@ -97,8 +106,36 @@ def draft_manifest(
     notes.append(flops_note)
     if flops is not None:
         manifest["flops"] = flops
-    notes.append(_evidence(manifest, draft, command, framework))
+    notes.append(_evidence(manifest, draft, command, framework, ran))
     return Drafted(manifest, draft.notes + notes, wall)
+
+
+def _dry(
+    draft: Draft, framework: str | None, folder: Path, steps: int, timeout_s: float, run: DryRun
+) -> DryRan:
+    """The dry run of ``steps`` steps at the draft's baseline, the framework's hook asked to
+    say how many processes train together, a script without a step count stopped at the
+    optimizer's ``steps``-th step (CommandError where its optimizer was not seen stepping)."""
+    values = {**draft.params, "steps": steps, "rdzv_port": free_port()}
+    argv = render(launch_command(draft), draft, values)
+    said = {SAVE_PARAMS: framework, "INFRARSI_SAY_WORLD": "1"} if framework else {}
+    cap = dry_cap_bytes(draft.command.nproc() or 1)
+    ran = run(argv, folder, timeout_s, cap, said, steps if draft.stop_after_steps else None)
+    _stopped_as_asked(draft, ran, steps)
+    return ran
+
+
+def _stopped_as_asked(draft: Draft, ran: DryRan, steps: int) -> None:
+    """A script that takes no step count can be run a fixed number of steps only where the
+    observer saw its optimizer step: CommandError otherwise."""
+    if not draft.stop_after_steps or len(ran.steps()) >= steps:
+        return
+    raise CommandError(
+        "no argument sets the number of optimizer steps, and the dry run showed "
+        f"{len(ran.steps())} step(s) of a torch.optim optimizer where the harness stops a run "
+        f"at {steps}: give the step count on the command (its argument named with "
+        "--role NAME=steps), or train with a torch.optim optimizer"
+    )
 
 
 def _ranks_as_seen(draft: Draft, world: int | None, replan: Callable[[], Draft]) -> Draft:
@@ -115,13 +152,27 @@ def _ranks_as_seen(draft: Draft, world: int | None, replan: Callable[[], Draft])
     return kept
 
 
-def _evidence(manifest: dict, draft: Draft, command: list[str], framework: str | None) -> str:
-    """The manifest's ``evaluation`` for a framework's job, set in ``manifest``; what the
-    draft's notes say a trial is verified by."""
+def _evidence(
+    manifest: dict, draft: Draft, command: list[str], framework: str | None, ran: DryRan
+) -> str:
+    """The manifest's ``evaluation``, set in ``manifest``: through the script's framework, or
+    (any other script whose optimizer the dry run saw step) the parameters that optimizer
+    holds, saved by the harness's observer; what the draft's notes say a trial is verified by."""
     if framework is None:
+        start = next((r for r in ran.observed if r.get("kind") == "start"), None)
+        if start is None or not ran.steps():
+            return (
+                "evidence: the printed loss alone (no torch.optim optimizer was seen stepping, "
+                "so the harness has no parameters to save): add evaluation (final_weights, "
+                "command) to check what a trial learned"
+            )
+        manifest["evaluation"] = {"framework": "optimizer"}
         return (
-            "evidence: the printed loss alone (the script saves no parameters the harness can "
-            "read): add evaluation (final_weights, command) to check what a trial learned"
+            f"evidence: the harness saves the parameters the optimizer ({start['optimizer']}) "
+            "holds, named by the module that owns them, before its first step and after its "
+            "last in every trial, and compares them with the baseline's; no held-out loss is "
+            'checked (add evaluation.command, a script that prints {"eval_loss": ...} for '
+            "{weights})"
         )
     baseline = render(command, draft, {**draft.params, "rdzv_port": 0})
     manifest["evaluation"], said = evaluation(
@@ -229,7 +280,10 @@ def _files(script: Path) -> dict:
     return {"editable": [f for f in imports if f not in data], "locked": [script.name, *data]}
 
 
-def _workload_name(script: str) -> str:
+def _workload_name(script: str, source: str, argv: list[str]) -> str:
+    """The script's name and a signature of its content and command (``train-1a2b3c4d``): one
+    user's scripts that share a file name are other workloads in runs and in the bank."""
     stem = Path(script).stem.lower()
-    name = re.sub(r"[^a-z0-9]+", "-", stem).strip("-")
-    return name or "workload"
+    name = re.sub(r"[^a-z0-9]+", "-", stem).strip("-") or "workload"
+    signed = hashlib.sha256("\0".join([source, *argv]).encode()).hexdigest()[:8]
+    return f"{name}-{signed}"

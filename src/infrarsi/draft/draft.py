@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from infrarsi.draft.usage import roles_by_use
 RoleAsker = Callable[[str, str], str]  # (system, user) -> the LLM's reply
 
 DRY_STEPS = 6  # the steps of the dry run and of the drafted ``tiny`` scale
+STOPPED_STEPS = 60  # the ``full`` scale of a script that takes no step count (the harness stops it)
 SEQ_NAMES = (
     r"^(block_size|seq_len|seq_length|max_seq_length|context_length|sequence_length|block|seq"
     r"|seqlen|max_length)$"
@@ -44,16 +45,45 @@ class Draft:
     baseline: dict[str, Any] = field(default_factory=dict)  # every knob's baseline value
     global_batch: str = ""  # the knobs' product that is the global batch, in sequences
     env: dict[str, str] = field(default_factory=dict)  # the launch's environment templates
+    stop_after_steps: bool = False  # no step argument: the harness stops it after ``steps``
 
 
-def read_script(command: Command, folder: Path) -> Draft:
-    """The script's declared arguments (CommandError when the script is not in ``folder``)."""
+def read_script(command: Command, folder: Path, named: dict[str, str] | None = None) -> Draft:
+    """The script's declared arguments, with the roles the user named (``named``: an
+    argument's name or option -> its role; CommandError for a name the script does not declare
+    or a role there is not), CommandError when the script is not in ``folder``."""
     path = Path(folder) / command.script
     if not path.is_file():
         raise CommandError(f"{command.script}: no such file in {folder} (run from its folder)")
     source = path.read_text()
     args = {a.dest: a for a in read_arguments(source)}
+    for name, role in (named or {}).items():
+        arg = _declared(args, name)
+        if role not in roles.NAMEABLE:
+            raise CommandError(
+                f"--role {name}={role}: no such role; name one of {', '.join(roles.NAMEABLE)} "
+                "(the ranks come from the launcher: torchrun --nproc-per-node, accelerate "
+                "launch --num_processes)"
+            )
+        if role in roles.TYPE_NEEDED and not roles.type_fits(role, arg):
+            raise CommandError(
+                f"--role {name}={role}: {arg.dest} is declared {arg.type or 'untyped'}, and "
+                f"{role} needs {roles.TYPE_NEEDED[role]}"
+            )
+        args[arg.dest] = replace(arg, named=role)
     return Draft(command, args, source)
+
+
+def _declared(args: dict[str, ScriptArg], name: str) -> ScriptArg:
+    """The argument ``name`` names (its destination, or one of its options)."""
+    dest = name.lstrip("-").replace("-", "_")
+    for arg in args.values():
+        if arg.dest == dest or name in arg.options:
+            return arg
+    known = ", ".join(sorted(a.options[0] if a.options else a.dest for a in args.values()))
+    raise CommandError(
+        f"--role {name}: the script declares no such argument (it declares: {known or 'none'})"
+    )
 
 
 def value_given(draft: Draft, arg: ScriptArg) -> Any:
@@ -104,7 +134,12 @@ def plan(draft: Draft, cores: int, ask: RoleAsker | None = None, ranks: bool = T
         if role in by_role:
             arg = by_role[role]
             top = cores if role == "threads" else min(4, cores)
-            _knob(draft, arg, role, sorted({0, *range(1, top + 1), value_given(draft, arg) or 0}))
+            # a script may hand its thread count to torch.set_num_threads, which refuses 0:
+            # threads start at 1, 0 only where the script ran with it (its own guard then)
+            given = value_given(draft, arg)
+            low = 1 if role == "threads" and given != 0 else 0
+            values = {*range(low, top + 1), *([given] if isinstance(given, int) else [])}
+            _knob(draft, arg, role, sorted(values))
     if "threads" not in by_role:
         _omp_threads(draft, cores)
     for role in ("precision", "compile", "activation_checkpointing", "attention", "optimizer"):
@@ -365,10 +400,14 @@ def _fixed(draft: Draft) -> None:
             f"the step count is {draft.params['steps']} (the script trains by epochs?): give "
             "the number of optimizer steps on the command (e.g. --max_steps 200)"
         )
-    if "steps" not in draft.params:
-        raise CommandError(
-            "no argument sets the number of steps (max_iters, max_steps, --steps ...): a "
-            "trial must run a fixed number of steps"
+    if "steps" not in draft.params:  # the observer ends each run after the scale's steps
+        draft.params["steps"] = STOPPED_STEPS
+        draft.stop_after_steps = True
+        draft.notes.append(
+            "steps: no argument sets the number of optimizer steps: the harness ends each run "
+            "after the scale's steps, counted at the optimizer (tiny: "
+            f"{DRY_STEPS}, full: {STOPPED_STEPS}; the script's own schedule otherwise: set "
+            "scales.full.params.steps for more)"
         )
     for g in draft.command.given:
         if g.option is None or g.option in draft.used:

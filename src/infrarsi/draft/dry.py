@@ -5,27 +5,44 @@ harness's clock on arrival."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from infrarsi.errors import InfraRSIError
 from infrarsi.sandbox import memcg
 from infrarsi.sandbox.process import Launchers, owner_alive, run_isolated
-from infrarsi.trial.launch import isolated_env, resolve_program
+from infrarsi.trial.launch import OBSERVED, isolated_env, observer_env, resolve_program
 from infrarsi.trial.watch import MetricsChannel
 from infrarsi.workloads.folder import copy_workload
 
 LINK_ABOVE_BYTES = 16 << 20  # a larger file (data, checkpoints) is linked, not copied
 SKIP = ("wandb", "out")  # besides what every copy of a workload leaves out: its outputs
 FAILURE = re.compile(r"Traceback|Error|terminate called|Aborted|Killed|Segmentation fault")
+TEARDOWN_RACE = "terminate called without an active exception"
 
 
 class DryRunError(InfraRSIError):
     """The dry run did not start or ended with an error; the message holds what it printed."""
+
+
+class DryRan(NamedTuple):
+    """What a dry run showed: every line it printed as (arrival in seconds since launch, text,
+    "stdout" or "stderr"), the wall seconds it took, and its training as PyTorch saw it (the
+    observer's records of its first rank: ``sandbox/_hooks/infrarsi_observe.py``)."""
+
+    lines: list[tuple[float, str, str]]
+    wall_s: float
+    observed: list[dict[str, Any]]
+
+    def steps(self) -> list[dict[str, Any]]:
+        """The optimizer steps the observer saw, in order."""
+        return [r for r in self.observed if r.get("kind") == "step"]
 
 
 def dry_run(
@@ -34,12 +51,13 @@ def dry_run(
     timeout_s: float,
     mem_cap_bytes: int | None = None,
     env: dict[str, str] | None = None,
-) -> tuple[list[tuple[float, str, str]], float]:
-    """Run ``argv`` in a copy of ``folder`` as a trial runs; (every line it printed as
-    (arrival in seconds since launch, text, "stdout" or "stderr"), the wall seconds it took).
-    ``mem_cap_bytes``: each rank's memory cap; ``env``: the harness's own settings added (what
-    its bootstrap hooks should report). DryRunError when it fails, or times out before
-    printing anything."""
+    stop_after: int | None = None,
+) -> DryRan:
+    """Run ``argv`` in a copy of ``folder`` as a trial runs, its training observed through
+    PyTorch (the optimizer's parameters saved as a trial's would be; every rank ended after
+    ``stop_after`` optimizer steps where asked). ``mem_cap_bytes``: each rank's memory cap;
+    ``env``: the harness's own settings added (what its bootstrap hooks should report).
+    DryRunError when it fails, or times out before printing anything."""
     with tempfile.TemporaryDirectory(prefix="infrarsi-dry-") as tmp:
         # the dry run's own folder, one below the temporary one: isolation hides a trial
         # folder's parent (the other trials), which must not be /tmp, where the tool itself or
@@ -50,6 +68,7 @@ def dry_run(
         _copy(Path(folder), work)
         argv = [resolve_program(argv[0]), *argv[1:]]
         launch_env = isolated_env(root, argv, {}, mem_cap_bytes) | (env or {})
+        launch_env |= observer_env(root, True, stop_after)
         channel = MetricsChannel.for_stdout(root, "(?!)", read_stderr=True)  # every line kept
         trial_id = f"dry-{secrets.token_hex(6)}"
         with memcg.trial_cgroup(trial_id, owner_alive) as cgroup:
@@ -72,10 +91,11 @@ def dry_run(
             for part in line.rstrip("\n").split("\r")  # progress bars rewrite their line
             if part.strip()
         ]
+        observed = _observed(root / OBSERVED.format(rank=0))
     if result.timed_out and not lines:
         raise DryRunError(f"the dry run printed nothing in {timeout_s:.0f} s")
-    if not result.timed_out and result.returncode != 0:
-        printed = [line for _, line, _ in lines]
+    printed = [line for _, line, _ in lines]
+    if not result.timed_out and result.returncode != 0 and not teardown_race(printed):
         why = (
             f" (out of memory: past the dry run's cap of {mem_cap_bytes / 2**20:.0f} MiB per "
             "rank; give it less to do, e.g. a smaller batch on the command)"
@@ -83,7 +103,32 @@ def dry_run(
             else ""
         )
         raise DryRunError(f"the dry run ended with exit {result.returncode}{why}:\n{_why(printed)}")
-    return lines, result.wall_s
+    return DryRan(lines, result.wall_s, observed)
+
+
+def _observed(path: Path) -> list[dict[str, Any]]:
+    """The observer's records in ``path`` (none where it wrote none)."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def teardown_race(printed: list[str]) -> bool:
+    """Whether a failed exit is gloo's known teardown race alone: a rank aborted with
+    "terminate called without an active exception" as its process ended, no Python error
+    raised — the training ran (a trial in this state is classified by its steps, not its exit
+    code: ``trial.classify``)."""
+    return any(TEARDOWN_RACE in line for line in printed) and not any(
+        "Traceback" in line for line in printed
+    )
 
 
 def _why(text: list[str]) -> str:

@@ -68,9 +68,16 @@ def type_fits(role: str, arg: ScriptArg) -> bool:
     return True
 
 
+# what a user may name an argument as (``manifest draft --role NAME=ROLE``)
+KNOB_ROLES = tuple(role for role, _ in ROLE_NAMES)
+NAMEABLE = ("steps", "seed", *KNOB_ROLES)
+
+
 def role_of(arg: ScriptArg) -> str | None:
-    """The role the argument's name says it plays, else its help text (None: none
-    recognised)."""
+    """The role the user named for the argument, else the one its name says it plays, else
+    its help text (None: none recognised)."""
+    if arg.named is not None:
+        return arg.named if arg.named in KNOB_ROLES else None
     name = arg.dest.lower()
     if re.search(EVAL_ONLY, name) or re.search(r"\beval|\bvalidation", arg.help.lower()):
         return None
@@ -88,6 +95,8 @@ def role_of(arg: ScriptArg) -> str | None:
 def placed_otherwise(arg: ScriptArg) -> bool:
     """Whether the argument is already read as something else than a knob's role: the step
     count, the seed, the logging interval, or an evaluation-only setting."""
+    if arg.named is not None:
+        return arg.named in ("steps", "seed")
     return (
         is_steps(arg)
         or is_seed(arg)
@@ -97,12 +106,16 @@ def placed_otherwise(arg: ScriptArg) -> bool:
 
 
 def is_steps(arg: ScriptArg) -> bool:
-    """Whether the argument sets the number of optimizer steps."""
+    """Whether the argument sets the number of optimizer steps (named so, or by its name)."""
+    if arg.named is not None:
+        return arg.named == "steps"
     return arg.type == "int" and re.search(STEPS, arg.dest.lower()) is not None
 
 
 def is_seed(arg: ScriptArg) -> bool:
     """Whether the argument seeds the run (what the challenge seed sets)."""
+    if arg.named is not None:
+        return arg.named == "seed"
     return arg.type == "int" and re.search(SEED, arg.dest.lower()) is not None
 
 

@@ -113,8 +113,24 @@ def _trial_env(
     if seed_setting(spec) == SEED_BY_BOOTSTRAP:  # no seed parameter: offset its own seeds
         env["INFRARSI_SEED_OFFSET"] = str(spec.seed)
     how = spec.manifest.evaluation
-    if how is not None and how.framework is not None:  # saved through the script's framework
+    saves = how is not None and how.framework == "optimizer"
+    if how is not None and how.framework in FRAMEWORK_SAVES:  # saved through the framework
         env[SAVE_PARAMS] = how.framework
+    stop = int(spec.params()["steps"]) if spec.manifest.launch.stop_after_steps else None
+    if saves or stop:  # the training watched through PyTorch itself
+        env.update(observer_env(trial_dir, saves, stop))
+    return env
+
+
+def observer_env(trial_dir: Path, weights: bool, stop_after: int | None) -> dict[str, str]:
+    """The settings of the rank's observer (``sandbox/_hooks/infrarsi_observe.py``): its
+    records in the trial's folder, the optimizer's parameters saved where the harness reads
+    them (``weights``), every rank ended after ``stop_after`` optimizer steps."""
+    env = {OBSERVE: str(Path(trial_dir) / OBSERVED)}
+    if weights:
+        env[OBSERVE_WEIGHTS] = str(evaluation.weights_dir(trial_dir))
+    if stop_after:
+        env[STOP_AFTER] = str(stop_after)
     return env
 
 
@@ -158,6 +174,11 @@ def isolated_env(
 
 # the framework hook's setting (sandbox/_hooks/infrarsi_params.py): the trial's, the dry run's
 SAVE_PARAMS = "INFRARSI_SAVE_PARAMS"
+FRAMEWORK_SAVES = ("trainer", "accelerate")
+# the observer's settings (sandbox/_hooks/infrarsi_observe.py) and where its records go
+OBSERVE, OBSERVE_WEIGHTS = "INFRARSI_OBSERVE", "INFRARSI_OBSERVE_WEIGHTS"
+STOP_AFTER = "INFRARSI_STOP_AFTER_STEPS"
+OBSERVED = "observed.rank{rank}.jsonl"
 
 SEED_BY_PARAMETER = "parameter"
 

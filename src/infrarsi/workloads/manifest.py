@@ -150,12 +150,20 @@ class Launch(_Strict):
     """The launch command and environment, as templates over knobs and scale parameters.
 
     ``nodes`` launchers are started, one per simulated node, each with its ``{node_rank}``.
+    ``stop_after_steps``: the job takes no step count, and the harness ends it after the
+    scale's ``steps`` optimizer steps instead.
     """
 
     command: list[str] = Field(min_length=1)
     nodes: int = Field(1, ge=1)
     env: dict[str, str] = {}
     metrics: Literal["probe"] | StdoutMetrics = "probe"
+    stop_after_steps: bool = Field(
+        False,
+        description="no argument of the job sets its number of optimizer steps: the harness's "
+        "observer ends every rank cleanly after the scale's steps (sandbox/_hooks/"
+        "infrarsi_observe.py), the job's own schedule otherwise",
+    )
 
     def steps_printed(self, steps: int) -> int:
         """The optimizer steps (step lines) a run given ``steps`` makes."""
@@ -165,6 +173,8 @@ class Launch(_Strict):
     def passes_steps(self) -> bool:
         """Whether the launch hands the scale's ``steps`` to the job (a ``{steps}`` field in the
         command or the environment): only then can the harness run it for more steps."""
+        if self.stop_after_steps:
+            return True
         parts = [*self.command, *self.env.values()]
         return any(
             name == "steps" for part in parts for _, name, _, _ in string.Formatter().parse(part)
@@ -225,14 +235,16 @@ class Evaluation(_Strict):
     ``trainer``, ``command`` is the script's own command: the harness runs it unpatched with
     ``Trainer.train`` replaced by the Trainer's own evaluation of each saved set of parameters
     (its held-out set, ``eval_dataset``), so the script builds the model and the data as the
-    trial did.
+    trial did. ``optimizer`` (any script that trains with a ``torch.optim`` optimizer): the
+    harness's observer saves the parameters the optimizer holds, named by the module that owns
+    them, before its first step and after its last (``sandbox/_hooks/infrarsi_observe.py``).
     """
 
     final_weights: str = "{weights_dir}/final.pt"
     initial_weights: str | None = "{weights_dir}/initial.pt"
     key: str | None = None
     command: list[str] | None = None
-    framework: Literal["trainer", "accelerate"] | None = None
+    framework: Literal["trainer", "accelerate", "optimizer"] | None = None
 
 
 EVALUATION_FIELDS = frozenset({"weights", "initial_weights", "weights_dir"})

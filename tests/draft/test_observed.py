@@ -1,0 +1,108 @@
+"""A script nobody wrote for InfraRSI, drafted by watching its training through PyTorch: a
+torchrun loop whose schedule is epochs (no step argument at all) and whose batch and
+accumulation arguments have names no rule knows, named by the user with ``--role``. The
+harness ends each run after the scale's steps at the optimizer, and saves the parameters the
+optimizer holds as the trial's evidence."""
+
+import shutil
+
+import pytest
+import yaml
+from conftest import FIXTURES, run_cli
+
+from infrarsi.draft.command import CommandError, parse_command
+from infrarsi.draft.draft import plan, read_script
+from infrarsi.trial import prepare, run_trial
+from infrarsi.verify import evidence
+from infrarsi.workloads import load_manifest
+
+COMMAND = ("torchrun", "--standalone", "--nproc-per-node", "2", "train.py", "--epochs", "1")
+COMMAND += ("--per-replica-bs", "4", "--k-accum", "2")
+ROLES = {"per-replica-bs": "micro_batch", "--k-accum": "grad_accum"}
+
+
+def test_a_role_the_user_names_is_taken_as_given():
+    folder = FIXTURES / "epochs-lm"
+    draft = plan(read_script(parse_command(list(COMMAND)), folder, ROLES), cores=2)
+    knobs = {k["name"]: k for k in draft.knobs}
+    assert knobs["micro_batch"]["role"] == "micro_batch" and "grad_accum" in knobs
+    assert "--per-replica-bs={micro_batch}" in draft.template
+    assert draft.stop_after_steps and draft.params["steps"] > 0  # no step argument
+    assert any(n.startswith("steps: no argument sets the number") for n in draft.notes)
+    named = read_script(parse_command(list(COMMAND)), folder, {"rng": "seed", "epochs": "steps"})
+    stepped = plan(named, cores=2)
+    assert not stepped.stop_after_steps and "--epochs={steps}" in stepped.template
+    assert "--rng={seed}" in stepped.template
+
+
+@pytest.mark.parametrize(
+    "named, said",
+    [
+        ({"num-updates": "steps"}, "the script declares no such argument (it declares: --ctx,"),
+        ({"k-accum": "accumulation"}, "no such role; name one of steps, seed, grad_accum"),
+        ({"k-accum": "ranks"}, "the ranks come from the launcher"),
+        ({"per-replica-bs": "precision"}, "per_replica_bs is declared int, and precision needs"),
+    ],
+)
+def test_a_role_that_cannot_be_is_an_answer(named, said):
+    with pytest.raises(CommandError, match="--role") as refused:
+        read_script(parse_command(list(COMMAND)), FIXTURES / "epochs-lm", named)
+    assert said in str(refused.value)
+
+
+@pytest.mark.slow
+def test_a_script_with_no_step_argument_is_drafted_stopped_and_verified_by_its_weights(tmp_path):
+    folder = tmp_path / "job"
+    shutil.copytree(FIXTURES / "epochs-lm", folder)
+    roles = [w for name, role in ROLES.items() for w in ("--role", f"{name}={role}")]
+    drafted = run_cli(
+        "manifest", "draft", "-o", "workload.yaml", "--yes", *roles, "--", *COMMAND, cwd=folder
+    )
+    assert drafted.returncode == 0, drafted.stderr
+    raw = yaml.safe_load((folder / "workload.yaml").read_text())
+    assert raw["launch"]["stop_after_steps"] is True
+    assert raw["evaluation"] == {"framework": "optimizer"}
+    assert {k["name"] for k in raw["knobs"]} >= {"nproc", "micro_batch", "grad_accum"}
+    said = " ".join(drafted.stderr.split())
+    assert "the parameters the optimizer (AdamW) holds" in said
+    manifest = load_manifest(folder / "workload.yaml")
+    one, two = (run_trial(prepare(manifest, "tiny"), tmp_path / name) for name in "ab")
+    for record in (one, two):
+        assert record.status.value == "ok", record.error
+        assert record.metrics.steps == 6  # the epoch is far longer: stopped at the optimizer
+        assert record.evaluation.error is None and record.evaluation.initial_weights
+        saved = evidence.load_params(record.evaluation.final_weights)
+        assert set(saved) == {"0.weight", "1.weight", "1.bias", "3.weight", "3.bias"}
+    from infrarsi.init import make_contract, read_instruction
+
+    contract = make_contract(manifest, "tiny", "cut time", read_instruction("cut time", []))
+    same = evidence.check(contract, one, two, bf16=False)  # weights checked, no held-out set
+    assert same.reasons == [] and same.not_checked == ["held-out loss: no evaluation command"]
+
+
+def test_a_thread_count_argument_is_never_offered_zero(tmp_path):
+    """A script may hand its thread count to ``torch.set_num_threads``, which refuses 0: 0 is
+    offered only where the script ran with it."""
+    (tmp_path / "train.py").write_text(
+        "import argparse\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--threads', type=int, default=0)\n"
+        "p.add_argument('--max-steps', type=int, default=5)\n"
+        "p.add_argument('--batch-size', type=int, default=4)\n"
+    )
+    command = parse_command(["python", "train.py", "--threads", "2"])
+    knobs = {k["name"]: k for k in plan(read_script(command, tmp_path), cores=2).knobs}
+    assert knobs["threads"]["values"] == [1, 2]
+    # run with 0 (the script's own guard leaves the library's default): its baseline kept
+    as_run = parse_command(["python", "train.py"])
+    knobs = {k["name"]: k for k in plan(read_script(as_run, tmp_path), cores=2).knobs}
+    assert knobs["threads"]["values"] == [0, 1, 2]
+
+
+def test_a_drafted_workload_is_named_by_its_content_and_command():
+    from infrarsi.draft.assemble import _workload_name
+
+    one = _workload_name("train.py", "print(1)", ["python", "train.py"])
+    assert one.startswith("train-") and len(one) == len("train-") + 8
+    assert one != _workload_name("train.py", "print(2)", ["python", "train.py"])
+    assert one != _workload_name("train.py", "print(1)", ["python", "train.py", "--x", "1"])
+    assert one == _workload_name("train.py", "print(1)", ["python", "train.py"])
