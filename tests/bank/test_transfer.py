@@ -369,6 +369,16 @@ def test_a_bank_seed_comes_before_the_priors_pick_only_when_it_claims_more(
     assert (starts.index(config) < starts.index(pick)) is before_the_pick
 
 
+def test_a_configuration_a_check_refused_is_never_a_seed():
+    """The search measured micro-batch 4 fast; Apply refused it (``invalid``): no start."""
+    base = {"micro_batch": 2, "precision": "fp32"}
+    refused = experience("mb4x", {**base, "micro_batch": 4}, 1.3, stage="apply", status="invalid")
+    assert [
+        s.knobs["micro_batch"] for s in advise(_bank_rows(), HOST, WORKLOAD, bank_url="x").seeds
+    ] == [4]
+    assert advise(_bank_rows() + [refused], HOST, WORKLOAD, bank_url="x").seeds == []
+
+
 def test_the_baseline_is_never_a_seed():
     base = {"micro_batch": 2, "precision": "fp32"}
     rows = _bank_rows() + [experience("lucky", base, 1.1)]  # a baseline run that ran fast

@@ -200,6 +200,8 @@ def seeds(
             groups[key].append((e, w))
     out = []
     for members in groups.values():
+        if any(e.status is TrialStatus.INVALID for e, _ in members):
+            continue  # a check refused it (Apply's, or the search's screen): never a start
         ok = [(e, w) for e, w in members if e.status.is_ok() and e.speedup and not e.censored]
         ooms = sum(w for e, w in members if e.status is TrialStatus.OOM)
         total = sum(w for _, w in members)
