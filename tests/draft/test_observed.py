@@ -106,3 +106,26 @@ def test_a_drafted_workload_is_named_by_its_content_and_command():
     assert one != _workload_name("train.py", "print(2)", ["python", "train.py"])
     assert one != _workload_name("train.py", "print(1)", ["python", "train.py", "--x", "1"])
     assert one == _workload_name("train.py", "print(1)", ["python", "train.py"])
+
+
+def test_the_environment_a_frameworks_command_ran_in_is_kept(monkeypatch):
+    """``ACCELERATE_USE_CPU=1`` makes accelerate's CPU world: a trial runs in the environment of
+    whoever runs ``optimize``, so the draft keeps it in the launch."""
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")
+    command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "train.py"]
+    draft = plan(read_script(parse_command(command), FIXTURES / "accelerate-lm"), cores=2)
+    assert draft.env["ACCELERATE_USE_CPU"] == "1"
+    assert "environment: ACCELERATE_USE_CPU=1 kept" in " ".join(draft.notes)
+
+
+def test_a_mistyped_flag_is_shown_as_the_scripts_own_error():
+    from infrarsi.draft.dry import _why
+
+    printed = [
+        "usage: train.py [-h] [--per-device-batch PER_DEVICE_BATCH]",
+        "train.py: error: unrecognized arguments: --per-devce-batch 4",
+        "Traceback (most recent call last):",
+        '  File "/venv/bin/accelerate", line 8, in <module>',
+        "subprocess.CalledProcessError: Command '[...]' returned non-zero exit status 2.",
+    ]
+    assert _why(printed) == "\n".join(printed[:2])

@@ -6,6 +6,7 @@ scale parameters, the invariant, the stdout patterns from a dry run, the files â
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -146,7 +147,25 @@ def plan(draft: Draft, cores: int, ask: RoleAsker | None = None, ranks: bool = T
         if role in by_role:
             _choice_knob(draft, by_role[role], role)
     _fixed(draft)
+    _framework_env(draft)
     return draft
+
+
+FRAMEWORK_ENV = ("ACCELERATE_",)  # a framework's settings read from the environment
+
+
+def _framework_env(draft: Draft) -> None:
+    """The framework settings the command ran with from its environment (accelerate's
+    ``ACCELERATE_USE_CPU=1`` makes its CPU world): kept in the launch, since a trial runs in
+    the environment of whoever runs ``optimize``, not the user's shell of the draft."""
+    kept = {
+        k: v for k, v in os.environ.items() if k.startswith(FRAMEWORK_ENV) and k not in draft.env
+    }
+    if not kept:
+        return
+    draft.env.update(kept)
+    said = ", ".join(f"{k}={v}" for k, v in sorted(kept.items()))
+    draft.notes.append(f"environment: {said} kept from the environment the command ran in")
 
 
 def _roles_by_use(draft: Draft, by_role: dict[str, ScriptArg]) -> None:

@@ -25,6 +25,7 @@ LINK_ABOVE_BYTES = 16 << 20  # a larger file (data, checkpoints) is linked, not 
 SKIP = ("wandb", "out")  # besides what every copy of a workload leaves out: its outputs
 FAILURE = re.compile(r"Traceback|Error|terminate called|Aborted|Killed|Segmentation fault")
 TEARDOWN_RACE = "terminate called without an active exception"
+ARGUMENT_ERROR = re.compile(r"^\S+: error: (unrecognized arguments|argument |the following)")
 
 
 class DryRunError(InfraRSIError):
@@ -132,8 +133,13 @@ def teardown_race(printed: list[str]) -> bool:
 
 
 def _why(text: list[str]) -> str:
-    """What a failed run printed that says why: from its first failure line (a traceback, an
-    abort — a launcher's summary of its ranks says less), then its last lines."""
+    """What a failed run printed that says why: the script's own argument error first (a
+    mistyped flag: its usage line and error, not the launcher's traceback about it), else from
+    its first failure line (a traceback, an abort — a launcher's summary of its ranks says
+    less), then its last lines."""
+    refused = next((i for i, line in enumerate(text) if ARGUMENT_ERROR.search(line)), None)
+    if refused is not None:
+        return "\n".join(text[max(0, refused - 1) : refused + 1])
     first = next((i for i, line in enumerate(text) if FAILURE.search(line)), None)
     head = text[first : first + 12] if first is not None else []
     tail = [line for line in text[-8:] if line not in head]
