@@ -6,6 +6,7 @@ the steps the Doctor times a patch over (``doctor.noise``)."""
 import statistics
 
 import pytest
+from test_checks import _contract  # the checks' own minimal contract, beside this file
 
 from infrarsi.apply.rounds import harness_time
 from infrarsi.contract import NoisePolicy
@@ -175,30 +176,8 @@ def test_an_impossible_charge_is_a_refusal_never_handed_to_the_lines():
     charge = clock.Charged(1.0, 4.0, "x", 0.02, 10, lines_s=0.3, room_s=1.0)
     assert "the window did not contain the run" in charge.impossible
     assert clock.Charged(3.0, 4.0, "x", 0.05, 10, lines_s=0.1, room_s=1.0).impossible is None
-    verdict, _ = clock.judge(_throughput(), ref, late_open, References())
+    verdict, _ = clock.judge(_contract("tokens_per_s"), ref, late_open, References())
     assert any("the window did not contain the run" in r for r in verdict), verdict
-
-
-def _throughput():
-    from infrarsi.contract import Contract
-
-    return Contract.model_validate(
-        {
-            "workload": "w",
-            "scale": "tiny",
-            "instruction": "x",
-            "objective": "tokens_per_s",
-            "invariants": {
-                "tokens_per_step": 512,
-                "steps": 10,
-                "seeds": {"seed": 1},
-                "data_fingerprint": "x",
-            },
-            "correctness": {"loss_tolerance": 0.01},
-            "editable": ["model.py"],
-            "locked": {},
-        }
-    ).sealed()
 
 
 def test_the_start_line_is_judged_both_ways_against_that_configurations_start_ups():
