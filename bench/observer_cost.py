@@ -5,9 +5,10 @@ optimizer's parameters saved twice), interleaved and repeated.
     .venv/bin/python bench/observer_cost.py --pairs 10
 
 First its own work, timed in one process where nothing else varies (``hook_cost``: the hooks
-and the record of one optimizer step of four micro-steps, and the two saves of the ``tiny``
-model's parameters a trial makes): this is what resolves a 1% share, which whole trials on a
-shared 2-core host (a 10% spread per pair) cannot. Then whole trials of
+and the record of one optimizer step of four micro-steps — written to its file alone, and also
+sent on the harness's channel as ``launch.metrics: observed`` has it — and the two saves of the
+``tiny`` model's parameters a trial makes): this is what resolves a 1% share, which whole
+trials on a shared 2-core host (a 10% spread per pair) cannot. Then whole trials of
 dense-1node at ``steady`` (the ``tiny`` model over 48 steps, two ranks): each pair runs the
 baseline without the observer and with it (weights saved by it too), in alternating order, at
 one seed; the steady step is the harness's (its lines' arrival, the median of the steady
@@ -29,8 +30,10 @@ from infrarsi.host import host_fingerprint
 from infrarsi.trial import prepare, run_trial
 from infrarsi.trial.launch import OBSERVE, OBSERVE_WEIGHTS, OBSERVED
 from infrarsi.trial.spec import challenge_seed
+from infrarsi.trial.watch import MetricsChannel
 from infrarsi.workloads import find
 
+SOCKET = "INFRARSI_METRICS_SOCKET"
 RESULTS = Path(__file__).parent / "results" / "observer-cost.json"
 WORKLOAD, SCALE = "dense-1node", "steady"
 # the observer on, its records and the optimizer's parameters in the trial's own folder (the
@@ -93,21 +96,29 @@ def hook_cost(steps: int = 2000, micro: int = 4) -> dict[str, float]:
     model = GPT(GPTConfig())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     roots = [torch.tensor(1.5, requires_grad=True) * 2 for _ in range(micro)]
+    out: dict[str, float] = {"micro_steps": micro}
     with tempfile.TemporaryDirectory() as tmp:
-        observer = hook._Observer(f"{tmp}/observed.jsonl", f"{tmp}/weights", None)
-        observer.before_step(optimizer, (), {})  # the first: its start record and a save
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            for root in roots:
-                observer.backward_root(root)
-            observer.before_step(optimizer, (), {})
-            observer.after_step(optimizer, (), {})
-        per_step = (time.perf_counter() - t0) / steps
+        channel = MetricsChannel(Path(tmp))  # the harness's channel, read as a trial's is
+        channel.start()
+        try:
+            for key, report in (("hooks_per_step_s", None), ("reported_per_step_s", channel)):
+                report = hook._Report(channel.env()[SOCKET]) if report else None
+                observer = hook._Observer(f"{tmp}/{key}.jsonl", f"{tmp}/weights", None, report)
+                observer.before_step(optimizer, (), {})  # the first: its start record, a save
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    for root in roots:
+                        observer.backward_root(root)
+                    observer.before_step(optimizer, (), {})
+                    observer.after_step(optimizer, (), {})
+                out[key] = (time.perf_counter() - t0) / steps
+        finally:
+            channel.stop()
         t0 = time.perf_counter()
         observer._save("initial")
         observer._save("final")
-        saves = time.perf_counter() - t0
-    return {"hooks_per_step_s": per_step, "two_saves_s": saves, "micro_steps": micro}
+        out["two_saves_s"] = time.perf_counter() - t0
+    return out
 
 
 def _interval(ratios: list[float], draws: int = 2000) -> list[float]:

@@ -85,7 +85,7 @@ def test_the_steps_losses_and_accumulation_come_from_pytorch(tmp_path):
     (parsed,) = _kind(records, "args")
     assert parsed["values"] == {"num_updates": 5, "mb": 4, "accum_k": 3}
     seen = {r["what"]: r["value"] for r in _kind(records, "seen")}
-    assert seen == {"set_num_threads": 1, "dataloader.batch_size": 4}
+    assert seen == {"set_num_threads": 1, "dataloader.batch_size": 4, "forward.batch": 4}
 
 
 def test_the_parameters_the_optimizer_holds_are_saved_named_by_their_module(tmp_path):
@@ -131,3 +131,51 @@ def test_without_the_harness_asking_nothing_is_observed(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert not list(tmp_path.glob("observed*")) and not (tmp_path / "weights").exists()
+
+
+SCALED = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20)
+for step in range(4):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    if step == 1:
+        loss = loss * float("inf")  # the scaler finds infinite gradients and skips the step
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    opt.zero_grad()
+"""
+
+
+def test_the_steps_reach_the_harnesss_channel_timed_on_arrival(tmp_path):
+    from infrarsi.trial.watch import MetricsChannel
+
+    channel = MetricsChannel(tmp_path)
+    channel.start()
+    try:
+        records, done = _observed(
+            tmp_path, LOOP, "--num-updates", "4", "--accum-k", "2",
+            INFRARSI_OBSERVE_REPORT="1", **channel.env(),
+        )  # fmt: skip
+    finally:
+        channel.stop()
+    assert done.returncode == 0, done.stderr
+    (report,) = channel.reports()
+    assert report.rank == 0 and report.world_size == 1 and report.device == "cpu"
+    observed = _kind(records, "step")
+    assert [s["loss"] for s in report.steps] == [s["loss"] for s in observed]
+    assert [s["backwards"] for s in report.steps] == [2, 2, 2, 2]
+    assert report.end is not None and report.end["steps"] == 4 and report.end["peak_mem_bytes"] > 0
+    timing = channel.timing()  # the harness's clock: from the first forward to the last step
+    assert timing is not None and timing.steps == 4 and timing.span_s > 0
+
+
+def test_a_step_a_gradient_scaler_skips_is_counted_and_said(tmp_path):
+    records, done = _observed(tmp_path, SCALED)
+    assert done.returncode == 0, done.stderr
+    steps = _kind(records, "step")
+    assert [s["skipped"] for s in steps] == [False, True, False, False]
+    assert [s["step"] for s in steps] == [0, 1, 2, 3]

@@ -89,7 +89,13 @@ def validate(
         manifest = find(path)
     except InfraRSIError as exc:
         fail(exc)
-    how = "probe" if manifest.launch.metrics == "probe" else "stdout patterns"
+    how = (
+        "probe"
+        if manifest.launch.metrics == "probe"
+        else "the observed optimizer"
+        if manifest.launch.observed
+        else "stdout patterns"
+    )
     out.print(
         f"ok: {manifest.name} ({manifest.path}): {len(manifest.knobs)} knobs, "
         f"{len(manifest.patches)} patches, scales {', '.join(manifest.scales)}, "

@@ -338,9 +338,10 @@ class RayExecutor(Executor):
 
 def _spread_over(manifest: Manifest) -> int:
     """Nodes a trial of this workload takes: one per launcher when its ranks report through
-    the probe (their metrics then reach the trial over TCP), else one (a workload read from its
-    standard output is timed by the lines the harness reads, so its launchers stay together)."""
-    return manifest.launch.nodes if manifest.launch.metrics == "probe" else 1
+    the harness's channel (the probe's or the observer's lines then reach the trial over TCP),
+    else one (a workload read from its standard output is timed by the lines the harness
+    reads, so its launchers stay together)."""
+    return manifest.launch.nodes if manifest.launch.on_channel else 1
 
 
 @dataclasses.dataclass

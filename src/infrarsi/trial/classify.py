@@ -34,6 +34,7 @@ from infrarsi.trial.metrics import (
 )
 from infrarsi.trial.record import TrialMetrics, TrialStatus
 from infrarsi.trial.watch import OutsideTiming
+from infrarsi.workloads.stdout import StdoutMetrics
 
 if TYPE_CHECKING:
     from infrarsi.trial.spec import TrialSpec
@@ -134,7 +135,7 @@ def _every_rank_finished(trial_dir: Path, spec: TrialSpec) -> bool:
     0's stdout holds every step's line."""
     how = spec.manifest.launch.metrics
     try:
-        if how != "probe":
+        if isinstance(how, StdoutMetrics):
             text = _read(trial_dir / "stdout.log")
             text += _read(trial_dir / "stderr.log") if how.read_stderr else ""
             steps = read_stdout(text, how)[0].steps

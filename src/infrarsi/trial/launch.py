@@ -37,6 +37,7 @@ from infrarsi.trial.metrics import MetricsError
 from infrarsi.trial.record import Evaluation, TrialRecord, TrialStatus
 from infrarsi.trial.spec import TrialSpec, seed_names
 from infrarsi.trial.watch import MetricsChannel
+from infrarsi.workloads.stdout import StdoutMetrics
 
 PROFILE_FILE = "profile.json"
 
@@ -117,20 +118,26 @@ def _trial_env(
     if how is not None and how.framework in FRAMEWORK_SAVES:  # saved through the framework
         env[SAVE_PARAMS] = how.framework
     stop = int(spec.params()["steps"]) if spec.manifest.launch.stop_after_steps else None
-    if saves or stop:  # the training watched through PyTorch itself
-        env.update(observer_env(trial_dir, saves, stop))
+    reports = spec.manifest.launch.observed
+    if saves or stop or reports:  # the training watched through PyTorch itself
+        env.update(observer_env(trial_dir, saves, stop, reports))
     return env
 
 
-def observer_env(trial_dir: Path, weights: bool, stop_after: int | None) -> dict[str, str]:
+def observer_env(
+    trial_dir: Path, weights: bool, stop_after: int | None, reports: bool = False
+) -> dict[str, str]:
     """The settings of the rank's observer (``sandbox/_hooks/infrarsi_observe.py``): its
     records in the trial's folder, the optimizer's parameters saved where the harness reads
-    them (``weights``), every rank ended after ``stop_after`` optimizer steps."""
+    them (``weights``), every rank ended after ``stop_after`` optimizer steps, its steps
+    reported on the harness's metrics channel (``reports``)."""
     env = {OBSERVE: str(Path(trial_dir) / OBSERVED)}
     if weights:
         env[OBSERVE_WEIGHTS] = str(evaluation.weights_dir(trial_dir))
     if stop_after:
         env[STOP_AFTER] = str(stop_after)
+    if reports:
+        env[OBSERVE_REPORT] = "1"
     return env
 
 
@@ -178,6 +185,7 @@ FRAMEWORK_SAVES = ("trainer", "accelerate")
 # the observer's settings (sandbox/_hooks/infrarsi_observe.py) and where its records go
 OBSERVE, OBSERVE_WEIGHTS = "INFRARSI_OBSERVE", "INFRARSI_OBSERVE_WEIGHTS"
 STOP_AFTER = "INFRARSI_STOP_AFTER_STEPS"
+OBSERVE_REPORT = "INFRARSI_OBSERVE_REPORT"  # the observer's steps on the metrics channel
 OBSERVED = "observed.rank{rank}.jsonl"
 
 SEED_BY_PARAMETER = "parameter"
@@ -223,7 +231,7 @@ def launch(
             envs=envs,
             cwd=workspace,
             remote=remote.starters(len(commands)) if remote else {},
-            read_stderr=how != "probe" and how.read_stderr,
+            read_stderr=isinstance(how, StdoutMetrics) and how.read_stderr,
         )
         watch.start()
         try:
@@ -362,7 +370,7 @@ def _warn(
 
 def _channel(spec: TrialSpec, trial_dir: Path, tcp_host: str | None = None) -> MetricsChannel:
     how = spec.manifest.launch.metrics
-    if how == "probe":
+    if not isinstance(how, StdoutMetrics):  # the probe's lines, or the observer's
         return MetricsChannel(trial_dir, tcp_host=tcp_host)
     return MetricsChannel.for_stdout(trial_dir, how.step_line, how.read_stderr)
 
@@ -443,14 +451,14 @@ def _measure(
     ``invalid``/``crash`` with the reason."""
     how = spec.manifest.launch.metrics
     try:
-        reports = channel.reports(None if how == "probe" else how)
+        reports = channel.reports(how if isinstance(how, StdoutMetrics) else None)
         measured = classify.measured(spec, reports, result, memory, channel.timing())
     except MetricsError as exc:
         return classify.Classified(
             TrialStatus.CRASH, f"metrics: {exc}", warnings=list(outcome.warnings)
         )
     measured.warnings[:0] = outcome.warnings
-    if how == "probe" and reports and not reports[0].device.startswith("cuda"):
+    if not isinstance(how, StdoutMetrics) and reports and not reports[0].device.startswith("cuda"):
         measured.warnings += host_cuda_unused()
     return measured
 

@@ -153,6 +153,13 @@ def reduce_ranks(reports: list[RankReport]) -> Reduced:
     if len(counts) != 1:
         raise MetricsError(f"ranks reported different numbers of steps: {sorted(counts)}")
     per_step = list(zip(*(r.steps for r in reports)))
+    for i, step in enumerate(per_step):
+        if any(s.get("loss") is None for s in step):
+            raise MetricsError(
+                f"step {i} reported no loss: no scalar reached backward in it (the observer "
+                "reads the loss there); a script whose loss is not a scalar needs its loss "
+                "lines read instead (launch.metrics: the stdout patterns)"
+            )
     losses = [statistics.fmean(s["loss"] for s in step) for step in per_step]
     for i, value in enumerate(losses):
         if not math.isfinite(value):

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from infrarsi.errors import InfraRSIError, UnknownNameError, field_problems
 from infrarsi.workloads import expr
-from infrarsi.workloads.stdout import StdoutMetrics
+from infrarsi.workloads.stdout import ObservedMetrics, StdoutMetrics
 
 T = TypeVar("T")
 
@@ -157,7 +157,11 @@ class Launch(_Strict):
     command: list[str] = Field(min_length=1)
     nodes: int = Field(1, ge=1)
     env: dict[str, str] = {}
-    metrics: Literal["probe"] | StdoutMetrics = "probe"
+    metrics: Literal["probe"] | ObservedMetrics | StdoutMetrics = Field(
+        "probe",
+        description="probe: the script's own probe lines; observed: the optimizer's steps as "
+        "the harness's observer sees them; else the stdout patterns that read its steps",
+    )
     stop_after_steps: bool = Field(
         False,
         description="no argument of the job sets its number of optimizer steps: the harness's "
@@ -169,6 +173,17 @@ class Launch(_Strict):
         """The optimizer steps (step lines) a run given ``steps`` makes."""
         offset = 0 if self.metrics == "probe" else self.metrics.steps_offset
         return steps + offset
+
+    @property
+    def on_channel(self) -> bool:
+        """The ranks report on the harness's socket (the probe's lines, or the observer's),
+        not on their standard output."""
+        return not isinstance(self.metrics, StdoutMetrics)
+
+    @property
+    def observed(self) -> bool:
+        """The steps are the observer's (``metrics: observed``)."""
+        return isinstance(self.metrics, ObservedMetrics)
 
     def passes_steps(self) -> bool:
         """Whether the launch hands the scale's ``steps`` to the job (a ``{steps}`` field in the

@@ -82,3 +82,26 @@ class StdoutMetrics(_Strict):
             if isinstance(data.get(key), str):
                 data[key] = {"pattern": data[key]}
         return data
+
+
+class ObservedMetrics(_Strict):
+    """Steps read from the training itself, for scripts whose prints cannot be relied on: each
+    rank's optimizer steps, the loss that reached ``backward`` in each, and the backward calls
+    a step ran, reported by the harness's observer on the harness's channel
+    (``sandbox/_hooks/infrarsi_observe.py``); timed by the harness's clock as they arrive.
+    Written ``metrics: observed`` (or ``{observed: optimizer, steps_offset: 1}`` for a loop
+    that takes one optimizer step more than it is given, as nanoGPT's does)."""
+
+    observed: Literal["optimizer"] = "optimizer"
+    steps_offset: int = Field(
+        0,
+        ge=0,
+        le=1,
+        description="optimizer steps a run takes beyond the steps it is given: 1 for a loop "
+        "over range(max_iters + 1)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"observed": "optimizer"} if data == "observed" else data

@@ -18,9 +18,16 @@ records, never the training. Once ``torch`` is imported it hooks
 
 Per optimizer step it writes ``{"kind": "step", "step", "loss" (the sum of the roots: the
 step's mean loss where each micro-batch's is divided by the accumulation), "losses",
-"backwards", "world", "step_time_s"}``. With ``INFRARSI_OBSERVE_WEIGHTS`` (a folder) the
-parameters the optimizer holds, named by the module that owns them, are saved before the first
-step (``initial.pt``) and after the last (``final.pt``, at exit). With
+"backwards", "world", "skipped", "step_time_s"}`` — a step a gradient scaler skipped (its
+optimizer not called) counted as the iteration it was, ``skipped`` true; a step's time runs
+from the end of the one before (the first's from the first forward of any module, or its first
+backward). With ``INFRARSI_OBSERVE_REPORT`` the same steps go to the harness's metrics
+channel (``INFRARSI_METRICS_SOCKET``) in the probe's record kinds (``start`` at the first
+forward, ``step``, ``end`` with the rank's peak memory), where the harness times each on
+arrival: a script that prints nothing per step is measured all the same. With
+``INFRARSI_OBSERVE_WEIGHTS`` (a folder) the parameters the optimizer holds, named by the
+module that owns them, are saved before the first step (``initial.pt``) and after the last
+(``final.pt``, at exit). With
 ``INFRARSI_STOP_AFTER_STEPS`` = N every rank ends cleanly once its N-th step is done and the
 next begins (its first backward or optimizer step: the script has logged the N-th by then; the
 final parameters saved first, before any collective of the next step starts): a trial is N
@@ -39,21 +46,24 @@ import time
 ENV = "INFRARSI_OBSERVE"
 WEIGHTS_ENV = "INFRARSI_OBSERVE_WEIGHTS"
 STOP_ENV = "INFRARSI_STOP_AFTER_STEPS"
+REPORT_ENV = "INFRARSI_OBSERVE_REPORT"
+SOCKET_ENV = "INFRARSI_METRICS_SOCKET"
 STOPPED_LINE = "infrarsi: stopped after optimizer step "
 
 
 class _Observer:
     """What one rank's training did, written as it happens."""
 
-    def __init__(self, path, weights, stop_after):
+    def __init__(self, path, weights, stop_after, report=None):
         self.path, self.weights, self.stop_after = path, weights, stop_after
+        self.report = report  # the harness's channel (``_Report``), or None
         self.file = None
+        self.begun = False  # the training's first forward, backward or step was seen
         self.primary = None  # the optimizer whose steps count
         self.others = set()  # ids of other optimizers that stepped
         self.step = 0
         self.roots = []  # detached scalar roots of backward since the last counted step
         self.backwards = 0
-        self.skipped = 0
         self.world = 1
         self.last_t = None
         self.model = None
@@ -77,43 +87,79 @@ class _Observer:
         self.write({"kind": "seen", "what": what, "value": value})
 
     # -- optimizer steps -----------------------------------------------------------------
+    def begin(self, device="cpu"):
+        """The training's first moment (a forward, a backward or a step): the first step's
+        time counts from here, and the channel's ``start`` record goes now."""
+        if self.begun:
+            return
+        self.begun, self.last_t = True, time.perf_counter()
+        if self.report is not None:
+            self.report.send(
+                {
+                    "kind": "start",
+                    "schema_version": 1,
+                    "source": "observer",
+                    "rank": _rank(),
+                    "pid": os.getpid(),
+                    "unix_time_s": time.time(),
+                    "world_size": _world(self.world),
+                    "device": str(device),
+                }
+            )
+
     def before_step(self, optimizer, args, kwargs):
         self._past_the_last()
         if self.primary is None:
-            self.primary = optimizer
-            self.last_t = time.perf_counter()
-            self.write(
-                {
-                    "kind": "start",
-                    "optimizer": type(optimizer).__name__,
-                    "world": self.world,
-                    "pid": os.getpid(),
-                }
-            )
-            self._save("initial")
+            self._first(optimizer)
         elif optimizer is not self.primary and id(optimizer) not in self.others:
             self.others.add(id(optimizer))
             self.write({"kind": "optimizer", "name": type(optimizer).__name__})
 
-    def after_step(self, optimizer, args, kwargs):
-        if optimizer is not self.primary:
-            return
-        now = time.perf_counter()
-        losses = _values(self.roots)
+    def _first(self, optimizer):
+        """The first optimizer to step is the one whose steps count."""
+        self.primary = optimizer
+        self.begin(_device_of(optimizer))
         self.write(
             {
-                "kind": "step",
-                "step": self.step,
-                "loss": sum(losses) if losses else None,
-                "losses": losses,
-                "backwards": self.backwards,
+                "kind": "start",
+                "optimizer": type(optimizer).__name__,
                 "world": self.world,
-                "skipped_before": self.skipped,
-                "step_time_s": now - self.last_t,
+                "pid": os.getpid(),
             }
         )
+        self._save("initial")
+
+    def after_step(self, optimizer, args, kwargs):
+        if optimizer is self.primary:
+            self._counted(skipped=False)
+
+    def scaler_skipped(self, optimizer):
+        """A gradient scaler found infinite gradients and did not call the optimizer: the
+        iteration is still one step of the schedule, counted and said."""
+        self._past_the_last()
+        if self.primary is None:
+            self._first(optimizer)
+        if optimizer is self.primary:
+            self._counted(skipped=True)
+
+    def _counted(self, skipped):
+        now = time.perf_counter()
+        losses = _values(self.roots)
+        record = {
+            "kind": "step",
+            "step": self.step,
+            "loss": sum(losses) if losses else None,
+            "losses": losses,
+            "backwards": self.backwards,
+            "world": self.world,
+            "skipped": skipped,
+            "step_time_s": now - self.last_t,
+        }
+        self.write(record)
+        if self.report is not None:
+            self.report.send({**record, "tokens": None, "phases_s": {}, "unix_time_s": time.time()})
         self.step += 1
-        self.roots, self.backwards, self.skipped, self.last_t = [], 0, 0, now
+        self.roots, self.backwards, self.last_t = [], 0, now
 
     def _past_the_last(self):
         """The N-th step is done and the next has begun (its first backward, or its optimizer
@@ -140,6 +186,7 @@ class _Observer:
         self._past_the_last()
         self.backwards += 1
         root = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
+        self.begin(getattr(root, "device", "cpu"))
         try:
             if root.numel() == 1:
                 self.roots.append(root.detach().reshape(()).float())
@@ -152,6 +199,17 @@ class _Observer:
             self.saved_final = True
             self._save("final")
             self.write({"kind": "end", "steps": self.step})
+            if self.report is not None:
+                self.report.send(
+                    {
+                        "kind": "end",
+                        "steps": self.step,
+                        "peak_mem_bytes": _peak_mem_bytes(_device_of(self.primary)),
+                        "peak_rss_bytes": _peak_rss_bytes(),
+                        "unix_time_s": time.time(),
+                    }
+                )
+                self.report.close()
 
     def _save(self, name):
         if not self.weights or _rank() != 0 or self.primary is None:
@@ -166,6 +224,84 @@ class _Observer:
             os.replace(tmp, os.path.join(self.weights, f"{name}.pt"))
         except OSError as exc:  # the evidence is missing: the harness says so, training goes on
             sys.stderr.write(f"infrarsi: the observer cannot save {name}.pt: {exc}\n")
+
+
+class _Report:
+    """The observer's records on the harness's channel: a Unix socket at any path (``@name``:
+    an abstract one) or ``tcp:HOST:PORT``; a channel that cannot be reached ends the reports
+    (the harness then finds no steps and says so), never the training."""
+
+    def __init__(self, address):
+        self.address, self.sock, self.broken = address, None, False
+
+    def send(self, record):
+        if self.broken:
+            return
+        try:
+            if self.sock is None:
+                self.sock = _connect(self.address)
+            self.sock.sendall((json.dumps(record, default=str) + "\n").encode())
+        except (OSError, ValueError) as exc:
+            self.broken = True
+            sys.stderr.write(f"infrarsi: the observer cannot report to the harness: {exc}\n")
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+def _connect(address):
+    import socket
+
+    if address.startswith("tcp:"):
+        host, port = address[4:].rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if address.startswith("@"):
+        sock.connect("\0" + address[1:])
+    elif len(os.fsencode(address)) < 100:
+        sock.connect(address)
+    else:  # longer than a socket address holds: through its folder's descriptor
+        folder = os.open(os.path.dirname(address) or ".", os.O_PATH | os.O_DIRECTORY)
+        try:
+            sock.connect(f"/proc/self/fd/{folder}/{os.path.basename(address)}")
+        finally:
+            os.close(folder)
+    return sock
+
+
+def _device_of(optimizer):
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            return p.device
+    return "cpu"
+
+
+def _world(seen):
+    """The world size: the process group's where one is up, else the launcher's setting."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return max(seen, int(os.environ.get("WORLD_SIZE", "1")))
+
+
+def _peak_rss_bytes():
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _peak_mem_bytes(device):
+    """The rank's peak memory: the device's most reserved on CUDA, the peak RSS on a CPU."""
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_reserved(device))
+    return _peak_rss_bytes()
 
 
 def _values(roots):
@@ -237,7 +373,45 @@ def _install_torch(torch, observer):
 
     observed_backward.__wrapped__ = backward
     torch.autograd.backward = observed_backward
+    _first_forward(torch, observer)
+    _wrap_scaler(torch, observer)
     _wrap_values(torch, observer)
+
+
+def _first_forward(torch, observer):
+    """The training's first moment is the first forward of any module: a global hook that
+    removes itself there (no cost on any later call)."""
+    from torch.nn.modules import module
+
+    def first(mod, args):
+        handle.remove()
+        param = next(mod.parameters(), None)
+        observer.begin(param.device if param is not None else "cpu")
+        batch = args[0] if args else None
+        if hasattr(batch, "shape") and len(batch.shape) > 0:  # the rows the model was given
+            observer.seen("forward.batch", int(batch.shape[0]))
+            if len(batch.shape) == 2 and not batch.is_floating_point():  # token ids
+                observer.seen("forward.tokens", int(batch.shape[1]))
+
+    handle = module.register_module_forward_pre_hook(first)
+
+
+def _wrap_scaler(torch, observer):
+    """A gradient scaler's step that did not call its optimizer (infinite gradients) is
+    counted as the skipped iteration it is."""
+    scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+    if scaler is None:
+        return
+    step = scaler.step
+
+    def scaler_step(self, optimizer, *args, **kwargs):
+        before = observer.step
+        out = step(self, optimizer, *args, **kwargs)
+        if observer.step == before:
+            observer.scaler_skipped(optimizer)
+        return out
+
+    scaler.step = scaler_step
 
 
 def _wrap_values(torch, observer):
@@ -307,10 +481,12 @@ def install():
     if not path:
         return
     stop = os.environ.get(STOP_ENV)
+    address = os.environ.get(SOCKET_ENV) if os.environ.get(REPORT_ENV) else None
     observer = _Observer(
         _in_trial(path.replace("{rank}", str(_rank()))),
         _in_trial(os.environ.get(WEIGHTS_ENV)),
         int(stop) if stop and stop.isdigit() else None,
+        _Report(address) if address else None,
     )
     _wrap_argparse(observer)
     atexit.register(observer.final)
