@@ -129,3 +129,61 @@ def test_a_mistyped_flag_is_shown_as_the_scripts_own_error():
         "subprocess.CalledProcessError: Command '[...]' returned non-zero exit status 2.",
     ]
     assert _why(printed) == "\n".join(printed[:2])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "fixture, command, knobs, smaller",
+    [
+        (
+            "silent-lm",  # prints nothing per step; no DataLoader; names no rule knows
+            ("python", "train.py", "--rows", "8", "--chunks", "2", "--intra", "1"),
+            {"micro_batch": "--rows", "grad_accum": "--chunks", "intra": "--intra"},
+            4,
+        ),
+        (
+            "lightning-lm",  # a Lightning Trainer: no logger, no progress bar
+            ("python", "fit.py", "--updates", "40", "--per-device-rows", "8", "--agg", "2"),
+            {"micro_batch": "--per-device-rows", "grad_accum": "--agg", "prec": "--prec"},
+            4,
+        ),
+        (
+            "jsonl-lm",  # torchrun, epochs only, JSON lines with a loss under another name
+            ("torchrun", "--standalone", "--nproc-per-node", "2", "loop.py", "--n-epochs", "1")
+            + ("--shard-rows", "4", "--merge-every", "2"),
+            {"micro_batch": "--shard-rows", "grad_accum": "--merge-every", "nproc": ""},
+            2,
+        ),
+    ],
+)
+def test_a_script_that_prints_nothing_is_drafted_and_measured_from_its_training(
+    tmp_path, fixture, command, knobs, smaller
+):
+    folder = tmp_path / "job"
+    shutil.copytree(FIXTURES / fixture, folder)
+    drafted = run_cli(
+        "manifest", "draft", "-o", "workload.yaml", "--yes", "--", *command, cwd=folder
+    )
+    assert drafted.returncode == 0, drafted.stderr
+    raw = yaml.safe_load((folder / "workload.yaml").read_text())
+    assert raw["launch"]["metrics"] == {"observed": "optimizer"}
+    assert raw["evaluation"] == {"framework": "optimizer"}
+    template = " ".join(raw["launch"]["command"])
+    for name, option in knobs.items():
+        assert f"{option}={{{name}}}" in template if option else f"{{{name}}}" in template
+    said = " ".join(drafted.stderr.split())
+    assert "steps: read from the training itself" in said and "arguments: " in said
+    assert "seq_len" in raw["invariants"]["tokens_per_step"]  # the rows' length, from the run
+    manifest = load_manifest(folder / "workload.yaml")
+    base = run_trial(prepare(manifest, "tiny"), tmp_path / "a")
+    half = run_trial(prepare(manifest, "tiny", {"micro_batch": smaller}), tmp_path / "b")
+    for record in (base, half):
+        assert record.status.value == "ok", record.error
+        assert record.metrics.steps == 6 and record.metrics.harness_step_time_s is not None
+        assert record.evaluation.error is None and record.evaluation.final_weights
+    assert half.knobs["grad_accum"] == 4  # the global batch kept
+    from infrarsi.init import make_contract, read_instruction
+
+    contract = make_contract(manifest, "tiny", "cut time", read_instruction("cut time", []))
+    same = evidence.check(contract, base, half, bf16=False)
+    assert same.reasons == [], same.reasons

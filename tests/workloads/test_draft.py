@@ -42,7 +42,9 @@ def test_an_argparse_script_is_drafted_validated_and_runs_a_trial(tmp_path):
         "attn": "attention",
     }
     raw = yaml.safe_load((folder / "workload.yaml").read_text())
-    assert raw["launch"]["metrics"]["step_time"]["unit"] == "ms"
+    assert raw["launch"]["metrics"] == {"observed": "optimizer"}  # the training's own steps
+    said = " ".join(drafted.stderr.split())
+    assert "the printed lines agree" in said and '"unit": "ms"' in said  # read, a cross-check
     assert raw["scales"]["tiny"]["params"]["tokens_per_step"] == 4 * 2 * 32
     assert manifest.files.locked == ["train_lm.py"]
     trial = subprocess.run(

@@ -98,9 +98,14 @@ def test_a_script_is_drafted_then_doctored_and_searched_with_no_hand_edit(case, 
     assert {k.name: k.role for k in manifest.knobs} == case.roles
     raw = yaml.safe_load((folder / "workload.yaml").read_text())
     assert case.global_batch in [c["expr"] for c in raw["constraints"]]
-    metrics = raw["launch"]["metrics"]
-    assert ("step_time" not in metrics) is case.timed_by_arrival
-    assert metrics.get("read_stderr", False) is (case.fixture == "logging-lm")
+    # the steps from the training itself; the printed lines a cross-check, their patterns
+    # (read from standard error, a printed time or none) said in the notes
+    assert raw["launch"]["metrics"]["observed"] == "optimizer"
+    said = " ".join(drafted.stderr.split())
+    shown = said.split("to read the lines instead, set launch.metrics to ")[1]
+    printed, _ = json.JSONDecoder().raw_decode(shown)
+    assert ("step_time" not in printed) is case.timed_by_arrival
+    assert printed.get("read_stderr", False) is (case.fixture == "logging-lm")
     assert raw["scales"]["tiny"]["params"].get("tokens_per_step") == case.tokens_per_step
 
     init = run_cli(

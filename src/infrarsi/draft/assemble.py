@@ -4,17 +4,22 @@ the metrics, and put the manifest together (``draft_manifest``)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from infrarsi import llm
+from infrarsi.draft import observed
+from infrarsi.draft.arguments import ScriptArg
 from infrarsi.draft.command import CommandError, parse_command
 from infrarsi.draft.draft import (
     DRY_STEPS,
     SEQ_NAMES,
     Draft,
+    arguments_note,
+    found_roles,
     launch_command,
     local_imports,
     plan,
@@ -22,7 +27,7 @@ from infrarsi.draft.draft import (
     render,
     value_given,
 )
-from infrarsi.draft.dry import DryRan, dry_run
+from infrarsi.draft.dry import DryRan, DryRunError, dry_run
 from infrarsi.draft.frameworks import evaluation, framework_of, passes_eval_dataset
 from infrarsi.draft.llm_metrics import ask_patterns, check_patterns
 from infrarsi.draft.metrics import MetricsDraftError, read_flops, read_metrics
@@ -31,6 +36,7 @@ from infrarsi.trial.launch import SAVE_PARAMS, free_port
 DryRun = Callable[[list[str], Path, float, int, dict[str, str], int | None], DryRan]
 # what the hook says in a dry run (sandbox/_hooks/infrarsi_params.py WORLD_LINE)
 WORLD_LINE = "infrarsi: processes training together: "
+RANKS_KEPT = "ranks: the command asks for "
 DRY_MEMORY_SHARE = 0.5  # of the host's memory, shared by the dry run's ranks
 DATA_FILES = r"(^|_)(data|dataset|datasets|dataloader|prepare)\.py$"
 # the loss drift two runs may show, point-wise per step (the bundled workloads' fp32 and bf16
@@ -66,16 +72,17 @@ def draft_manifest(
     steps = min(DRY_STEPS, int(draft.params["steps"]))
     ran = _dry(draft, framework, folder, steps, timeout_s, run)
     printed, wall = ran.lines, ran.wall_s
-    draft = _ranks_as_seen(
+    draft = _as_seen(
         draft,
-        _world(printed),
-        lambda: plan(read_script(parsed, folder, named), cores, ranks=False),
+        ran,
+        lambda names, ranks: plan(read_script(parsed, folder, names), cores, ranks=ranks),
+        named or {},
+        lambda argv: run(argv, folder, timeout_s, dry_cap_bytes(parsed.nproc() or 1), {}, 2),
     )
     command = launch_command(draft)
-    lines, metrics, notes = _metrics(printed, steps)
-    params, invariant = _invariant(draft, metrics, lines)
-    timeout = max(120.0, 4 * wall)
-    full_timeout = max(timeout, 4 * wall * int(draft.params["steps"]) / steps)
+    lines, metrics, notes = _chosen(ran, steps)
+    params, invariant = _invariant(draft, metrics, lines, ran.observed)
+    metrics.pop("printed", None)
     manifest = {
         "name": _workload_name(draft.command.script, draft.source, argv),
         "description": f"drafted by infrarsi manifest draft from: {' '.join(argv)}",
@@ -85,14 +92,7 @@ def draft_manifest(
             "metrics": metrics,
             **({"stop_after_steps": True} if draft.stop_after_steps else {}),
         },
-        "scales": {
-            "tiny": {
-                "params": {**params, "steps": steps},
-                "warmup_steps": 1,
-                "timeout_s": round(timeout),
-            },
-            "full": {"params": params, "warmup_steps": 1, "timeout_s": round(full_timeout)},
-        },
+        "scales": _scales(params, steps, wall),
         "knobs": draft.knobs,
         "constraints": draft.constraints,
         "invariants": {
@@ -107,7 +107,40 @@ def draft_manifest(
     if flops is not None:
         manifest["flops"] = flops
     notes.append(_evidence(manifest, draft, command, framework, ran))
+    notes.append(arguments_note(draft))
     return Drafted(manifest, draft.notes + notes, wall)
+
+
+def _scales(params: dict, steps: int, wall_s: float) -> dict:
+    """``tiny`` (the dry run's steps) and ``full`` (the command's), each timed out at four
+    times what the dry run took for its steps (two minutes at least)."""
+    timeout = max(120.0, 4 * wall_s)
+    full_timeout = max(timeout, 4 * wall_s * int(params["steps"]) / steps)
+    return {
+        "tiny": {
+            "params": {**params, "steps": steps},
+            "warmup_steps": 1,
+            "timeout_s": round(timeout),
+        },
+        "full": {"params": params, "warmup_steps": 1, "timeout_s": round(full_timeout)},
+    }
+
+
+def _as_seen(
+    draft: Draft,
+    ran: DryRan,
+    replan: Callable[[dict[str, str], bool], Draft],
+    named: dict[str, str],
+    again: Callable[[list[str]], DryRan],
+) -> Draft:
+    """The draft as the dry run showed the job: its ranks kept as given where fewer processes
+    trained together than asked, the roles the run confirmed added (``replan``: the draft of
+    the named roles, with or without the ranks as a knob)."""
+    draft = _ranks_as_seen(draft, _world(ran.lines), lambda: replan(named, False))
+    ranked = "nproc" in draft.baseline  # not where the run showed the ranks apart
+    return _roles_as_run(
+        draft, ran, lambda confirmed: replan({**confirmed, **named}, ranked), again
+    )
 
 
 def _dry(
@@ -138,6 +171,47 @@ def _stopped_as_asked(draft: Draft, ran: DryRan, steps: int) -> None:
     )
 
 
+def _roles_as_run(
+    draft: Draft,
+    ran: DryRan,
+    replan: Callable[[dict[str, str]], Draft],
+    again: Callable[[list[str]], DryRan],
+) -> Draft:
+    """``draft``, or where the run showed an unplaced argument's value as the micro-batch,
+    the accumulation or the thread count and a second run (``again``, with each such argument
+    changed) showed that quantity follow it, the draft ``replan`` makes with those roles; every
+    candidate said in the notes, taken or not."""
+    found = found_roles(draft)
+    draft.notes.extend(observed.unseen(found, ran.observed))
+    placed = {a.dest for a in found.values()}
+    tried = observed.candidates(draft.args.values(), placed, set(found), ran.observed)
+    if not tried:
+        return draft
+    values = {**draft.params, "steps": DRY_STEPS, "rdzv_port": free_port()}
+    argv = render(launch_command(draft), draft, values)
+    argv += [f"{_long(draft.args[c.dest])}={c.trial_value}" for c in tried]
+    try:
+        confirmed, notes = observed.followed(tried, again(argv).observed)
+    except DryRunError as exc:
+        draft.notes.append(
+            f"{', '.join(c.dest for c in tried)}: their values were seen as "
+            f"{', '.join(c.role for c in tried)} in the run, but the second dry run that would "
+            f"confirm it failed ({str(exc).splitlines()[0]}): not read as roles"
+        )
+        return draft
+    if not confirmed:
+        draft.notes.extend(notes)
+        return draft
+    kept = _planned(replan(confirmed))
+    kept.notes += [n for n in draft.notes if n.startswith(RANKS_KEPT)] + notes
+    return kept
+
+
+def _long(arg: ScriptArg) -> str:
+    long = [o for o in arg.options if o.startswith("--")]
+    return (long or list(arg.options))[0]
+
+
 def _ranks_as_seen(draft: Draft, world: int | None, replan: Callable[[], Draft]) -> Draft:
     """``draft``, or where the dry run showed fewer processes training together than the
     ranks knob's baseline (a launcher that starts one), the draft ``replan`` makes with the
@@ -146,7 +220,7 @@ def _ranks_as_seen(draft: Draft, world: int | None, replan: Callable[[], Draft])
         return draft
     kept = _planned(replan())
     kept.notes.append(
-        f"ranks: the command asks for {kept.command.nproc()} processes, but the framework saw "
+        f"{RANKS_KEPT}{kept.command.nproc()} processes, but the framework saw "
         f"{world} training together in the dry run: kept as given, not searched"
     )
     return kept
@@ -199,7 +273,70 @@ def _world(printed: list[tuple[float, str, str]]) -> int | None:
     return None
 
 
-def _metrics(printed: list[tuple[float, str, str]], steps: int, ask=None):
+def _chosen(ran: DryRan, steps: int):
+    """(lines, ``launch.metrics``, notes): the steps as the training ran them, where the
+    observer saw each optimizer step with its loss (the printed lines then a cross-check, and
+    where their patterns read them, the way to read the lines instead); else the printed
+    lines', read as ``_metrics`` reads them."""
+    counted = observed_steps(ran.steps(), steps)
+    try:  # an LLM is asked for patterns only where the observer cannot stand in for them
+        lines, printed, notes = _metrics(ran.lines, steps, use_llm=isinstance(counted, str))
+    except MetricsDraftError as unread:
+        if isinstance(counted, str):
+            raise MetricsDraftError(f"{unread}; and {counted}") from None
+        said = f"the printed lines are not read ({str(unread).split(';')[0]})"
+        return [], counted, [_observed_note(ran, counted, said)]
+    if isinstance(counted, str):
+        return lines, printed, [*notes, f"steps: read from the printed lines, since {counted}"]
+    agree = printed.get("steps_offset", 0) == counted.get("steps_offset", 0)
+    said = (
+        "the printed lines agree (one loss line a step)"
+        if agree
+        else f"the printed loss lines count {steps + printed.get('steps_offset', 0)} steps"
+    )
+    shown = {k: v for k, v in printed.items() if k != "tokens_per_step"}
+    said += f"; to read the lines instead, set launch.metrics to {json.dumps(shown)}"
+    return lines, {**counted, "printed": printed}, [_observed_note(ran, counted, said)]
+
+
+def observed_steps(seen: list[dict], steps: int) -> dict | str:
+    """``launch.metrics`` read from the observer (``{"observed": "optimizer"}``, with the one
+    step more a loop over ``range(steps + 1)`` takes), or why the observed steps cannot be
+    the trial's (no optimizer seen, a step without a scalar loss, a count that is not the
+    steps asked)."""
+    if not seen:
+        return "no torch.optim optimizer was seen stepping"
+    lost = next((s["step"] for s in seen if s.get("loss") is None), None)
+    if lost is not None:
+        return f"optimizer step {lost} had no scalar loss reach backward"
+    if len(seen) - steps not in (0, 1):
+        return (
+            f"the dry run asked for {steps} steps and its optimizer stepped {len(seen)} times "
+            "(the step argument counts something else)"
+        )
+    offset = len(seen) - steps
+    return {"observed": "optimizer", **({"steps_offset": offset} if offset else {})}
+
+
+def _observed_note(ran: DryRan, metrics: dict, printed: str) -> str:
+    seen = ran.steps()
+    backwards = sorted({int(s.get("backwards", 0)) for s in seen})
+    skipped = sum(bool(s.get("skipped")) for s in seen)
+    return (
+        f"steps: read from the training itself — {len(seen)} optimizer steps, each with the "
+        f"loss that reached backward and {'/'.join(map(str, backwards))} backward call(s), "
+        "reported on the harness's channel and timed by its clock"
+        + (f" ({skipped} skipped by a gradient scaler)" if skipped else "")
+        + (
+            " (the loop takes one step more than it is given)"
+            if metrics.get("steps_offset")
+            else ""
+        )
+        + f"; {printed}"
+    )
+
+
+def _metrics(printed: list[tuple[float, str, str]], steps: int, ask=None, use_llm: bool = True):
     """(the lines the metrics are read from, ``launch.metrics``, notes): by the rules from
     standard output, else — a script that logs with Python's logging — from standard error
     too; else, with an LLM endpoint set, by the LLM's patterns, checked the same way."""
@@ -209,7 +346,7 @@ def _metrics(printed: list[tuple[float, str, str]], steps: int, ask=None):
     try:
         return _first(attempts, lambda lines: read_metrics(lines, steps))
     except MetricsDraftError as rules:
-        if ask is None and not llm.configured():
+        if not use_llm or (ask is None and not llm.configured()):
             raise
         try:
             answer = ask_patterns(both, steps, ask or llm.complete)
@@ -248,22 +385,43 @@ def dry_cap_bytes(ranks: int) -> int:
     return int(psutil.virtual_memory().total * DRY_MEMORY_SHARE) // max(1, ranks)
 
 
-def _invariant(draft: Draft, metrics: dict, lines) -> tuple[dict, str]:
+def _sequence_as_run(draft: Draft, seen: list[dict]) -> ScriptArg | None:
+    """The one integer argument whose value is the length of the token rows the model's first
+    forward was given (the sequence length, whatever it is called), said in the notes."""
+    lengths = {r["value"] for r in seen if r.get("what") == "forward.tokens"}
+    values = observed.parsed_values(seen)
+    same = [
+        a
+        for a in draft.args.values()
+        if values.get(a.dest) in lengths and a.type == "int" and not set(a.options) & draft.used
+    ]
+    if len(same) != 1:
+        return None
+    draft.notes.append(
+        f"{same[0].dest}: the sequence length, from the run (the model's first forward was "
+        f"given rows of {values[same[0].dest]} token ids): tokens per step counted with it"
+    )
+    return same[0]
+
+
+def _invariant(draft: Draft, metrics: dict, lines, seen: list[dict]) -> tuple[dict, str]:
     """The scale parameters and the invariant (tokens per optimizer step): the number the
     script printed, else the global batch times the sequence length argument, else the
     global batch in sequences (said in a note)."""
     params = dict(draft.params)
-    pattern = metrics.get("tokens_per_step")
+    pattern = metrics.get("tokens_per_step") or metrics.get("printed", {}).get("tokens_per_step")
     if pattern:
         found = re.findall(pattern, "\n".join(line for _, line in lines))
         params["tokens_per_step"] = int(found[0].replace(",", ""))
         return params, "tokens_per_step"
     seq = next((a for a in draft.args.values() if re.search(SEQ_NAMES, a.dest.lower())), None)
+    seq = seq or _sequence_as_run(draft, seen)
     batch = draft.global_batch or " * ".join(
         k["name"] for k in draft.knobs if k["name"] in ("micro_batch", "grad_accum", "nproc")
     )
     if seq is not None and isinstance(value_given(draft, seq), int):
         params["seq_len"] = value_given(draft, seq)
+        draft.sequence = seq.dest
         return params, f"{batch} * seq_len" if batch else "seq_len"
     draft.notes.append(
         "tokens per step: the script prints none and no sequence-length argument was found: "

@@ -18,7 +18,7 @@ from infrarsi.draft import roles
 from infrarsi.draft.arguments import ScriptArg, read_arguments
 from infrarsi.draft.command import NPROC_OPTIONS, Command, CommandError
 from infrarsi.draft.llm_roles import guess_roles
-from infrarsi.draft.usage import roles_by_use
+from infrarsi.draft.usage import PARAMETERS, roles_by_use
 
 RoleAsker = Callable[[str, str], str]  # (system, user) -> the LLM's reply
 
@@ -47,6 +47,7 @@ class Draft:
     global_batch: str = ""  # the knobs' product that is the global batch, in sequences
     env: dict[str, str] = field(default_factory=dict)  # the launch's environment templates
     stop_after_steps: bool = False  # no step argument: the harness stops it after ``steps``
+    sequence: str = ""  # the argument read as the sequence length (tokens per step), if any
 
 
 def read_script(command: Command, folder: Path, named: dict[str, str] | None = None) -> Draft:
@@ -118,12 +119,7 @@ def plan(draft: Draft, cores: int, ask: RoleAsker | None = None, ranks: bool = T
     ``ask``: an LLM that places the arguments the rules cannot (by default the configured
     endpoint, when one is set); ``ranks``: the launcher's ranks a knob (False: kept as given,
     where they were seen not to train together)."""
-    by_role: dict[str, ScriptArg] = {}
-    for arg in draft.args.values():
-        role = roles.role_of(arg)
-        if role is not None and role not in by_role:
-            by_role[role] = arg
-    _roles_by_use(draft, by_role)
+    by_role = _by_role(draft)
     if ask is not None or llm.configured():
         _llm_roles(draft, by_role, ask or llm.complete)
     nproc = draft.command.nproc() if ranks else None
@@ -151,6 +147,23 @@ def plan(draft: Draft, cores: int, ask: RoleAsker | None = None, ranks: bool = T
     return draft
 
 
+def _by_role(draft: Draft) -> dict[str, ScriptArg]:
+    """The arguments placed in a role by their name or help text, then by how the script uses
+    them (each of the latter said in the notes)."""
+    by_role: dict[str, ScriptArg] = {}
+    for arg in draft.args.values():
+        role = roles.role_of(arg)
+        if role is not None and role not in by_role:
+            by_role[role] = arg
+    _roles_by_use(draft, by_role)
+    return by_role
+
+
+def found_roles(draft: Draft) -> dict[str, ScriptArg]:
+    """The roles the rules read for ``draft``'s arguments (names, help, use), nothing noted."""
+    return _by_role(replace(draft, notes=[]))
+
+
 FRAMEWORK_ENV = ("ACCELERATE_",)  # a framework's settings read from the environment
 
 
@@ -175,12 +188,33 @@ def _roles_by_use(draft: Draft, by_role: dict[str, ScriptArg]) -> None:
     placed = {a.dest for a in by_role.values()}
     for dest, (role, how) in roles_by_use(draft.source, set(draft.args)).items():
         arg = draft.args[dest]
+        if role in PARAMETERS:
+            _parameter_by_use(draft, arg, role, how)
+            continue
+        if role == "ranks":  # a framework's own processes, not a launcher's
+            draft.notes.append(
+                f"{dest}: the ranks the script's framework starts itself ({how}): kept as "
+                "given — a ranks knob is the launcher's (torchrun --nproc-per-node, "
+                "accelerate launch --num_processes)"
+            )
+            continue
         taken = role in by_role or dest in placed or roles.placed_otherwise(arg)
         if taken or not roles.type_fits(role, arg):
             continue
         by_role[role] = arg
         placed.add(dest)
         draft.notes.append(f"{dest}: {role}, from how the script uses it ({how})")
+
+
+def _parameter_by_use(draft: Draft, arg: ScriptArg, role: str, how: str) -> None:
+    """The step count or the seed read from where the script passes an argument (Lightning's
+    ``Trainer(max_steps=...)``, ``torch.manual_seed(...)``), where no argument is read as it
+    by name and the user named none."""
+    test = roles.is_steps if role == "steps" else roles.is_seed
+    if arg.named is not None or any(test(a) for a in draft.args.values()) or arg.type != "int":
+        return
+    draft.args[arg.dest] = replace(arg, named=role)
+    draft.notes.append(f"{arg.dest}: the {role}, from how the script uses it ({how})")
 
 
 def _llm_roles(draft: Draft, by_role: dict[str, ScriptArg], ask: RoleAsker) -> None:
@@ -383,7 +417,13 @@ def _choice_knob(draft: Draft, arg: ScriptArg, role: str) -> None:
 
 
 # the spellings of full and bfloat16 precision a script's dtype string is written in
-DTYPE_SPELLINGS = (("float32", "bfloat16"), ("fp32", "bf16"), ("32", "bf16"), ("no", "bf16"))
+DTYPE_SPELLINGS = (
+    ("float32", "bfloat16"),
+    ("fp32", "bf16"),
+    ("32", "bf16"),
+    ("no", "bf16"),
+    ("32-true", "bf16-mixed"),  # PyTorch Lightning's
+)
 
 
 def _dtype_spelling(given: Any) -> list[str]:
@@ -432,6 +472,42 @@ def _fixed(draft: Draft) -> None:
         if g.option is None or g.option in draft.used:
             continue
         draft.template.append(g.option if g.value is None else f"{g.option}={g.value}")
+
+
+def arguments_note(draft: Draft) -> str:
+    """Every argument the script declares, with what the draft made of it: a knob (its name
+    and role), a scale parameter, the logging interval, or kept as given — nothing silent."""
+    fields = {}
+    for word in draft.template:
+        option, _, value = word.partition("=")
+        found = re.fullmatch(r"\{(\w+)\}", value or option)
+        if found:
+            fields[option if value else _flag_of(draft, found.group(1))] = found.group(1)
+    roles_of = {k["name"]: k.get("role", "") for k in draft.knobs}
+    said, kept = [], []
+    for arg in draft.args.values():
+        field = next((fields[o] for o in arg.options if o in fields), None)
+        shown = _option(arg) if arg.options else arg.dest
+        if field in ("steps", "seed"):
+            said.append(f"{shown}: the scale's {field}")
+        elif field is not None:
+            said.append(f"{shown}: knob {field} ({roles_of.get(field, 'set')})")
+        elif arg.dest == draft.sequence:
+            said.append(f"{shown}: the sequence length (tokens per step), kept as given")
+        elif roles.is_log_every(arg) and set(arg.options) & draft.used:
+            said.append(f"{shown}: 1 (every step logged)")
+        else:
+            kept.append(shown)
+    if kept:
+        said.append(
+            f"{', '.join(kept)}: kept as given (no role read from the name, the help text, the "
+            "use in the source or the run; name one with --role NAME=ROLE)"
+        )
+    return "arguments: " + "; ".join(said) if said else "arguments: the script declares none"
+
+
+def _flag_of(draft: Draft, name: str) -> str:
+    return next((k["flag"] for k in draft.knobs if k["name"] == name and k.get("flag")), name)
 
 
 def _option(arg: ScriptArg) -> str:

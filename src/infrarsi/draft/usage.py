@@ -17,7 +17,19 @@ USES: dict[tuple[str, str | int], str] = {
     ("DataLoader", "batch_size"): "micro_batch",
     ("DataLoader", "num_workers"): "data",
     ("set_num_threads", 0): "threads",
+    # PyTorch Lightning's Trainer (``L.Trainer(...)``)
+    ("Trainer", "accumulate_grad_batches"): "grad_accum",
+    ("Trainer", "precision"): "precision",
+    ("Trainer", "devices"): "ranks",  # the ranks Lightning starts itself: said, not searched
+    ("Trainer", "num_nodes"): "ranks",
+    # not knobs: the step count and the seed, read as the scale's parameters
+    ("Trainer", "max_steps"): "steps",
+    ("TrainingArguments", "max_steps"): "steps",
+    ("manual_seed", 0): "seed",
+    ("seed_everything", 0): "seed",
+    ("set_seed", 0): "seed",
 }
+PARAMETERS = ("steps", "seed")  # the roles above that are scale parameters, not knobs
 
 
 def roles_by_use(source: str, names: set[str]) -> dict[str, tuple[str, str]]:
