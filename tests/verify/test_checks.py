@@ -407,3 +407,21 @@ def test_a_challenge_seed_whose_effect_cannot_be_seen_is_said(tmp_path):
     assert challenge_unseen(unseeded) is None
     unsaved = b.evaluation.model_copy(update={"initial_weights": None})
     assert challenge_unseen([a, b.model_copy(update={"evaluation": unsaved})]) is None
+
+
+def test_the_doctor_calibrates_the_weights_a_job_saves_without_a_held_out_loss(tmp_path):
+    """One evidence, one calibration: a job whose weights the harness saves (the observer's)
+    but which has no held-out loss is calibrated on its weights, which Apply judges it by."""
+    from infrarsi.doctor.calibrate import distances, evidence_of
+
+    c = _contract()
+    base = _record(c, tmp_path, "base", eval_loss=None)
+    other = _record(c, tmp_path, "other", final={"a": 0.1, "b": 0.1003, "bias": 0.01})
+    assert base.evaluation is not None and other.evaluation is not None
+    base.evaluation.initial_eval_loss = other.evaluation.eval_loss = None
+    assert evidence_of(base) == (True, False)
+    got = distances(base, other)
+    assert set(got) == {"weight"} and 0 < got["weight"] < 1e-2
+    full = _record(c, tmp_path, "full", final={"a": 0.1, "b": 0.1003, "bias": 0.01})
+    both = _record(c, tmp_path, "both", eval_loss=3.6)
+    assert set(distances(full, both)) == {"weight", "eval"}

@@ -88,30 +88,36 @@ def bf16_variant(manifest: Manifest, scale: str) -> dict | None:
     return None
 
 
-def distances(baseline: TrialRecord, other: TrialRecord) -> tuple[float, float]:
-    """(weight, held-out) distance of ``other`` from ``baseline``, as shares of what the
-    baseline learned — the quantities ``verify.evidence`` bounds."""
+def distances(baseline: TrialRecord, other: TrialRecord) -> dict[str, float]:
+    """The distances of ``other`` from ``baseline`` that both trials left evidence for, as
+    shares of what the baseline learned — the quantities ``verify.evidence`` bounds:
+    ``weight`` where both saved their parameters, ``eval`` where both have a held-out loss.
+    Each evidence is calibrated wherever Apply will judge by it."""
     b, o = baseline.evaluation, other.evaluation
-    if b is None or o is None:
-        raise ValueError("distances need both trials' evaluation (see _has_evidence)")
+    out: dict[str, float] = {}
+    if not _usable(b) or not _usable(o):
+        return out
+    assert b is not None and o is not None  # _usable
     wb, wc, w0 = (load_params(p) for p in (b.final_weights, o.final_weights, b.initial_weights))
-    if wb is None or wc is None or w0 is None:
-        raise ValueError("distances need both trials' saved parameters (see _has_evidence)")
-    if b.eval_loss is None or o.eval_loss is None or b.initial_eval_loss is None:
-        raise ValueError("distances need both trials' held-out loss (see _has_evidence)")
-    weight = weight_distance(wb, wc, w0, set(b.inert_params))
-    return weight, held_out_share(b.eval_loss, o.eval_loss, b.initial_eval_loss)
+    if wb is not None and wc is not None and w0 is not None:
+        out["weight"] = weight_distance(wb, wc, w0, set(b.inert_params))
+    if b.eval_loss is not None and o.eval_loss is not None and b.initial_eval_loss is not None:
+        out["eval"] = held_out_share(b.eval_loss, o.eval_loss, b.initial_eval_loss)
+    return out
 
 
-def _has_evidence(record: TrialRecord) -> bool:
+def _usable(ev) -> bool:
+    return ev is not None and not ev.error
+
+
+def evidence_of(record: TrialRecord) -> tuple[bool, bool]:
+    """(saved initial and final parameters, has a held-out loss before and after)."""
     ev = record.evaluation
-    return (
-        ev is not None
-        and not ev.error
-        and ev.initial_weights is not None
-        and ev.eval_loss is not None
-        and ev.initial_eval_loss is not None
-    )
+    if not _usable(ev):
+        return False, False
+    assert ev is not None
+    weights = ev.initial_weights is not None and ev.final_weights is not None
+    return weights, ev.eval_loss is not None and ev.initial_eval_loss is not None
 
 
 def floors_of(
@@ -126,8 +132,7 @@ def floors_of(
     values = {"loss": max(loss_drift(ref, got, last_k))}
     if kinds & SAMPLED_KINDS:  # another split prints another sample: its spread, not one draw
         values["loss"] = max(values["loss"], sampled_drift_sd(ref, got, last_k))
-    if _has_evidence(baseline) and _has_evidence(other):
-        values["weight"], values["eval"] = distances(baseline, other)
+    values.update(distances(baseline, other))
     out = {}
     for quantity, value in values.items():
         for key in [f"{quantity}_{kind}" for kind in kinds] + (
@@ -154,10 +159,17 @@ def calibrate(
     run = run or (lambda label, knobs: run_trial(prepare(manifest, scale, knobs), workdir))
     floors: dict[str, float] = {}
     notes: list[str] = []
-    if not _has_evidence(baseline):
+    weights, held_out = evidence_of(baseline)
+    if not weights:
         notes.append(
-            "the workload saves no initial and final parameters with an evaluation: "
-            "tolerances calibrated on the reported loss only"
+            "the workload saves no initial and final parameters: tolerances calibrated on "
+            + ("the held-out loss and " if held_out else "")
+            + "the reported loss"
+        )
+    elif not held_out:
+        notes.append(
+            "no held-out loss (no evaluation command): tolerances calibrated on the final "
+            "parameters and the reported loss, as Apply judges them"
         )
     bf16 = bf16_variant(manifest, scale)
     variants = [a for a in equivalent_splits(manifest, scale, baseline.knobs)]
