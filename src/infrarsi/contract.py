@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infrarsi.errors import InfraRSIError, field_problems
+from infrarsi.paths import read_text
 from infrarsi.trial.patching import sha256_file
 from infrarsi.workloads import Manifest, find
 from infrarsi.workloads.registry import is_reference
@@ -249,10 +250,10 @@ def workload_path(manifest: Manifest) -> str | None:
 def load_contract(path: str | Path) -> Contract:
     """Read a contract and check its hash: an edited contract is refused."""
     path = Path(path)
+    if not path.exists():
+        raise ContractError(f"{path}: no such contract")
     try:
-        contract = Contract.read(yaml.safe_load(path.read_text()))
-    except FileNotFoundError:
-        raise ContractError(f"{path}: no such contract") from None
+        contract = Contract.read(yaml.safe_load(read_text(path, "contract")))
     except yaml.YAMLError as exc:
         raise ContractError(f"{path}: not valid YAML: {exc}") from None
     except ValidationError as exc:

@@ -34,6 +34,7 @@ from infrarsi.events import (
     ignore,
 )
 from infrarsi.executors.choice import make_executor
+from infrarsi.folder_lock import holding
 from infrarsi.init import InitError, init
 from infrarsi.options import OptimizeOptions
 from infrarsi.proposal import resolve
@@ -139,8 +140,26 @@ def optimize(
     if confirm is not None and not confirm(contract):
         raise OptimizeError("the contract was not confirmed: nothing was run")
     store = BankStore(options.bank.url) if options.bank.use else None
-    out_dir = out_dir.resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with holding(out_dir):  # one run per folder: a second is refused before its Doctor
+        done = _rounds(manifest, instruction, contract, out_dir.resolve(), options, emit, store)
+        return _summary(out_dir.resolve(), *done, time.monotonic() - t0)
+
+
+def _rounds(
+    manifest: Manifest,
+    instruction: str,
+    contract: Contract,
+    out_dir: Path,
+    options: OptimizeOptions,
+    emit: EventSink,
+    store: BankStore | None,
+) -> tuple[list[RoundResult], dict | None]:
+    """Each round in ``out_dir`` (held), the winner of one the next's baseline: the rounds'
+    results and the first baseline."""
+
+    def note(r: int) -> Callable[[str], None]:
+        return lambda text: emit(Note(text=text, round=r))
+
     done: list[RoundResult] = []
     first_baseline: dict | None = None
     for r in range(1, options.rounds + 1):
@@ -160,7 +179,7 @@ def optimize(
         emit(Note(text=f"the next baseline: {manifest.root}", round=r + 1))
         emit(StageStarted(stage=Stage.INIT, round=r + 1))
         contract = make_contract_for(manifest, options.scale, instruction, note(r + 1))
-    return _summary(out_dir, done, first_baseline, time.monotonic() - t0)
+    return done, first_baseline
 
 
 def _one_round(

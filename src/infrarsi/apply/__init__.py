@@ -21,6 +21,7 @@ from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.events import ApplyPlanned, EventSink, ignore
 from infrarsi.executors import Executor, LocalExecutor
+from infrarsi.folder_lock import holding
 from infrarsi.identity import ConfigKey, Configuration
 from infrarsi.objective import compared_name
 from infrarsi.options import APPLY_TOP_K
@@ -153,7 +154,21 @@ def apply_run(
     on_trial_end: Callable[[StoredTrial], None] | None = None,
 ) -> ApplyResult:
     """Re-measure the top ``top_k`` against the baseline, decide, write what holds (apply.json);
-    each measurement heard by ``on_trial_end`` as it ends (None: the run's audit log)."""
+    each measurement heard by ``on_trial_end`` as it ends (None: the run's audit log). Refused
+    while another process runs in ``run_dir``."""
+    with holding(Path(run_dir), create=False):
+        return _apply_run(run_dir, top_k, executor, rounds, seed, on_event, on_trial_end)
+
+
+def _apply_run(
+    run_dir: Path,
+    top_k: int,
+    executor: Executor | None,
+    rounds: int | None,
+    seed: int,
+    on_event: EventSink | None,
+    on_trial_end: Callable[[StoredTrial], None] | None,
+) -> ApplyResult:
     run_dir = Path(run_dir).resolve()
     store, run, trials, contract = open_run(run_dir, on_trial_end)
     manifest = contract.manifest()

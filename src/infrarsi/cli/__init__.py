@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infrarsi import units
-from infrarsi.cli.errors import report_bug, user_error
+from infrarsi.cli.errors import environment_error, report_bug, user_error
 from infrarsi.cli.options import (
     EXECUTOR,
     GROUPED,
@@ -54,6 +54,7 @@ err = Console(stderr=True)
 if not out.is_terminal:  # logs and pipes: do not squeeze tables into 80 columns
     out.width = 150
 DEFAULT_WORKDIR = Path(".infrarsi") / "trials"
+MAX_TRIALS = 100_000  # a trial budget past this is a typo, not a plan
 
 
 def fail(message: str | InfraRSIError) -> NoReturn:
@@ -257,7 +258,7 @@ def demo(
         help="scale preset (steady: tiny's model over 48 steps, so the steps it "
         "optimises are measured well)",
     ),
-    budget: int = typer.Option(8, min=3, help="search trials"),
+    budget: int = typer.Option(8, min=3, max=MAX_TRIALS, help="search trials"),
     top: int = typer.Option(2, min=1, help="candidates Apply re-measures"),
 ) -> None:
     """optimize on the bundled dense-1node workload, offline: Init, Doctor, Run, Apply, Report."""
@@ -309,7 +310,9 @@ def doctor(
 @grouped
 def run(
     contract: Path | None = typer.Argument(None, help="contract.yaml (from init, doctored)"),
-    budget: int | None = typer.Option(None, "--budget", min=1, help="trials to run"),
+    budget: int | None = typer.Option(
+        None, "--budget", min=1, max=MAX_TRIALS, help="trials to run"
+    ),
     budget_s: float | None = typer.Option(None, "--budget-s", min=1, help="wall seconds to spend"),
     searcher: str = typer.Option("infrarsi", help="infrarsi, random, greedy, tpe, gp or grid"),
     resume: Path | None = typer.Option(None, "--resume", help="continue the run in RUN_DIR"),
@@ -420,6 +423,7 @@ def optimize(
         None,
         "--budget",
         min=1,
+        max=MAX_TRIALS,
         help=f"search trials per round (default: the instruction's, else {DEFAULT_BUDGET_TRIALS})",
     ),
     rounds: int = typer.Option(
@@ -478,8 +482,20 @@ def main() -> None:
     """Console-script entry point."""
     signal.signal(signal.SIGTERM, _terminate)
     try:
+        _answered()
+    except typer.Exit as done:  # an answer given here, outside a command
+        raise SystemExit(done.exit_code) from None
+
+
+def _answered() -> None:
+    """The app, whatever it raises turned into an answer: bad input, the machine's files,
+    a number too large, or a bug said as one."""
+    try:
         app()
     except InfraRSIError as exc:  # bad input found outside a command's own handler
         fail(exc)
-    except Exception as exc:  # anything else is a bug, and says so
+    except OverflowError:  # a number no counter holds (--budget 2**64)
+        fail("a number given is too large for the tool to hold: give a smaller one")
+    except Exception as exc:  # a path, a disk or a store the user can fix; else a bug
+        environment_error(err, exc)
         report_bug(err, exc)

@@ -12,6 +12,7 @@ fingerprint, so concurrent Doctors on different hosts (or the same one) never mi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -162,5 +163,13 @@ def probe_hardware(refresh: bool = False, threads: int | None = None) -> dict:
         if cached.get("cache_version") == CACHE_VERSION and cached.get("fingerprint") == key:
             return cached
     profile = measure(threads)
-    write_atomically(path, json.dumps(profile, indent=2))
+    try:
+        write_atomically(path, json.dumps(profile, indent=2))
+    except OSError as exc:  # a cache: unwritable (a read-only HOME), it is measured again
+        logging.getLogger(__name__).warning(
+            "the host's profile is not cached (%s: %s); set INFRARSI_CACHE to a writable "
+            "folder to keep it",
+            path,
+            exc.strerror or exc,
+        )
     return profile

@@ -29,6 +29,7 @@ from infrarsi.events import (
     ignore,
 )
 from infrarsi.executors import Executor, LocalExecutor, TrialRequest
+from infrarsi.folder_lock import holding
 from infrarsi.objective import steady_step_time_s
 from infrarsi.options import Budget, SearchOptions
 from infrarsi.proposal import (
@@ -203,7 +204,11 @@ class RunLoop:
         return bool(new) or catalog != self.proposer.searches_catalog
 
     def start(self) -> RunResult:
-        """A new run in ``run_dir`` (which must not hold one)."""
+        """A new run in ``run_dir`` (which must not hold one, nor another process run there)."""
+        with holding(self.run_dir):
+            return self._start()
+
+    def _start(self) -> RunResult:
         if (self.run_dir / "run.json").exists():
             raise RunError(
                 f"{self.run_dir} already holds a run: resume it with --resume "
@@ -223,7 +228,7 @@ class RunLoop:
         self.trial_seed = challenge_seed()
         (self.run_dir / "run.json").write_text(
             json.dumps(
-                {"run_id": run_id, "store_url": self.store_url, TRIAL_SEED: self.trial_seed},
+                {"run_id": run_id, "store_url": store.url, TRIAL_SEED: self.trial_seed},
                 indent=2,
             )
         )
@@ -247,7 +252,29 @@ class RunLoop:
     ) -> RunResult:
         """Continue the run in ``run_dir`` where it stopped: its searcher, budget, seed and
         store as stored, from the Doctor's report and the bank's advice kept beside it; the
-        patches proposed before it stopped stay (``proposer`` None)."""
+        patches proposed before it stopped stay (``proposer`` None). Refused while another
+        process runs there."""
+        with holding(Path(run_dir), create=False):
+            return cls._resume(
+                run_dir,
+                contract,
+                parallel=parallel,
+                executor=executor,
+                proposer=proposer,
+                on_event=on_event,
+            )
+
+    @classmethod
+    def _resume(
+        cls,
+        run_dir: Path,
+        contract: Contract | None,
+        *,
+        parallel: int,
+        executor: Executor | None,
+        proposer: Proposer | None,
+        on_event: EventSink | None,
+    ) -> RunResult:
         try:
             store, run = open_run_dir(run_dir)
         except RunDirError as exc:
@@ -264,7 +291,7 @@ class RunLoop:
             budget=Budget(trials=run.budget_trials, seconds=run.budget_s),
             seed=run.seed,
             parallel=parallel,
-            store_url=store.url,
+            store_url=store.connect_url,
         )
         loop = cls(
             stored,

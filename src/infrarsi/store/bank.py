@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from infrarsi import store
 from infrarsi.errors import InfraRSIError, UnknownNameError
+from infrarsi.redact import masked_url, scrub
 from infrarsi.stages import Stage
 from infrarsi.store.bank_schema import ExperienceRow, PatchTextRow, SeedRow
 from infrarsi.trial.record import TrialStatus
@@ -102,13 +103,14 @@ class BankStore:
     """Experiences, patch texts and seeds behind a SQLAlchemy engine."""
 
     def __init__(self, url: str | None = None):
-        self.url = bank_url(url)
-        sqlite = self.url.startswith("sqlite")
+        real = bank_url(url)
+        self.url = masked_url(real)  # what is shown and written: never its password
+        sqlite = real.startswith("sqlite")
         try:
-            self.engine = create_engine(self.url, connect_args={"timeout": 30} if sqlite else {})
+            self.engine = create_engine(real, connect_args={"timeout": 30} if sqlite else {})
         except Exception as exc:  # a bad URL or a missing driver
             raise BankError(
-                f"cannot open the bank {self.url!r}: {exc}; give --bank "
+                f"cannot open the bank {self.url!r}: {scrub(str(exc), real)}; give --bank "
                 "sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
             ) from None
         if sqlite:
@@ -267,18 +269,24 @@ class BankStore:
         """Add what an exported file holds; experiences already here (by key) are skipped."""
         try:
             data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # missing, a folder, not text, not JSON
             raise BankError(f"{path}: not a bank export ({exc})") from None
         if not isinstance(data, dict) or data.get("format") != "infrarsi-bank":
             raise BankError(
                 f'{path}: not a bank export (no "format": "infrarsi-bank"); '
                 "write one with `infrarsi bank export FILE`"
             )
-        experiences = [_experience(e) for e in data.get("experiences", [])]
-        texts = {sha: tuple(v) for sha, v in data.get("patch_texts", {}).items()}
+        try:
+            experiences = [_experience(e) for e in data.get("experiences", [])]
+            texts = {sha: tuple(v) for sha, v in data.get("patch_texts", {}).items()}
+            seeds = [_seed(x) for x in data.get("seeds", [])]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BankError(
+                f"{path}: a bank export whose entries cannot be read ({type(exc).__name__}: "
+                f"{exc}): export it again with `infrarsi bank export FILE`"
+            ) from None
         added = self.add(experiences, texts)
         seen = {(x.run_id, json.dumps(x.knobs_json, sort_keys=True)) for x in self.seeds()}
-        seeds = [_seed(x) for x in data.get("seeds", [])]
         new_seeds = [
             x for x in seeds if (x.run_id, json.dumps(x.knobs_json, sort_keys=True)) not in seen
         ]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from infrarsi.errors import InfraRSIError
+from infrarsi.paths import read_text
 from infrarsi.sandbox import memcg
 from infrarsi.trial import patching
 from infrarsi.trial.spec import PatchSource, TrialSpec
@@ -88,7 +89,7 @@ def patch_source(manifest: Manifest, patch: str) -> PatchSource:
 def refuse_patch(manifest: Manifest, diff_file: Path) -> None:
     """PatchRefused naming every reason the diff may not be applied to this workload."""
     reasons = patching.check_paths(
-        Path(diff_file).read_text(), manifest.root, manifest.files.editable, manifest.files.locked
+        read_text(diff_file, "patch"), manifest.root, manifest.files.editable, manifest.files.locked
     )
     if reasons:
         raise patching.PatchRefused(f"patch {Path(diff_file).name} refused: {'; '.join(reasons)}")

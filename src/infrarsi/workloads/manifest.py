@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infrarsi.errors import InfraRSIError, UnknownNameError, field_problems
+from infrarsi.paths import read_text
 from infrarsi.workloads import expr
 from infrarsi.workloads.stdout import ObservedMetrics, StdoutMetrics
 
@@ -442,10 +443,10 @@ def load_manifest(path: str | Path) -> Manifest:
     path = Path(path)
     if path.is_dir():
         path = path / "workload.yaml"
+    if not path.exists():
+        raise ManifestError(f"{path}: no such manifest")
     try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ManifestError(f"{path}: no such manifest") from None
+        data = yaml.safe_load(read_text(path, "workload manifest"))
     except yaml.YAMLError as exc:
         raise ManifestError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
