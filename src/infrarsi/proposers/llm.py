@@ -45,6 +45,7 @@ from infrarsi.proposers.prompt import messages
 from infrarsi.proposers.reply import ReplyRejected, parse_reply
 from infrarsi.proposers.validate import Validator
 from infrarsi.records import DoctorReport
+from infrarsi.redact import masked_url, scrub
 
 ENV_URL, ENV_MODEL, ENV_KEY = "INFRARSI_LLM_BASE_URL", "INFRARSI_LLM_MODEL", "INFRARSI_LLM_API_KEY"
 
@@ -86,14 +87,15 @@ class Endpoint:
         parts = urlsplit(self.base_url)
         if not parts.hostname:
             raise EndpointError(
-                f"{ENV_URL}={self.base_url!r} is not a URL: give e.g. http://127.0.0.1:8000/v1"
+                f"{ENV_URL}={masked_url(self.base_url)!r} is not a URL: give e.g. http://127.0.0.1:8000/v1"
             )
         port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
             socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
         except OSError as exc:
             raise EndpointError(
-                f"no LLM endpoint answers at {self.base_url} ({exc.strerror or exc}); start "
+                f"no LLM endpoint answers at {masked_url(self.base_url)} "
+                f"({exc.strerror or exc}); start "
                 f"the server, fix {ENV_URL}, or run with --proposer catalog"
             ) from None
 
@@ -262,12 +264,13 @@ class LLMProposer:
 
 
 def _why(exc: Exception, endpoint: Endpoint) -> str:
-    """One sentence for a failed request: unreachable, refused key, or the server's error."""
-    name = type(exc).__name__
+    """One sentence for a failed request: unreachable, refused key, or the server's error
+    (the endpoint's URL shown with any password masked)."""
+    name, shown = type(exc).__name__, masked_url(endpoint.base_url)
     if name in ("APIConnectionError", "APITimeoutError"):
-        return f"the endpoint {endpoint.base_url} cannot be reached ({name})"
+        return f"the endpoint {shown} cannot be reached ({name})"
     if name in ("AuthenticationError", "PermissionDeniedError"):
-        return f"the endpoint {endpoint.base_url} refused the key ({name}): set {ENV_KEY}"
+        return f"the endpoint {shown} refused the key ({name}): set {ENV_KEY}"
     if name == "NotFoundError":
-        return f"the endpoint {endpoint.base_url} has no model {endpoint.model!r} ({name})"
-    return f"the endpoint {endpoint.base_url} failed: {name}: {str(exc)[:200]}"
+        return f"the endpoint {shown} has no model {endpoint.model!r} ({name})"
+    return f"the endpoint {shown} failed: {name}: {scrub(str(exc)[:200], endpoint.base_url)}"

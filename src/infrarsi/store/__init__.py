@@ -23,6 +23,7 @@ from sqlalchemy.pool import StaticPool
 
 from infrarsi.errors import InfraRSIError, UnknownNameError
 from infrarsi.records import Prediction, RankedConfig
+from infrarsi.redact import STORE_URL_ENV, masked_url, scrub, unmasked
 from infrarsi.stages import TRIAL_STAGES, Stage
 from infrarsi.store.schema import Base, RunRow, TrialRow
 from infrarsi.store.stored import RunStatus as RunStatus
@@ -43,8 +44,9 @@ class StoreError(InfraRSIError):
 
 
 def unreachable(what: str, url: str, exc: Exception) -> str:
-    """Why a database could not be opened, in the driver's first line, and what to check."""
-    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    """Why a database could not be opened, in the driver's first line (any password in it
+    masked), and what to check."""
+    reason = scrub(str(getattr(exc, "orig", None) or exc).strip().splitlines()[0])
     return (
         f"cannot open the {what} at {url!r}: {reason}; check the URL, and that the server "
         "runs and accepts connections from here"
@@ -62,7 +64,13 @@ def open_run_dir(run_dir: Path) -> tuple[Store, StoredRun]:
             "first, or give the run directory it printed"
         )
     info = json.loads(info_path.read_text())
-    store = Store(info["store_url"])
+    url = unmasked(info["store_url"])
+    if url is None:
+        raise RunDirError(
+            f"the run's store is {info['store_url']}, whose password is not written in "
+            f"run.json: set {STORE_URL_ENV} to its full URL to open it"
+        )
+    store = Store(url)
     return store, store.run(info["run_id"])
 
 
@@ -81,13 +89,14 @@ class Store:
     subscribes (``subscribe``) hears of every trial as this store finishes it."""
 
     def __init__(self, url: str):
-        self.url = url
+        self.connect_url = url  # the real URL: only to connect with, never shown or written
+        self.url = masked_url(url)
         self._on_trial_end: list[Callable[[StoredTrial], None]] = []
         try:
             self.engine = _engine(url)
             upgrade(self.engine)
         except (OperationalError, ArgumentError, NoSuchModuleError) as exc:
-            raise StoreError(unreachable("store", url, exc)) from None
+            raise StoreError(scrub(unreachable("store", self.url, exc), url)) from None
 
     def subscribe(self, on_trial_end: Callable[[StoredTrial], None]) -> None:
         """Call ``on_trial_end`` with each trial this store finishes from now on: a search
