@@ -123,3 +123,36 @@ def test_the_japanese_of_the_write_ups_is_read_whole():
     assert (r.objective, r.loss_tolerance, r.not_understood) == ("tokens_per_s", 0.01, [])
     locked = read_instruction("モデルは変更しないで", FILES)
     assert locked.lock == ["model.py"]
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("keep the loss within 1%, keep the loss within 5%", "loss tolerances 0.01 and 0.05"),
+        ("stay under 2 GiB, memory below 4 GiB", "memory capacities per rank 2.0 GiB and 4.0 GiB"),
+        ("run 10 trials, and 20 trials", "trial budgets 10 and 20"),
+        ("maximise throughput, cut end-to-end time", "tokens per second and end-to-end time"),
+    ],
+)
+def test_two_clauses_that_disagree_are_refused_with_both_named(text, said):
+    reading = read_instruction(text, [])
+    assert any(said in p for p in reading.problems), reading.problems
+
+
+def test_a_bare_faster_goes_with_throughput_and_a_target_is_kept_said():
+    reading = read_instruction("make it faster, maximise throughput", [])
+    assert reading.objective == "tokens_per_s" and reading.problems == []
+    target = read_instruction("make it 100x faster", [])
+    assert target.target_speedup == 100 and target.objective == "e2e_time"
+    assert "target 100x" in target.understood[0][1]
+    assert read_instruction("run 20 times", []).target_speedup is None  # not a speed
+
+
+def test_an_instruction_with_nothing_understood_is_refused_with_an_example():
+    from infrarsi.init import InitError
+    from infrarsi.init.stage import init
+    from infrarsi.workloads import find
+
+    with pytest.raises(InitError, match="nothing in the instruction was understood") as refused:
+        init(find("dense-1node"), "tiny", "asdf qwer zxcv")
+    assert "'asdf qwer zxcv'" in str(refused.value) and "e.g." in str(refused.value)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from infrarsi.init.numbers import ZH_NUMERAL, parse_number
-from infrarsi.units import parse_bytes
+from infrarsi.units import format_bytes, parse_bytes
 
 # Clauses end at punctuation and conjunctions, but not inside a number: "1,000" keeps its comma
 # and "a hundred and twenty" its "and".
@@ -29,6 +29,8 @@ _TIME = re.compile(
     r"时间|加速|提速|更快|"
     r"時間|高速化|速く|短縮|エンドツーエンド"
 )
+_E2E = re.compile(r"\bwall|e2e|end-to-end|time-to-train|エンドツーエンド")
+_TARGET = re.compile(r"(\d+(?:\.\d+)?)\s*(?:x|×|times|倍)(?![a-z])")
 _MEMORY = re.compile(r"memory|\bmem\b|vram|\bram\b|显存|内存|メモリ")
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)?", re.IGNORECASE)
 _LOSS = re.compile(r"loss|损失|損失|ロス")
@@ -65,6 +67,9 @@ class Reading:
     understood: list[tuple[str, str]] = field(default_factory=list)
     not_understood: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # understood, but out of range
+    explicit_throughput: bool = False  # an objective named outright (not a bare "faster")
+    explicit_e2e: bool = False
+    target_speedup: float | None = None  # "100x faster": a target, said against the bound
 
 
 def clauses(instruction: str) -> list[str]:
@@ -90,7 +95,7 @@ def read_instruction(instruction: str, files: list[str]) -> Reading:
 
 def _read_clause(clause: str, files: list[str], reading: Reading) -> list[str]:
     text = clause.lower()
-    rules = (_read_lock, _read_memory, _read_loss, _read_budget, _read_objective)
+    rules = (_read_lock, _read_memory, _read_loss, _read_budget, _read_target, _read_objective)
     meanings = []
     for rule in rules:
         meaning = rule(text, files, reading)
@@ -102,13 +107,64 @@ def _read_clause(clause: str, files: list[str], reading: Reading) -> list[str]:
 
 
 def _read_objective(text: str, files: list[str], reading: Reading) -> str | None:
+    """Throughput, or end-to-end time. A generic "faster" goes with either; an explicit
+    end-to-end time beside an explicit throughput is two objectives, refused."""
     if _THROUGHPUT.search(text):
-        reading.objective = "tokens_per_s"
+        if reading.explicit_e2e:
+            return _two_objectives(reading, text)
+        reading.objective, reading.explicit_throughput = "tokens_per_s", True
         return "objective: tokens per second"
     if _TIME.search(text) and not _DURATION.search(text):
+        if _E2E.search(text):
+            if reading.explicit_throughput:
+                return _two_objectives(reading, text)
+            reading.objective, reading.explicit_e2e = "e2e_time", True
         reading.objective = reading.objective or "e2e_time"
-        return "objective: end-to-end time"
+        return (
+            "objective: end-to-end time"
+            if reading.objective == "e2e_time"
+            else ("faster (with the throughput objective)")
+        )
     return None
+
+
+def _read_target(text: str, files: list[str], reading: Reading) -> str | None:
+    """ "100x faster", "2 times the throughput": a target, kept to be answered against what the
+    Doctor measures the baseline can give, not a setting of the search."""
+    found = _TARGET.search(text)
+    if not found or not (_TIME.search(text) or _THROUGHPUT.search(text)):
+        return None
+    target = float(found.group(1))
+    if target <= 1:
+        reading.problems.append(f"{text!r}: a target speed-up is above 1x (read {target:g}x)")
+        return "target (out of range)"
+    reading.target_speedup = target
+    return (
+        f"target {target:g}x (not a setting of the search, which ends on its budget; the "
+        "Doctor's headroom line says what the baseline leaves to gain)"
+    )
+
+
+def _two_objectives(reading: Reading, text: str) -> str:
+    reading.problems.append(
+        f"{text!r} asks for another objective than an earlier clause (tokens per second and "
+        "end-to-end time): give one objective"
+    )
+    return "objective (disagrees)"
+
+
+def _disagrees(reading: Reading, name: str, value: float, text: str, what: str) -> bool:
+    """Whether an earlier clause set ``name`` to another value: a problem naming both (an
+    instruction is understood whole or refused, never resolved towards either silently)."""
+    before = getattr(reading, name)
+    if before is None or before == value:
+        return False
+    show = format_bytes if name == "mem_cap_bytes" else (lambda v: f"{v:g}")
+    reading.problems.append(
+        f"{text!r} gives another value than an earlier clause ({what} {show(before)} and "
+        f"{show(value)}): keep the one you mean"
+    )
+    return True
 
 
 def _read_memory(text: str, files: list[str], reading: Reading) -> str | None:
@@ -123,6 +179,8 @@ def _read_memory(text: str, files: list[str], reading: Reading) -> str | None:
         if size <= 0:
             reading.problems.append(f"{text!r}: a memory capacity must be more than 0 bytes")
             return "memory capacity (out of range)"
+        if _disagrees(reading, "mem_cap_bytes", size, text, "memory capacities per rank"):
+            return "memory capacity (disagrees)"
         reading.mem_cap_bytes = size
         return f"memory capacity {reading.mem_cap_bytes} bytes per rank"
     return None
@@ -143,6 +201,8 @@ def _read_loss(text: str, files: list[str], reading: Reading) -> str | None:
             f"{text!r}: a loss tolerance must be above 0% and below 100% (read {tolerance:.0%})"
         )
         return "loss tolerance (out of range)"
+    if _disagrees(reading, "loss_tolerance", tolerance, text, "loss tolerances"):
+        return "loss tolerance (disagrees)"
     reading.loss_tolerance = tolerance
     return f"loss tolerance {reading.loss_tolerance:g} (relative)"
 
@@ -171,6 +231,8 @@ def _read_budget(text: str, files: list[str], reading: Reading) -> str | None:
                 f"{text!r}: a trial budget is a whole number of at least 1 (read {count:g})"
             )
             return "budget (out of range)"
+        if _disagrees(reading, "budget_trials", int(count), text, "trial budgets"):
+            return "budget (disagrees)"
         reading.budget_trials = int(count)
         return f"budget {reading.budget_trials} trials"
     duration = _DURATION.search(text)
@@ -183,6 +245,8 @@ def _read_budget(text: str, files: list[str], reading: Reading) -> str | None:
             )
             return "budget (out of range)"
         per = 60.0 if unit.startswith(("min", "分")) else 3600.0
+        if _disagrees(reading, "budget_wall_time_s", amount * per, text, "time budgets"):
+            return "budget (disagrees)"
         reading.budget_wall_time_s = amount * per
         return f"budget {reading.budget_wall_time_s:g} s of wall time"
     return None

@@ -45,4 +45,13 @@ def init(
         reading, drafted_by = draft_reading(instruction, files, reading, on_note)
     if reading.problems:
         raise InitError(list(reading.problems))
+    if not reading.understood:
+        unread = ", ".join(map(repr, reading.not_understood))
+        raise InitError(
+            [
+                f"nothing in the instruction was understood ({unread}): say what you want, "
+                "e.g. 'maximise training throughput, keep the loss within 1%' or 'cut "
+                "end-to-end time, stay under 16 GiB per rank'"
+            ]
+        )
     return make_contract(manifest, scale, instruction, reading, drafted_by), reading
