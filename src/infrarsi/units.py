@@ -47,3 +47,21 @@ def format_bytes(n: int | float | None) -> str:
         if abs(n) >= size:
             return f"{n / size:.1f} {unit}"
     return f"{int(n)} B"
+
+
+# a ratio bound past these is shown as past them: an interval over a few noisy rounds can
+# reach 10^11, a number no measurement made and no reader should be shown as a result
+RATIO_SHOWN = (0.01, 100.0)
+
+
+def format_ratio_bound(value: float | None) -> str:
+    """A speed-up or an interval's bound for people: three decimals within
+    ``RATIO_SHOWN``, ``<0.01`` / ``>100`` past it, ``-`` when unknown."""
+    if value is None:
+        return "-"
+    low, high = RATIO_SHOWN
+    if value < low:
+        return f"<{low:g}"
+    if value > high:
+        return f">{high:g}"
+    return f"{value:.3f}"

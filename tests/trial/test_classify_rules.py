@@ -107,3 +107,25 @@ def test_any_other_failure_is_a_crash_with_the_rank_traceback(tmp_path, spec):
     _write(plain, "stdout.log", "something went wrong\n")
     got = outcome(_result(2), plain, spec)
     assert got.status is TrialStatus.CRASH and "exit code 2" in got.error
+
+
+def test_a_step_the_busy_reader_timed_shorter_than_it_ran_is_timed_as_reported():
+    """Lines a starved reader took together (0.1 ms apart for 2 ms steps) never make a step
+    shorter than the rank said it was; a step the harness saw longer keeps the harness's."""
+    from infrarsi.trial.classify import never_below
+
+    seen = [None, 0.0001, 0.0021, 0.0001, 0.0300]
+    reported = [0.12, 0.0020, 0.0020, 0.0020, 0.0020]
+    assert never_below(seen, reported) == [None, 0.0020, 0.0021, 0.0020, 0.0300]
+    assert never_below(seen, reported[:2]) == seen  # not one time per step: as seen
+
+
+def test_a_ratio_bound_no_measurement_made_is_shown_past_its_limit():
+    from infrarsi.apply.decide import Choice, Interval, promote
+    from infrarsi.units import format_ratio_bound
+
+    assert [format_ratio_bound(v) for v in (None, 0.0001, 0.5, 99.0, 2.1e11)] == [
+        "-", "<0.01", "0.500", "99.000", ">100",
+    ]  # fmt: skip
+    _, said = promote([Choice("c3", Interval(0.24, 1e-9, 2.1e11, 2), True)])
+    assert "c3 0.240x [<0.01, >100] over 2 rounds" in said

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from infrarsi.errors import InfraRSIError
 from infrarsi.records import ApplyResult
+from infrarsi.units import format_ratio_bound
 
 
 class BranchError(InfraRSIError):
@@ -33,9 +34,9 @@ def commit_message(result: ApplyResult, launch: str) -> str:
         [
             f"InfraRSI: {w.speedup:.3f}x faster {result.workload} ({result.scale})",
             "",
-            f"Speed-up {w.speedup:.3f}x, {result.confidence:.0%} interval [{w.ci_low:.3f}, "
-            f"{w.ci_high:.3f}] over {len(w.ratios)} interleaved rounds against the baseline "
-            f"({result.compared}).",
+            f"Speed-up {w.speedup:.3f}x, {result.confidence:.0%} interval "
+            f"[{format_ratio_bound(w.ci_low)}, {format_ratio_bound(w.ci_high)}] over "
+            f"{len(w.ratios)} interleaved rounds against the baseline ({result.compared}).",
             "Every verify check passed in every round (workload invariants, locked files, loss, "
             "learned weights and held-out loss, memory capacity, timing).",
             f"Patches: {', '.join(w.patches) or 'none'}.",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from infrarsi.options import apply_rounds
+from infrarsi.units import format_ratio_bound as _b
 
 N_BOOT = 4000
 METHOD = (
@@ -158,7 +159,7 @@ def promote(choices: list[Choice]) -> tuple[str | None, str]:
         i = best.interval
         return best.label, (
             f"{best.label} promoted: {i.speedup:.3f}x the baseline, interval "
-            f"[{i.low:.3f}, {i.high:.3f}] over {i.n} rounds, every check passed "
+            f"[{_b(i.low)}, {_b(i.high)}] over {i.n} rounds, every check passed "
             "in every round"
         )
     if not choices:
@@ -171,5 +172,5 @@ def promote(choices: list[Choice]) -> tuple[str | None, str]:
         elif i.low is None:
             why.append(f"{c.label} has fewer than 2 measured rounds")
         else:
-            why.append(f"{c.label} {i.speedup:.3f}x [{i.low:.3f}, {i.high:.3f}]")
+            why.append(f"{c.label} {_b(i.speedup)}x [{_b(i.low)}, {_b(i.high)}] over {i.n} rounds")
     return None, "no significant gain: nothing promoted (" + "; ".join(why) + ")"

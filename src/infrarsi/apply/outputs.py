@@ -15,6 +15,7 @@ from infrarsi.proposal import resolve
 from infrarsi.records import ApplyResult
 from infrarsi.trial import patching, prepare
 from infrarsi.trial.launch import render
+from infrarsi.units import format_ratio_bound
 from infrarsi.workloads.folder import copy_workload
 from infrarsi.workloads.manifest import Manifest
 
@@ -105,7 +106,8 @@ def write_winner(
     )
     headline = (
         f"InfraRSI winner of run {result.run_id}: {winner.speedup:.3f}x "
-        f"[{winner.ci_low:.3f}, {winner.ci_high:.3f}], contract {contract.contract_hash[:12]}"
+        f"[{format_ratio_bound(winner.ci_low)}, {format_ratio_bound(winner.ci_high)}], "
+        f"contract {contract.contract_hash[:12]}"
     )
     script = run_dir / "launch.sh"
     script.write_text(launch_script(manifest, contract.scale, winner.knobs, patches, headline))
@@ -126,7 +128,8 @@ def verification_table(result: ApplyResult) -> str:
         checks = "all passed" if c.verified else "; ".join(c.reasons[:2]) or "failed"
         rows.append(
             f"| {c.label} | {changed or '-'} | {', '.join(c.patches) or '-'} | "
-            f"{_x(c.speedup)} | [{_x(c.ci_low)}, {_x(c.ci_high)}] | {len(c.ratios)} | "
+            f"{_x(c.speedup)} | [{format_ratio_bound(c.ci_low)}, "
+            f"{format_ratio_bound(c.ci_high)}] | {len(c.ratios)} | "
             f"{checks} | {'yes' if c.promoted else 'no'} |"
         )
     return "\n".join(rows) + "\n"

@@ -30,6 +30,7 @@ from infrarsi.identity import changed_knobs, describe_changes
 from infrarsi.options import APPLY_TOP_K, BankOptions, ExecutorOptions
 from infrarsi.records import ApplyResult, Measurement
 from infrarsi.store.bank import BankStore
+from infrarsi.units import format_ratio_bound
 
 
 class ApplyScreen:
@@ -113,7 +114,9 @@ def show(result: ApplyResult, out: Console) -> None:
             ", ".join(c.patches) or "-",
             changed or "-",
             f"{c.speedup:.3f}" if c.speedup else "-",
-            f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ci_low else "-",
+            f"[{format_ratio_bound(c.ci_low)}, {format_ratio_bound(c.ci_high)}]"
+            if c.ci_low
+            else "-",
             "passed" if c.verified else ("; ".join(c.reasons[:1]) or "failed"),
             "yes" if c.promoted else "no",
         )

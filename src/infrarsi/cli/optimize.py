@@ -30,6 +30,7 @@ from infrarsi.optimize import OptimizeResult, optimize
 from infrarsi.options import Budget, OptimizeOptions, ProposerOptions, SearchOptions
 from infrarsi.records import Measurement
 from infrarsi.stages import Stage
+from infrarsi.units import format_ratio_bound
 
 STAGES = {
     Stage.INIT: "Init: the contract",
@@ -139,7 +140,8 @@ def headline(result: OptimizeResult) -> list[str]:
         lines += [
             f"round {r.round}: promoted {describe_changes(w.knobs, w.patches, base)} "
             f"({r.trials} search trials, {r.oom_trials} OOM)",
-            f"  verified {_x(w.speedup)}x [{_x(w.ci_low)}, {_x(w.ci_high)}] on "
+            f"  verified {_x(w.speedup)}x [{format_ratio_bound(w.ci_low)}, "
+            f"{format_ratio_bound(w.ci_high)}] on "
             f"{r.compared or 'the objective'} over {len(w.ratios)} interleaved rounds, "
             "every check passed",
             f"  report: {r.report_html}; patch: {Path(r.run_dir) / 'winner.patch'}",

@@ -10,7 +10,7 @@ from pathlib import Path
 from infrarsi.identity import changed_knobs
 from infrarsi.proposal import FinishedTrial, ProposalStatus, patch_outcomes
 from infrarsi.trial.record import TrialStatus
-from infrarsi.units import format_bytes
+from infrarsi.units import format_bytes, format_ratio_bound
 
 CAPTIONS = {
     "best_so_far.png": "Best so far vs trial (failures on the axis)",
@@ -22,6 +22,9 @@ CAPTIONS = {
 }
 
 FAILED = {s.value for s in TrialStatus if s.is_failure()}  # cells shown as failures
+
+
+_b = format_ratio_bound
 
 
 def _x(v, fmt="{:.3f}"):
@@ -49,7 +52,7 @@ def headline(summary: dict) -> list[str]:
         return lines
     lines.append(
         f"Speed-up {w['speedup']:.3f}x over {w['rounds']} interleaved rounds against "
-        f"the baseline, interval [{w['ci_low']:.3f}, {w['ci_high']:.3f}] (compared: "
+        f"the baseline, interval [{_b(w['ci_low'])}, {_b(w['ci_high'])}] (compared: "
         f"{s['compared']}); every check passed in every round."
     )
     lines.append(
@@ -326,7 +329,7 @@ def _verification_md(a, base: dict) -> str:
         knobs, patches = _changes(c, base)
         rows.append(
             f"| {c.label} | {knobs} | {patches} | {_x(c.speedup)} | "
-            f"[{_x(c.ci_low)}, {_x(c.ci_high)}] | "
+            f"[{_b(c.ci_low)}, {_b(c.ci_high)}] | "
             f"{'passed' if c.verified else '; '.join(c.reasons[:1]) or 'failed'} | "
             f"{'yes' if c.promoted else 'no'} |"
         )
@@ -388,7 +391,7 @@ def _html_verification(a, baseline_knobs: dict) -> list[str]:
             c.label,
             *_changes(c, baseline_knobs),
             _x(c.speedup),
-            f"[{_x(c.ci_low)}, {_x(c.ci_high)}]",
+            f"[{_b(c.ci_low)}, {_b(c.ci_high)}]",
             "passed" if c.verified else "; ".join(c.reasons[:1]) or "failed",
             "yes" if c.promoted else "no",
         ]
