@@ -3,9 +3,11 @@ meets them: each is one answer naming the path and the fix, exit 2 for input the
 and exit 4 for the machine refusing (a read-only or full disk), never a traceback."""
 
 import os
+import shutil
 
 import pytest
-from conftest import run_cli
+import yaml
+from conftest import FIXTURES, run_cli
 
 from infrarsi.folder_lock import holding
 
@@ -99,3 +101,89 @@ def test_a_second_run_on_a_folder_in_use_is_refused_before_its_doctor(tmp_path):
         assert sorted(p.name for p in out.iterdir()) == [".lock"]  # no Doctor wrote there
     with holding(out):  # released, it is taken again
         pass
+
+
+DIVERGES = """
+import argparse, torch
+p = argparse.ArgumentParser()
+p.add_argument("--batch-size", type=int, default=4)
+p.add_argument("--grad-accum", type=int, default=2)
+p.add_argument("--max-steps", type=int, default=6)
+a = p.parse_args()
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(a.max_steps):
+    for _ in range(a.grad_accum):
+        loss = model(torch.randn(a.batch_size, 4)).mean() * float("nan")
+        loss.backward()
+    opt.step()
+    opt.zero_grad()
+    print(f"step {step} loss {loss.item()}", flush=True)
+"""
+HANGS = DIVERGES.replace('* float("nan")', "").replace(
+    'print(f"step', 'import time; time.sleep(3600) if step == 2 else None; print(f"step'
+)
+COMMAND = ("python", "train.py", "--batch-size", "4", "--grad-accum", "2", "--max-steps", "6")
+
+
+@pytest.mark.parametrize(
+    "script, said",
+    [
+        (DIVERGES, ["the loss was nan at optimizer step 0", "diverges"]),
+        pytest.param(
+            HANGS,
+            ["did not end within 20 s", "stepped 3 time(s)", "a hang"],
+            marks=pytest.mark.slow,  # waits out its timeout
+        ),
+    ],
+    ids=["nan", "hang"],
+)
+def test_a_dry_run_that_diverges_or_hangs_is_named_so(tmp_path, script, said):
+    (tmp_path / "train.py").write_text(script)
+    result = run_cli("manifest", "draft", "--yes", "--timeout", "20", "--", *COMMAND, cwd=tmp_path)
+    _answered(result, 2, *said)
+    assert "print one line per optimizer step" not in result.stderr  # not a print format
+
+
+def test_a_patch_that_does_not_apply_and_a_lock_on_nothing_are_refused_before_a_trial(tmp_path):
+    diff = tmp_path / "stale.diff"
+    diff.write_text(
+        "--- a/model.py\n+++ b/model.py\n@@ -1,3 +1,3 @@\n-no such line here\n"
+        "+replaced\n context that is not there\n context either\n"
+    )
+    result = run_cli("trial", "dense-1node", "--patch", str(diff), cwd=tmp_path)
+    _answered(result, 2, "patch stale.diff does not apply to dense-1node", "git diff")
+    assert not (tmp_path / ".infrarsi").exists()  # no trial was started
+    folder = tmp_path / "job"
+    shutil.copytree(FIXTURES / "foreign", folder)
+    raw = yaml.safe_load((folder / "workload.yaml").read_text())
+    raw["files"]["locked"] = ["train_lm.py", "dataset.py"]
+    raw["files"]["editable"] = ["../outside.py"]
+    (folder / "workload.yaml").write_text(yaml.safe_dump(raw))
+    checked = run_cli("validate", str(folder), cwd=tmp_path)
+    _answered(
+        checked, 2, "field 'files.locked.1': 'dataset.py' matches no file",
+        "field 'files.editable.0': '../outside.py' is outside the workload folder",
+    )  # fmt: skip
+
+
+def test_an_interrupted_optimize_says_the_commands_that_go_on(tmp_path):
+    from infrarsi.cli.optimize import how_to_resume
+
+    assert "run the same optimize command again" in how_to_resume(tmp_path)
+    for r in (1, 2, 10):
+        (tmp_path / f"round-{r}" / "run").mkdir(parents=True)
+        (tmp_path / f"round-{r}" / "run" / "run.json").write_text("{}")
+    said = how_to_resume(tmp_path)
+    last = tmp_path / "round-10" / "run"
+    assert f"infrarsi run --resume {last}" in said and f"infrarsi apply {last}" in said
+
+
+def test_a_search_on_a_contract_never_doctored_is_warned_first(tmp_path):
+    made = run_cli("init", str(FIXTURES / "toy"), "cut time", "--yes", "-o", "c.yaml", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    result = run_cli("run", "c.yaml", "--budget", "1", "--no-bank", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    said = " ".join(result.stderr.split())
+    assert "warning: this contract was never doctored" in said
+    assert "infrarsi doctor c.yaml" in said

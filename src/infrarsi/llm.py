@@ -12,6 +12,17 @@ import re
 from pydantic import ValidationError
 
 ENV_URL, ENV_MODEL, ENV_KEY = "INFRARSI_LLM_BASE_URL", "INFRARSI_LLM_MODEL", "INFRARSI_LLM_API_KEY"
+ENV_TIMEOUT = "INFRARSI_LLM_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 30.0  # a hung endpoint costs at most this, once: then the rules answer
+
+
+def timeout_s() -> float:
+    """Seconds one LLM request may take (``INFRARSI_LLM_TIMEOUT_S``, default 30)."""
+    try:
+        value = float(os.environ.get(ENV_TIMEOUT, DEFAULT_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+    return value if value > 0 else DEFAULT_TIMEOUT_S
 
 
 def configured() -> bool:
@@ -19,15 +30,16 @@ def configured() -> bool:
     return bool(os.environ.get(ENV_URL) and os.environ.get(ENV_MODEL))
 
 
-def complete(system: str, user: str, timeout_s: float = 60.0) -> str:
-    """The model's reply to one system and one user message, at temperature 0."""
+def complete(system: str, user: str, limit_s: float | None = None) -> str:
+    """The model's reply to one system and one user message, at temperature 0, within
+    ``limit_s`` (default ``timeout_s()``), not retried."""
     from openai import OpenAI
 
     client = OpenAI(
         base_url=os.environ[ENV_URL],
         api_key=os.environ.get(ENV_KEY, "not-needed"),
-        timeout=timeout_s,
-        max_retries=1,
+        timeout=limit_s or timeout_s(),
+        max_retries=0,
     )
     reply = client.chat.completions.create(
         model=os.environ[ENV_MODEL],
@@ -43,10 +55,22 @@ def json_object(text: str) -> str:
     return match.group(0) if match else text
 
 
-def short(exc: Exception) -> str:
-    """Why a draft was not used, in one line."""
+def short(exc: Exception, reply: str = "") -> str:
+    """Why a draft was not used, in one line of the project's words: a reply that is not
+    JSON (its first characters shown), an answer whose fields do not fit, an endpoint that
+    did not answer in time or could not be reached."""
+    import json
+
     if isinstance(exc, ValidationError):
-        return "invalid answer: " + "; ".join(
+        return "the answer's fields do not fit: " + "; ".join(
             f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
         )
-    return f"{type(exc).__name__}: {str(exc)[:200]}"
+    if isinstance(exc, json.JSONDecodeError):
+        shown = " ".join(reply.split())[:80] if reply else exc.doc[:80]
+        return f"the reply is not a JSON object (it read: {shown!r})"
+    name = type(exc).__name__
+    if name == "APITimeoutError":
+        return f"the endpoint did not answer within {timeout_s():g} s ({ENV_TIMEOUT})"
+    if name == "APIConnectionError":
+        return "the endpoint could not be reached"
+    return f"{name}: {str(exc)[:200]}"

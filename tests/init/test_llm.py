@@ -65,3 +65,20 @@ def test_an_invalid_llm_draft_falls_back_to_the_rules(endpoint, tmp_path):
     c = json.loads(result.stdout)
     assert c["contract"]["drafted_by"] == "rules" and c["mem_cap_bytes"] == 2 * 2**30
     assert "the LLM draft was not used" in result.stderr
+
+
+def test_a_reply_that_cannot_be_read_is_said_in_the_projects_words(monkeypatch):
+    import json
+
+    from infrarsi import llm
+
+    reply = "Sure! Here is what I think about your training job."
+    try:
+        json.loads(llm.json_object(reply))
+    except json.JSONDecodeError as exc:
+        said = llm.short(exc, reply)
+    assert said == f"the reply is not a JSON object (it read: {reply[:80]!r})"
+    monkeypatch.setenv("INFRARSI_LLM_TIMEOUT_S", "12")
+    assert llm.timeout_s() == 12
+    monkeypatch.setenv("INFRARSI_LLM_TIMEOUT_S", "soon")
+    assert llm.timeout_s() == llm.DEFAULT_TIMEOUT_S == 30

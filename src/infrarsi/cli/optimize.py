@@ -82,7 +82,8 @@ def _line(event: Event) -> str | None:
         case TrialEnded(stage=Stage.DOCTOR, label=label, status=status):
             return f"  doctor: {label} {status}"
         case TrialEnded(seq=seq, changes=changes, status=status, ranked_time_per_step_s=t):
-            return f"  trial {seq}: {changes} -> {status}{_times(event.record, t)}"
+            times = _times(event.record, t, event.trial.error)
+            return f"  trial {seq}: {changes} -> {status}{times}"
         case PatchesAsked(proposer=proposer, trials=trials):
             return f"  {proposer}: asked for a patch after {trials} trials"
         case CandidateDropped(label=label, round=r):
@@ -95,12 +96,13 @@ def _line(event: Event) -> str | None:
     return None
 
 
-def _times(record, ranked_s: float | None) -> str:
+def _times(record, ranked_s: float | None, error: str | None = None) -> str:
     """A trial's times, each named: end to end, the steady step, and the time per step the
-    search ranks by (the objective's)."""
+    search ranks by (the objective's); a trial that ended without them, its reason."""
     m = record.metrics if record is not None else None
-    if m is None:
-        return ""
+    if m is None:  # it ended without metrics: its reason, in a line
+        said = (getattr(record, "error", None) or error or "").strip().splitlines()
+        return f": {said[-1][:160]}" if said else ""
     steady = m.harness_step_time_s or m.step_time_s
     ranked = f", ranked {ranked_s:.4f} s/step" if ranked_s else ""
     return f": end to end {m.e2e_time_s:.2f} s, steady step {steady:.4f} s{ranked}"
@@ -183,11 +185,34 @@ def optimize_command(
         )
     except InfraRSIError as exc:
         user_error(err, exc)
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: say how to go on, then end
+        err.print(how_to_resume(Path(options.out_dir)), markup=False, highlight=False)
+        raise
     if answer is not None:
         print_answer(json.dumps(_json(result)), answer)
         return
     for line in headline(result):
         out.print(line, markup=False, highlight=False)
+
+
+def how_to_resume(out_dir: Path) -> str:
+    """What an interrupted ``optimize`` leaves and the commands that go on from it: the last
+    round's search resumed, then its Apply and its report; or, stopped before a search
+    began, the same command again."""
+    runs = sorted(
+        (p.parent for p in out_dir.glob("round-*/run/run.json")),
+        key=lambda p: int(p.parent.name.split("-")[1]),
+    )
+    if not runs:
+        return (
+            f"interrupted before a search began: nothing in {out_dir} is resumed; run the same "
+            "optimize command again"
+        )
+    last = runs[-1]
+    return (
+        f"interrupted: what ended is kept in {last}; go on with\n"
+        f"  infrarsi run --resume {last}\n  infrarsi apply {last}\n  infrarsi report {last}"
+    )
 
 
 def _json(result: OptimizeResult) -> dict:

@@ -115,6 +115,13 @@ def _start(
         raise RunError("give a contract (from `infrarsi init`) or --resume RUN_DIR")
     contract = load_contract(command.contract)
     report = _doctor_report(contract, command.contract)
+    if report is None and contract.noise.repeats is None:  # never doctored: said first
+        err.print(
+            f"warning: this contract was never doctored (no baseline measured, no noise, "
+            f"tolerances not calibrated): run `infrarsi doctor {command.contract}` first; "
+            "the search goes on with the default tolerances, and Apply with its default rounds",
+            markup=False,
+        )
     if report is not None and report.noise.undetectable:  # said before the budget is spent
         err.print(f"warning: {UNDETECTABLE} ({report.noise.headroom})", markup=False)
     directory = command.run_dir or Path(".infrarsi") / "runs" / contract.contract_hash[:12]
@@ -235,7 +242,7 @@ class _Screen:
         self._say(
             f"  trial {row[0]}: {row[1]} objective time/step {row[3]} (predicted {row[2]}), "
             f"peak {row[5]} (predicted {row[4]}, P(OOM) {row[6]}), "
-            f"cost {row[7]} s; best so far: {self.best}"
+            f"cost {row[7]} s; best so far: {self.best}{_why_failed(e)}"
         )
 
     def _table(self) -> Table:
@@ -291,3 +298,11 @@ def _summary(result: RunResult, out: Console) -> None:
         markup=False,
         highlight=False,
     )
+
+
+def _why_failed(e: TrialEnded) -> str:
+    """A failed trial's reason, its last line (a crash, a refusal, a timeout), on its own line."""
+    if not e.status.is_failure():
+        return ""
+    said = (e.trial.error or (e.record.error if e.record else "") or "").strip().splitlines()
+    return f"\n    why: {said[-1][:200]}" if said else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -278,6 +279,7 @@ def _chosen(ran: DryRan, steps: int):
     observer saw each optimizer step with its loss (the printed lines then a cross-check, and
     where their patterns read them, the way to read the lines instead); else the printed
     lines', read as ``_metrics`` reads them."""
+    _finite(ran)
     counted = observed_steps(ran.steps(), steps)
     try:  # an LLM is asked for patterns only where the observer cannot stand in for them
         lines, printed, notes = _metrics(ran.lines, steps, use_llm=isinstance(counted, str))
@@ -297,6 +299,28 @@ def _chosen(ran: DryRan, steps: int):
     shown = {k: v for k, v in printed.items() if k != "tokens_per_step"}
     said += f"; to read the lines instead, set launch.metrics to {json.dumps(shown)}"
     return lines, {**counted, "printed": printed}, [_observed_note(ran, counted, said)]
+
+
+NAN_LINE = re.compile(r"(?i)\bloss\b[^\n]{0,20}?\b(nan|inf)\b")
+
+
+def _finite(ran: DryRan) -> None:
+    """MetricsDraftError when the dry run's loss was not a number: the training diverged (at
+    the step the observer saw it, or on the line that printed it), not a print format."""
+    for s in ran.steps():
+        loss = s.get("loss")
+        if isinstance(loss, float) and not math.isfinite(loss):
+            raise MetricsDraftError(
+                f"the loss was {loss} at optimizer step {s['step']} of the dry run: the "
+                "training diverges at these settings (a learning rate too high, bad inputs, "
+                "an overflow): fix the run, then draft it"
+            )
+    shown = next((text for _, text, _ in ran.lines if NAN_LINE.search(text)), None)
+    if shown is not None and not ran.steps():
+        raise MetricsDraftError(
+            f"the dry run printed a loss that is not a number ({shown.strip()[:80]!r}): the "
+            "training diverges at these settings: fix the run, then draft it"
+        )
 
 
 def observed_steps(seen: list[dict], steps: int) -> dict | str:

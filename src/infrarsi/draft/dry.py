@@ -93,8 +93,8 @@ def dry_run(
             if part.strip()
         ]
         observed = _observed(root / OBSERVED.format(rank=0))
-    if result.timed_out and not lines:
-        raise DryRunError(f"the dry run printed nothing in {timeout_s:.0f} s")
+    if result.timed_out:
+        _timed_out(lines, observed, timeout_s)
     printed = [line for _, line, _ in lines]
     if not result.timed_out and result.returncode != 0 and not teardown_race(printed):
         why = (
@@ -105,6 +105,20 @@ def dry_run(
         )
         raise DryRunError(f"the dry run ended with exit {result.returncode}{why}:\n{_why(printed)}")
     return DryRan(lines, result.wall_s, observed)
+
+
+def _timed_out(lines: list, observed: list[dict[str, Any]], timeout_s: float) -> None:
+    """DryRunError for a dry run that did not end in time: what it printed and how many steps
+    the observer saw, named a hang — never read as a print format."""
+    if not lines:
+        raise DryRunError(f"the dry run printed nothing in {timeout_s:.0f} s")
+    stepped = sum(r.get("kind") == "step" for r in observed)
+    raise DryRunError(
+        f"the dry run did not end within {timeout_s:.0f} s: it printed {len(lines)} "
+        f"line(s) and its optimizer stepped {stepped} time(s) — a hang (a collective "
+        "that never completes, a data loader that blocks) or far more work than a few "
+        "steps; its last lines:\n" + "\n".join(text for _, text, _ in lines[-6:])
+    )
 
 
 def _observed(path: Path) -> list[dict[str, Any]]:

@@ -59,6 +59,8 @@ def draft_reading(
 ) -> tuple[Reading, str]:
     """(the LLM's reading, "llm"), or (the rules' reading, "rules") when the LLM's is unusable;
     ``on_note`` (the screen's) is told why a draft was not used."""
+    answer = ""
+    on_note(f"asking the LLM endpoint for a reading (up to {llm.timeout_s():g} s) ...")
     try:
         answer = _ask(instruction, files)
         draft = LLMDraft.model_validate(json.loads(llm.json_object(answer)))
@@ -67,7 +69,7 @@ def draft_reading(
             raise ValueError(f"it locks files the workload does not have: {unknown}")
     except Exception as exc:  # any failure of the optional path falls back to the rules
         on_note(
-            f"the LLM draft was not used ({llm.short(exc)}); the contract comes from the "
+            f"the LLM draft was not used ({llm.short(exc, answer)}); the contract comes from the "
             "deterministic rules"
         )
         return rules, "rules"

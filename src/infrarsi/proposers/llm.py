@@ -29,6 +29,7 @@ from typing import Any
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors import Executor
+from infrarsi.llm import timeout_s as timeout
 from infrarsi.options import LLMBudget
 from infrarsi.proposal import (
     LLM_PREFIX,
@@ -76,7 +77,9 @@ class Endpoint:
                 f"http://127.0.0.1:8000/v1 for a local vLLM server) and "
                 f"{ENV_MODEL} ({ENV_KEY} if it needs a key)"
             )
-        return cls(url, model, os.environ.get(ENV_KEY) or "not-needed")
+        # a request waits at most INFRARSI_LLM_TIMEOUT_S (30 s) and is not retried: a hung
+        # endpoint costs the run half a minute a request, said, never minutes of silence
+        return cls(url, model, os.environ.get(ENV_KEY) or "not-needed", timeout(), retries=0)
 
     def check_reachable(self, timeout_s: float = REACH_TIMEOUT_S) -> None:
         """EndpointError naming the address and the fix unless a TCP connection to the

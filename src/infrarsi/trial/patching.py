@@ -124,6 +124,13 @@ def applies(diff_file: Path, workspace: Path) -> bool:
     return _git_apply(diff_file, Path(workspace), "--check").returncode == 0
 
 
+def does_not_apply(diff_file: Path, root: Path) -> str | None:
+    """Why the diff does not apply to the files in ``root`` (git's words), or None when it
+    does; nothing is changed."""
+    result = _git_apply(diff_file, Path(root), "--check")
+    return result.stderr.strip() or "git apply refused it" if result.returncode else None
+
+
 def apply(diff_file: Path, workspace: Path) -> None:
     """Apply one diff inside ``workspace``; PatchFailed with git's message when it does not fit."""
     for extra in (["--check"], []):

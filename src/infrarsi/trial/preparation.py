@@ -33,6 +33,8 @@ def prepare(
     sources = tuple(patch_source(manifest, p) for p in patches)
     for source in sources:
         refuse_patch(manifest, source.path)
+        if not source.catalog:  # a user's diff: it must fit the workload's files as they are
+            _fits(manifest, source.path)
     _refuse_conflicts(manifest, sources)
     return TrialSpec(manifest, scale, assignment, sources, **options)
 
@@ -93,6 +95,17 @@ def refuse_patch(manifest: Manifest, diff_file: Path) -> None:
     )
     if reasons:
         raise patching.PatchRefused(f"patch {Path(diff_file).name} refused: {'; '.join(reasons)}")
+
+
+def _fits(manifest: Manifest, diff_file: Path) -> None:
+    """PatchRefused when the diff does not apply to the workload's own files (a patch made
+    for another version of them), with git's reason: said before any trial, never a crash."""
+    problem = patching.does_not_apply(diff_file, manifest.root)
+    if problem:
+        raise patching.PatchRefused(
+            f"patch {Path(diff_file).name} does not apply to {manifest.name} "
+            f"({manifest.root}): {problem}; make it against these files (git diff)"
+        )
 
 
 def _refuse_conflicts(manifest: Manifest, sources: tuple[PatchSource, ...]) -> None:

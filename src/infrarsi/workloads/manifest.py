@@ -460,4 +460,32 @@ def load_manifest(path: str | Path) -> Manifest:
     for i, patch in enumerate(manifest.patches):
         if not manifest.patch_path(patch.id).is_file():
             raise ManifestError(f"{path}: field 'patches.{i}.file': {patch.file} does not exist")
+    problems = _file_problems(manifest)
+    if problems:
+        raise ManifestError("\n".join([f"{path}: invalid workload manifest", *problems]))
     return manifest
+
+
+def _file_problems(manifest: Manifest) -> list[str]:
+    """Each ``files`` glob that reaches outside the workload folder, or (locked) matches no
+    file in it: a lock on nothing protects nothing, and says the path is mistyped."""
+    import fnmatch
+
+    root = manifest.root
+    present = [
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    ]
+    out = []
+    for kind in ("editable", "locked"):
+        for i, glob in enumerate(getattr(manifest.files, kind)):
+            where = f"field 'files.{kind}.{i}'"
+            if glob.startswith("/") or ".." in Path(glob).parts:
+                out.append(
+                    f"  {where}: {glob!r} is outside the workload folder: give a path "
+                    f"relative to {root}, inside it"
+                )
+            elif kind == "locked" and not any(fnmatch.fnmatchcase(f, glob) for f in present):
+                out.append(f"  {where}: {glob!r} matches no file in {root}: check its spelling")
+    return out
