@@ -187,3 +187,15 @@ def test_a_search_on_a_contract_never_doctored_is_warned_first(tmp_path):
     said = " ".join(result.stderr.split())
     assert "warning: this contract was never doctored" in said
     assert "infrarsi doctor c.yaml" in said
+
+
+def test_validate_refuses_a_baseline_its_own_constraints_refuse_as_init_does(tmp_path):
+    folder = tmp_path / "job"
+    shutil.copytree(FIXTURES / "foreign", folder)
+    raw = yaml.safe_load((folder / "workload.yaml").read_text())
+    raw["constraints"] = [{"expr": "batch_size * accum == 999", "why": "a typo"}]
+    (folder / "workload.yaml").write_text(yaml.safe_dump(raw))
+    said = "constraint 'batch_size * accum == 999' fails with accum=2, batch_size=4"
+    _answered(run_cli("validate", str(folder), cwd=tmp_path), 2, said)
+    made = run_cli("init", str(folder), "cut time", "--yes", "-o", "c.yaml", cwd=tmp_path)
+    _answered(made, 2, said)

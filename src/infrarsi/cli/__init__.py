@@ -85,9 +85,14 @@ def workloads(
 def validate(
     path: str = typer.Argument(..., help="a workload.yaml or the folder holding it"),
 ) -> None:
-    """Check a workload manifest: exit 0 and a summary, or exit 2 naming every bad field."""
+    """Check a workload manifest: exit 0 and a summary, or exit 2 naming every bad field —
+    a baseline its own constraints refuse included, as init would."""
+    from infrarsi.workloads import knobs as knob_rules
+
     try:
         manifest = find(path)
+        for scale in manifest.scales:  # what init and every trial resolve first
+            knob_rules.resolve(manifest, scale, {})
     except InfraRSIError as exc:
         fail(exc)
     how = (
