@@ -19,6 +19,15 @@ def _answered(result, code: int, *said: str) -> None:
         assert text in " ".join(result.stderr.split()), result.stderr[-2000:]
 
 
+def _unwritable(folder: str) -> bool:
+    try:
+        os.mkdir(os.path.join(folder, ".infrarsi-probe"))
+    except OSError:
+        return True
+    os.rmdir(os.path.join(folder, ".infrarsi-probe"))
+    return False
+
+
 @pytest.fixture
 def junk(tmp_path):
     """A binary file, a folder and a plain file, where a user might give each."""
@@ -50,6 +59,12 @@ def junk(tmp_path):
             2,
             ["plain/c.yaml: a part of this path is a file"],
         ),
+        pytest.param(
+            ("init", "dense-1node", "cut time", "--yes", "-o", "/sys/c.yaml"),
+            4,
+            ["/sys/c.yaml: ", "choose a folder you can write"],
+            marks=pytest.mark.skipif(not _unwritable("/sys"), reason="/sys is writable here"),
+        ),
         (
             ("init", "dense-1node", "cut time", "--yes", "-o", "/dev/full"),
             4,
@@ -67,15 +82,6 @@ def test_a_junk_bank_export_is_refused_by_its_entries(tmp_path):
     (tmp_path / "x.json").write_text('{"format": "infrarsi-bank", "experiences": [{"a": 1}]}')
     result = run_cli("bank", "import", "x.json", "--bank", "b.sqlite", cwd=tmp_path)
     _answered(result, 2, "a bank export whose entries cannot be read")
-
-
-def _unwritable(folder: str) -> bool:
-    try:
-        os.mkdir(os.path.join(folder, ".infrarsi-probe"))
-    except OSError:
-        return True
-    os.rmdir(os.path.join(folder, ".infrarsi-probe"))
-    return False
 
 
 @pytest.mark.skipif(not _unwritable("/sys"), reason="/sys is writable here")

@@ -129,3 +129,18 @@ def test_a_ratio_bound_no_measurement_made_is_shown_past_its_limit():
     ]  # fmt: skip
     _, said = promote([Choice("c3", Interval(0.24, 1e-9, 2.1e11, 2), True)])
     assert "c3 0.240x [<0.01, >100] over 2 rounds" in said
+
+
+def test_steps_the_reader_took_together_are_said():
+    from types import SimpleNamespace
+
+    from infrarsi.trial.classify import lagged
+
+    m = SimpleNamespace(
+        harness_step_times_s=[None, 0.0001, 0.0021, 0.0001], step_times_s=[0.1, 0.002, 0.002, 0.002]
+    )
+    m.steps = 4
+    (said,) = lagged(m)
+    assert said.startswith("2 of 4 steps' lines reached the harness together")
+    m.harness_step_times_s = [None, 0.002, 0.0021, 0.0019]
+    assert lagged(m) == []

@@ -38,6 +38,8 @@ DryRun = Callable[[list[str], Path, float, int, dict[str, str], int | None], Dry
 # what the hook says in a dry run (sandbox/_hooks/infrarsi_params.py WORLD_LINE)
 WORLD_LINE = "infrarsi: processes training together: "
 RANKS_KEPT = "ranks: the command asks for "
+# a script that shards its parameters over the ranks: rank 0's optimizer holds a shard
+SHARDED = r"\b(fully_shard|FullyShardedDataParallel|FSDP|deepspeed\.initialize|ZeroRedundancy\w*)\b"
 DRY_MEMORY_SHARE = 0.5  # of the host's memory, shared by the dry run's ranks
 DATA_FILES = r"(^|_)(data|dataset|datasets|dataloader|prepare)\.py$"
 # the loss drift two runs may show, point-wise per step (the bundled workloads' fp32 and bf16
@@ -242,6 +244,15 @@ def _evidence(
                 "command) to check what a trial learned"
             )
         manifest["evaluation"] = {"framework": "optimizer"}
+        sharded = re.search(SHARDED, draft.source)
+        if sharded:
+            return (
+                f"evidence: the script shards its parameters ({sharded.group(0)}): the harness "
+                "saves the parameters the optimizer holds on rank 0 — its shard, not the whole "
+                "model — and compares that shard with the baseline's; a configuration that "
+                "changes the sharding changes what is compared: add evaluation (final_weights "
+                "and a command) for a whole-model check"
+            )
         return (
             f"evidence: the harness saves the parameters the optimizer ({start['optimizer']}) "
             "holds, named by the module that owns them, before its first step and after its "

@@ -189,7 +189,21 @@ def measured(
     held = held_back(metrics)
     if held is not None:
         return Classified(TrialStatus.INVALID, held, metrics=metrics, warnings=warnings)
+    warnings += lagged(metrics)
     return Classified(TrialStatus.OK, metrics=metrics, warnings=warnings)
+
+
+def lagged(m: TrialMetrics) -> list[str]:
+    """The warning for steps whose lines the harness's reader took together (timed under half
+    what the rank reported): those steps count as reported (``never_below``), said."""
+    pairs = zip(m.harness_step_times_s, m.step_times_s)
+    short = sum(1 for h, r in pairs if h is not None and h < 0.5 * r)
+    if not short or len(m.harness_step_times_s) != len(m.step_times_s):
+        return []
+    return [
+        f"{short} of {m.steps} steps' lines reached the harness together (its reader fell "
+        "behind on a busy host): those steps are timed as the rank reported them"
+    ]
 
 
 def _metrics(
