@@ -803,6 +803,11 @@ def test_a_framework_jobs_final_save_replaced_cannot_end_its_window_early(tmp_pa
     raw = yaml.safe_load((folder / "workload.yaml").read_text())
     assert raw["evaluation"]["framework"] == "accelerate"
     raw["files"] = {"editable": ["train.py"], "locked": []}  # the user lets it edit the script
+    # the steps read from the printed lines, as the notes offer (the observer's own records,
+    # the draft's default, time each step as it ends: printing late gains nothing there)
+    said = " ".join(drafted.stderr.split())
+    shown = said.split("to read the lines instead, set launch.metrics to ")[1]
+    raw["launch"]["metrics"], _ = json.JSONDecoder().raw_decode(shown)
     (folder / "workload.yaml").write_text(yaml.safe_dump(raw))
     manifest = load_manifest(folder / "workload.yaml")
     contract = make_contract(manifest, "tiny", THROUGHPUT, read_instruction(THROUGHPUT, []))

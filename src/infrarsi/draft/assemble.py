@@ -186,8 +186,11 @@ def _roles_as_run(
     candidate said in the notes, taken or not."""
     found = found_roles(draft)
     draft.notes.extend(observed.unseen(found, ran.observed))
+    # what the draft already set (the rules', the user's, the LLM's) is not looked for again
     placed = {a.dest for a in found.values()}
-    tried = observed.candidates(draft.args.values(), placed, set(found), ran.observed)
+    placed |= {a.dest for a in draft.args.values() if set(a.options) & draft.used}
+    taken = set(found) | {k["role"] for k in draft.knobs if k["name"] != "omp_num_threads"}
+    tried = observed.candidates(draft.args.values(), placed, taken, ran.observed)
     if not tried:
         return draft
     values = {**draft.params, "steps": DRY_STEPS, "rdzv_port": free_port()}
