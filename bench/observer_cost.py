@@ -49,6 +49,7 @@ def main() -> None:
     mine = saved.setdefault(host_fingerprint(), {"pairs": []})
     mine["hooks"] = hook_cost()
     print(f"the observer's own work: {mine['hooks']}", flush=True)
+    RESULTS.write_text(json.dumps(saved, indent=2) + "\n")  # kept before any pair runs
     manifest = find(WORKLOAD)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
