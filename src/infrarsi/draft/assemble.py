@@ -23,6 +23,7 @@ from infrarsi.draft.draft import (
     found_roles,
     launch_command,
     local_imports,
+    option_of,
     plan,
     read_script,
     render,
@@ -195,7 +196,7 @@ def _roles_as_run(
         return draft
     values = {**draft.params, "steps": DRY_STEPS, "rdzv_port": free_port()}
     argv = render(launch_command(draft), draft, values)
-    argv += [f"{_long(draft.args[c.dest])}={c.trial_value}" for c in tried]
+    argv += [f"{option_of(draft.args[c.dest])}={c.trial_value}" for c in tried]
     try:
         confirmed, notes = observed.followed(tried, again(argv).observed)
     except DryRunError as exc:
@@ -211,11 +212,6 @@ def _roles_as_run(
     kept = _planned(replan(confirmed))
     kept.notes += [n for n in draft.notes if n.startswith(RANKS_KEPT)] + notes
     return kept
-
-
-def _long(arg: ScriptArg) -> str:
-    long = [o for o in arg.options if o.startswith("--")]
-    return (long or list(arg.options))[0]
 
 
 def _ranks_as_seen(draft: Draft, world: int | None, replan: Callable[[], Draft]) -> Draft:

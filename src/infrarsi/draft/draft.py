@@ -310,7 +310,7 @@ def _batch(draft: Draft, by_role: dict, nproc: int | None, cores: int) -> None:
             "derive": f"{total} // (micro_batch{world})",
         }
     )
-    draft.template += [f"{_option(acc)}={{grad_accum}}"]
+    draft.template += [f"{option_of(acc)}={{grad_accum}}"]
     draft.global_batch = f"micro_batch * grad_accum{world}"
     draft.used |= set(acc.options)
     draft.baseline["grad_accum"] = acc0
@@ -375,7 +375,7 @@ def _knob(draft: Draft, arg: ScriptArg, role: str, values: list, name: str | Non
             "default": draft.baseline[name],
         }
     )
-    draft.template.append(f"{_option(arg)}={{{name}}}")
+    draft.template.append(f"{option_of(arg)}={{{name}}}")
     draft.used |= set(arg.options)
 
 
@@ -391,7 +391,7 @@ def _choice_knob(draft: Draft, arg: ScriptArg, role: str) -> None:
                 "name": name,
                 "role": role,
                 "type": "bool",
-                "flag": _option(arg),
+                "flag": option_of(arg),
                 "default": bool(given),
             }
         )
@@ -404,13 +404,13 @@ def _choice_knob(draft: Draft, arg: ScriptArg, role: str) -> None:
             {"name": name, "role": role, "type": "choice", "values": values, "default": values[0]}
         )
         draft.baseline[name] = values[0]
-        draft.template.append(f"{_option(arg)}={{{name}}}")
+        draft.template.append(f"{option_of(arg)}={{{name}}}")
     elif arg.choices or (role == "precision" and _dtype_spelling(given)):
         values = [str(c) for c in arg.choices] or _dtype_spelling(given)
         draft.knobs.append(
             {"name": name, "role": role, "type": "choice", "values": values, "default": str(given)}
         )
-        draft.template.append(f"{_option(arg)}={{{name}}}")
+        draft.template.append(f"{option_of(arg)}={{{name}}}")
     else:
         draft.used -= set(arg.options)
         draft.notes.append(f"{arg.dest} ({role}): declares no choices: kept as given")
@@ -445,12 +445,12 @@ def _fixed(draft: Draft) -> None:
     for arg in draft.args.values():
         if roles.is_steps(arg) and "steps" not in draft.params:
             draft.params["steps"] = value_given(draft, arg)
-            draft.template.append(f"{_option(arg)}={{steps}}")
+            draft.template.append(f"{option_of(arg)}={{steps}}")
         elif roles.is_seed(arg) and "seed" not in draft.params:
             draft.params["seed"] = value_given(draft, arg)
-            draft.template.append(f"{_option(arg)}={{seed}}")
+            draft.template.append(f"{option_of(arg)}={{seed}}")
         elif roles.is_log_every(arg):
-            draft.template.append(f"{_option(arg)}=1")
+            draft.template.append(f"{option_of(arg)}=1")
         else:
             continue
         draft.used |= set(arg.options)
@@ -487,7 +487,7 @@ def arguments_note(draft: Draft) -> str:
     said, kept = [], []
     for arg in draft.args.values():
         field = next((fields[o] for o in arg.options if o in fields), None)
-        shown = _option(arg) if arg.options else arg.dest
+        shown = option_of(arg) if arg.options else arg.dest
         if field in ("steps", "seed"):
             said.append(f"{shown}: the scale's {field}")
         elif field is not None:
@@ -510,7 +510,8 @@ def _flag_of(draft: Draft, name: str) -> str:
     return next((k["flag"] for k in draft.knobs if k["name"] == name and k.get("flag")), name)
 
 
-def _option(arg: ScriptArg) -> str:
+def option_of(arg: ScriptArg) -> str:
+    """The option a command gives the argument by: its long form where it has one."""
     long = [o for o in arg.options if o.startswith("--")]
     return (long or list(arg.options))[0]
 
