@@ -513,3 +513,56 @@ def test_the_draft_reads_the_world_size_line_the_framework_hook_writes():
     assert hook.WORLD_LINE == assemble.WORLD_LINE and hook.ENV == assemble.SAVE_PARAMS
     printed = [(0.1, "step 0 | loss 1.0", "stdout"), (0.2, f"{hook.WORLD_LINE}2", "stderr")]
     assert assemble._world(printed) == 2 and assemble._world(printed[:1]) is None
+
+
+CLICK_SCRIPT = """
+import click
+
+@click.command()
+@click.option("--rows-per-step", type=int, default=8, help="rows a step")
+@click.option("-k", "--merge", "merge_every", default=2)
+@click.option("--mixed/--no-mixed", default=False)
+@click.option("--verbose", is_flag=True)
+@click.option("--attn", type=click.Choice(["math", "sdpa"]), default="math")
+def main(rows_per_step, merge_every, mixed, verbose, attn):
+    pass
+"""
+
+
+def test_click_options_are_read_as_argparse_arguments_are():
+    args = {a.dest: a for a in read_arguments(CLICK_SCRIPT)}
+    assert set(args) == {"rows_per_step", "merge_every", "mixed", "verbose", "attn"}
+    assert args["rows_per_step"].options == ("--rows-per-step",)
+    assert args["rows_per_step"].type == "int" and args["rows_per_step"].default == 8
+    assert args["merge_every"].options == ("-k", "--merge") and args["merge_every"].type == "int"
+    assert args["verbose"].switch and args["verbose"].default is False
+    assert args["mixed"].options == ("--mixed",) and not args["mixed"].switch
+    assert args["attn"].choices == ("math", "sdpa") and args["attn"].type == "str"
+
+
+LIGHTNING_FIT = """
+import lightning as L
+class M(L.LightningModule):
+    def validation_step(self, batch, i):
+        pass
+L.Trainer().fit(M(), train_loader, {val})
+"""
+
+
+@pytest.mark.parametrize(
+    "source, validates",
+    [
+        (LIGHTNING_FIT.format(val="val_loader"), True),  # a third argument
+        (LIGHTNING_FIT.format(val="val_dataloaders=v"), True),
+        (LIGHTNING_FIT.format(val="").replace(", )", ")"), False),  # no validation loader
+        (LIGHTNING_FIT.format(val="v").replace("validation_step", "other"), False),
+        (LIGHTNING_FIT.format(val="v").replace("lightning as L", "torch as L"), False),
+        (LIGHTNING_FIT.format(val="").replace(", )", ")") + "def val_dataloader(s): pass\n", True),
+    ],
+)
+def test_a_lightning_job_is_judged_by_its_validate_only_where_it_has_a_validation_loader(
+    source, validates
+):
+    from infrarsi.draft.frameworks import lightning_validates
+
+    assert lightning_validates(source) is validates

@@ -1,6 +1,7 @@
 """What a training script accepts, read from its source without running it: ``argparse``
-arguments (``add_argument`` calls with literal options) and nanoGPT-style configurator globals
-(module-level literal assignments a ``--key=value`` overrides)."""
+arguments (``add_argument`` calls with literal options), ``click`` options (``@click.option``
+with literal names), and nanoGPT-style configurator globals (module-level literal assignments a
+``--key=value`` overrides)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ def read_arguments(source: str) -> list[ScriptArg]:
     module-level literal globals."""
     tree = ast.parse(source)
     found = [a for a in (_argparse(node) for node in ast.walk(tree)) if a is not None]
+    if "click" in source:
+        found += [a for a in (_click(node) for node in ast.walk(tree)) if a is not None]
     if "HfArgumentParser" in source:
         found += _dataclass_fields(tree)
         if "TrainingArguments" in source:
@@ -138,6 +141,41 @@ def _argparse(node: ast.AST) -> ScriptArg | None:
         switch=switch,
         help=str(_literal(kw.get("help")) or ""),
     )
+
+
+def _click(node: ast.AST) -> ScriptArg | None:
+    """A ``click.option("--x", ...)`` call as a ScriptArg (None for anything else): its name
+    is the one given without dashes, else its longest option's (click's rule)."""
+    if not (isinstance(node, ast.Call) and _callee_name(node.func) == "option"):
+        return None
+    names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    options = tuple(o.split("/")[0] for o in names if o.startswith("-"))
+    if not options:
+        return None
+    kw = {k.arg: k.value for k in node.keywords if k.arg}
+    bare = [n for n in names if not n.startswith("-")]
+    dest = bare[0] if bare else max(options, key=len).lstrip("-").replace("-", "_")
+    switch = _literal(kw.get("is_flag")) is True
+    default = _literal(kw.get("default"))
+    if switch and default is None:
+        default = False
+    choices = kw.get("type")
+    listed = _literal(choices.args[0]) if isinstance(choices, ast.Call) and choices.args else None
+    return ScriptArg(
+        dest=dest,
+        options=options,
+        type="bool" if switch else _type(None if listed else choices, default),
+        default=default,
+        choices=tuple(listed) if isinstance(listed, list | tuple) else (),
+        switch=switch,
+        help=str(_literal(kw.get("help")) or ""),
+    )
+
+
+def _callee_name(func: ast.expr) -> str:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
 
 
 def _type(node: ast.AST | None, default: Any) -> str | None:

@@ -30,7 +30,8 @@ from infrarsi.draft.draft import (
     value_given,
 )
 from infrarsi.draft.dry import DryRan, DryRunError, dry_run
-from infrarsi.draft.frameworks import evaluation, framework_of, passes_eval_dataset
+from infrarsi.draft.evidence import evidence
+from infrarsi.draft.frameworks import framework_of
 from infrarsi.draft.llm_metrics import ask_patterns, check_patterns
 from infrarsi.draft.metrics import MetricsDraftError, read_flops, read_metrics
 from infrarsi.trial.launch import SAVE_PARAMS, free_port
@@ -40,7 +41,6 @@ DryRun = Callable[[list[str], Path, float, int, dict[str, str], int | None], Dry
 WORLD_LINE = "infrarsi: processes training together: "
 RANKS_KEPT = "ranks: the command asks for "
 # a script that shards its parameters over the ranks: rank 0's optimizer holds a shard
-SHARDED = r"\b(fully_shard|FullyShardedDataParallel|FSDP|deepspeed\.initialize|ZeroRedundancy\w*)\b"
 DRY_MEMORY_SHARE = 0.5  # of the host's memory, shared by the dry run's ranks
 DATA_FILES = r"(^|_)(data|dataset|datasets|dataloader|prepare)\.py$"
 # the loss drift two runs may show, point-wise per step (the bundled workloads' fp32 and bf16
@@ -110,7 +110,8 @@ def draft_manifest(
     notes.append(flops_note)
     if flops is not None:
         manifest["flops"] = flops
-    notes.append(_evidence(manifest, draft, command, framework, ran))
+    baseline = render(command, draft, {**draft.params, "rdzv_port": 0})
+    notes.append(evidence(manifest, draft, baseline, framework, ran))
     notes.append(arguments_note(draft))
     return Drafted(manifest, draft.notes + notes, wall)
 
@@ -226,44 +227,6 @@ def _ranks_as_seen(draft: Draft, world: int | None, replan: Callable[[], Draft])
         f"{world} training together in the dry run: kept as given, not searched"
     )
     return kept
-
-
-def _evidence(
-    manifest: dict, draft: Draft, command: list[str], framework: str | None, ran: DryRan
-) -> str:
-    """The manifest's ``evaluation``, set in ``manifest``: through the script's framework, or
-    (any other script whose optimizer the dry run saw step) the parameters that optimizer
-    holds, saved by the harness's observer; what the draft's notes say a trial is verified by."""
-    if framework is None:
-        start = next((r for r in ran.observed if r.get("kind") == "start"), None)
-        if start is None or not ran.steps():
-            return (
-                "evidence: the printed loss alone (no torch.optim optimizer was seen stepping, "
-                "so the harness has no parameters to save): add evaluation (final_weights, "
-                "command) to check what a trial learned"
-            )
-        manifest["evaluation"] = {"framework": "optimizer"}
-        sharded = re.search(SHARDED, draft.source)
-        if sharded:
-            return (
-                f"evidence: the script shards its parameters ({sharded.group(0)}): the harness "
-                "saves the parameters the optimizer holds on rank 0 — its shard, not the whole "
-                "model — and compares that shard with the baseline's; a configuration that "
-                "changes the sharding changes what is compared: add evaluation (final_weights "
-                "and a command) for a whole-model check"
-            )
-        return (
-            f"evidence: the harness saves the parameters the optimizer ({start['optimizer']}) "
-            "holds, named by the module that owns them, before its first step and after its "
-            "last in every trial, and compares them with the baseline's; no held-out loss is "
-            'checked (add evaluation.command, a script that prints {"eval_loss": ...} for '
-            "{weights})"
-        )
-    baseline = render(command, draft, {**draft.params, "rdzv_port": 0})
-    manifest["evaluation"], said = evaluation(
-        framework, baseline, draft.command.script, passes_eval_dataset(draft.source)
-    )
-    return said
 
 
 def _planned(draft: Draft) -> Draft:

@@ -41,12 +41,33 @@ def passes_eval_dataset(source: str) -> bool:
     )
 
 
+LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
+
+
+def lightning_validates(source: str) -> bool:
+    """Whether the script is a PyTorch Lightning job whose ``Trainer.fit`` is given a
+    validation loader (``val_dataloaders``, a third argument, or a ``val_dataloader`` the
+    script defines) and whose module defines ``validation_step``: its held-out loss is then
+    the unpatched script's ``Trainer.validate``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    if not _imported_packages(tree) & set(LIGHTNING_PACKAGES):
+        return False
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    fits = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _callee(n.func) == "fit"]
+    given = any(
+        len(c.args) >= 3 or any(k.arg == "val_dataloaders" for k in c.keywords) for c in fits
+    )
+    return bool(fits) and "validation_step" in defined and (given or "val_dataloader" in defined)
+
+
 def evaluation(framework: str, launch: list[str], script: str, has_eval: bool):
     """(the manifest's ``evaluation``, what the draft's notes say is checked). ``launch``: the
     baseline's rendered command, whose script and arguments a Trainer's evaluation runs."""
     if framework == "trainer":
-        own = launch[launch.index(script) :]
-        command = ["python", *(w.replace("{", "{{").replace("}", "}}") for w in own)]
+        command = own_command(launch, script)
         where = (
             "its eval_dataset"
             if has_eval
@@ -64,6 +85,13 @@ def evaluation(framework: str, launch: list[str], script: str, has_eval: bool):
         '(a custom loop: add evaluation.command, a script that prints {"eval_loss": ...} for '
         "{weights})"
     )
+
+
+def own_command(launch: list[str], script: str) -> list[str]:
+    """``python SCRIPT ARGS`` of a rendered ``launch`` (whatever launcher ran the script),
+    escaped as a manifest's evaluation command is formatted."""
+    own = launch[launch.index(script) :]
+    return ["python", *(w.replace("{", "{{").replace("}", "}}") for w in own)]
 
 
 def _imported_packages(tree: ast.AST) -> set[str]:

@@ -114,7 +114,7 @@ def _trial_env(
     if seed_setting(spec) == SEED_BY_BOOTSTRAP:  # no seed parameter: offset its own seeds
         env["INFRARSI_SEED_OFFSET"] = str(spec.seed)
     how = spec.manifest.evaluation
-    saves = how is not None and how.framework == "optimizer"
+    saves = how is not None and how.framework in OBSERVER_SAVES
     if how is not None and how.framework in FRAMEWORK_SAVES:  # saved through the framework
         env[SAVE_PARAMS] = how.framework
     stop = int(spec.params()["steps"]) if spec.manifest.launch.stop_after_steps else None
@@ -182,6 +182,7 @@ def isolated_env(
 # the framework hook's setting (sandbox/_hooks/infrarsi_params.py): the trial's, the dry run's
 SAVE_PARAMS = "INFRARSI_SAVE_PARAMS"
 FRAMEWORK_SAVES = ("trainer", "accelerate")
+OBSERVER_SAVES = ("optimizer", "lightning")  # saved by the observer: whatever the framework
 # the observer's settings (sandbox/_hooks/infrarsi_observe.py) and where its records go
 OBSERVE, OBSERVE_WEIGHTS = "INFRARSI_OBSERVE", "INFRARSI_OBSERVE_WEIGHTS"
 STOP_AFTER = "INFRARSI_STOP_AFTER_STEPS"

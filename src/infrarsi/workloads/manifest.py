@@ -254,13 +254,16 @@ class Evaluation(_Strict):
     trial did. ``optimizer`` (any script that trains with a ``torch.optim`` optimizer): the
     harness's observer saves the parameters the optimizer holds, named by the module that owns
     them, before its first step and after its last (``sandbox/_hooks/infrarsi_observe.py``).
+    ``lightning``: saved as ``optimizer`` saves them; ``command`` is the script's own command,
+    run unpatched with ``Trainer.fit`` replaced by ``Trainer.validate`` of each saved set on the
+    validation loader the script gives it.
     """
 
     final_weights: str = "{weights_dir}/final.pt"
     initial_weights: str | None = "{weights_dir}/initial.pt"
     key: str | None = None
     command: list[str] | None = None
-    framework: Literal["trainer", "accelerate", "optimizer"] | None = None
+    framework: Literal["trainer", "accelerate", "optimizer", "lightning"] | None = None
 
 
 EVALUATION_FIELDS = frozenset({"weights", "initial_weights", "weights_dir"})

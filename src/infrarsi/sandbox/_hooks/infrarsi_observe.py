@@ -466,6 +466,19 @@ def _wrap_argparse(observer):
     argparse.ArgumentParser.parse_known_args = parse_known_args
 
 
+def _wrap_click(click_core, observer):
+    """click's (and so typer's) parsed options, as argparse's are: each command's values
+    once its context is made."""
+    make = click_core.Command.make_context
+
+    def make_context(self, *args, **kwargs):
+        ctx = make(self, *args, **kwargs)
+        observer.write({"kind": "args", "values": dict(ctx.params)})
+        return ctx
+
+    click_core.Command.make_context = make_context
+
+
 def _in_trial(path):
     """A relative path is in the trial's own folder (``INFRARSI_TRIAL_DIR``)."""
     if not path or os.path.isabs(path):
@@ -489,5 +502,6 @@ def install():
         _Report(address) if address else None,
     )
     _wrap_argparse(observer)
+    after_import("click.core", lambda core: _wrap_click(core, observer))
     atexit.register(observer.final)
     after_import("torch", lambda torch: _install_torch(torch, observer))

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infrarsi.trial.evaluation.frameworks import trainer_command
+from infrarsi.trial.evaluation.frameworks import SCRIPTS, framework_command
 from infrarsi.trial.evaluation.server import SERVER, Completed, isolation_for
 from infrarsi.trial.patching import sha256_file
 from infrarsi.trial.record import Evaluation
@@ -202,9 +202,10 @@ def _run_reference(spec: TrialSpec, trial_dir: Path, ref: dict[str, Path]) -> di
     if not declared:
         raise ValueError("the workload declares no evaluation command")
     command = [part.format(**fields) for part in declared]
-    if spec.manifest.evaluation and spec.manifest.evaluation.framework == "trainer":
-        command = trainer_command(
-            root, command, str(copies["final"]), str(copies.get("initial", ""))
+    framework = spec.manifest.evaluation.framework if spec.manifest.evaluation else None
+    if framework in SCRIPTS:  # the script's own framework judges, its training replaced
+        command = framework_command(
+            framework, root, command, str(copies["final"]), str(copies.get("initial", ""))
         )
     if (
         Path(command[0]).name in ("python", "python3")
