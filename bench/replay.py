@@ -47,7 +47,7 @@ import tables
 from models import config_of, inferred_derived, offsets, space_of
 from peers import ABLATIONS, MODEL_PEERS, make_searcher
 
-from infrarsi.run.problem import MemorySavers, Outcome, Problem
+from infrarsi.run.problem import UNSTEADY_CV, MemorySavers, Outcome, Problem
 from infrarsi.run.problem_build import patch_speeds, run_to_run_var, savers
 from infrarsi.trial.record import TrialStatus
 
@@ -213,6 +213,22 @@ def doctor_noise_var(s: Setting, seed: int) -> float:
     return run_to_run_var(statistics.stdev(times) / statistics.fmean(times))
 
 
+def doctor_unsteady(s: Setting, seed: int) -> bool:
+    """Whether the Doctor's runs of the baseline would judge the host unsteady (their
+    between-run cv past ``UNSTEADY_CV``, or fewer than two runs), as a live run judges it."""
+    times = [o.time_s for o in doctor_runs(s, seed)]
+    if len(times) < 2:
+        return True
+    return statistics.stdev(times) / statistics.fmean(times) > UNSTEADY_CV
+
+
+def doctor_peak_bytes(s: Setting, seed: int) -> float | None:
+    """The baseline's per-rank peak the Doctor's runs measured (their largest), None where
+    they measured none: what scales the analytic memory formula before the first trial."""
+    peaks = [o.peak_bytes for o in doctor_runs(s, seed) if o.peak_bytes]
+    return float(max(peaks)) if peaks else None
+
+
 def problem_of(s: Setting, seed: int, prior: bool = True) -> Problem:
     """The problem every searcher is given (see the module's docstring)."""
     table = s.table
@@ -239,6 +255,8 @@ def problem_of(s: Setting, seed: int, prior: bool = True) -> Problem:
         patch_log_speed=patch_speeds(manifest) if known and prior else {},
         savers=savers(manifest) if known else MemorySavers(),
         noise_var_log=doctor_noise_var(s, seed),
+        baseline_peak_bytes=doctor_peak_bytes(s, seed),
+        unsteady=doctor_unsteady(s, seed),
         derived=derived,
         complete=table.design == "full_factorial",
     )

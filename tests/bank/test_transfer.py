@@ -508,42 +508,50 @@ def test_a_seed_carries_its_measured_peak_ratio_only_where_it_ran_as_it_reads_he
 
 
 @pytest.mark.parametrize(
-    "analytic_fits, measured_ratio, baseline_peak, started",
+    "analytic_fits, measured_share, baseline_peak, started",
     [
-        (False, 1.2, True, True),  # the estimate says no, the measurement says it fits
-        (True, 3.0, True, False),  # the estimate says yes, the measurement says it does not
-        (False, 1.2, False, False),  # no baseline peak measured here: the estimate decides
+        (False, 0.6, True, True),  # the estimate says no, the measurement says it fits
+        (True, 1.5, True, False),  # the estimate says yes, the measurement says it does not
+        (False, 0.6, False, False),  # no baseline peak measured here: the estimate decides
         (True, None, True, True),  # no ratio measured: the estimate decides
     ],
 )
 def test_a_bank_seeds_measured_peak_ratio_overrules_the_analytic_estimate(
-    analytic_fits, measured_ratio, baseline_peak, started
+    analytic_fits, measured_share, baseline_peak, started
 ):
     """The capacity is set against the analytic estimate of the seed's peak; the baseline here
-    peaks at half the capacity, so a seed measured at 1.2x its baseline fits and one at 3x
-    does not, whatever the estimate says."""
+    peaks where the formula says (the formula's scale then unchanged by it), and a seed whose
+    measured ratio to its baseline puts it at 0.6 of the capacity fits, at 1.5 does not,
+    whatever the estimate says."""
     import dataclasses
 
-    seed = BankSeed(
-        knobs={"nproc": 1, "micro_batch": 4},
-        patches=[],
-        similarity=0.2,
-        expected_speedup=1.5,
-        experiences=1,
-        sources=[],
-        peak_ratio=measured_ratio,
-    )
-    advice = BankAdvice(
-        bank_url="sqlite://", hardware={}, workload={}, experiences=1, used=1, seeds=[seed]
-    )
-    problem = build_problem(find("dense-1node"), "tiny", None, bank=advice)
-    (config,) = problem.bank_seeds
-    estimate = math.exp(problem.offset_total[problem.index[config]])
-    capacity = estimate * (1.2 if analytic_fits else 0.9)
+    plain = build_problem(find("dense-1node"), "tiny", None)
+    base_bytes = math.exp(plain.offset_total[plain.index[plain.baseline]])
+    knobs = {"nproc": 1, "micro_batch": 4}
+    ratio = None  # first the seed's estimate (no ratio), then the seed with its ratio
+    for _ in range(2):
+        seed = BankSeed(
+            knobs=knobs,
+            patches=[],
+            similarity=0.2,
+            expected_speedup=1.5,
+            experiences=1,
+            sources=[],
+            peak_ratio=ratio,
+        )
+        advice = BankAdvice(
+            bank_url="sqlite://", hardware={}, workload={}, experiences=1, used=1, seeds=[seed]
+        )
+        problem = build_problem(find("dense-1node"), "tiny", None, bank=advice)
+        (config,) = problem.bank_seeds
+        if ratio is None:
+            estimate = math.exp(problem.offset_total[problem.index[config]])
+            capacity = estimate * (1.2 if analytic_fits else 0.9)
+        ratio = None if measured_share is None else capacity * measured_share / base_bytes
     problem = dataclasses.replace(
         problem,
         capacity_bytes=capacity,
-        baseline_peak_bytes=capacity / 2 if baseline_peak else None,
+        baseline_peak_bytes=base_bytes if baseline_peak else None,
     )
     assert bool(problem.analytic_fits()[problem.index[config]]) is analytic_fits
     assert (config in problem.start_points()) is started

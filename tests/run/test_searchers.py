@@ -437,3 +437,65 @@ def test_the_local_search_walks_the_incumbents_neighbourhood_and_measures_nothin
     assert near >= 6, near
     fits = [c for c in p.candidates if truth(c)[1] <= CAPACITY]
     assert truth(s.recommend())[0] == min(truth(c)[0] for c in fits)
+
+
+def test_the_grid_runs_the_largest_micro_batch_that_fits_first_in_an_order_of_each_seeds():
+    orders = []
+    for seed in range(4):
+        grid = registry.make("grid", problem(), seed)
+        asked = [c for c in grid.order if c != grid.problem.baseline]
+        levels = [c.knob_dict["micro_batch"] for c in asked]
+        assert levels == sorted(levels, reverse=True)  # the largest that fits, first
+        assert all(truth(c)[1] * 1.1 <= CAPACITY for c in asked)  # what does not fit: pruned
+        orders.append(tuple(asked))
+    assert len(set(orders)) == 4  # ties broken by the seed: four seeds, four orders
+
+
+def test_the_analytic_formula_is_scaled_by_the_baselines_measured_peak():
+    """A formula 10% high everywhere prunes configs that fit; the Doctor's measured peak of
+    the baseline scales it, and they are candidates again (the patches' ratios untouched)."""
+    configs = problem().candidates
+    high = lambda cs: np.array([[math.log(truth(c)[1] * 1.25), 0.0] for c in cs])  # noqa: E731
+    kw = dict(capacity_bytes=CAPACITY, analytic_log_peak=high)
+    space = problem().space
+    raw = Problem(configs, space, configs[0], **kw)
+    measured = Problem(configs, space, configs[0], baseline_peak_bytes=truth(configs[0])[1], **kw)
+    fits = np.array([truth(c)[1] <= CAPACITY * math.exp(-0.05) for c in configs])
+    assert (raw.analytic_fits() < fits).any()  # the raw formula pruned some that fit
+    assert (measured.analytic_fits() == fits).all()
+    assert measured.offsets[:, 1].tolist() == raw.offsets[:, 1].tolist()
+
+
+@pytest.mark.parametrize("unsteady", [False, True])
+def test_the_baseline_is_measured_again_mid_search_only_on_a_host_the_doctor_judged_unsteady(
+    unsteady,
+):
+    p = problem()
+    p.unsteady = unsteady
+    asked = run(InfraRSISearcher(p, seed=1), 24)
+    again = asked[1:].count(p.baseline)
+    assert (again > 0) is unsteady, again
+
+
+def test_under_a_budget_in_trials_a_proposal_is_scored_per_trial_and_oom_risk_is_capped():
+    p = problem()
+    searcher = InfraRSISearcher(p, seed=2)
+    rng = np.random.default_rng(2)
+    risks = []
+    for _ in range(16):
+        config = searcher.ask()
+        if config is None:
+            break
+        if searcher.last is not None and searcher.history:
+            mu, _, _, _, incumbent = searcher._predict()
+            base = mu[p.index[p.baseline]]
+            if incumbent is not None and mu[incumbent] < base - searcher._stop_effect():
+                risks.append(searcher.last.p_oom)  # proposed once the target region is found
+        searcher.tell(config, outcome_of(config, rng))
+    acq, log_ei, p_oom, _ = searcher._acquisition()
+    fit = np.log(np.clip(1 - p_oom, 1e-12, 1.0))
+    assert np.allclose(acq, log_ei + fit)  # no wall-time term: every trial counts as one
+    assert risks and max(risks) <= 0.3 + 1e-9
+    p.per_trial = False  # a budget in seconds: per expected second
+    searcher._cache = None
+    assert not np.allclose(searcher._acquisition()[0], log_ei + fit)

@@ -57,6 +57,9 @@ N_SEEDS = 1
 COVER = True
 # re-measures (the earlier step's): run/remeasure.py; the slow bound: run/slow.py
 P_OOM_MAX = 0.9  # never propose what the memory model is this sure will not fit
+# once the incumbent beats the baseline by the stop effect, at most this risk of an OOM (issue
+# 65: a search that had reached the target spent 8-9 of 16 trials on OOMs; set a priori)
+P_OOM_FOUND = 0.3
 # pairing (a likely OOM's memory-saving variants proposed in its place): run/pairing.py
 
 
@@ -226,15 +229,17 @@ class InfraRSISearcher(Searcher):
         return batch[0] if batch else None
 
     def _start_or_rebase(self) -> Config | None:
-        """The next untried start point, or the baseline when the drift check is due: the
-        load may have changed since it was measured. None when neither is."""
+        """The next untried start point, or the baseline when the drift check is due on a host
+        the Doctor judged unsteady: the load may have changed since it was measured (on a
+        steady host a re-measure buys nothing a trial elsewhere would not). None when neither
+        is."""
         if self.problem.bank_contradicted(self.history):  # the bank's other seeds go
             refuted = set(self.problem.bank_seeds)
             self.start = [c for c in self.start if c in self.tried or c not in refuted]
         for c in self.start:
             if c not in self.tried:
                 return c
-        if drift.rebase_due(
+        if self.problem.unsteady and drift.rebase_due(
             [c == self.problem.baseline for c, _ in self.history],
             len(self.history) - len(self.start),
         ):
@@ -251,7 +256,7 @@ class InfraRSISearcher(Searcher):
             return None
         untried = np.array([c not in self.tried for c in p.candidates])
         known_slow = p.measured > math.log(MEASURED_SLOW)  # the Doctor measured it already
-        allowed = untried & (p_oom <= P_OOM_MAX) & ~known_slow
+        allowed = untried & (p_oom <= self._p_oom_cap(incumbent)) & ~known_slow
         if self._codes is None:
             free = [d.name for d in p.space.dims if d.name not in p.derived]
             self._codes = free_codes(p.candidates, free, list(p.space.patches))
@@ -326,7 +331,7 @@ class InfraRSISearcher(Searcher):
         if not untried.any():
             return []
         acq, log_ei, p_oom, incumbent = self._acquisition()
-        allowed = untried & (p_oom <= P_OOM_MAX)
+        allowed = untried & (p_oom <= self._p_oom_cap(incumbent))
         if not allowed.any():
             allowed = untried
         region = self._trust_region(incumbent)
@@ -351,18 +356,31 @@ class InfraRSISearcher(Searcher):
         return [p.candidates[j] for j in chosen]
 
     def _acquisition(self) -> tuple[Array, Array, Array, int | None]:
-        """Per candidate: ``log EI + log P(fits)`` per expected second of wall time (a trial
-        past the slow bound costs at most the bound), ``log EI`` alone and P(OOM); and the
-        incumbent's index."""
+        """Per candidate: ``log EI + log P(fits)`` — per trial under a budget counted in
+        trials (an OOM spends a whole one), per expected second of wall time under one in
+        seconds (a trial past the slow bound costs at most the bound) — ``log EI`` alone and
+        P(OOM); and the incumbent's index."""
         mu, sd, p_oom, cost, incumbent = self._predict()
         best = mu[incumbent] if incumbent is not None else np.min(mu)
         log_ei = log_expected_improvement(best, mu, sd)
         log_fit = np.log(np.clip(1 - p_oom, 1e-12, 1.0))
-        bound = self.slow_bound()
-        if bound is not None:  # a trial past the bound is cut there: it costs at most that
-            cost = np.minimum(cost, bound.after_s)
-        acq = log_ei + log_fit - np.log(np.maximum(cost, 1e-3))
+        acq = log_ei + log_fit
+        if not self.problem.per_trial:
+            bound = self.slow_bound()
+            if bound is not None:  # a trial past the bound is cut there: it costs at most that
+                cost = np.minimum(cost, bound.after_s)
+            acq = acq - np.log(np.maximum(cost, 1e-3))
         return acq, log_ei, p_oom, incumbent
+
+    def _p_oom_cap(self, incumbent: int | None) -> float:
+        """The most P(OOM) a proposal may carry: ``P_OOM_MAX`` while the search looks for a
+        region better than the baseline, ``P_OOM_FOUND`` once its incumbent is one (a likely
+        OOM then spends a trial the region around the incumbent would use better)."""
+        if incumbent is None:
+            return P_OOM_MAX
+        mu = self._predict()[0]
+        base = mu[self.problem.index[self.problem.baseline]]
+        return P_OOM_FOUND if mu[incumbent] < base - self._stop_effect() else P_OOM_MAX
 
     def _cover(self) -> Config | None:
         """While some free knob or patch has never been compared alone — no measured config

@@ -149,7 +149,7 @@ class RunLoop:
         proposed = self.proposer.accepted() if self.proposer else []
         catalog = self.proposer.searches_catalog if self.proposer else True
         manifest = with_proposed(self.manifest, proposed, self.run_dir, catalog)
-        return build_problem(
+        problem = build_problem(
             manifest,
             self.contract.scale,
             self.contract.mem_cap_bytes,
@@ -159,6 +159,8 @@ class RunLoop:
             bank=self.bank_advice,
             first=tuple(frozenset([p.patch_id]) for p in proposed),
         )
+        problem.per_trial = self.budget.trials is not None  # else scored per expected second
+        return problem
 
     def _searcher(self, store: Store, run_id: str) -> tuple[Problem, Searcher]:
         """The problem as it stands (with every patch proposed so far) and a searcher that

@@ -89,7 +89,8 @@ class Problem:
     # each bank seed's log peak over its source baseline's peak, where the bank measured it on
     # the config as it reads here; with ``baseline_peak_bytes`` it decides whether the seed fits
     bank_peak: dict[Config, float] = field(default_factory=dict)
-    # this host's measured per-rank peak of the baseline (the Doctor's), None when unmeasured
+    # this host's measured per-rank peak of the baseline (the Doctor's), None when unmeasured;
+    # it also scales the analytic memory formula (``calibrated``)
     baseline_peak_bytes: float | None = None
     # the catalog's log step-time ratio per patch (prior_log_speed is their sum when not given)
     patch_log_speed: dict[str, float] = field(default_factory=dict)
@@ -105,6 +106,12 @@ class Problem:
     savers: MemorySavers = field(default_factory=MemorySavers)
     min_effect: float = 0.02
     noise_var_log: float = 0.0  # between repeated runs of one config (the Doctor's measure)
+    # whether the Doctor judged the host unsteady (its runs of the baseline spread more than
+    # ``UNSTEADY_CV``, or it did not measure): only then is the baseline measured again mid-search
+    unsteady: bool = True
+    # the budget is counted in trials (a proposal scored by what one trial gains) rather than in
+    # seconds (scored per expected second of wall time)
+    per_trial: bool = True
     # every config the space names is a candidate unless the workload refuses it (a live run,
     # a full-factorial table); False for a sample of a larger space, where a peer's proposal
     # may name a config never measured (it then runs the nearest candidate: ``nearest``)
@@ -141,7 +148,11 @@ class Problem:
         self.bank_names = tuple(getattr(self.bank_log_speed, "names", ())) or tuple(
             f"part{j}" for j in range(self.bank_parts.shape[1])
         )
-        self.offsets = self.analytic_log_peak(self.candidates) if self.analytic_log_peak else None
+        self.offsets = calibrated(
+            self.analytic_log_peak(self.candidates) if self.analytic_log_peak else None,
+            self.index[self.baseline],
+            self.baseline_peak_bytes,
+        )
 
     def free_key(self, config: Config) -> ConfigKey:
         """A config's identity over the space's free dimensions (the knobs it varies, less the
@@ -303,8 +314,31 @@ class Problem:
 
 
 ANALYTIC_MARGIN = 0.05  # log: an estimate within 5% of the capacity is not trusted to fit
+# the Doctor's between-run coefficient of variation past which the host is judged unsteady: a
+# tenth between runs of one config is a load change a search could take for a gain (set a priori)
+UNSTEADY_CV = 0.10
 MEASURED_SLOW = 1.5  # a config the Doctor measured this much slower is no start point
 PRIOR_TIE = 1e-9  # log ratios this close are one prior (sums of the same catalog ratios)
+
+
+def calibrated(
+    offsets: np.ndarray | None, base_row: int, measured_peak_bytes: float | None
+) -> np.ndarray | None:
+    """The analytic log peaks moved so that the baseline's is the peak the Doctor measured
+    before the first trial (the formula's first part; the patches' ratios stay): a formula
+    that misses a constant share of the memory (the runtime, the allocator's slack) misses it
+    for every config, and the baseline's measurement scales it. Unchanged without a measured
+    peak or a formula."""
+    if offsets is None or not measured_peak_bytes or measured_peak_bytes <= 0:
+        return offsets
+    out = np.array(offsets, dtype=float)
+    total = out if out.ndim == 1 else out.sum(axis=1)
+    shift = math.log(measured_peak_bytes) - float(total[base_row])
+    if out.ndim == 1:
+        out += shift
+    else:
+        out[:, 0] += shift
+    return out
 
 
 def distance(a: Config, b: Config) -> int:

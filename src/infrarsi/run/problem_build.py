@@ -16,7 +16,7 @@ from infrarsi.host import usable_threads
 from infrarsi.identity import changed_knobs
 from infrarsi.proposal import ProposedPatch
 from infrarsi.records import DOCTOR_BASELINE_LABEL, BankAdvice, BankSeed, DoctorReport
-from infrarsi.run.problem import MemorySavers, Problem
+from infrarsi.run.problem import UNSTEADY_CV, MemorySavers, Problem
 from infrarsi.run.space import Config, Space
 from infrarsi.workloads import expr, knobs
 from infrarsi.workloads.knobs import AssignmentError
@@ -365,6 +365,7 @@ def build_problem(
         savers=savers(manifest),
         min_effect=min_effect or 0.02,
         noise_var_log=run_to_run_var(cv),
+        unsteady=cv is None or cv > UNSTEADY_CV,
     )
 
 

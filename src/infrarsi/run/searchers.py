@@ -74,7 +74,8 @@ class GreedySearcher(Searcher):
 
 class GridSearcher(Searcher):
     """A DeepSpeed-autotuner-style grid: configs whose analytic memory estimate exceeds the
-    capacity are pruned, the rest run in grid order — the largest micro-batch first."""
+    capacity are pruned, the rest run largest micro-batch first; configs of one micro-batch
+    in an order drawn by the seed (one fixed order would make every seed one replicate)."""
 
     name = "grid"
 
@@ -87,7 +88,8 @@ class GridSearcher(Searcher):
             order = fits or order
         mb = problem.savers.micro_batch
         key = (lambda i: -float(problem.candidates[i].knob_dict.get(mb, 0))) if mb else None
-        grid = sorted(order, key=lambda i: (key(i) if key else 0, i))
+        tie = self.rng.permutation(len(problem.candidates))
+        grid = sorted(order, key=lambda i: (key(i) if key else 0, int(tie[i])))
         self.order = problem.start_points() + [problem.candidates[i] for i in grid]
 
     def ask(self) -> Config | None:
