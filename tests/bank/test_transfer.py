@@ -342,13 +342,13 @@ def test_a_bank_seed_that_does_not_hold_ends_the_banks_say(name, first_holds):
         assert bool(bank) is first_holds
 
 
-@pytest.mark.parametrize("expected, before_the_pick", [(1.5, True), (1.05, False)])
+@pytest.mark.parametrize("expected, before_the_pick", [(2.5, True), (1.05, False)])
 def test_a_bank_seed_comes_before_the_priors_pick_only_when_it_claims_more(
     expected, before_the_pick
 ):
-    """Two sources' claims, the larger first: the catalog claims ~1.39x for its pick on
-    dense-1node (three patches); a bank seed expected at 1.5x here goes before it, one at
-    1.05x after it."""
+    """Two sources' claims, the larger first: the priors claim ~1.7x for their pick on
+    dense-1node (three patches, ~1.39x, and the largest micro-batch); a bank seed expected
+    at 2.5x here goes before it, one at 1.05x after it."""
     seed = BankSeed(
         knobs={"nproc": 1, "micro_batch": 4},
         patches=[],

@@ -9,7 +9,7 @@ import pytest
 from infrarsi.run import searchers as registry
 from infrarsi.run.infrarsi_searcher import InfraRSISearcher
 from infrarsi.run.pairing import memory_savers
-from infrarsi.run.problem import MemorySavers, Outcome, Problem
+from infrarsi.run.problem import MemorySavers, Outcome, Problem, distance
 from infrarsi.run.space import Config, Space
 from infrarsi.run.steptime import log_expected_improvement
 
@@ -136,7 +136,7 @@ def test_optuna_peers_tell_an_oom_as_a_violated_constraint():
     searcher = registry.make("gp", p, seed=0)
     config = searcher.ask()
     searcher.tell(config, Outcome("oom", cost_s=1.0, cap_bytes=CAPACITY))
-    trial = searcher.study.trials[-1]
+    (trial,) = [t for t in searcher.study.trials if t.state.name != "WAITING"]  # the told one
     assert trial.state.name == "COMPLETE"
     assert list(trial.constraints.values())[0] > 0
 
@@ -279,9 +279,10 @@ def test_the_slow_bound_is_k_times_the_incumbents_cost_and_time():
 
 
 def test_the_priors_pick_keeps_the_knobs_no_prior_speaks_of_at_the_baseline():
-    """The catalog speaks of patches only: of the configs with its best patch set the pick is
-    the baseline's knobs with those patches, never another knob value the candidate list
-    happens to hold first; a value the Doctor measured faster here is taken."""
+    """The catalog speaks of patches, the knob prior of the micro-batch (the largest that fits,
+    its accumulation following): the pick is the baseline's other knobs with the best patch
+    set, never another knob value the candidate list happens to hold first; a value the
+    Doctor measured faster here is taken."""
     from infrarsi.run.problem_build import build_problem
     from infrarsi.workloads import find
 
@@ -289,7 +290,12 @@ def test_the_priors_pick_keeps_the_knobs_no_prior_speaks_of_at_the_baseline():
     problem = build_problem(manifest, "tiny", None)
     pick = problem.prior_pick()
     gains = {q for q, r in problem.patch_log_speed.items() if r < 0}
-    assert pick.knobs == problem.baseline.knobs and pick.patches == gains
+    mb = problem.savers.micro_batch  # the knob prior's: the largest micro-batch that fits
+    largest = max(c.knob_dict[mb] for c in problem.candidates)
+    assert pick.knob_dict[mb] == largest and pick.patches == gains
+    alike = [c for c in problem.candidates if c.knob_dict[mb] == largest and c.patches == gains]
+    near = min(distance(c, problem.baseline) for c in alike)  # the other knobs kept where
+    assert distance(pick, problem.baseline) == near  # that micro-batch allows
     space = Space.from_levels({"micro_batch": [1, 2, 4], "compile": ["off", "on"]}, ["fast"])
     configs = [
         Config.of({"micro_batch": mb, "compile": c}, p)
@@ -388,10 +394,12 @@ def test_with_cover_each_free_knob_and_patch_is_compared_alone_before_the_model_
     from dataclasses import replace
 
     from infrarsi.run import infrarsi_searcher as mod
+    from infrarsi.run import problem as problem_mod
     from infrarsi.run.problem import free_change
 
     monkeypatch.setattr(mod, "COVER", True)
     monkeypatch.setattr(mod, "N_SEEDS", 1)
+    monkeypatch.setattr(problem_mod, "MICRO_BATCH_PRIOR_LOG", 0.0)  # the start: the baseline
     p = replace(problem(), derived=("accum",))  # the accumulation follows the micro-batch
     s = InfraRSISearcher(p, seed=0, local=False)
     dims = {"micro_batch", "threads", "ckpt", "fast", "lean"}
@@ -499,3 +507,22 @@ def test_under_a_budget_in_trials_a_proposal_is_scored_per_trial_and_oom_risk_is
     p.per_trial = False  # a budget in seconds: per expected second
     searcher._cache = None
     assert not np.allclose(searcher._acquisition()[0], log_ei + fit)
+
+
+@pytest.mark.parametrize("doubling, kept", [(1.5, False), (0.7, True)])
+def test_the_micro_batch_prior_starts_the_search_and_its_trials_overrule_it(doubling, kept):
+    """The knob prior (a larger micro-batch faster at a fixed global batch) puts the largest
+    micro-batch the estimate admits among the starts; on a host where each doubling is
+    slower, the trials overrule it (the model's mean is the prior plus what the trials say)
+    and the search ends at the smallest; where it holds, at the largest that fits."""
+    p = problem()
+    fits = [c for c, f in zip(p.candidates, p.analytic_fits()) if f]
+    assert p.prior_pick().knob_dict["micro_batch"] == max(c.knob_dict["micro_batch"] for c in fits)
+
+    def truth_s(config):
+        return 1.0 * doubling ** math.log2(config.knob_dict["micro_batch"])
+
+    searcher = InfraRSISearcher(p, seed=0)
+    _ask_tell(searcher, 14, truth_s)
+    best = searcher.recommend().knob_dict["micro_batch"]
+    assert best == (max(c.knob_dict["micro_batch"] for c in fits) if kept else 1)

@@ -141,7 +141,10 @@ class InfraRSISearcher(Searcher):
         at = [k for k, o in enumerate(outs) if o.status in (TrialStatus.OK, TrialStatus.SLOW)]
         timed = [(idx[k], outs[k]) for k in at]
         rows = [i for i, _ in timed]
-        catalog, names = PRIOR_SHRINK * p.catalog_parts, list(p.patch_ids)  # (n, P)
+        # (n, P + K): the catalog's patches and the knob priors, each fading on its own
+        catalog = PRIOR_SHRINK * np.hstack([p.catalog_parts, p.knob_prior_parts])
+        names = list(p.patch_ids) + list(p.knob_prior_names)
+        n_catalog = len(names)
         used = p.bank_testable()
         if p.bank_contradicted(self.history):  # a seed of the bank's did not hold here
             used = []
@@ -159,7 +162,7 @@ class InfraRSISearcher(Searcher):
         noise = np.array([max(o.noise_var_log or 1e-4, floor) for _, o in timed])
         seed = int(self.rng.integers(1 << 30))
         timed_trials = TimedTrials(self.family, p.X[rows], logs, catalog[rows], noise, seed)
-        time_model, weights = faded_time_model(timed_trials, n_catalog=len(p.patch_ids))
+        time_model, weights = faded_time_model(timed_trials, n_catalog=n_catalog)
         self.patch_weights = dict(zip(names, map(float, weights)))
         prior = catalog @ weights + p.measured
         costs = TrialCostModel().fit(

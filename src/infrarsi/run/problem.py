@@ -134,6 +134,8 @@ class Problem:
             self.prior_log_speed = lambda cs: np.array(
                 [sum(self.patch_log_speed.get(q, 0.0) for q in c.patches) for c in cs]
             )
+        # (n, K): the knob priors a tuner of this field starts from, as columns that fade
+        self.knob_prior_names, self.knob_prior_parts = knob_priors(self)
         self.measured = (
             self.measured_log_speed(self.candidates)
             if self.measured_log_speed
@@ -214,12 +216,20 @@ class Problem:
 
     def prior_log_ratio(self) -> np.ndarray | None:
         """Per candidate, the log step-time ratio the priors claim: what the Doctor measured
-        plus the catalog's ratios (not the bank's); None without either."""
-        if self.prior_log_speed is None and not self.measured.any():
+        plus the catalog's ratios and the knob priors (``knob_priors``; not the bank's); None
+        without any."""
+        if (
+            self.prior_log_speed is None
+            and not self.measured.any()
+            and not self.knob_prior_parts.any()
+        ):
             return None
-        return self.measured + (
-            self.prior_log_speed(self.candidates) if self.prior_log_speed else 0.0
+        claimed: np.ndarray = (
+            self.measured
+            + (self.prior_log_speed(self.candidates) if self.prior_log_speed else 0.0)
+            + self.knob_prior_parts.sum(axis=1)
         )
+        return claimed
 
     def start_points(self) -> list[Config]:
         """The baseline, the seeds (the Doctor's, the bank's) and the priors' pick: what every
@@ -317,8 +327,29 @@ ANALYTIC_MARGIN = 0.05  # log: an estimate within 5% of the capacity is not trus
 # the Doctor's between-run coefficient of variation past which the host is judged unsteady: a
 # tenth between runs of one config is a load change a search could take for a gain (set a priori)
 UNSTEADY_CV = 0.10
+# the knob prior's claim for a doubled micro-batch at a fixed global batch (set a priori: a
+# tenth a doubling; it fades where the trials say otherwise, as a patch's claim does)
+MICRO_BATCH_PRIOR_LOG = math.log(0.9)
 MEASURED_SLOW = 1.5  # a config the Doctor measured this much slower is no start point
 PRIOR_TIE = 1e-9  # log ratios this close are one prior (sums of the same catalog ratios)
+
+
+def knob_priors(problem: Problem) -> tuple[tuple[str, ...], np.ndarray]:
+    """The knob priors, a column each over the candidates (log step-time ratio to the
+    baseline's value): at a fixed global batch (the accumulation follows the micro-batch), a
+    larger micro-batch is faster by ``MICRO_BATCH_PRIOR_LOG`` a doubling — fewer, larger
+    steps of the same work, the rule DeepSpeed's autotuner starts from; with the memory
+    estimate's prefilter the priors' pick is then the largest micro-batch that fits. None
+    where the space has no micro-batch with a following accumulation."""
+    mb, n = problem.savers.micro_batch, len(problem.candidates)
+    if mb is None or not problem.savers.follows or mb not in {d.name for d in problem.space.dims}:
+        return (), np.zeros((n, 0))
+    base = float(problem.baseline.knob_dict[mb])
+    column = [
+        MICRO_BATCH_PRIOR_LOG * math.log2(float(c.knob_dict.get(mb, base)) / base)
+        for c in problem.candidates
+    ]
+    return (mb,), np.array(column, dtype=float).reshape(n, 1)
 
 
 def calibrated(
