@@ -36,10 +36,13 @@ re-measures of trial *i* are drawn by (seed, cell, *i*), the same for every sear
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import scoring
@@ -47,8 +50,8 @@ import tables
 from models import config_of, inferred_derived, offsets, space_of
 from peers import ABLATIONS, MODEL_PEERS, make_searcher
 
-from infrarsi.run.problem import UNSTEADY_CV, MemorySavers, Outcome, Problem
-from infrarsi.run.problem_build import patch_speeds, run_to_run_var, savers
+from infrarsi.run.problem import UNSTEADY_CV, MemorySavers, Outcome, Parallelism, Problem
+from infrarsi.run.problem_build import parallelism, patch_speeds, run_to_run_var, savers
 from infrarsi.trial.record import TrialStatus
 
 OOM_FRACTION = 0.3
@@ -213,6 +216,17 @@ def doctor_noise_var(s: Setting, seed: int) -> float:
     return run_to_run_var(statistics.stdev(times) / statistics.fmean(times))
 
 
+def parallelism_of(table: tables.Table, manifest) -> Parallelism:
+    """The ranks and threads knobs of a table's workload, its nodes (all on the table's host:
+    ``make_table.py`` runs them locally) and that host's cores (its hardware probe, where the
+    table's fingerprint has one; unknown otherwise)."""
+    if manifest is None:
+        return Parallelism()
+    path = Path(__file__).parent / "data" / f"hardware-{table.fingerprint}.json"
+    cores = json.loads(path.read_text())["facts"].get("cores") if path.exists() else None
+    return dataclasses.replace(parallelism(manifest, None), cores=cores)
+
+
 def doctor_unsteady(s: Setting, seed: int) -> bool:
     """Whether the Doctor's runs of the baseline would judge the host unsteady (their
     between-run cv past ``UNSTEADY_CV``, or fewer than two runs), as a live run judges it."""
@@ -254,6 +268,7 @@ def problem_of(s: Setting, seed: int, prior: bool = True) -> Problem:
         analytic_log_peak=analytic,
         patch_log_speed=patch_speeds(manifest) if known and prior else {},
         savers=savers(manifest) if known else MemorySavers(),
+        parallelism=parallelism_of(table, manifest),
         noise_var_log=doctor_noise_var(s, seed),
         baseline_peak_bytes=doctor_peak_bytes(s, seed),
         unsteady=doctor_unsteady(s, seed),

@@ -526,3 +526,30 @@ def test_the_micro_batch_prior_starts_the_search_and_its_trials_overrule_it(doub
     _ask_tell(searcher, 14, truth_s)
     best = searcher.recommend().knob_dict["micro_batch"]
     assert best == (max(c.knob_dict["micro_batch"] for c in fits) if kept else 1)
+
+
+def test_threads_past_the_cores_are_claimed_slower_and_the_launchers_default_claims_nothing():
+    from infrarsi.run.problem import Parallelism, oversubscription
+
+    par = Parallelism(ranks="nproc", threads="threads", nodes=2, cores=4)
+    assert oversubscription(Config.of({"nproc": 1, "threads": 2}), par) == 0.0  # 4 on 4
+    assert oversubscription(Config.of({"nproc": 2, "threads": 2}), par) == 1.0  # 8 on 4
+    assert oversubscription(Config.of({"nproc": 4, "threads": 0}), par) == 0.0  # default
+    assert oversubscription(Config.of({"nproc": 4, "threads": 4}), Parallelism()) == 0.0
+    configs = [
+        Config.of({"nproc": r, "threads": t}) for r, t in itertools.product([1, 2], [0, 1, 2, 4])
+    ]
+    space = Space.from_levels({"nproc": [1, 2], "threads": [0, 1, 2, 4]}, [])
+    problem = Problem(configs, space, configs[0], parallelism=Parallelism("nproc", "threads", 1, 2))
+    claimed = dict(zip(problem.candidates, problem.prior_log_ratio()))
+    assert claimed[Config.of({"nproc": 2, "threads": 4})] == pytest.approx(2 * math.log(1.5))
+    assert claimed[Config.of({"nproc": 2, "threads": 1})] == 0.0
+    assert problem.knob_prior_names == ("threads",)
+
+
+def test_a_workloads_ranks_threads_and_nodes_are_read_from_its_manifest():
+    from infrarsi.run.problem_build import parallelism
+    from infrarsi.workloads import find
+
+    par = parallelism(find("dense-2node"), None)
+    assert (par.ranks, par.threads, par.nodes, par.cores) == ("nproc", "threads_per_rank", 2, None)

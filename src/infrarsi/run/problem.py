@@ -68,6 +68,18 @@ class MemorySavers:
     follows: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Parallelism:
+    """How a config's processes share the host's cores: the knobs that set the ranks (per
+    node) and each rank's threads (0: the launcher's default, no claim), the nodes that run on
+    this host, and its usable cores (None: unknown, no claim)."""
+
+    ranks: str | None = None
+    threads: str | None = None
+    nodes: int = 1
+    cores: int | None = None
+
+
 @dataclass
 class Problem:
     """A search problem: the candidates (every valid config), how to encode them, the per-rank
@@ -104,6 +116,7 @@ class Problem:
     bank_log_speed: Callable[[list[Config]], np.ndarray] | None = None
     derived: tuple[str, ...] = ()  # knobs that follow the others (the accumulation steps)
     savers: MemorySavers = field(default_factory=MemorySavers)
+    parallelism: Parallelism = field(default_factory=Parallelism)
     min_effect: float = 0.02
     noise_var_log: float = 0.0  # between repeated runs of one config (the Doctor's measure)
     # whether the Doctor judged the host unsteady (its runs of the baseline spread more than
@@ -330,6 +343,9 @@ UNSTEADY_CV = 0.10
 # the knob prior's claim for a doubled micro-batch at a fixed global batch (set a priori: a
 # tenth a doubling; it fades where the trials say otherwise, as a patch's claim does)
 MICRO_BATCH_PRIOR_LOG = math.log(0.9)
+# and for threads past the cores: half again as slow a doubling past them (set a priori: ranks
+# that share cores wait on each other's threads)
+OVERSUBSCRIBED_PRIOR_LOG = math.log(1.5)
 MEASURED_SLOW = 1.5  # a config the Doctor measured this much slower is no start point
 PRIOR_TIE = 1e-9  # log ratios this close are one prior (sums of the same catalog ratios)
 
@@ -339,17 +355,41 @@ def knob_priors(problem: Problem) -> tuple[tuple[str, ...], np.ndarray]:
     baseline's value): at a fixed global batch (the accumulation follows the micro-batch), a
     larger micro-batch is faster by ``MICRO_BATCH_PRIOR_LOG`` a doubling — fewer, larger
     steps of the same work, the rule DeepSpeed's autotuner starts from; with the memory
-    estimate's prefilter the priors' pick is then the largest micro-batch that fits. None
-    where the space has no micro-batch with a following accumulation."""
-    mb, n = problem.savers.micro_batch, len(problem.candidates)
-    if mb is None or not problem.savers.follows or mb not in {d.name for d in problem.space.dims}:
-        return (), np.zeros((n, 0))
-    base = float(problem.baseline.knob_dict[mb])
-    column = [
-        MICRO_BATCH_PRIOR_LOG * math.log2(float(c.knob_dict.get(mb, base)) / base)
-        for c in problem.candidates
-    ]
-    return (mb,), np.array(column, dtype=float).reshape(n, 1)
+    estimate's prefilter the priors' pick is then the largest micro-batch that fits. And
+    threads past the host's cores (ranks x threads > cores) slower by
+    ``OVERSUBSCRIBED_PRIOR_LOG`` a doubling past them. No column where the space does not
+    vary the knob (or the cores are unknown)."""
+    names, columns = [], []
+    mb, varied = problem.savers.micro_batch, {d.name for d in problem.space.dims}
+    if mb is not None and problem.savers.follows and mb in varied:
+        base = float(problem.baseline.knob_dict[mb])
+        names.append(mb)
+        columns.append(
+            [
+                MICRO_BATCH_PRIOR_LOG * math.log2(float(c.knob_dict.get(mb, base)) / base)
+                for c in problem.candidates
+            ]
+        )
+    par = problem.parallelism
+    if par.threads in varied and par.cores:
+        over = [oversubscription(c, par) for c in problem.candidates]
+        if any(over):
+            names.append(par.threads)
+            columns.append([OVERSUBSCRIBED_PRIOR_LOG * o for o in over])
+    n = len(problem.candidates)
+    return tuple(names), np.array(columns, dtype=float).T.reshape(n, len(names))
+
+
+def oversubscription(config: Config, par: Parallelism) -> float:
+    """How many doublings past the host's cores a config's threads go (``nodes x ranks x
+    threads`` over the usable cores, in log2; 0 within them, and where the threads are the
+    launcher's default)."""
+    knobs = config.knob_dict
+    threads = int(knobs.get(par.threads, 0) or 0) if par.threads else 0
+    if threads <= 0 or not par.cores:
+        return 0.0
+    ranks = int(knobs.get(par.ranks, 1) or 1) if par.ranks else 1
+    return max(0.0, math.log2(par.nodes * ranks * threads / par.cores))
 
 
 def calibrated(

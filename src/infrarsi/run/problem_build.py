@@ -16,7 +16,7 @@ from infrarsi.host import usable_threads
 from infrarsi.identity import changed_knobs
 from infrarsi.proposal import ProposedPatch
 from infrarsi.records import DOCTOR_BASELINE_LABEL, BankAdvice, BankSeed, DoctorReport
-from infrarsi.run.problem import UNSTEADY_CV, MemorySavers, Problem
+from infrarsi.run.problem import UNSTEADY_CV, MemorySavers, Parallelism, Problem
 from infrarsi.run.space import Config, Space
 from infrarsi.workloads import expr, knobs
 from infrarsi.workloads.knobs import AssignmentError
@@ -194,6 +194,18 @@ def savers(manifest: Manifest) -> MemorySavers:
     )
 
 
+def parallelism(manifest: Manifest, report: DoctorReport | None) -> Parallelism:
+    """The knobs that set the ranks and their threads, the nodes of the launch (all on this
+    host, as a local run starts them) and the host's usable cores as the Doctor saw them."""
+    cores = (report.hardware.get("facts") or {}).get("cores") if report is not None else None
+    return Parallelism(
+        ranks=next(iter(manifest.knobs_with_role("ranks")), None),
+        threads=next(iter(manifest.knobs_with_role("threads")), None),
+        nodes=manifest.launch.nodes or 1,
+        cores=int(cores) if isinstance(cores, int | float) and cores > 0 else None,
+    )
+
+
 def doctor_seeds(manifest: Manifest, scale: str, report: DoctorReport | None) -> list[Config]:
     """Configs the Doctor's findings point at: the baseline plus each finding's patches."""
     if not report:
@@ -363,6 +375,7 @@ def build_problem(
         bank_log_speed=bank_time_prior(bank, configs[0]),
         derived=tuple(k.name for k in manifest.knobs if k.derive is not None),
         savers=savers(manifest),
+        parallelism=parallelism(manifest, report),
         min_effect=min_effect or 0.02,
         noise_var_log=run_to_run_var(cv),
         unsteady=cv is None or cv > UNSTEADY_CV,
