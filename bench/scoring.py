@@ -123,11 +123,14 @@ def boot_median_interval(values: np.ndarray, seed: int = 0) -> list[float]:
     return [float(lo), float(hi)]
 
 
-def paired_tests(scores: dict[str, np.ndarray], ours: str = "infrarsi") -> dict:
+def paired_tests(
+    scores: dict[str, np.ndarray], ours: str = "infrarsi", apart: frozenset[str] = frozenset()
+) -> dict:
     """Per peer: the two-sided paired Wilcoxon test of its per-seed scores against ``ours``
     (paired by seed index), Holm-corrected over the peers, the median difference (peer minus
     ours: positive when the peer's regret is higher) with its interval and the rank-biserial
-    effect size."""
+    effect size. The names in ``apart`` (InfraRSI's ablations: not peers) are tested the same
+    way and Holm-corrected in a family of their own, so they never widen the peers'."""
     if ours not in scores:
         return {}
     raw, out = {}, {}
@@ -149,7 +152,12 @@ def paired_tests(scores: dict[str, np.ndarray], ours: str = "infrarsi") -> dict:
             "rank_biserial": rank_biserial(diff),
             "p_value": p,
         }
-    for name, p in holm(raw).items():
+    families = (
+        {n: p for n, p in raw.items() if n not in apart},
+        {n: p for n, p in raw.items() if n in apart},
+    )
+    adjusted = {name: p for family in families for name, p in holm(family).items()}
+    for name, p in adjusted.items():
         out[name]["p_holm"] = p
         out[name]["direction"] = (
             "no difference"

@@ -245,7 +245,7 @@ def tests_of(per: dict) -> dict:
         for n, r in per.items()
         if isinstance(r, dict) and "per_seed" in r
     }
-    return scoring.paired_tests(scores, OURS)
+    return scoring.paired_tests(scores, OURS, apart=frozenset(ABLATIONS))
 
 
 def replay_seeds(path: Path, name: str, seeds: int, store_root: Path) -> dict[int, dict]:

@@ -57,6 +57,21 @@ def test_the_paired_tests_are_two_sided_with_direction_and_effect_size():
     assert lo <= 0.3 <= hi
 
 
+def test_the_ablations_are_corrected_in_a_family_of_their_own_never_the_peers():
+    rng = np.random.default_rng(1)
+    ours = rng.uniform(0.0, 0.2, 30)
+    noise = rng.normal(0.0, 0.05, 30)
+    scores = {"infrarsi": ours, "peer": ours + 0.02 + noise}
+    ablations = {f"infrarsi-no-{k}": ours + 0.01 + rng.normal(0.0, 0.05, 30) for k in "abcd"}
+    alone = scoring.paired_tests(scores)["peer"]
+    tests = scoring.paired_tests({**scores, **ablations}, apart=frozenset(ablations))
+    assert tests["peer"]["p_holm"] == alone["p_holm"] == alone["p_value"]  # a family of one
+    lumped = scoring.paired_tests({**scores, **ablations})["peer"]["p_holm"]
+    assert lumped > tests["peer"]["p_holm"]  # five in one family widen the peer's
+    raw = {n: tests[n]["p_value"] for n in ablations}
+    assert {n: tests[n]["p_holm"] for n in ablations} == scoring.holm(raw)
+
+
 def test_average_ranks_and_the_critical_difference():
     ranks = scoring.average_ranks(
         {"t1": {"a": 0.1, "b": 0.2, "c": 0.2}, "t2": {"a": 0.3, "b": 0.1, "c": 0.5}}
