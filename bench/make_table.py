@@ -8,8 +8,11 @@ to the cores, threads, micro-batch with derived accumulation, precision, checkpo
 workload's communication knobs; ``compile`` stays off: one compile costs more than a whole trial
 here) times patch subsets; cell ``c000`` is the baseline (the manifest's defaults, no patch).
 Every (cell, repeat) runs uncapped, in one random order, so slow phases of a shared machine hit
-every cell alike. Then the replay rule "OOM at capacity C iff peak > C" is checked under a real
-cap on cells nearest a capacity C where ~30% of cells are OOM.
+every cell alike, and under a stationarity gate (``bench/gate.py``): the baseline measured
+before the first row and after every block of rows, a block whose anchors moved more than the
+host's noise allows measured again, and the table's drift written beside it
+(``<table>.drift.json``). Then the replay rule "OOM at capacity C iff peak > C" is checked
+under a real cap on cells nearest a capacity C where ~30% of cells are OOM.
 
 The table is ``bench/data/<workload>-<fingerprint>.csv``; a run resumes where it stopped while
 the host's fingerprint is the same, and a new host writes a new table beside the old one.
@@ -27,6 +30,7 @@ derived) times every patch set, each cell at least ``--repeats`` times, into
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import subprocess
@@ -38,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import gate  # noqa: E402
 import tables  # noqa: E402
 
 from infrarsi.host import fingerprint, machine_facts, usable_threads  # noqa: E402
@@ -282,16 +287,39 @@ def measure(workload: str, plan: TablePlan, out_dir: Path) -> Path:
     )
     knob_names = [k.name for k in manifest.knobs]
     with tempfile.TemporaryDirectory(prefix="infrarsi-table-") as workdir:
-        t0 = time.monotonic()
-        for i, (c, r) in enumerate(todo):
+        t0, ran, anchors = (
+            time.monotonic(),
+            [0],
+            [len(tables.load(path).anchors) if path.exists() else 0],
+        )
+
+        def run_row(c: int, r: int, phase: str = "grid") -> tuple[str, float | None]:
+            """One row of cell ``c`` (its repeat ``r``, or the anchor's count): its trial id
+            and its log step time (None unless ok)."""
             overrides, subset = cells[c]
             spec = prepare(manifest, SCALE, overrides, list(subset), evaluate=False)
             record = run_trial(spec, Path(workdir))
-            where = (f"c{c:03d}", r, "grid")
+            where = (f"c{c:03d}", r, phase)
             row = trial_row(name, manifest, fp, where, spec, subset, record, design)
             tables.append_row(path, {**row, "rules_commit": commit}, knob_names)
-            _progress(i, len(todo), t0, f"c{c:03d}/{r}", record)
+            if phase == "grid":
+                ran[0] += 1
+                _progress(ran[0] - 1, len(todo), t0, f"c{c:03d}/{r}", record)
             _clean(Path(workdir), record)
+            ok = record.status is TrialStatus.OK and record.metrics
+            return record.trial_id, math.log(record.metrics.step_time_s) if ok else None
+
+        def run_anchor() -> float | None:
+            anchors[0] += 1
+            return run_row(0, anchors[0] - 1, tables.ANCHOR_PHASE)[1]  # c000: the baseline
+
+        def drop(ids: list[str]) -> None:  # a drifted block's rows: measured again
+            rows = tables.read_rows(path)
+            tables.rewrite(path, [r for r in rows if r["trial_id"] not in ids], list(rows[0]))
+
+        drift = gate.gated(todo, lambda c, r: run_row(c, r), run_anchor, drop)
+        path.with_suffix(".drift.json").write_text(json.dumps(drift.as_json(), indent=1) + "\n")
+        print(f"{name}: drift {drift.as_json()}", file=sys.stderr, flush=True)
         validate(manifest, path, cells, plan.n_validate, (fp, commit), Path(workdir), knob_names)
     refresh_analytic(manifest, path, cells)
     return path

@@ -93,6 +93,9 @@ class Cell:
         return statistics.fmean(self.cost_s) if self.cost_s else 0.0
 
 
+ANCHOR_PHASE = "anchor"  # a row of the baseline measured between blocks (``bench/gate.py``)
+
+
 @dataclass
 class Table:
     """A measured table: its cells (uncapped repeats) and its capped validation rows."""
@@ -106,6 +109,9 @@ class Table:
     baseline: str = "c000"
     margin: float = 1.0
     design: str = "sampled"
+    # the baseline measured between blocks of rows (``bench/gate.py``): the host's speed over
+    # the table, never a cell's repeat
+    anchors: list[dict] = field(default_factory=list)
 
     def feasible(self, capacity: float | None = None) -> list[Cell]:
         """Cells that ran ``ok`` and, at ``capacity``, fit by the replay rule."""
@@ -151,7 +157,11 @@ def load(path: Path) -> Table:
     knob_names = [c[len(KNOB_PREFIX) :] for c in rows[0] if c.startswith(KNOB_PREFIX)]
     cells: dict[str, Cell] = {}
     validation = []
+    anchors = []
     for row in rows:
+        if row.get("phase") == ANCHOR_PHASE:
+            anchors.append(row)
+            continue
         if row["mem_cap_bytes"]:
             validation.append(row)
             continue
@@ -190,6 +200,7 @@ def load(path: Path) -> Table:
         baseline,
         margin,
         design if design in DESIGNS else "sampled",
+        anchors,
     )
 
 

@@ -13,6 +13,7 @@ import rules  # noqa: E402
 
 MODULES = [
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "src/infrarsi/run").glob("*.py")),
+    "bench/gate.py",
     "bench/replay.py",
     "bench/scoring.py",
     "bench/smac_peer.py",
