@@ -19,6 +19,9 @@ ANCHOR_EVERY = 8  # rows between two measurements of the baseline
 FIRST_ANCHORS = 3  # anchors measured before the first row: the host's run-to-run noise
 GATE_Z = 3.0  # how many run-to-run sds (of a difference of two runs) two anchors may differ
 GATE_MIN_LOG = math.log(1.10)  # and never less than a tenth: a finer gate re-measures forever
+# nor more than a quarter: first anchors measured on a loaded host must not open the gate to
+# steps like the 1.5x that made a table measure its host (a pilot beside CI: sd -> 2.98x)
+GATE_MAX_LOG = math.log(1.25)
 MAX_REMEASURES = 2  # a block measured again at most this often (then kept, and said)
 
 
@@ -51,12 +54,12 @@ class Drift:
 
 def threshold(first_logs: list[float]) -> float:
     """The most two anchors may differ (log) before their block is measured again:
-    ``GATE_Z`` sds of the difference of two runs (the first anchors' sd times sqrt 2), at
-    least ``GATE_MIN_LOG``."""
+    ``GATE_Z`` sds of the difference of two runs (the first anchors' sd times sqrt 2), within
+    [``GATE_MIN_LOG``, ``GATE_MAX_LOG``]."""
     if len(first_logs) < 2:
         return GATE_MIN_LOG
     sd = statistics.stdev(first_logs)
-    return max(GATE_MIN_LOG, GATE_Z * math.sqrt(2.0) * sd)
+    return min(GATE_MAX_LOG, max(GATE_MIN_LOG, GATE_Z * math.sqrt(2.0) * sd))
 
 
 def drifted(before_log: float | None, after_log: float | None, limit_log: float) -> bool:

@@ -265,7 +265,7 @@ def measure(workload: str, plan: TablePlan, out_dir: Path) -> Path:
     commit = "pilot" if plan.pilot else rules_commit()
     if path.exists():
         same_rules(path, commit)
-    design = "full_factorial" if plan.factors else "sampled"
+    kind = "full_factorial" if plan.factors else "sampled"
     cells = (
         full_factorial(manifest, plan.factors, plan.patch_sets or [()])
         if plan.factors
@@ -300,7 +300,7 @@ def measure(workload: str, plan: TablePlan, out_dir: Path) -> Path:
             spec = prepare(manifest, SCALE, overrides, list(subset), evaluate=False)
             record = run_trial(spec, Path(workdir))
             where = (f"c{c:03d}", r, phase)
-            row = trial_row(name, manifest, fp, where, spec, subset, record, design)
+            row = trial_row(name, manifest, fp, where, spec, subset, record, kind)
             tables.append_row(path, {**row, "rules_commit": commit}, knob_names)
             if phase == "grid":
                 ran[0] += 1

@@ -185,6 +185,7 @@ def load(path: Path) -> Table:
             if row["peak_mem_bytes_max"]:
                 cell.peak_mem_bytes.append(float(row["peak_mem_bytes_max"]))
     first = rows[0]
+    cells = merge_twins(cells, first.get("workload", ""))
     baseline = min(cells) if "c000" not in cells else "c000"
     margin = replay_margin(cells, validation)
     for cell in cells.values():  # what a capacity must hold: the peak less what is reclaimable
@@ -202,6 +203,37 @@ def load(path: Path) -> Table:
         design if design in DESIGNS else "sampled",
         anchors,
     )
+
+
+def merge_twins(cells: dict[str, Cell], workload: str) -> dict[str, Cell]:
+    """The cells with those that are one configuration merged into the first of them (its
+    repeats pooled): two cells that differ only in a knob the workload declares inert there
+    (``inert_when``: accum_no_sync at grad_accum 1) were one configuration measured twice,
+    and a searcher that "reached" either only drew one of its draws. Unchanged for a workload
+    this checkout does not ship."""
+    from infrarsi.workloads import find
+    from infrarsi.workloads.knobs import inert_at_default
+
+    try:
+        manifest = find(workload)
+    except Exception:  # a table of a workload this checkout does not ship
+        return cells
+    if not any(k.inert_when for k in manifest.knobs):
+        return cells
+    kept: dict[tuple, Cell] = {}
+    for cid in sorted(cells):
+        cell = cells[cid]
+        typed = {k: manifest.knob(k).coerce(v) for k, v in cell.knobs.items() if v != ""}
+        canon = inert_at_default(manifest, typed, {})
+        key = (tuple(sorted((k, str(v)) for k, v in canon.items())), cell.patches)
+        if key not in kept:
+            cell.knobs = {k: str(canon.get(k, v)) if v != "" else v for k, v in cell.knobs.items()}
+            kept[key] = cell
+            continue
+        twin = kept[key]
+        for name in ("status", "step_time_s", "cost_s", "peak_mem_bytes", "per_step_s"):
+            getattr(twin, name).extend(getattr(cell, name))
+    return {c.cell: c for c in kept.values()}
 
 
 def replay_margin(cells: dict[str, Cell], validation: list[dict]) -> float:

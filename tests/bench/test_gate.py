@@ -61,6 +61,7 @@ def test_a_host_that_keeps_moving_is_measured_again_at_most_so_often_then_said()
 
 def test_the_gate_widens_with_the_first_anchors_noise_and_never_under_a_tenth():
     assert gate.threshold([0.0, 0.0, 0.0]) == gate.GATE_MIN_LOG
-    wide = gate.threshold([0.0, 0.2, -0.2])
-    assert wide == pytest.approx(gate.GATE_Z * math.sqrt(2) * 0.2)
+    wide = gate.threshold([0.0, 0.04, -0.04])
+    assert wide == pytest.approx(gate.GATE_Z * math.sqrt(2) * 0.04)
+    assert gate.threshold([0.0, 0.5, -0.5]) == gate.GATE_MAX_LOG  # a loaded host: capped
     assert gate.drifted(None, 0.0, wide)  # an anchor that did not run: the host unread

@@ -148,3 +148,44 @@ def test_a_new_table_judges_a_commit_and_resumes_only_under_the_same_rules(tmp_p
     with pytest.raises(ValueError, match="not one table"):
         make_table.same_rules(table, "pilot", tmp_path)
     make_table.same_rules(table, first, tmp_path)  # the same rules: it resumes
+
+
+def test_cells_that_are_one_configuration_are_merged_and_anchors_kept_apart(tmp_path):
+    """accum_no_sync changes nothing at grad_accum 1 (the manifest says so: ``inert_when``):
+    two cells that differ only there are one configuration, their repeats pooled; at
+    grad_accum 2 they stay two. The gate's anchors are no cell's repeats."""
+    path = tmp_path / "t.csv"
+    base = {
+        "table": "t",
+        "workload": "dense-2node",
+        "phase": "grid",
+        "patches": "",
+        "status": "ok",
+        "cost_s": 5.0,
+        "mem_cap_bytes": None,
+        "repeat": 0,
+        "peak_mem_bytes_max": 2e8,
+        "k_micro_batch": 4,
+    }
+    cells = [("c000", 1, False, 0.5), ("c001", 1, True, 0.6), ("c002", 2, False, 0.7)]
+    cells += [("c003", 2, True, 0.8)]
+    rows = [
+        dict(base, cell=c, k_grad_accum=g, k_accum_no_sync=s, step_time_s=t) for c, g, s, t in cells
+    ]
+    rows.append(dict(base, cell="c000", phase="anchor", step_time_s=0.9))
+    for row in rows:
+        tables.append_row(path, row, ["micro_batch", "grad_accum", "accum_no_sync"])
+    table = tables.load(path)
+    assert sorted(table.cells) == ["c000", "c002", "c003"]
+    assert table.cells["c000"].step_time_s == [0.5, 0.6]  # one configuration, two draws
+    assert len(table.anchors) == 1
+
+
+def test_a_knob_inert_at_another_knobs_value_resolves_to_its_default():
+    from infrarsi.workloads import find, knobs
+
+    manifest = find("dense-2node")
+    one = knobs.resolve(manifest, "tiny", {"micro_batch": 4, "accum_no_sync": True})
+    assert one["grad_accum"] == 1 and one["accum_no_sync"] is False
+    two = knobs.resolve(manifest, "tiny", {"micro_batch": 1, "accum_no_sync": True})
+    assert two["grad_accum"] > 1 and two["accum_no_sync"] is True

@@ -40,9 +40,25 @@ def resolve(manifest: Manifest, scale: str, overrides: Mapping[str, Any]) -> dic
         if knob.name not in values and knob.derive is not None:
             values[knob.name] = knob.coerce(expr.evaluate(knob.derive, env))
             env[knob.name] = values[knob.name]
+    values = inert_at_default(manifest, values, preset.params)
     _check_constraints(manifest, {**preset.params, **values})
     _check_domains(manifest, values)
     return {k.name: values[k.name] for k in manifest.knobs}
+
+
+def inert_at_default(
+    manifest: Manifest, values: Mapping[str, KnobValue], params: Mapping[str, Any]
+) -> dict[str, KnobValue]:
+    """``values`` with each knob whose ``inert_when`` holds set to its default: a knob that
+    changes nothing there is one configuration, not two (a knob absent from ``values`` is
+    left out)."""
+    out = dict(values)
+    env = {**params, **out}
+    for knob in manifest.knobs:
+        if knob.inert_when and knob.name in out and knob.default is not None:
+            if expr.evaluate(knob.inert_when, env):
+                out[knob.name] = knob.coerce(knob.default)
+    return out
 
 
 def parse_assignments(items: list[str]) -> dict[str, str]:

@@ -72,6 +72,12 @@ class Knob(_Strict):
         "write the knob as its own command item, '{name}'",
     )
     role: Role | None = Field(None, description="what the knob is for, for the diagnosis")
+    inert_when: str | None = Field(
+        None,
+        description="expression over the other knobs and the scale's parameters under which "
+        "this knob changes nothing (accum_no_sync at grad_accum 1): its value is then its "
+        "default, so two configurations that differ only in it are one",
+    )
     help: str = ""
 
     @model_validator(mode="after")
@@ -92,6 +98,12 @@ class Knob(_Strict):
             )
         if self.derive is not None:
             expr.parse(self.derive)
+        if self.inert_when is not None:
+            if self.default is None:
+                raise ValueError(
+                    f"knob {self.name!r}: 'inert_when' sets the knob to its default; give one"
+                )
+            expr.parse(self.inert_when)
         return self
 
     def coerce(self, value: Any) -> KnobValue:
