@@ -544,7 +544,7 @@ LIGHTNING_FIT = """
 import lightning as L
 class M(L.LightningModule):
     def validation_step(self, batch, i):
-        pass
+        self.log("val_loss", self(batch))
 L.Trainer().fit(M(), train_loader, {val})
 """
 
@@ -556,6 +556,7 @@ L.Trainer().fit(M(), train_loader, {val})
         (LIGHTNING_FIT.format(val="val_dataloaders=v"), True),
         (LIGHTNING_FIT.format(val="").replace(", )", ")"), False),  # no validation loader
         (LIGHTNING_FIT.format(val="v").replace("validation_step", "other"), False),
+        (LIGHTNING_FIT.format(val="v").replace("self.log(", "print("), False),  # logs nothing
         (LIGHTNING_FIT.format(val="v").replace("lightning as L", "torch as L"), False),
         (LIGHTNING_FIT.format(val="").replace(", )", ")") + "def val_dataloader(s): pass\n", True),
     ],

@@ -47,20 +47,27 @@ LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
 def lightning_validates(source: str) -> bool:
     """Whether the script is a PyTorch Lightning job whose ``Trainer.fit`` is given a
     validation loader (``val_dataloaders``, a third argument, or a ``val_dataloader`` the
-    script defines) and whose module defines ``validation_step``: its held-out loss is then
-    the unpatched script's ``Trainer.validate``."""
+    script defines) and whose ``validation_step`` logs (``self.log``): its held-out loss is then
+    what the unpatched script's ``Trainer.validate`` returns."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return False
     if not _imported_packages(tree) & set(LIGHTNING_PACKAGES):
         return False
-    defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    defined = {n.name for n in functions}
     fits = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _callee(n.func) == "fit"]
     given = any(
         len(c.args) >= 3 or any(k.arg == "val_dataloaders" for k in c.keywords) for c in fits
     )
-    return bool(fits) and "validation_step" in defined and (given or "val_dataloader" in defined)
+    logs = any(  # what Trainer.validate returns is what validation_step logs
+        isinstance(n, ast.Call) and _callee(n.func) in ("log", "log_dict")
+        for f in functions
+        if f.name == "validation_step"
+        for n in ast.walk(f)
+    )
+    return bool(fits) and logs and (given or "val_dataloader" in defined)
 
 
 def evaluation(framework: str, launch: list[str], script: str, has_eval: bool):
