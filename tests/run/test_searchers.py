@@ -553,3 +553,20 @@ def test_a_workloads_ranks_threads_and_nodes_are_read_from_its_manifest():
 
     par = parallelism(find("dense-2node"), None)
     assert (par.ranks, par.threads, par.nodes, par.cores) == ("nproc", "threads_per_rank", 2, None)
+
+
+def test_what_the_baseline_measurably_used_at_this_capacity_fits_whatever_the_margin():
+    """The calibrated estimate of the baseline is its measured peak: at a capacity set at that
+    peak the margin would call the baseline itself unfit; what it used fits, and so does any
+    config estimated no larger (a larger one still does not)."""
+    configs = problem().candidates
+    base = configs[0]
+    at_base = truth(base)[1]
+    kw = dict(analytic_log_peak=lambda cs: np.log([truth(c)[1] for c in cs]))  # noqa: E731
+    raw = Problem(configs, problem().space, base, capacity_bytes=at_base, **kw)
+    measured = Problem(
+        configs, problem().space, base, capacity_bytes=at_base, baseline_peak_bytes=at_base, **kw
+    )
+    fits = measured.analytic_fits()
+    assert not raw.analytic_fits()[raw.index[base]] and fits[measured.index[base]]
+    assert all(fits[i] == (truth(c)[1] <= at_base) for i, c in enumerate(measured.candidates))

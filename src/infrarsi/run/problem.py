@@ -187,8 +187,20 @@ class Problem:
         True without an estimate or a capacity): the prefilter any searcher may use."""
         if self.offsets is None or self.offset_total is None or not self.capacity_bytes:
             return np.ones(len(self.candidates), dtype=bool)
-        fits: np.ndarray = self.offset_total <= math.log(self.capacity_bytes) - ANALYTIC_MARGIN
+        fits: np.ndarray = self.offset_total <= self._fit_limit()
         return fits
+
+    def _fit_limit(self) -> float:
+        """The log peak an estimate may reach and be taken to fit: the capacity less
+        ``ANALYTIC_MARGIN``, or — where the baseline's peak was measured within the capacity —
+        at least that peak: what the baseline measurably used at this capacity fits (the
+        calibrated estimate of the baseline is its measured peak)."""
+        assert self.capacity_bytes
+        limit = math.log(self.capacity_bytes) - ANALYTIC_MARGIN
+        measured = self.baseline_peak_bytes
+        if measured and measured <= self.capacity_bytes:
+            limit = max(limit, math.log(measured))
+        return limit
 
     def seed_fits(self) -> np.ndarray:
         """``analytic_fits``, except for a bank seed with a measured peak ratio when this run's
@@ -197,7 +209,7 @@ class Problem:
         fits = self.analytic_fits()
         if not self.capacity_bytes or not self.baseline_peak_bytes:
             return fits
-        limit = math.log(self.capacity_bytes) - ANALYTIC_MARGIN
+        limit = self._fit_limit()
         base = math.log(self.baseline_peak_bytes)
         for c, log_ratio in self.bank_peak.items():
             if c in self.index:
