@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from infrarsi import store
 from infrarsi.errors import InfraRSIError, UnknownNameError
+from infrarsi.identity import ConfigKey, config_key
 from infrarsi.redact import masked_url, scrub
 from infrarsi.stages import Stage
 from infrarsi.store.bank_schema import ExperienceRow, PatchTextRow, SeedRow
@@ -286,10 +287,8 @@ class BankStore:
                 f"{exc}): export it again with `infrarsi bank export FILE`"
             ) from None
         added = self.add(experiences, texts)
-        seen = {(x.run_id, json.dumps(x.knobs_json, sort_keys=True)) for x in self.seeds()}
-        new_seeds = [
-            x for x in seeds if (x.run_id, json.dumps(x.knobs_json, sort_keys=True)) not in seen
-        ]
+        seen = {_seed_key(x) for x in self.seeds()}  # one seed of a run per configuration
+        new_seeds = [x for x in seeds if _seed_key(x) not in seen]
         if new_seeds:
             self.add_seeds(new_seeds)
         return {"experiences": added, "skipped": len(experiences) - added, "seeds": len(new_seeds)}
@@ -333,6 +332,11 @@ def revision(engine: Engine) -> str | None:
 def _experience(source: object) -> Experience:
     """An experience as stored: a row of the bank, or an entry of an export file."""
     return Experience.model_validate(source, from_attributes=True)
+
+
+def _seed_key(seed: StoredSeed) -> tuple[str, ConfigKey]:
+    """A seed's identity in the bank: its run and its configuration (``identity.config_key``)."""
+    return seed.run_id, config_key(seed.knobs_json, seed.patches_json)
 
 
 def _seed(source: object) -> StoredSeed:
