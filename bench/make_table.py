@@ -317,7 +317,7 @@ def measure(workload: str, plan: TablePlan, out_dir: Path) -> Path:
             rows = tables.read_rows(path)
             tables.rewrite(path, [r for r in rows if r["trial_id"] not in ids], list(rows[0]))
 
-        drift = gate.gated(todo, lambda c, r: run_row(c, r), run_anchor, drop)
+        drift = gate.gated(todo, run_row, run_anchor, drop)
         path.with_suffix(".drift.json").write_text(json.dumps(drift.as_json(), indent=1) + "\n")
         print(f"{name}: drift {drift.as_json()}", file=sys.stderr, flush=True)
         validate(manifest, path, cells, plan.n_validate, (fp, commit), Path(workdir), knob_names)
