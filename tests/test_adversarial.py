@@ -3,6 +3,7 @@
 checks. The contract is calibrated as Doctor does it (another batch split, bf16)."""
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -684,6 +685,12 @@ CLOCK_CHEATS = {
     "rehearse_before_the_start_line": BEFORE_THE_STEPS,
 }
 HONEST_TIMED = [["sdpa_attention", "fused_qkv"], [str(CHEATS / "adamw_foreach.diff")]]
+# What one cheat's compared time may fall to against its round's baseline, and all of them
+# together (their median). One round's charge moves by the two windows' difference over the
+# timed steps: identical runs' windows differed by 0.7 s on a quiet host and by ~1.4 s in a
+# loaded CI (a cheat charged 0.59x there), so one measurement is held only to what its lines
+# could never reach (the held lines claim 0.0004 s a step, ~0.02x), the median to no gain.
+CHEAT_FLOOR, CHEATS_MEDIAN_FLOOR = 0.3, 0.8
 
 
 def _ranked_run(run_dir: Path, contract, configs: list[tuple[dict, list[str]]]) -> Path:
@@ -738,12 +745,16 @@ def test_cheats_on_a_throughput_clock_are_refused_through_apply_and_honest_patch
     result = apply_run(run_dir, top_k=len(configs), rounds=1)  # a check fails in one round
     judged = {tuple(c.patches): c for c in result.candidates}
     base = {m.round: m.compared_s for m in result.measurements if m.label == "baseline"}
+    ratios = []  # a cheat's compared time over the baseline's, in its round
     for (_, patches), why in zip(configs, CLOCK_CHEATS.values()):
         cheat = judged[tuple(patches)]
         assert not cheat.verified and not cheat.promoted, (patches, cheat.reasons)
         assert any(w in r for r in cheat.reasons for w in why), (patches, cheat.reasons)
         for m in (m for m in result.measurements if m.label == cheat.label and m.compared_s):
-            assert m.compared_s > 0.6 * base[m.round], (patches, m.compared_s, base)
+            ratios.append(m.compared_s / base[m.round])
+            assert ratios[-1] > CHEAT_FLOOR, (patches, m.compared_s, m.step_time_s, base)
+    # together, the cheats (which train what the baseline trains, some of them twice) gain nothing
+    assert statistics.median(ratios) > CHEATS_MEDIAN_FLOOR, ratios
     for patches in HONEST_TIMED:
         honest = judged[tuple(patches)]
         assert honest.verified, (patches, honest.reasons)
