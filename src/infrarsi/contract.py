@@ -19,6 +19,7 @@ from infrarsi.errors import InfraRSIError, field_problems
 from infrarsi.paths import read_text
 from infrarsi.trial.patching import sha256_file
 from infrarsi.workloads import Manifest, find
+from infrarsi.workloads.kinds import ChangeKind
 from infrarsi.workloads.registry import is_reference
 
 CONTRACT_SCHEMA_VERSION = 1
@@ -57,7 +58,7 @@ class Correctness(_Frozen):
         return (self.loss_tolerance_bf16 or self.loss_tolerance) if bf16 else self.loss_tolerance
 
 
-CHANGE_KINDS = ("split", "ranks", "precision")
+CHANGE_KINDS = tuple(kind.value for kind in ChangeKind)  # the registry's, ``workloads.kinds``
 
 
 class Equivalence(_Frozen):

@@ -23,6 +23,7 @@ from infrarsi.verify import loss_drift, sampled_drift_sd
 from infrarsi.verify.evidence import held_out_share, load_params, weight_distance
 from infrarsi.workloads import change_kinds
 from infrarsi.workloads import knobs as knob_rules
+from infrarsi.workloads.kinds import KINDS, ChangeKind
 from infrarsi.workloads.manifest import Manifest
 
 MULTIPLE = {"fp32": 10.0, "bf16": 3.0}
@@ -42,7 +43,7 @@ LOSS_MULTIPLE = 3.0
 # seeds: 3x one draw refused an honest split in 12-19% of comparisons at fresh seeds (the
 # Doctor's tolerance 27% at its seed; Apply refused batch 8 at 33%), 3x the spread in 1.6-3.3%,
 # while a split that drops the accumulation's division was still caught in 80% (85% before).
-SAMPLED_KINDS = frozenset({"split", "ranks"})
+SAMPLED_KINDS = frozenset(kind.value for kind, row in KINDS.items() if row.sampled)
 # Honest fp32 patches moved the reference workloads' weights by up to 2.3e-5 of what was
 # learned at tiny scale (float reassociation), the held-out loss by up to 2e-6; the weakest
 # cheat measured (weight decay dropped) by 3.5e-3 and 4.7e-4.
@@ -127,7 +128,8 @@ def floors_of(
     makes (``weight``/``eval`` where both runs left evidence, ``loss`` always), plus
     ``weight_fp32``/``eval_fp32`` or ``_bf16`` by precision (the overall floors shown)."""
     kinds = change_kinds(manifest, baseline.knobs, other.knobs) or frozenset({"rerun"})
-    precision = "bf16" if "precision" in kinds else "fp32"
+    lowered = any(KINDS[ChangeKind(k)].precision != "fp32" for k in kinds - {"rerun"})
+    precision = "bf16" if lowered else "fp32"
     ref, got = baseline.measured.loss, other.measured.loss
     values = {"loss": max(loss_drift(ref, got, last_k))}
     if kinds & SAMPLED_KINDS:  # another split prints another sample: its spread, not one draw
@@ -217,9 +219,9 @@ def tolerances(floors: dict[str, float]) -> Equivalence:
             else getattr(default, field)
         )
     by_kind = {}
-    for kind in ("split", "ranks", "precision"):
-        multiple = MULTIPLE["bf16"] if kind == "precision" else KIND_MULTIPLE
-        precision = "bf16" if kind == "precision" else "fp32"
+    multiples = {**MULTIPLE, "kind": KIND_MULTIPLE}
+    for kind, row in ((k.value, r) for k, r in KINDS.items()):
+        multiple, precision = multiples[row.multiple], row.precision
         own = {
             q: max(
                 (LOSS_MULTIPLE if q == "loss" else multiple) * floors[f"{q}_{kind}"],
@@ -235,5 +237,5 @@ def tolerances(floors: dict[str, float]) -> Equivalence:
         by_kind=by_kind,
         calibrated=bool(floors),
         floors=floors,
-        multiple={**MULTIPLE, "kind": KIND_MULTIPLE},
+        multiple=multiples,
     )

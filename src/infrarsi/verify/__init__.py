@@ -24,6 +24,7 @@ from infrarsi.trial.record import TrialMetrics, TrialRecord, TrialStatus
 from infrarsi.verify import clock, evidence, timing
 from infrarsi.verify.reference import References, precision_ran
 from infrarsi.workloads import Manifest, change_kinds, precision_of
+from infrarsi.workloads.kinds import KINDS
 
 # What the launchers hold varies little between configs of one workload (torchrun's agent with
 # PyTorch imported); a rank that parks memory in it (the rendezvous store) moves it by more.
@@ -223,7 +224,7 @@ def _bf16_patch(
 
 
 # Where the contract's workload cannot be loaded: the reference workloads' knob names.
-FALLBACK_KINDS = {"micro_batch": "split", "nproc": "ranks", "precision": "precision"}
+FALLBACK_KINDS = {row.fallback_knob: kind.value for kind, row in KINDS.items()}
 
 
 def _manifest(contract: Contract) -> Manifest | None:

@@ -12,6 +12,7 @@ from typing import Any
 from infrarsi.errors import InfraRSIError
 from infrarsi.identity import differing_knobs
 from infrarsi.workloads import expr
+from infrarsi.workloads.kinds import KINDS
 from infrarsi.workloads.manifest import KnobValue, Manifest
 
 
@@ -122,23 +123,16 @@ def precision_of(manifest: Manifest, values: Mapping[str, Any]) -> str:
     return "fp32"
 
 
-KIND_ROLES = {
-    "split": ("micro_batch", "grad_accum"),
-    "ranks": ("ranks",),
-    "precision": ("precision",),
-}
-
-
 def change_kinds(
     manifest: Manifest, base: Mapping[str, Any], other: Mapping[str, Any]
 ) -> frozenset[str]:
-    """Which kinds of change (``split``, ``ranks``, ``precision``) ``other`` makes to ``base``:
-    a knob with one of the kind's roles has another value. Verification judges a candidate by
-    the noise floors of exactly these kinds."""
+    """Which kinds of change (``kinds.ChangeKind``: ``split``, ``ranks``, ``precision``)
+    ``other`` makes to ``base``: a knob with one of the kind's roles has another value.
+    Verification judges a candidate by the noise floors of exactly these kinds."""
     return frozenset(
-        kind
-        for kind, roles in KIND_ROLES.items()
+        kind.value
+        for kind, row in KINDS.items()
         if differing_knobs(
-            base, other, [name for role in roles for name in manifest.knobs_with_role(role)]
+            base, other, [name for role in row.roles for name in manifest.knobs_with_role(role)]
         )
     )
