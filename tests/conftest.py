@@ -181,15 +181,21 @@ def assert_no_leftovers(trial_id: str) -> None:
     assert trial_processes(trial_id) == [], f"processes of {trial_id} survived"
 
 
-def optimize_json(manifest: Path, instruction: str, out: Path, *options: str) -> dict:
+def optimize_json(
+    manifest: Path, instruction: str, out: Path, *options: str, counted: Path | None = None
+) -> dict:
     """Run ``infrarsi optimize MANIFEST INSTRUCTION --scale tiny --yes --json`` as a real
     process in ``out``; its stdout, which is the one JSON answer and nothing else, parsed (the
-    command must succeed)."""
+    command must succeed). ``counted``: a file each run store the process opens is written to
+    (``counted_stores.py``)."""
+    python = [sys.executable, "-m", "infrarsi"]
+    env = None
+    if counted is not None:
+        python = [sys.executable, str(Path(__file__).parent / "counted_stores.py")]
+        env = {**os.environ, "INFRARSI_TEST_COUNTED_STORES": str(counted)}
     result = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "infrarsi",
+            *python,
             "optimize",
             str(manifest),
             instruction,
@@ -205,6 +211,7 @@ def optimize_json(manifest: Path, instruction: str, out: Path, *options: str) ->
         text=True,
         timeout=1200,
         cwd=out,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout)
@@ -235,5 +242,6 @@ def dense_optimized(tmp_path_factory):
         "2",
         "--bank",
         str(bank),
+        counted=out / "stores-opened.txt",
     )
     return answer, out, bank

@@ -56,6 +56,17 @@ def test_optimize_ends_with_one_json_object_and_every_file(optimized):
         assert not (run_dir / "winner.patch").exists()
 
 
+def test_a_round_opens_one_store_and_hands_it_to_every_stage(optimized):
+    """The round's ledger is opened once, by the composer, and passed down: the Doctor, the
+    search, Apply, the report's writer and the bank's ingest read and write the round through
+    that one handle (``counted_stores.py`` wrote down each store the process opened)."""
+    answer, out = optimized
+    opened = (out / "stores-opened.txt").read_text().splitlines()
+    run_dir = Path(answer["run_dir"]).resolve()
+    assert f"sqlite:///{run_dir / 'run.sqlite'}" in opened, opened
+    assert len(opened) == len(set(opened)) == len(answer.get("rounds") or [answer]), opened
+
+
 def test_the_audit_trail_holds_every_trial_of_the_search_and_of_apply(optimized):
     answer, _ = optimized
     run_dir = Path(answer["run_dir"])

@@ -18,7 +18,7 @@ from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import proposed_by, who_proposed
 from infrarsi.records import Measurement
 from infrarsi.stages import Stage
-from infrarsi.store import StoredTrial
+from infrarsi.store import Ledger, StoredTrial
 from infrarsi.trial import TrialRecord
 
 AUDIT_FILE = "audit.jsonl"
@@ -91,6 +91,16 @@ class AuditLog(Callback):
 
     def __init__(self, run_dir: Path, objective: str, searcher: str) -> None:
         self.run_dir, self.objective, self.searcher = Path(run_dir), objective, searcher
+
+    @classmethod
+    def following(cls, ledger: Ledger, run_dir: Path) -> AuditLog:
+        """The audit of ``ledger``'s run in ``run_dir``, caught up with what the store holds
+        and subscribed to it: what a command run by hand, as its round's composer, hears."""
+        run = ledger.run
+        log = cls(run_dir, run.contract.objective, run.searcher)
+        log.catch_up(ledger.store.trials(run.run_id, None))
+        ledger.store.subscribe(log.on_trial_end)
+        return log
 
     def on_trial_end(self, trial: StoredTrial) -> None:
         self._append([trial])

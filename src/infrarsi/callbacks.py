@@ -15,17 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infrarsi.events import EventSink, StageStarted
-from infrarsi.store import StoredTrial
+from infrarsi.store import Ledger, StoredTrial
 
 
 @dataclass(frozen=True)
 class RoundEnd:
-    """A round has run every stage: ``round`` (from 1), its run directory and its run's id in
-    the round's store."""
+    """A round has run every stage: ``round`` (from 1), its run directory, its run's id in
+    the round's store, and the round's ledger handle (None: a listener opens it from the run
+    directory)."""
 
     round: int
     run_dir: Path
     run_id: str
+    ledger: Ledger | None = None
 
 
 class Callback:

@@ -16,17 +16,18 @@ from infrarsi.options import ProposerOptions, SearchOptions
 from infrarsi.proposers import make_proposer
 from infrarsi.records import RunStart
 from infrarsi.run.loop import RunLoop
-from infrarsi.store import StoredTrial
+from infrarsi.store import Ledger
 
 
 @dataclass(frozen=True)
 class Listeners:
     """Who hears the Run stage: its events, the proposer's notes, and each trial's end as the
-    run's store keeps it (None: the run's audit log alone)."""
+    round's ``ledger`` (opened by the composer) tells whoever it subscribed there (None: the
+    run opens its store, heard by the run's audit log alone)."""
 
     on_event: EventSink
     on_note: Callable[[str], None]
-    on_trial_end: Callable[[StoredTrial], None] | None = None
+    ledger: Ledger | None = None
 
 
 def search_loop(
@@ -58,5 +59,5 @@ def search_loop(
         executor=executor,
         proposer=proposer,
         on_event=listeners.on_event,
-        on_trial_end=listeners.on_trial_end,
+        ledger=listeners.ledger,
     )

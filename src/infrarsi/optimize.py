@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -51,7 +51,7 @@ from infrarsi.records import (
 )
 from infrarsi.report import ReportWriter
 from infrarsi.stages import Stage
-from infrarsi.store import RunStatus, Store, StoredRun, new_run_id, sqlite_url
+from infrarsi.store import Ledger, RunStatus, Store, StoredRun, new_run_id, sqlite_url
 from infrarsi.trial.record import TrialRecord
 from infrarsi.workloads import Manifest, find
 
@@ -198,6 +198,7 @@ def _one_round(
     audit = AuditLog(run_dir, contract.objective, options.search.searcher)
     hear = CallbackList([Screen(emit), audit, report, *([ingest] if ingest else [])])
     ledger = _open_round(contract, run_dir, options, hear)
+    hear.on_stage_start(StageStarted(stage=Stage.DOCTOR, round=r))
     contract, doctored = _doctor(contract, round_dir, r, options, emit, ledger)
     advice = _advice(contract, doctored, r, emit, bank)
     hear.on_stage_start(
@@ -211,7 +212,7 @@ def _one_round(
         options.proposer,
         executor,
         RunStart(doctor_report=doctored, bank_advice=advice, run_id=ledger.run_id),
-        Listeners(emit, lambda text: emit(Note(text=text, round=r)), hear.on_trial_end),
+        Listeners(emit, lambda text: emit(Note(text=text, round=r)), ledger=ledger),
     ).start()
     hear.on_stage_start(StageStarted(stage=Stage.APPLY, round=r))
     applied = apply_run(
@@ -221,10 +222,10 @@ def _one_round(
         seed=options.search.seed,
         executor=executor,
         on_event=emit,
-        on_trial_end=hear.on_trial_end,
+        ledger=ledger,
     )
     hear.on_stage_start(StageStarted(stage=Stage.REPORT, round=r))
-    hear.on_round_end(RoundEnd(round=r, run_dir=run_dir, run_id=ledger.run_id))
+    hear.on_round_end(RoundEnd(round=r, run_dir=run_dir, run_id=ledger.run_id, ledger=ledger))
     assert report.written is not None  # written as the round ends, or that raised
     ingested = ingest.ingested if ingest else None
     return _round_result(r, contract, run_dir, found, applied, report.written, ingested)
@@ -261,21 +262,13 @@ def _round_result(
     return result, base.model_dump(include={"step_time_s", "mfu_pct", "knobs", "tokens_per_s"})
 
 
-@dataclass(frozen=True)
-class _Ledger:
-    """The round's store, the run it holds for the round, and who hears the round."""
-
-    store: Store
-    run_id: str
-    hear: Callback
-
-
 def _open_round(
     contract: Contract, run_dir: Path, options: OptimizeOptions, hear: Callback
-) -> _Ledger:
-    """The round's store and its run, opened before the Doctor (``doctoring``): every trial of
-    the round goes in as it ends — the Doctor's through ``_stored_then``, the search's and
-    Apply's in their stages — and ``hear`` is told of each then (the audit writes its line).
+) -> Ledger:
+    """The round's ledger — its one store and its run — opened before the Doctor
+    (``doctoring``) and handed to every stage of the round: every trial goes in as it ends —
+    the Doctor's through ``_stored_then``, the search's and Apply's in their stages — and
+    ``hear``, subscribed here alone, is told of each then (the audit writes its line).
     The search brings the run to its sealed contract and its own settings
     (``Store.save_run``)."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -285,10 +278,10 @@ def _open_round(
         StoredRun.opened(new_run_id(), contract, name, options.search, RunStatus.DOCTORING)
     )
     store.subscribe(hear.on_trial_end)
-    return _Ledger(store, run.run_id, hear)
+    return Ledger(store, run.run_id)
 
 
-def _stored_then(ledger: _Ledger, emit: EventSink) -> Callable[[str, TrialRecord], None]:
+def _stored_then(ledger: Ledger, emit: EventSink) -> Callable[[str, TrialRecord], None]:
     """What the Doctor calls as each of its trials ends: into the round's store, then told."""
 
     def ended(label: str, record: TrialRecord) -> None:
@@ -307,11 +300,10 @@ def _doctor(
     r: int,
     options: OptimizeOptions,
     emit: EventSink,
-    ledger: _Ledger,
+    ledger: Ledger,
 ) -> tuple[Contract, DoctorReport]:
     """The Doctor's report of this round's baseline (each trial into the round's store as it
     ends), the contract sealed with it, and the objective's headroom said."""
-    ledger.hear.on_stage_start(StageStarted(stage=Stage.DOCTOR, round=r))
     doctor_dir = (round_dir / "doctor-trials").resolve()
     report = run_doctor(
         contract,

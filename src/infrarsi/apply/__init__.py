@@ -35,7 +35,7 @@ from infrarsi.records import (
     ReferenceRun,
 )
 from infrarsi.stages import Stage
-from infrarsi.store import RunDirError, Store, StoredRun, StoredTrial, open_run_dir
+from infrarsi.store import Ledger, RunDirError, Store, StoredRun, StoredTrial, open_run_dir
 from infrarsi.trial.record import TrialStatus
 from infrarsi.verify import evidence_strength
 from infrarsi.workloads import knobs as knob_rules
@@ -47,22 +47,29 @@ class ApplyError(InfraRSIError):
 
 
 def open_run(
-    run_dir: Path, on_trial_end: Callable[[StoredTrial], None] | None = None
+    run_dir: Path,
+    on_trial_end: Callable[[StoredTrial], None] | None = None,
+    ledger: Ledger | None = None,
 ) -> tuple[Store, StoredRun, list[StoredTrial], Contract]:
-    """The store, run, trials and contract of a run directory; the store tells
-    ``on_trial_end`` of each trial as it ends (None: it writes the trial's audit line, after
-    appending the lines of stored trials the audit lacks). The Doctor's trials are in the store
-    (a run made before they were stored has them added from its ``doctor.json``)."""
+    """The store, run, trials and contract of a run directory. Through ``ledger``, the round's
+    handle its composer opened and subscribed its listeners to, nothing more is subscribed;
+    else the store of ``run_dir`` is opened and tells ``on_trial_end`` of each trial as it ends
+    (None: it writes the trial's audit line, after appending the lines of stored trials the
+    audit lacks). The Doctor's trials are in the store (a run made before they were stored has
+    them added from its ``doctor.json``)."""
+    if ledger is not None:
+        _store_every_stage(ledger.store, ledger.run_id, Path(run_dir))
+        run = ledger.run
+        return ledger.store, run, ledger.store.trials(run.run_id), run.contract
     try:
         store, run = open_run_dir(run_dir)
     except RunDirError as exc:
         raise ApplyError(str(exc)) from None
     contract = run.contract
     if on_trial_end is None:
-        log = AuditLog(Path(run_dir), contract.objective, run.searcher)
-        log.catch_up(store.trials(run.run_id, None))
-        on_trial_end = log.on_trial_end
-    store.subscribe(on_trial_end)
+        AuditLog.following(Ledger(store, run.run_id), Path(run_dir))
+    else:
+        store.subscribe(on_trial_end)
     _store_every_stage(store, run.run_id, Path(run_dir))
     return store, run, store.trials(run.run_id), contract
 
@@ -152,12 +159,15 @@ def apply_run(
     seed: int = 0,
     on_event: EventSink | None = None,
     on_trial_end: Callable[[StoredTrial], None] | None = None,
+    ledger: Ledger | None = None,
 ) -> ApplyResult:
     """Re-measure the top ``top_k`` against the baseline, decide, write what holds (apply.json);
-    each measurement heard by ``on_trial_end`` as it ends (None: the run's audit log). Refused
-    while another process runs in ``run_dir``."""
+    each measurement heard by ``on_trial_end`` as it ends (None: the run's audit log), or,
+    through ``ledger`` (the round's handle), by whoever its composer subscribed. Refused while
+    another process runs in ``run_dir``."""
     with holding(Path(run_dir), create=False):
-        return _apply_run(run_dir, top_k, executor, rounds, seed, on_event, on_trial_end)
+        heard = (on_trial_end, ledger)
+        return _apply_run(run_dir, top_k, executor, rounds, seed, on_event, heard)
 
 
 def _apply_run(
@@ -167,10 +177,10 @@ def _apply_run(
     rounds: int | None,
     seed: int,
     on_event: EventSink | None,
-    on_trial_end: Callable[[StoredTrial], None] | None,
+    heard: tuple[Callable[[StoredTrial], None] | None, Ledger | None],
 ) -> ApplyResult:
     run_dir = Path(run_dir).resolve()
-    store, run, trials, contract = open_run(run_dir, on_trial_end)
+    store, run, trials, contract = open_run(run_dir, *heard)
     manifest = contract.manifest()
     contract.check_locked(manifest.root)
     baseline_knobs = knob_rules.baseline(manifest, contract.scale)

@@ -29,6 +29,7 @@ from infrarsi.records import (
     seed_held,
 )
 from infrarsi.stages import Stage
+from infrarsi.store import Ledger
 from infrarsi.store.bank import BankStore, StoredSeed
 from infrarsi.trial.record import TrialRecord
 
@@ -75,11 +76,11 @@ def _nodes_per_host(nodes: int, report: DoctorReport | None) -> int:
     return nodes
 
 
-def ingest_run(run_dir: Path, bank: BankStore) -> BankIngest:
+def ingest_run(run_dir: Path, bank: BankStore, ledger: Ledger | None = None) -> BankIngest:
     """Add a run directory's experiences to the bank, and judge the seeds it was given (from
     its ``bank_advice.json``): each seed's measured speed-up here (the median of its search
     trials) and whether it held (faster than the baseline)."""
-    experiences, texts, ctx = experiences_of_run(Path(run_dir))
+    experiences, texts, ctx = experiences_of_run(Path(run_dir), ledger)
     added = bank.add(experiences, texts)
     by_stage: dict[str, int] = {}
     for e in experiences:
@@ -154,5 +155,5 @@ class BankIngester(Callback):
         self.ingested: BankIngest | None = None
 
     def on_round_end(self, end: RoundEnd) -> None:
-        self.ingested = ingest_run(end.run_dir, self.bank)
+        self.ingested = ingest_run(end.run_dir, self.bank, end.ledger)
         self.emit(BankIngested(round=end.round, url=self.bank.url, added=self.ingested.added))

@@ -34,7 +34,7 @@ from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import is_proposed
 from infrarsi.records import DOCTOR_BASELINE_LABEL, DOCTOR_FILE, ApplyResult, DoctorReport
 from infrarsi.stages import Stage
-from infrarsi.store import open_run_dir
+from infrarsi.store import Ledger
 from infrarsi.store.bank import Experience
 from infrarsi.trial.record import TrialStatus
 
@@ -42,9 +42,10 @@ from infrarsi.trial.record import TrialStatus
 class RunContext:
     """What every experience of one run shares: ids, signatures, the baseline's figures."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, ledger: Ledger | None = None):
         self.run_dir = Path(run_dir)
-        self.store, self.run = open_run_dir(run_dir)
+        ledger = ledger or Ledger.of_run_dir(run_dir)
+        self.store, self.run = ledger.store, ledger.run
         self.contract = self.run.contract
         self.manifest = self.contract.manifest()
         doctor_path = Path(run_dir) / DOCTOR_FILE
@@ -158,10 +159,11 @@ def _facts_only() -> dict:
 
 
 def experiences_of_run(
-    run_dir: Path,
+    run_dir: Path, ledger: Ledger | None = None
 ) -> tuple[list[Experience], dict[str, tuple[str, str]], RunContext]:
-    """Every experience a run directory holds, the texts of its patches, and its context."""
-    ctx = RunContext(Path(run_dir))
+    """Every experience a run directory holds (read through ``ledger`` where given), the
+    texts of its patches, and its context."""
+    ctx = RunContext(Path(run_dir), ledger)
     out = _doctor(ctx) + _search(ctx) + _apply(ctx, Path(run_dir))
     texts = {}
     for e in out:

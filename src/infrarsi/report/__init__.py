@@ -33,7 +33,7 @@ from infrarsi.records import (
 from infrarsi.report import figures
 from infrarsi.report.render import html_report, markdown_report
 from infrarsi.stages import Stage
-from infrarsi.store import RunDirError, StoredRun, StoredTrial, open_run_dir
+from infrarsi.store import Ledger, RunDirError, StoredRun, StoredTrial
 from infrarsi.trial import TrialRecord
 from infrarsi.trial.record import TrialStatus
 from infrarsi.workloads import knobs as knob_rules
@@ -66,13 +66,15 @@ class ReportData:
     proposals: list[ProposalLine] = field(default_factory=list)
 
 
-def gather(run_dir: Path) -> ReportData:
-    """Read the run, Apply's result, the Doctor's report and the records the report needs."""
+def gather(run_dir: Path, ledger: Ledger | None = None) -> ReportData:
+    """Read the run (through ``ledger``, the round's handle; None: the one ``run_dir``
+    names), Apply's result, the Doctor's report and the records the report needs."""
     run_dir = Path(run_dir).resolve()
     try:
-        store, run = open_run_dir(run_dir)
+        ledger = ledger or Ledger.of_run_dir(run_dir)
     except RunDirError as exc:
         raise ReportError(str(exc)) from None
+    store, run = ledger.store, ledger.run
     contract = run.contract
     manifest = contract.manifest()
     trials = [_trial_row(t, contract.objective) for t in store.trials(run.run_id)]
@@ -269,10 +271,11 @@ def draw(data: ReportData) -> dict[str, bytes]:
     return out
 
 
-def write_report(run_dir: Path) -> Report:
+def write_report(run_dir: Path, ledger: Ledger | None = None) -> Report:
     """Write ``report.md`` (figures in ``report-figures/``) and ``report.html`` (figures
-    embedded); returns the record of what was written, with the headline."""
-    data = gather(run_dir)
+    embedded) of the run in ``run_dir`` (read through ``ledger`` where the composer gives
+    one); returns the record of what was written, with the headline."""
+    data = gather(run_dir, ledger)
     data.figures = draw(data)
     folder = data.run_dir / FIGURE_DIR
     folder.mkdir(exist_ok=True)
@@ -300,4 +303,4 @@ class ReportWriter(Callback):
         self.written: Report | None = None
 
     def on_round_end(self, end: RoundEnd) -> None:
-        self.written = write_report(end.run_dir)
+        self.written = write_report(end.run_dir, end.ledger)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,7 @@ from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.stages import Stage
 from infrarsi.store import (
+    Ledger,
     RunDirError,
     RunStatus,
     Store,
@@ -108,7 +108,7 @@ class RunLoop:
         executor: Executor | None = None,
         proposer: Proposer | None = None,
         on_event: EventSink | None = None,
-        on_trial_end: Callable[[StoredTrial], None] | None = None,
+        ledger: Ledger | None = None,
     ):
         """``options``: the searcher, its budget (resolved against the contract's), seed,
         trials in flight and store. ``start``: what the run starts from — the Doctor's report
@@ -118,8 +118,9 @@ class RunLoop:
         every ``PROPOSE_EVERY`` trials while it wants to; a patch it accepts joins the
         candidates and is tried on the baseline's knobs first. Trials in flight at once
         (``options.parallel``) need an executor with room for them (a cluster's nodes).
-        ``on_trial_end``: what the run's store calls as each trial ends (the composer's
-        callbacks; None: this run's audit log alone)."""
+        ``ledger``: the round's store and run, opened by the composer, who subscribed its
+        listeners to it (None: the run opens its own store, ``options.store_url``, heard by
+        this run's audit log alone)."""
         options = options or SearchOptions()
         if options.searcher not in registry.SEARCHERS:
             raise RunError(
@@ -135,7 +136,7 @@ class RunLoop:
         self.on_event: EventSink = on_event or ignore
         self.manifest = contract.manifest()
         self.proposer = proposer
-        self.on_trial_end = on_trial_end
+        self.ledger = ledger
         self._proposed_at: int | None = None
         self._writers = proposed_by(self.run_dir)  # proposed patch id -> who wrote it
         # the seed every search trial runs at: drawn when the run starts, kept in run.json
@@ -217,16 +218,16 @@ class RunLoop:
                 f"{self.run_dir}, or give another run directory"
             )
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        run_id = self.begun.run_id or new_run_id()
-        store = Store(self.store_url)
+        store = self.ledger.store if self.ledger else Store(self.store_url)
+        run_id = self.ledger.run_id if self.ledger else self.begun.run_id or new_run_id()
         search = replace(self.options, budget=self.budget)
         run = store.save_run(  # a run opened before its Doctor gets its sealed contract here
             StoredRun.opened(run_id, self.contract, self.manifest.name, search, RunStatus.RUNNING)
         )
-        store.subscribe(
-            self.on_trial_end
-            or AuditLog(self.run_dir, self.contract.objective, run.searcher).on_trial_end
-        )
+        if self.ledger is None:  # the composer's listeners already hear its ledger
+            store.subscribe(
+                AuditLog(self.run_dir, self.contract.objective, run.searcher).on_trial_end
+            )
         self.trial_seed = challenge_seed()
         (self.run_dir / "run.json").write_text(
             json.dumps(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,6 +52,28 @@ def unreachable(what: str, url: str, exc: Exception) -> str:
         f"cannot open the {what} at {url!r}: {reason}; check the URL, and that the server "
         "runs and accepts connections from here"
     )
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """One round's ledger handle: the store and the run it holds. Opened once by whoever
+    composes the round (``optimize``, or a command run by hand, with ``of_run_dir``) and
+    passed down: a stage given one reads and writes the round through it, opens no store of
+    its own and subscribes no one (the composer's listeners hear every trial it finishes)."""
+
+    store: Store
+    run_id: str
+
+    @classmethod
+    def of_run_dir(cls, run_dir: Path) -> Ledger:
+        """The ledger a run directory's ``run.json`` names (``RunDirError`` if none)."""
+        store, run = open_run_dir(run_dir)
+        return cls(store, run.run_id)
+
+    @property
+    def run(self) -> StoredRun:
+        """The run as the store holds it now."""
+        return self.store.run(self.run_id)
 
 
 def open_run_dir(run_dir: Path) -> tuple[Store, StoredRun]:
