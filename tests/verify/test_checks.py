@@ -425,3 +425,21 @@ def test_the_doctor_calibrates_the_weights_a_job_saves_without_a_held_out_loss(t
     full = _record(c, tmp_path, "full", final={"a": 0.1, "b": 0.1003, "bias": 0.01})
     both = _record(c, tmp_path, "both", eval_loss=3.6)
     assert set(distances(full, both)) == {"weight", "eval"}
+
+
+def test_a_new_check_is_one_function_and_one_registry_line(tmp_path, monkeypatch):
+    """Every check ``compare`` makes is a row of ``verify.CHECKS``: one more row is judged on
+    every candidate, and on a reference only where it says so."""
+    import infrarsi.verify as verify_module
+    from infrarsi.verify import CHECKS, Check, compare
+
+    assert len({c.name for c in CHECKS}) == len(CHECKS)
+    contract = _contract()
+    base, cand = _record(contract, tmp_path), _record(contract, tmp_path, name="cand")
+    assert verify(contract, base, cand).valid
+    odd = Check.of("an odd name", lambda case: ["odd"] if "odd" in case.cand.trial_id else [])
+    monkeypatch.setattr(verify_module, "CHECKS", (*CHECKS, odd))
+    odd_steps = _record(contract, tmp_path, name="odd")
+    assert verify(contract, base, odd_steps).reasons == ["odd"]
+    reasons, _ = compare(contract, None, base, odd_steps, frozenset(), equivalence_only=True)
+    assert "odd" not in reasons  # a reference is judged by the checks that say so alone

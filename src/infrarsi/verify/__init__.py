@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from infrarsi.contract import Contract, ContractError
@@ -154,10 +155,8 @@ def compare(
         kinds,
         manifest,
     )
-    checks = EQUIVALENCE_CHECKS if equivalence_only else CHECKS
-    reasons = [reason for check in checks for reason in check(case)]
-    found = evidence.check(contract, baseline, candidate, case.bf16, case.kinds)
-    return reasons + found.reasons, found.not_checked
+    found = [c.decide(case) for c in CHECKS if c.on_references or not equivalence_only]
+    return [r for f in found for r in f.reasons], [n for f in found for n in f.not_checked]
 
 
 def _differential(
@@ -427,19 +426,44 @@ def _contract_hash(case: _Case) -> list[str]:
     return out
 
 
-CHECKS = (
-    _contract_hash,
-    _seed,
-    _same_host,
-    _workload,
-    _locked,
-    _patch_paths,
-    _loss,
-    _memory,
-    _memory_outside_ranks,
-    _timing,
+def _evidence(case: _Case) -> evidence.Findings:
+    return evidence.check(case.contract, case.baseline, case.cand, case.bf16, case.kinds)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of a comparison: its name, its decision on the case (the reasons it fails,
+    what it could not check), and whether it also judges a reference run against the baseline
+    (whether the two learned the same thing: a reference's time and memory are not what is
+    promoted, and it runs no patch)."""
+
+    name: str
+    decide: Callable[[_Case], evidence.Findings]
+    on_references: bool = False
+
+    @classmethod
+    def of(
+        cls, name: str, reasons: Callable[[_Case], list[str]], on_references: bool = False
+    ) -> Check:
+        """A check that only gives reasons (everything it needs is in every record)."""
+        return cls(name, lambda case: evidence.Findings(reasons(case)), on_references)
+
+
+# Every check ``compare`` makes, in the order its reasons are said: a new check is a function
+# of the case and one line here.
+CHECKS: tuple[Check, ...] = (
+    Check.of("contract", _contract_hash, on_references=True),
+    Check.of("challenge seed", _seed, on_references=True),
+    Check.of("same host", _same_host),
+    Check.of("workload", _workload, on_references=True),
+    Check.of("locked files", _locked),
+    Check.of("patch paths", _patch_paths),
+    Check.of("reported loss", _loss, on_references=True),
+    Check.of("memory", _memory),
+    Check.of("memory outside the ranks", _memory_outside_ranks),
+    Check.of("reported step times", _timing),
+    Check("harness's evidence", _evidence, on_references=True),
 )
-EQUIVALENCE_CHECKS = (_contract_hash, _seed, _workload, _loss)
 
 
 def evidence_strength(contract: Contract, not_checked: list[str]) -> str:
