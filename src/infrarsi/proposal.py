@@ -13,8 +13,7 @@ stage, why, what it cost); the accepted ones also carry their patch id and prove
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -22,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infrarsi.enums import ValueEnum
 from infrarsi.identity import Configuration
-from infrarsi.records.base import Configured
 from infrarsi.trial.record import TrialRecord, TrialStatus
 
 PROPOSALS_DIR = "proposals"
@@ -228,19 +226,23 @@ def resolve(patches: list[str], run_dir: Path) -> list[str]:
     return [str(Path(run_dir).resolve() / p) if is_proposed(p) else p for p in patches]
 
 
-@dataclass(frozen=True)
-class FinishedTrial(Configured):
-    """What a proposer and the report read of one finished search trial."""
+class FinishedTrial(Protocol):
+    """What a proposer and the report read of one finished search trial: the store's
+    ``StoredTrial`` as it is."""
 
-    knobs: dict
-    patches: list[str]
-    status: TrialStatus
-    step_time_s: float | None
-    peak_mem_bytes: float | None
-    error: str | None
+    @property
+    def configuration(self) -> Configuration: ...
+    @property
+    def status(self) -> TrialStatus: ...
+    @property
+    def step_time_s(self) -> float | None: ...
+    @property
+    def peak_mem_bytes(self) -> float | None: ...
+    @property
+    def error(self) -> str | None: ...
 
 
-def patch_outcomes(rows: list[FinishedTrial], baseline_knobs: dict) -> list[PatchOutcome]:
+def patch_outcomes(rows: Sequence[FinishedTrial], baseline_knobs: dict) -> list[PatchOutcome]:
     """Per patch, what the finished trials that carried it measured, over the baseline's
     trials (the baseline's knobs, no patch)."""
     want = Configuration.of(baseline_knobs)
@@ -248,8 +250,8 @@ def patch_outcomes(rows: list[FinishedTrial], baseline_knobs: dict) -> list[Patc
     base_time = _median([r.step_time_s for r in base])
     base_peak = _median([r.peak_mem_bytes for r in base])
     out = []
-    for pid in sorted({p for r in rows for p in r.patches}):
-        mine = [r for r in rows if pid in r.patches]
+    for pid in sorted({p for r in rows for p in r.configuration.patches}):
+        mine = [r for r in rows if pid in r.configuration.patches]
         ok = [r for r in mine if r.status.is_ok()]
         time_s = _median([r.step_time_s for r in ok])
         peak = _median([r.peak_mem_bytes for r in ok])

@@ -14,9 +14,8 @@ from pathlib import Path
 from infrarsi.callbacks import Callback, RoundEnd
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
-from infrarsi.identity import changed_knobs, config_key
+from infrarsi.identity import changed_knobs
 from infrarsi.mfu import mfu
-from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import ProposalLine, read_lines
 from infrarsi.records import (
     BANK_ADVICE_FILE,
@@ -54,7 +53,7 @@ class ReportData:
     run: StoredRun
     contract: Contract
     manifest: Manifest
-    trials: list[dict]
+    trials: list[StoredTrial]  # the search's, as the round's ledger holds them
     apply: ApplyResult | None
     doctor: DoctorReport | None
     baseline_record: TrialRecord | None
@@ -77,7 +76,7 @@ def gather(run_dir: Path, ledger: Ledger | None = None) -> ReportData:
     store, run = ledger.store, ledger.run
     contract = run.contract
     manifest = contract.manifest()
-    trials = [_trial_row(t, contract.objective) for t in store.trials(run.run_id)]
+    trials = store.trials(run.run_id)
     applied = ApplyResult.load(run_dir) if (run_dir / "apply.json").exists() else None
     doctor_path = run_dir / DOCTOR_FILE
     doctor = DoctorReport.load(doctor_path) if doctor_path.exists() else None
@@ -100,22 +99,24 @@ def bank_seed_rows(data: ReportData) -> list[dict]:
         for t in (data.doctor.trials if data.doctor else [])
         if t.label.startswith(DOCTOR_BASELINE_LABEL) and t.ranked_time_per_step_s
     ]
+    objective = data.contract.objective
     if not base and data.trials:
-        first = data.trials[0]
+        first = data.trials[0].configuration
         base = [
-            t["ranked_time_per_step_s"]
+            time_s
             for t in data.trials
-            if t["status"].is_ok()
-            and config_key(t["knobs"], t["patches"]) == config_key(first["knobs"], first["patches"])
+            if t.status.is_ok()
+            and t.configuration == first
+            and (time_s := t.ranked_time_per_step_s(objective)) is not None
         ]
     base_s = _median(base)
     rows = []
     for seed in data.bank.seeds if data.bank else []:
         key = seed.configuration.key
         times = [
-            t["ranked_time_per_step_s"]
+            t.ranked_time_per_step_s(objective)
             for t in data.trials
-            if t["status"].is_ok() and config_key(t["knobs"], t["patches"]) == key
+            if t.status.is_ok() and t.configuration.key == key
         ]
         measured = base_s / _median(times) if times and base_s else None
         rows.append(
@@ -132,29 +133,6 @@ def bank_seed_rows(data: ReportData) -> list[dict]:
             }
         )
     return rows
-
-
-def _trial_row(t, objective: str) -> dict:
-    """One search trial as the report shows it. ``ranked_time_per_step_s`` is what the search
-    ranks by (the objective's time per step), measured and predicted side by side under one
-    name; ``step_time_s`` is the steady step."""
-    record = t.record
-    return {
-        "seq": t.seq,
-        "status": t.status,
-        "knobs": t.config_json["knobs"],
-        "patches": t.config_json["patches"],
-        "step_time_s": t.step_time_s,
-        "ranked_time_per_step_s": ranked_step_time_s(record, objective) if record else None,
-        "censored_time_per_step_s": record.censored_time_per_step_s if record else None,
-        "peak_mem_bytes": t.peak_mem_bytes,
-        "cost_s": t.cost_s,
-        "error": t.error,
-        "predicted_ranked_time_per_step_s": t.predicted_step_time_s,
-        "predicted_p_oom": t.predicted_p_oom,
-        "predicted_peak_bytes": t.predicted_peak_bytes,
-        "trial_id": t.trial_id,
-    }
 
 
 def _records(
@@ -187,9 +165,9 @@ def summarise(data: ReportData) -> dict:
         "run_id": data.run.run_id,
         "searcher": data.run.searcher,
         "trials": len(data.trials),
-        "oom_trials": sum(t["status"] == TrialStatus.OOM for t in data.trials),
-        "slow_trials": sum(t["status"] == TrialStatus.SLOW for t in data.trials),
-        "search_cost_s": sum(t["cost_s"] or 0 for t in data.trials),
+        "oom_trials": sum(t.status == TrialStatus.OOM for t in data.trials),
+        "slow_trials": sum(t.status == TrialStatus.SLOW for t in data.trials),
+        "search_cost_s": sum(t.cost_s or 0 for t in data.trials),
         "capacity_bytes": data.contract.mem_cap_bytes,
         "applied": a is not None,
         "headroom": data.doctor.noise.headroom or None if data.doctor is not None else None,
@@ -259,8 +237,8 @@ def draw(data: ReportData) -> dict[str, bytes]:
     """Every figure the data allows, by file name."""
     cap = data.contract.mem_cap_bytes
     out = {
-        "best_so_far.png": figures.best_so_far(data.trials),
-        "time_vs_memory.png": figures.time_vs_memory(data.trials, cap),
+        "best_so_far.png": figures.best_so_far(data.trials, data.contract.objective),
+        "time_vs_memory.png": figures.time_vs_memory(data.trials, data.contract.objective, cap),
         "memory_calibration.png": figures.memory_calibration(data.trials, cap),
     }
     b, w = data.baseline_record, data.winner_record

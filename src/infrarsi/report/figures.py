@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from infrarsi.store import StoredTrial
 from infrarsi.trial.record import TrialStatus
 
 STATUS_STYLE = {  # marker and colour per status (a str enum: its value finds it too)
@@ -44,24 +45,20 @@ def _png(fig) -> bytes:
 RANKED = "ranked_time_per_step_s"  # what the search ranks by: the objective's time per step
 
 
-def _ranked(t: dict) -> float | None:
-    ranked = t.get(RANKED)
-    return float(ranked) if ranked is not None else t.get("step_time_s")
-
-
-def _ranked_or_nan(t: dict) -> float:
-    ranked = _ranked(t)
+def _ranked_or_nan(t: StoredTrial, objective: str) -> float:
+    ranked = t.ranked_time_per_step_s(objective)
     return math.nan if ranked is None else ranked
 
 
-def best_so_far(trials: list[dict]) -> bytes:
+def best_so_far(trials: list[StoredTrial], objective: str) -> bytes:
     """The objective's time per step of every trial in order (what the search ranks by),
     failures marked on the axis, and the best so far."""
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     ok: list[tuple[int, float]] = [
         (i + 1, ranked)
         for i, t in enumerate(trials)
-        if t["status"] == TrialStatus.OK and (ranked := _ranked(t)) is not None
+        if t.status == TrialStatus.OK
+        and (ranked := t.ranked_time_per_step_s(objective)) is not None
     ]
     best, line, times = math.inf, [], dict(ok)
     for i in range(1, len(trials) + 1):
@@ -74,9 +71,9 @@ def best_so_far(trials: list[dict]) -> bytes:
         )
     floor = min((y for _, y in ok), default=1.0)
     slow = [
-        (i + 1, t["censored_time_per_step_s"])
+        (i + 1, t.censored_time_per_step_s)
         for i, t in enumerate(trials)
-        if t["status"] == TrialStatus.SLOW and t.get("censored_time_per_step_s")
+        if t.status == TrialStatus.SLOW and t.censored_time_per_step_s
     ]
     if slow:  # right-censored: cut short there, its time at least that
         marker, colour = STATUS_STYLE[TrialStatus.SLOW]
@@ -88,7 +85,7 @@ def best_so_far(trials: list[dict]) -> bytes:
             label="slow: cut short (time at least this)",
         )
     for status in (s for s in TrialStatus if s.is_failure()):
-        pts = [i + 1 for i, t in enumerate(trials) if t["status"] == status]
+        pts = [i + 1 for i, t in enumerate(trials) if t.status == status]
         if pts:
             marker, colour = STATUS_STYLE[status]
             ax.scatter(pts, [floor * 0.9] * len(pts), marker=marker, color=colour, label=status)
@@ -97,7 +94,7 @@ def best_so_far(trials: list[dict]) -> bytes:
     return _png(fig)
 
 
-def time_vs_memory(trials: list[dict], capacity_bytes: int | None) -> bytes:
+def time_vs_memory(trials: list[StoredTrial], objective: str, capacity_bytes: int | None) -> bytes:
     """The objective's time per step against peak memory per rank; OOM trials at the capacity
     (right-censored, their time unknown: drawn at its prediction, on the same quantity), each
     trial's predicted peak beside its measured one."""
@@ -105,7 +102,9 @@ def time_vs_memory(trials: list[dict], capacity_bytes: int | None) -> bytes:
     ok = [
         t
         for t in trials
-        if t["status"] == TrialStatus.OK and t["peak_mem_bytes"] and _ranked(t) is not None
+        if t.status == TrialStatus.OK
+        and t.peak_mem_bytes
+        and t.ranked_time_per_step_s(objective) is not None
     ]
     mib = 2**20
     peaks: tuple[tuple[str, dict[str, Any]], ...] = (  # measured, then predicted at proposal
@@ -120,15 +119,12 @@ def time_vs_memory(trials: list[dict], capacity_bytes: int | None) -> bytes:
         ),
     )
     for field, style in peaks:
-        shown = [t for t in ok if t.get(field)]
+        shown = [t for t in ok if getattr(t, field)]
         if shown:
-            xs = [t[field] / mib for t in shown]
-            ax.scatter(xs, [_ranked_or_nan(t) for t in shown], s=18, **style)
-    y_oom = [
-        t.get("predicted_" + RANKED) or (np.median([_ranked(o) for o in ok]) if ok else 1.0)
-        for t in trials
-        if t["status"] == TrialStatus.OOM
-    ]
+            xs = [getattr(t, field) / mib for t in shown]
+            ax.scatter(xs, [_ranked_or_nan(t, objective) for t in shown], s=18, **style)
+    typical = float(np.median([_ranked_or_nan(o, objective) for o in ok])) if ok else 1.0
+    y_oom = [t.predicted_step_time_s or typical for t in trials if t.status == TrialStatus.OOM]
     if capacity_bytes:
         ax.axvline(
             capacity_bytes / mib,
@@ -175,7 +171,11 @@ def loss_curves(baseline: list[float], winner: list[float]) -> bytes:
     return _png(fig)
 
 
-def memory_calibration(trials: list[dict], capacity_bytes: int | None) -> bytes:
+def _mib(size: float | None) -> float:
+    return (size or 0.0) / 2**20
+
+
+def memory_calibration(trials: list[StoredTrial], capacity_bytes: int | None) -> bytes:
     """Left: predicted vs measured peak (OOM trials drawn at the capacity, censored). Right:
     the predicted P(OOM) in bins against the observed OOM frequency."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(8.4, 3.6))
@@ -183,26 +183,26 @@ def memory_calibration(trials: list[dict], capacity_bytes: int | None) -> bytes:
     ok = [
         t
         for t in trials
-        if t["status"] == TrialStatus.OK and t.get("predicted_peak_bytes") and t["peak_mem_bytes"]
+        if t.status == TrialStatus.OK and t.predicted_peak_bytes and t.peak_mem_bytes
     ]
     if ok:
         left.scatter(
-            [t["predicted_peak_bytes"] / mib for t in ok],
-            [t["peak_mem_bytes"] / mib for t in ok],
+            [_mib(t.predicted_peak_bytes) for t in ok],
+            [_mib(t.peak_mem_bytes) for t in ok],
             s=18,
             label="ok",
         )
-    oom = [t for t in trials if t["status"] == TrialStatus.OOM and t.get("predicted_peak_bytes")]
+    oom = [t for t in trials if t.status == TrialStatus.OOM and t.predicted_peak_bytes]
     if oom and capacity_bytes:
         left.scatter(
-            [t["predicted_peak_bytes"] / mib for t in oom],
+            [_mib(t.predicted_peak_bytes) for t in oom],
             [capacity_bytes / mib] * len(oom),
             marker="^",
             color="tab:red",
             label="oom (peak above this)",
         )
-    values = [v for t in ok + oom for v in (t["predicted_peak_bytes"] / mib,)]
-    values += [t["peak_mem_bytes"] / mib for t in ok]
+    values = [_mib(t.predicted_peak_bytes) for t in ok + oom]
+    values += [_mib(t.peak_mem_bytes) for t in ok]
     if values:
         lo, hi = min(values) * 0.9, max(values) * 1.1
         left.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, label="measured = predicted")
@@ -210,17 +210,15 @@ def memory_calibration(trials: list[dict], capacity_bytes: int | None) -> bytes:
     told = [
         t
         for t in trials
-        if t["status"] in (TrialStatus.OK, TrialStatus.OOM) and t.get("predicted_p_oom") is not None
+        if t.status in (TrialStatus.OK, TrialStatus.OOM) and t.predicted_p_oom is not None
     ]
     edges = np.linspace(0, 1, 6)
     for a, b in zip(edges[:-1], edges[1:]):
         inside = [
-            t
-            for t in told
-            if a <= t["predicted_p_oom"] < b or (b == 1 and t["predicted_p_oom"] == 1)
+            t for t in told if a <= (p := t.predicted_p_oom or 0.0) < b or (b == 1 and p == 1)
         ]
         if inside:
-            freq = np.mean([t["status"] == TrialStatus.OOM for t in inside])
+            freq = np.mean([t.status == TrialStatus.OOM for t in inside])
             right.scatter([(a + b) / 2], [freq], s=12 + 6 * len(inside), color="tab:blue")
     right.plot([0, 1], [0, 1], color="black", linewidth=0.8)
     right.set_xlim(0, 1)

@@ -8,7 +8,7 @@ import html
 from pathlib import Path
 
 from infrarsi.identity import changed_knobs
-from infrarsi.proposal import FinishedTrial, ProposalStatus, patch_outcomes
+from infrarsi.proposal import ProposalStatus, patch_outcomes
 from infrarsi.trial.record import TrialStatus
 from infrarsi.units import format_bytes, format_ratio_bound
 
@@ -71,24 +71,25 @@ def trial_rows(data) -> list[list[str]]:
     base = data.summary["baseline"]["knobs"]
     rows = []
     for t in data.trials:
-        changed = ", ".join(f"{k}={v}" for k, v in changed_knobs(t["knobs"], base).items())
+        config = t.configuration
+        changed = ", ".join(f"{k}={v}" for k, v in changed_knobs(config.knob_dict, base).items())
         rows.append(
             [
                 "run",
-                str(t["seq"]),
-                t["status"],
+                str(t.seq),
+                t.status,
                 changed or "-",
-                ", ".join(t["patches"]) or "-",
-                _x(t["step_time_s"], "{:.4f}"),
-                _x(t.get("ranked_time_per_step_s"), "{:.4f}")
-                if t["status"] is not TrialStatus.SLOW
-                else ">= " + _x(t.get("censored_time_per_step_s"), "{:.4f}"),
-                _x(t["predicted_ranked_time_per_step_s"], "{:.4f}"),
-                _bytes(t["peak_mem_bytes"]),
-                _bytes(t["predicted_peak_bytes"]),
-                _x(t["predicted_p_oom"], "{:.2f}"),
-                _x(t["cost_s"], "{:.1f}"),
-                (t["error"] or "")[:120],
+                ", ".join(config.patches) or "-",
+                _x(t.step_time_s, "{:.4f}"),
+                _x(t.ranked_time_per_step_s(data.contract.objective), "{:.4f}")
+                if t.status is not TrialStatus.SLOW
+                else ">= " + _x(t.censored_time_per_step_s, "{:.4f}"),
+                _x(t.predicted_step_time_s, "{:.4f}"),
+                _bytes(t.peak_mem_bytes),
+                _bytes(t.predicted_peak_bytes),
+                _x(t.predicted_p_oom, "{:.2f}"),
+                _x(t.cost_s, "{:.1f}"),
+                (t.error or "")[:120],
             ]
         )
     by_label = {c.label: c for c in data.apply.candidates} if data.apply else {}
@@ -219,18 +220,7 @@ def proposal_lines(data) -> tuple[str, list[list[str]]]:
     measured = {
         o.patch_id: o.speedup
         for o in patch_outcomes(  # over the search's baseline
-            [
-                FinishedTrial(
-                    t["knobs"],
-                    t["patches"],
-                    t["status"],
-                    t["step_time_s"],
-                    t["peak_mem_bytes"],
-                    t["error"],
-                )
-                for t in data.trials
-                if t["status"].is_finished()
-            ],
+            [t for t in data.trials if t.status.is_finished()],
             data.summary["baseline"]["knobs"],
         )
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infrarsi.proposal import FinishedTrial, ProposalState, patch_outcomes
+from infrarsi.proposal import ProposalState, patch_outcomes
 from infrarsi.records import Best, RankedConfig, RunResult
 from infrarsi.run.outcomes import config_from_json, config_json
 from infrarsi.run.searcher_base import Searcher
@@ -85,15 +85,4 @@ def times_of(trials: list[StoredTrial], config: Config) -> list[float]:
 def proposal_state(trials: list[StoredTrial], baseline: Config) -> ProposalState:
     """What a proposer is told: per patch, what the finished trials carrying it measured."""
     done = [t for t in trials if t.status.is_finished()]
-    rows = [
-        FinishedTrial(
-            t.config_json["knobs"],
-            t.config_json["patches"],
-            t.status,
-            t.step_time_s,
-            t.peak_mem_bytes,
-            t.error,
-        )
-        for t in done
-    ]
-    return ProposalState(trials_done=len(done), outcomes=patch_outcomes(rows, baseline.knob_dict))
+    return ProposalState(trials_done=len(done), outcomes=patch_outcomes(done, baseline.knob_dict))

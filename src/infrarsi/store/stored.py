@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from infrarsi.contract import Contract
 from infrarsi.enums import ValueEnum
 from infrarsi.identity import Configuration
+from infrarsi.objective import ranked_step_time_s
 from infrarsi.options import SearchOptions
 from infrarsi.records import Prediction, RankedConfig
 from infrarsi.stages import Stage
@@ -133,6 +134,17 @@ class StoredTrial(BaseModel):
         """The trial a ``TrialRow`` holds, its record validated: the one place a stored trial
         is read."""
         return cls.model_validate(row, from_attributes=True)
+
+    def ranked_time_per_step_s(self, objective: str) -> float | None:
+        """What the search ranks this trial by under ``objective`` (``objective``'s reading of
+        its record), else its stored steady step."""
+        ranked = ranked_step_time_s(self.record, objective) if self.record else None
+        return ranked if ranked is not None else self.step_time_s
+
+    @property
+    def censored_time_per_step_s(self) -> float | None:
+        """A trial cut at the search's bound: the time per step it is at least."""
+        return self.record.censored_time_per_step_s if self.record else None
 
     @property
     def predicted(self) -> Prediction:
