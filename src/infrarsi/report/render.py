@@ -79,7 +79,7 @@ def trial_rows(data) -> list[list[str]]:
                 str(t.seq),
                 t.status,
                 changed or "-",
-                ", ".join(config.patches) or "-",
+                ", ".join(t.config_json["patches"]) or "-",  # in the order proposed
                 _x(t.step_time_s, "{:.4f}"),
                 _x(t.ranked_time_per_step_s(data.contract.objective), "{:.4f}")
                 if t.status is not TrialStatus.SLOW
