@@ -12,7 +12,6 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from infrarsi.sandbox import HOOKS_DIR, memcg, ownership
 from infrarsi.sandbox.memcg import RankMemory
@@ -34,7 +33,7 @@ from infrarsi.trial import classify, evaluation
 from infrarsi.trial.evaluation.server import isolation_for
 from infrarsi.trial.filewatch import Moments, for_trial
 from infrarsi.trial.metrics import MetricsError
-from infrarsi.trial.record import Evaluation, TrialRecord, TrialStatus
+from infrarsi.trial.record import Evaluation, TrialBase, TrialRecord, TrialStatus
 from infrarsi.trial.spec import TrialSpec, seed_names
 from infrarsi.trial.watch import MetricsChannel
 from infrarsi.workloads.stdout import StdoutMetrics
@@ -207,7 +206,7 @@ def launch(
     spec: TrialSpec,
     trial_dir: Path,
     workspace: Path,
-    base: dict[str, Any],
+    base: TrialBase,
     t0: float,
     late_warnings: list[str] | None = None,
 ) -> TrialRecord:
@@ -216,14 +215,14 @@ def launch(
     spread = spec.elsewhere if spec.manifest.launch.nodes > 1 else None
     rdzv = spread.host() if spread else None  # asked once: a cluster call on a Ray node
     channel = _channel(spec, trial_dir, rdzv)
-    commands, envs = _rendered(spec, trial_dir, workspace, base["trial_id"], channel, rdzv)
+    commands, envs = _rendered(spec, trial_dir, workspace, base.trial_id, channel, rdzv)
     remote = (
-        _Spread(spread, workspace, trial_dir, base["trial_id"], spec.cut_after_s, channel)
+        _Spread(spread, workspace, trial_dir, base.trial_id, spec.cut_after_s, channel)
         if spread
         else None
     )
-    watch = for_trial(spec, trial_dir, workspace, [p.paths for p in base["patches"]])
-    with memcg.trial_cgroup(base["trial_id"], owner_alive) as cgroup:
+    watch = for_trial(spec, trial_dir, workspace, [p.paths for p in base.patches])
+    with memcg.trial_cgroup(base.trial_id, owner_alive) as cgroup:
         for env in envs[:1] if spread else envs:  # a remote launcher's host gives its own
             env.update(cgroup.env() if cgroup else {})
         how = spec.manifest.launch.metrics
@@ -238,7 +237,7 @@ def launch(
         try:
             result = run_isolated(
                 launchers,
-                trial_id=base["trial_id"],
+                trial_id=base.trial_id,
                 timeout_s=spec.cut_after_s,
                 logs=(trial_dir / "stdout.log", trial_dir / "stderr.log"),
                 channel=channel,
@@ -248,20 +247,20 @@ def launch(
             moments = watch.stop()
         memory = cgroup.ranks() if cgroup else None
         launcher_memory = cgroup.launchers() if cgroup else None
-    base["ownership"] = result.ownership
+    base = base.model_copy(update={"ownership": result.ownership})
     if remote is not None:
         memory = remote.join(trial_dir, memory, result)
-        base["launcher_nodes"], base["hosts"] = remote.nodes, remote.hosts
+        base = base.model_copy(update={"launcher_nodes": remote.nodes, "hosts": remote.hosts})
     outcome = classify.outcome(result, trial_dir, spec, memory)
     if outcome.status is TrialStatus.OK:
         outcome = _measure(spec, channel, result, outcome, memory)
         # a launcher on another host opens its own copies of the files, unseen here
         _annotate(outcome, launcher_memory, result, None if spread else moments)
     evaluated = _evaluated(spec, outcome, trial_dir, workspace)
-    _warn(trial_dir, base, outcome, result)
+    base = _warn(trial_dir, base, outcome, result)
     outcome.warnings.extend(late_warnings or [])
     if outcome.status is TrialStatus.SLOW:  # cut at the search's bound: its time is censored
-        base = {**base, "censored_time_per_step_s": spec.censored_step_time_s}
+        base = base.model_copy(update={"censored_time_per_step_s": spec.censored_step_time_s})
     return _record(base, outcome, evaluated, commands, result, t0)
 
 
@@ -276,7 +275,7 @@ def _evaluated(
 
 
 def _record(
-    base: dict[str, Any],
+    base: TrialBase,
     outcome: classify.Classified,
     evaluated: Evaluation | None,
     commands: list[list[str]],
@@ -284,8 +283,7 @@ def _record(
     t0: float,
 ) -> TrialRecord:
     """The trial's record: what ``run_trial`` set (``base``) and what the launch found."""
-    return TrialRecord(
-        **base,
+    return base.record(
         status=outcome.status,
         error=outcome.error,
         metrics=outcome.metrics,
@@ -354,19 +352,22 @@ def _rendered(
 
 
 def _warn(
-    trial_dir: Path, base: dict[str, Any], outcome: classify.Classified, result: ProcessResult
-) -> None:
+    trial_dir: Path, base: TrialBase, outcome: classify.Classified, result: ProcessResult
+) -> TrialBase:
     """What the record must say beside its status: a rank the kernel refused a mount namespace
-    (``base['isolation']`` then says so), processes killed after the launcher exited."""
+    (the base returned then says so in ``isolation``), processes killed after the launcher
+    exited."""
     refused = sorted(trial_dir.glob("isolation.rank*.txt"))
     if refused:
-        base["isolation"] = f"off: the kernel refused a mount namespace ({refused[0].read_text()})"
-        outcome.warnings.append(f"the trial ran without isolation: {base['isolation']}")
+        why = f"off: the kernel refused a mount namespace ({refused[0].read_text()})"
+        base = base.model_copy(update={"isolation": why})
+        outcome.warnings.append(f"the trial ran without isolation: {why}")
     if result.leftovers_killed and outcome.status is TrialStatus.OK:
         outcome.warnings.append(
             f"{result.leftovers_killed} process(es) of the trial were still "
             "running after the launcher exited; they were killed"
         )
+    return base
 
 
 def _channel(spec: TrialSpec, trial_dir: Path, tcp_host: str | None = None) -> MetricsChannel:

@@ -8,6 +8,7 @@ censoring bound. Records are frozen once written and are stored as JSON beside t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -340,3 +341,39 @@ class TrialRecord(BaseModel):
 
 def _under(path: str, root: str) -> bool:
     return Path(path).is_relative_to(root)
+
+
+class TrialBase(BaseModel):
+    """What the harness knows of a trial before its outcome — its identity, configuration,
+    provenance and bounds, and then what the launch learns of where and how it ran — frozen:
+    each thing learned makes a new base (``model_copy``). ``record`` is the trial's record with
+    the outcome beside it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    trial_id: str
+    workload: str
+    scale: str
+    knobs: dict[str, int | float | bool | str]
+    contract_hash: str | None
+    mem_cap_bytes: int | None
+    timeout_s: float
+    slow_after_s: float | None
+    started_unix_s: float
+    trial_dir: str
+    fingerprint: str
+    node: str
+    hosts: list[str]
+    seed: int | None
+    steps: int | None
+    seed_set_by: str
+    isolation: str
+    patches: list[PatchRef] = []
+    locked_files: dict[str, str] = {}
+    ownership: str = ""
+    launcher_nodes: list[str] = []
+    censored_time_per_step_s: float | None = None
+
+    def record(self, **outcome: Any) -> TrialRecord:
+        """The trial's record: this base, and ``outcome`` (its status, cost and the rest)."""
+        return TrialRecord(**dict(self), **outcome)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from infrarsi.host import host_fingerprint
 from infrarsi.sandbox.process import (
@@ -20,7 +19,7 @@ from infrarsi.sandbox.process import (
 )
 from infrarsi.trial import patching
 from infrarsi.trial.launch import isolation, launch, seed_setting
-from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
+from infrarsi.trial.record import PatchRef, TrialBase, TrialRecord, TrialStatus
 from infrarsi.trial.screen import screen
 from infrarsi.trial.spec import TrialSpec
 from infrarsi.workloads.folder import copy_workload
@@ -39,7 +38,7 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
     trial_id = new_trial_id(spec.manifest)
     trial_dir = Path(workdir).resolve() / trial_id
     workspace = trial_dir / "workspace"
-    base: dict[str, Any] = dict(
+    base = TrialBase(
         trial_id=trial_id,
         workload=spec.manifest.name,
         scale=spec.scale,
@@ -60,10 +59,10 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
     )
     copy_workload(spec.manifest.root, workspace)
     locked, problem = _apply_and_hash(spec, workspace)
-    base.update(patches=_patch_refs(spec), locked_files=locked)
+    base = base.model_copy(update={"patches": _patch_refs(spec), "locked_files": locked})
     if problem is not None:
         status, error = problem
-        record = TrialRecord(**base, status=status, error=error, cost_s=time.monotonic() - t0)
+        record = base.record(status=status, error=error, cost_s=time.monotonic() - t0)
     else:
         swept_warnings = (
             [
@@ -76,8 +75,7 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
         try:
             record = launch(spec, trial_dir, workspace, base, t0, swept_warnings)
         except BaseException as exc:  # the tool is stopped: the trial's processes are gone
-            TrialRecord(
-                **base,
+            base.record(
                 status=TrialStatus.CRASH,
                 cost_s=time.monotonic() - t0,
                 error=f"interrupted: the tool was stopped ({type(exc).__name__}) "
