@@ -186,8 +186,9 @@ def optimize_json(
 ) -> dict:
     """Run ``infrarsi optimize MANIFEST INSTRUCTION --scale tiny --yes --json`` as a real
     process in ``out``; its stdout, which is the one JSON answer and nothing else, parsed (the
-    command must succeed). ``counted``: a file each run store the process opens is written to
-    (``counted_stores.py``)."""
+    command must succeed). What it printed is kept as ``out/optimize.stdout`` and
+    ``out/optimize.stderr`` (its screen). ``counted``: a file each run store the process opens
+    is written to (``counted_stores.py``)."""
     python = [sys.executable, "-m", "infrarsi"]
     env = None
     if counted is not None:
@@ -213,6 +214,8 @@ def optimize_json(
         cwd=out,
         env=env,
     )
+    (out / "optimize.stdout").write_text(result.stdout)
+    (out / "optimize.stderr").write_text(result.stderr)
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout)
 

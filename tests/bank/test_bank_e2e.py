@@ -10,7 +10,6 @@ it right after its baseline; what the first run found faster, if anything, must 
 seeds too (tried, or reported "not measured" where the budget or the guard passed it over)."""
 
 import json
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from infrarsi.identity import config_key
 from infrarsi.store.bank import BankStore
 
 EARLIER = "earlier-run-on-this-host"
+SECRET = "pw-7f3c-never-written"  # the second run's bank's password
 
 
 def _key(e) -> tuple:
@@ -69,10 +69,14 @@ def _first_runs_gains(bank: str, first_run_id: str, baseline: dict) -> set:
 
 
 @pytest.mark.slow
-def test_a_second_optimize_starts_from_what_the_bank_holds(dense_optimized, tmp_path):
+def test_a_second_optimize_starts_from_what_the_bank_holds(dense_optimized, tmp_path, postgres_url):
+    """The second run's bank is a PostgreSQL server whose URL carries a password (the test
+    server trusts any): the run's screen, its report, its bank advice and its ledgers never
+    hold it, and the bank is still named (``infrarsi:***@``)."""
     first, _, first_bank = dense_optimized  # the session's optimize, with a bank of its own
-    bank = str(tmp_path / "bank.sqlite")
-    shutil.copyfile(first_bank, bank)  # the shared run's bank stays as that run left it
+    bank = postgres_url.replace("://infrarsi@", f"://infrarsi:{SECRET}@")
+    BankStore(f"sqlite:///{first_bank}").export(tmp_path / "first.json")
+    BankStore(bank).import_file(tmp_path / "first.json")  # the shared run's bank stays as it was
     first_run = json.loads((Path(first["rounds"][0]["run_dir"]) / "run.json").read_text())
     stats = cli_json("bank", "stats", "--bank", bank)
     assert stats["runs"] == 1 and stats["by_stage"]["run"] == first["trials"]
@@ -129,3 +133,14 @@ def test_a_second_optimize_starts_from_what_the_bank_holds(dense_optimized, tmp_
     assert any(row.endswith(("| held |", "| did not hold |")) for row in rows)
     assert cli_json("bank", "stats", "--bank", bank)["runs"] == 3
     assert cli_json("bank", "stats", "--bank", bank)["seeds_given"] == len(given)
+    _said_nowhere(SECRET, tmp_path / "two")
+
+
+def _said_nowhere(secret: str, out: Path) -> None:
+    """``secret`` in no file a run left under ``out`` (its screen kept there too), while the
+    bank is still named on the screen, its password masked."""
+    screen = (out / "optimize.stdout").read_text() + (out / "optimize.stderr").read_text()
+    assert "infrarsi:***@" in screen
+    written = [p for p in out.rglob("*") if p.is_file()]
+    assert any(p.name == "report.md" for p in written)
+    assert [p for p in written if secret.encode() in p.read_bytes()] == []
