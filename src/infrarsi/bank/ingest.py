@@ -38,6 +38,9 @@ from infrarsi.store import Ledger
 from infrarsi.store.bank import Experience
 from infrarsi.trial.record import TrialStatus
 
+# the Doctor's trials the bank learns from: its baseline runs and its calibration runs
+DOCTOR_LABELS = (DOCTOR_BASELINE_LABEL, "calibration")
+
 
 class RunContext:
     """What every experience of one run shares: ids, signatures, the baseline's figures."""
@@ -186,27 +189,26 @@ def _share(ctx: RunContext, peak: float | None) -> float | None:
 
 
 def _doctor(ctx: RunContext) -> list[Experience]:
-    if ctx.doctor is None:
-        return []
+    """The Doctor's baseline and calibration runs, as the round's ledger holds them."""
     out = []
-    for t in ctx.doctor.trials:
-        if not t.knobs or not (
-            t.label.startswith(DOCTOR_BASELINE_LABEL) or t.label.startswith("calibration")
-        ):
+    for t in ctx.store.trials(ctx.run.run_id, Stage.DOCTOR):
+        label, record = t.label or "", t.record
+        if record is None or not record.knobs or not label.startswith(DOCTOR_LABELS):
             continue
-        peak = ctx.baseline_peak_bytes if t.label.startswith(DOCTOR_BASELINE_LABEL) else None
+        time_s = ranked_step_time_s(record, ctx.contract.objective)
+        peak = ctx.baseline_peak_bytes if label.startswith(DOCTOR_BASELINE_LABEL) else None
         out.append(
             ctx.experience(
-                t.trial_id,
+                record.trial_id,
                 Stage.DOCTOR,
-                t.knobs,
+                record.knobs,
                 [],
                 t.status,
-                speedup=_speedup(ctx, t.ranked_time_per_step_s),
-                step_time_s=t.ranked_time_per_step_s,
+                speedup=_speedup(ctx, time_s),
+                step_time_s=time_s,
                 peak_mem_bytes=peak,
                 peak_share=_share(ctx, peak),
-                cost_s=t.cost_s,
+                cost_s=record.cost_s,
             )
         )
     return out
