@@ -63,6 +63,7 @@ class ReportData:
     bank: BankAdvice | None = None
     bank_seeds: list[dict] = field(default_factory=list)
     proposals: list[ProposalLine] = field(default_factory=list)
+    doctor_trials: list[StoredTrial] = field(default_factory=list)  # the ledger's
 
 
 def gather(run_dir: Path, ledger: Ledger | None = None) -> ReportData:
@@ -83,6 +84,7 @@ def gather(run_dir: Path, ledger: Ledger | None = None) -> ReportData:
     records = _records(applied, store.trials(run.run_id, Stage.APPLY))
     data = ReportData(run_dir, run, contract, manifest, trials, applied, doctor, *records)
     data.summary = summarise(data)
+    data.doctor_trials = store.trials(run.run_id, Stage.DOCTOR)
     if (run_dir / BANK_ADVICE_FILE).exists():
         data.bank = BankAdvice.load(run_dir / BANK_ADVICE_FILE)
         data.bank_seeds = bank_seed_rows(data)
@@ -94,12 +96,14 @@ def bank_seed_rows(data: ReportData) -> list[dict]:
     """Each seed the bank gave the run: where it came from, what it expected, what its search
     trials measured here against the baseline (the Doctor's baseline runs, else the search's
     baseline trials), and whether it held."""
-    base = [
-        t.ranked_time_per_step_s
-        for t in (data.doctor.trials if data.doctor else [])
-        if t.label.startswith(DOCTOR_BASELINE_LABEL) and t.ranked_time_per_step_s
-    ]
     objective = data.contract.objective
+    base = [
+        time_s
+        for t in data.doctor_trials
+        if (t.label or "").startswith(DOCTOR_BASELINE_LABEL)
+        and t.status.is_ok()
+        and (time_s := t.ranked_time_per_step_s(objective))
+    ]
     if not base and data.trials:
         first = data.trials[0].configuration
         base = [
