@@ -3,7 +3,8 @@ the search benchmark, the tables each was chosen on, and which tables are theref
 
 A table is *held out* when it is in no constant's ``chosen_on`` and not among ``tables_seen``
 (the tables committed before the rules were frozen): it was measured after the commit that
-froze the rules it judges.
+froze the rules it judges. A table is *retired* (``tables_retired``, with the reason) when what
+it measured was the host rather than the search: it replays, is reported, and takes no rank.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ def seen_tables(registry: dict | None = None) -> set[str]:
     """Every table a rule was chosen on or that existed before the freeze."""
     registry = registry or load()
     return set(registry["tables_seen"]).union(*(set(c["chosen_on"]) for c in registry["constants"]))
+
+
+def retired(table: str, registry: dict | None = None) -> str | None:
+    """Why ``table`` takes no rank any more (``tables_retired``: it measured the host, not
+    the search), None while it counts. It still replays and is reported."""
+    return (registry or load()).get("tables_retired", {}).get(table)
 
 
 def held_out(table: str, registry: dict | None = None) -> bool:

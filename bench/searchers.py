@@ -332,6 +332,7 @@ def bench_table(
             "baseline_fits": math.isfinite(s.baseline_regret),
             "truth_split": s.truth_split,
             "held_out": rules.held_out(table.name),
+            "retired": rules.retired(table.name),
         },
     }
     return {"entry": entry, "detail": detail}
@@ -351,7 +352,7 @@ def overall(results: dict) -> dict:
             if isinstance(r, dict) and "per_seed" in r and s not in ABLATIONS
         }
         for name, entry in results.items()
-        if counts(entry)
+        if counts(entry) and not rules.retired(name)
     }
     held = {name: areas for name, areas in per_table.items() if rules.held_out(name)}
     ranks, held_ranks = scoring.average_ranks(per_table), scoring.average_ranks(held)

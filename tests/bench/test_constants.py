@@ -78,3 +78,27 @@ def test_a_table_the_registry_has_not_seen_is_held_out():
     registry = rules.load()
     assert not rules.held_out(registry["tables_seen"][0], registry)
     assert rules.held_out("dense-1node-wide-0123456789abcdef", registry)
+
+
+def test_a_retired_table_says_why_and_takes_no_rank():
+    """A table that measured the host rather than the search replays and is reported, and
+    takes no rank (``tables_retired``)."""
+    import searchers as bench
+
+    registry = rules.load()
+    for name, why in registry.get("tables_retired", {}).items():
+        assert rules.retired(name, registry) == why and len(why) > 40
+    assert rules.retired("dense-1node-wide-0123456789abcdef", registry) is None
+    (name,) = list(registry["tables_retired"])[:1]
+
+    def row(area: float) -> dict:
+        return {
+            "trials_to_target_median": 1,
+            "cost_to_target_s_median": 1,
+            "per_seed": {"area": [area, area]},
+        }
+
+    counted = {"informative": True, "design": "full_factorial", "truth_split": True}
+    entry = {"infrarsi": row(0.9), "greedy": row(0.1), **counted}
+    assert bench.overall({name: entry})["average_rank"] == {}
+    assert bench.overall({"kept": entry})["average_rank"]["greedy"] == 1.0
