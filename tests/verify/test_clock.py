@@ -12,6 +12,7 @@ from infrarsi.apply.rounds import harness_time
 from infrarsi.contract import NoisePolicy
 from infrarsi.doctor import noise
 from infrarsi.trial.arrivals import Timing, arrivals, held_back, paired_windows, window
+from infrarsi.trial.filewatch import POLL_S
 from infrarsi.trial.record import PatchRef, TrialMetrics, TrialRecord
 from infrarsi.verify import clock
 from infrarsi.verify.reference import References
@@ -265,3 +266,24 @@ def test_the_doctor_times_a_patch_over_enough_steps_within_a_cost_bound():
     assert noise.timed_cv(378, 0.015, 0.2, 0.0) == pytest.approx(0.05, rel=0.01)
     assert noise.timed_cv(378, 0.015, 0.2, 0.03) > 0.05
     assert noise.e2e_sd_floor(0.01, 2.0) == pytest.approx(0.06)  # 3% of the time outside
+
+
+def test_a_charge_within_the_watchs_resolution_of_nothing_is_not_a_refusal_and_credits_no_gain():
+    """Seven 3 ms steps: the smoke baseline's window 1.051 s, an honest patch's 1.027 s (the
+    reads 19 and 15 ms apart) — charged -0.4 ms a step, which the watch's reads alone can make.
+    Not impossible, and no gain credited; the same shortfall over steps the watch can resolve
+    (or a window that lost a second) is still a refusal."""
+    honest = clock.Charged(
+        1.027, 1.051, "x", -0.0004, 7, lines_s=0.0029, room_s=1.0, ref_step_s=0.0031,
+        resolution_s=clock.resolution_s(0.015, 0.019),
+    )  # fmt: skip
+    assert honest.impossible is None and honest.unresolved
+    assert honest.compared_s == 0.0031  # the reference's step: no gain
+    assert clock.resolution_s(None, 0.001) == 4 * POLL_S  # never finer than the reader's poll
+    lost = clock.Charged(
+        0.2, 1.2, "x", -0.14, 7, lines_s=0.0029, room_s=1.0, ref_step_s=0.0031,
+        resolution_s=clock.resolution_s(0.015, 0.019),
+    )  # fmt: skip
+    assert "the window did not contain the run" in lost.impossible
+    resolved = clock.Charged(2.0, 2.5, "x", 0.05, 90, lines_s=0.05, room_s=1.0, ref_step_s=0.055)
+    assert not resolved.unresolved and resolved.compared_s == 0.05

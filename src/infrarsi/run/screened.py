@@ -64,8 +64,9 @@ def screened(
                 "error": "arrivals against the Doctor's baseline: " + "; ".join(reasons),
             }
         )
-    elif charge is not None:
-        judged = record.model_copy(update={"window_step_time_s": charge.step_s})
+    elif charge is not None:  # unresolved (a few short steps): no gain over the Doctor's
+        step_s = max(charge.step_s, charge.ref_step_s) if charge.unresolved else charge.step_s
+        judged = record.model_copy(update={"window_step_time_s": step_s})
     else:
         return record
     if judged.trial_dir and Path(judged.trial_dir).is_dir():

@@ -28,7 +28,12 @@ A knob's own effect is timed by arrivals: a config without a patch runs the work
 A charge the window cannot have made is a refusal, never a fallback to the lines
 (``Charged.impossible``): a charged step below zero, or below the candidate's own lines by more
 than the window can have saved outside the steps (the reference's time in its window outside
-its steady steps) and the window's noise, means the window did not contain the run.
+its steady steps) and the window's noise, means the window did not contain the run — by more
+than the clock's resolution (``resolution_s``: each moment is timed at the edge of the watch's
+read that delivered it, tens of milliseconds). Where all the charged steps together are within
+that resolution of nothing (a smoke trial of seven 3 ms steps: its window 24 ms shorter than
+its baseline's, charged -0.4 ms a step, was refused as impossible), the clock resolves no gain
+and credits none (``Charged.unresolved``: the reference's step is compared).
 
 Arrivals stay a hint for the search, where lines that cannot be real are refused
 (``moved_work``): the steps claim a saving the harness's clock does not show, the start line
@@ -45,6 +50,7 @@ from dataclasses import dataclass
 
 from infrarsi.contract import Contract, NoisePolicy
 from infrarsi.trial.arrivals import Timing, arrivals, paired_windows, window
+from infrarsi.trial.filewatch import POLL_S
 from infrarsi.trial.record import TrialMetrics, TrialRecord, TrialStatus
 from infrarsi.verify.reference import References
 
@@ -92,14 +98,26 @@ class Charged:
     steps: int
     lines_s: float = 0.0
     room_s: float = 0.0
+    resolution_s: float = 0.0
+    ref_step_s: float = 0.0
+
+    @property
+    def unresolved(self) -> bool:
+        """Whether the charged steps are within the clock's resolution of nothing: the two
+        windows' difference is then the watch's reads, not the steps (``resolution_s``)."""
+        return self.step_s * self.steps <= self.resolution_s
 
     @property
     def impossible(self) -> str | None:
         """Why this charge cannot be the run's (None: it can): below zero, or below the
         candidate's own lines by more than ``room_s`` over the steps — the window did not
-        contain the run (its end moved before the training's, or its start after it)."""
+        contain the run (its end moved before the training's, or its start after it) — by more
+        than the clock's resolution (``resolution_s``: a few steps of a few milliseconds are
+        shorter than the watch's reads)."""
         below = (self.lines_s - self.step_s) * self.steps
-        if self.step_s > 0 and below <= self.room_s:
+        if self.step_s * self.steps >= -self.resolution_s and below <= (
+            self.room_s + self.resolution_s
+        ):
             return None
         return (
             f"the harness's clock charges {self.step_s:.4f} s a step, the candidate's own lines "
@@ -114,8 +132,13 @@ class Charged:
     def compared_s(self) -> float | None:
         """What Apply compares: the charged step, or the lines' where those are slower (the
         clock bounds what the lines can claim; the lines bound what a one-time saving inside
-        the window is credited as); None where the charge is impossible."""
-        return None if self.impossible else max(self.step_s, self.lines_s)
+        the window is credited as); None where the charge is impossible; no gain at all (the
+        reference's step, or the lines' where slower) where the charge is unresolved."""
+        if self.impossible:
+            return None
+        if self.unresolved:
+            return max(self.ref_step_s, self.lines_s)
+        return max(self.step_s, self.lines_s)
 
 
 def charged(
@@ -132,7 +155,7 @@ def charged(
     ``timing`` (the reference's, with its noise) sets how far below the candidate's lines the
     charge may fall."""
     mine, theirs, how = paired_windows(cand, ref, paths)
-    return _charge(cand, mine, theirs, how, ref_step_s, timing)
+    return _charge(cand, mine, theirs, how, ref_step_s, timing, ref.watch_lag_s)
 
 
 def charged_by_window(cand: TrialMetrics, timing: Timing) -> Charged | None:
@@ -154,6 +177,7 @@ def _charge(
     how: str,
     ref_step_s: float,
     timing: Timing | None,
+    ref_lag_s: float | None = None,
 ) -> Charged:
     room = 0.0
     if timing is not None:
@@ -167,7 +191,17 @@ def _charge(
         cand.steps,
         lines_s=cand.harness_step_time_s or 0.0,
         room_s=room,
+        resolution_s=resolution_s(cand.watch_lag_s, ref_lag_s),
+        ref_step_s=ref_step_s,
     )
+
+
+def resolution_s(*lags: float | None) -> float:
+    """How far apart two windows' difference can be put by the watch's reads alone: each
+    window's two moments are timed at the edges of the reads that delivered them
+    (``trial.filewatch``), each read at most the run's largest interval between reads
+    (``watch_lag_s``), and no less than the reader's poll; two moments per window."""
+    return sum(2 * max(lag or 0.0, POLL_S) for lag in lags)
 
 
 def charged_step_s(cand: TrialMetrics, ref: TrialMetrics, paths: list[str]) -> float | None:
