@@ -50,9 +50,8 @@ def test_the_report_of_a_recorded_round_is_what_the_live_round_wrote(recorded):
         (recorded / "recorded-report.md").read_text()
     )
     assert {Path(f).name for f in written.figures} >= {"best_so_far.png", "time_vs_memory.png"}
-    assert written.summary.trials == len(
-        Ledger.of_run_dir(recorded).store.trials(Ledger.of_run_dir(recorded).run_id)
-    )
+    ledger = Ledger.of_run_dir(recorded)
+    assert written.summary.trials == len(ledger.store.trials(ledger.run_id))
 
 
 def test_the_audit_rebuilt_from_the_ledger_is_the_one_written_as_trials_ended(recorded):

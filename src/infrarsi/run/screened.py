@@ -65,8 +65,7 @@ def screened(
             }
         )
     elif charge is not None:  # unresolved (a few short steps): no gain over the Doctor's
-        step_s = max(charge.step_s, charge.ref_step_s) if charge.unresolved else charge.step_s
-        judged = record.model_copy(update={"window_step_time_s": step_s})
+        judged = record.model_copy(update={"window_step_time_s": charge.credited_step_s})
     else:
         return record
     if judged.trial_dir and Path(judged.trial_dir).is_dir():

@@ -134,11 +134,13 @@ class Charged:
         clock bounds what the lines can claim; the lines bound what a one-time saving inside
         the window is credited as); None where the charge is impossible; no gain at all (the
         reference's step, or the lines' where slower) where the charge is unresolved."""
-        if self.impossible:
-            return None
-        if self.unresolved:
-            return max(self.ref_step_s, self.lines_s)
-        return max(self.step_s, self.lines_s)
+        return None if self.impossible else max(self.credited_step_s, self.lines_s)
+
+    @property
+    def credited_step_s(self) -> float:
+        """The step the clock credits: the charge, or the reference's where the charge is
+        unresolved (no gain the clock cannot resolve)."""
+        return max(self.step_s, self.ref_step_s) if self.unresolved else self.step_s
 
 
 def charged(
