@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/make_table.py dense-1node                 # 100 cells x 2 repeats
     .venv/bin/python bench/make_table.py moe-1node --cells 96 --repeats 2 --validate 16
+    .venv/bin/python bench/make_table.py path/to/workload.yaml --scale full --factor ...  # drafted
 
 Cells are a seeded random fraction of the full factorial over the knobs that matter (ranks up
 to the cores, threads, micro-batch with derived accumulation, precision, checkpointing, the
@@ -84,18 +85,20 @@ def patch_subsets(manifest) -> list[tuple[str, ...]]:
     return [tuple(sorted(s, key=order.index)) for s in patch_sets(manifest)]
 
 
-def design(manifest, n_cells: int, seed: int, cores: int) -> list[tuple[dict, tuple]]:
+def design(
+    manifest, n_cells: int, seed: int, cores: int, scale: str = SCALE
+) -> list[tuple[dict, tuple]]:
     """The baseline cell, then distinct valid random cells: (knob overrides, patch subset)."""
     rng = random.Random(seed)
     levels, subsets = factor_levels(manifest, cores), patch_subsets(manifest)
-    cells, seen = [({}, ())], {_key(knobs.resolve(manifest, SCALE, {}), ())}
+    cells, seen = [({}, ())], {_key(knobs.resolve(manifest, scale, {}), ())}
     attempts = 0
     while len(cells) < n_cells and attempts < 100 * n_cells:
         attempts += 1
         overrides = {name: rng.choice(values) for name, values in levels.items()}
         subset = rng.choice(subsets)
         try:
-            resolved = knobs.resolve(manifest, SCALE, overrides)
+            resolved = knobs.resolve(manifest, scale, overrides)
         except AssignmentError:
             continue
         if _key(resolved, subset) not in seen:
@@ -105,20 +108,20 @@ def design(manifest, n_cells: int, seed: int, cores: int) -> list[tuple[dict, tu
 
 
 def full_factorial(
-    manifest, factors: dict[str, list], patch_sets: list[tuple]
+    manifest, factors: dict[str, list], patch_sets: list[tuple], scale: str = SCALE
 ) -> list[tuple[dict, tuple]]:
     """Every combination of the factors' values times every patch set, baseline first; a
     combination the manifest's constraints refuse is left out (said on stderr)."""
     import itertools
 
-    base = knobs.resolve(manifest, SCALE, {})
+    base = knobs.resolve(manifest, scale, {})
     cells, seen = [({}, ())], {_key(base, ())}
     names = list(factors)
     for values in itertools.product(*(factors[n] for n in names)):
         overrides = {n: v for n, v in zip(names, values) if v != base.get(n)}
         for subset in patch_sets:
             try:
-                resolved = knobs.resolve(manifest, SCALE, overrides)
+                resolved = knobs.resolve(manifest, scale, overrides)
             except AssignmentError as exc:
                 print(f"  left out {overrides} {subset}: {exc}", file=sys.stderr)
                 continue
@@ -152,12 +155,12 @@ def _key(resolved: dict, subset: tuple) -> tuple:
     return tuple(sorted(resolved.items())), tuple(sorted(subset))
 
 
-def analytic_peak_bytes(manifest, resolved: dict) -> float | None:
+def analytic_peak_bytes(manifest, resolved: dict, scale: str = SCALE) -> float | None:
     """The manifest's analytic per-rank peak for this assignment (None without a formula)."""
     if manifest.memory is None:
         return None
     return float(
-        expr.evaluate(manifest.memory.per_rank_bytes, {**manifest.scale(SCALE).params, **resolved})
+        expr.evaluate(manifest.memory.per_rank_bytes, {**manifest.scale(scale).params, **resolved})
     )
 
 
@@ -178,7 +181,7 @@ def trial_row(
         "table": table,
         "design": design,
         "workload": manifest.name,
-        "scale": SCALE,
+        "scale": spec.scale,
         "fingerprint": fp,
         "cell": cell_id,
         "repeat": repeat,
@@ -186,7 +189,7 @@ def trial_row(
         "patches": "+".join(sorted(subset)),
         "status": record.status.value,
         "cost_s": round(record.cost_s, 3),
-        "analytic_peak_bytes": analytic_peak_bytes(manifest, spec.knobs),
+        "analytic_peak_bytes": analytic_peak_bytes(manifest, spec.knobs, spec.scale),
         "patch_mem_ratio": patch_mem_ratio(manifest, subset),
         "mem_cap_bytes": spec.mem_cap_bytes,
         "trial_id": record.trial_id,
@@ -244,7 +247,8 @@ class TablePlan:
     """What a table measures: a sampled design (``n_cells``) or the full factorial of
     ``factors`` times ``patch_sets``; ``repeats`` per cell, ``n_validate`` capped checks;
     ``label`` names a second full-factorial design on one host; ``pilot`` measures without
-    freezing the rules (a pilot judges nothing)."""
+    freezing the rules (a pilot judges nothing); ``scale`` is the manifest's scale the trials run
+    at (``bench`` for the bundled workloads; a drafted manifest has its user's run as ``full``)."""
 
     n_cells: int = 100
     repeats: int = 2
@@ -254,6 +258,7 @@ class TablePlan:
     patch_sets: list[tuple] | None = None
     label: str | None = None
     pilot: bool = False
+    scale: str = SCALE
 
 
 def measure(workload: str, plan: TablePlan, out_dir: Path) -> Path:
@@ -267,9 +272,9 @@ def measure(workload: str, plan: TablePlan, out_dir: Path) -> Path:
         same_rules(path, commit)
     kind = "full_factorial" if plan.factors else "sampled"
     cells = (
-        full_factorial(manifest, plan.factors, plan.patch_sets or [()])
+        full_factorial(manifest, plan.factors, plan.patch_sets or [()], plan.scale)
         if plan.factors
-        else design(manifest, plan.n_cells, plan.seed, usable_threads())
+        else design(manifest, plan.n_cells, plan.seed, usable_threads(), plan.scale)
     )
     done = (
         {(r["cell"], r["repeat"], r["phase"]) for r in tables.read_rows(path)}
@@ -297,7 +302,7 @@ def measure(workload: str, plan: TablePlan, out_dir: Path) -> Path:
             """One row of cell ``c`` (its repeat ``r``, or the anchor's count): its trial id
             and its log step time (None unless ok)."""
             overrides, subset = cells[c]
-            spec = prepare(manifest, SCALE, overrides, list(subset), evaluate=False)
+            spec = prepare(manifest, plan.scale, overrides, list(subset), evaluate=False)
             record = run_trial(spec, Path(workdir))
             where = (f"c{c:03d}", r, phase)
             row = trial_row(name, manifest, fp, where, spec, subset, record, kind)
@@ -320,8 +325,9 @@ def measure(workload: str, plan: TablePlan, out_dir: Path) -> Path:
         drift = gate.gated(todo, run_row, run_anchor, drop)
         path.with_suffix(".drift.json").write_text(json.dumps(drift.as_json(), indent=1) + "\n")
         print(f"{name}: drift {drift.as_json()}", file=sys.stderr, flush=True)
-        validate(manifest, path, cells, plan.n_validate, (fp, commit), Path(workdir), knob_names)
-    refresh_analytic(manifest, path, cells)
+        where = (fp, commit, plan.scale)
+        validate(manifest, path, cells, plan.n_validate, where, Path(workdir), knob_names)
+    refresh_analytic(manifest, path, cells, plan.scale)
     return path
 
 
@@ -344,22 +350,22 @@ def same_rules(path: Path, commit: str, root: Path = Path(__file__).resolve().pa
             )
 
 
-def refresh_analytic(manifest, path: Path, cells) -> None:
+def refresh_analytic(manifest, path: Path, cells, scale: str = SCALE) -> None:
     """Rewrite every row's analytic estimate and patch ratio from the manifest as it is now
     (a corrected formula must not leave stale priors in a table; the measurements stay)."""
     rows = tables.read_rows(path)
     for row in rows:
         overrides, subset = cells[int(row["cell"][1:])]
-        resolved = knobs.resolve(manifest, SCALE, overrides)
-        row["analytic_peak_bytes"] = analytic_peak_bytes(manifest, resolved)
+        resolved = knobs.resolve(manifest, scale, overrides)
+        row["analytic_peak_bytes"] = analytic_peak_bytes(manifest, resolved, scale)
         row["patch_mem_ratio"] = patch_mem_ratio(manifest, subset)
     tables.rewrite(path, rows)
 
 
 def validate(manifest, path, cells, n_validate, where, workdir, knob_names) -> None:
     """Run the cells nearest a ~30%-OOM capacity under that real cap (resumable); ``where``:
-    (the host's fingerprint, the rules' commit the rows name)."""
-    fp, commit = where
+    (the host's fingerprint, the rules' commit the rows name, the scale)."""
+    fp, commit, scale = where
     table = tables.load(path)
     done = {row["cell"] for row in table.validation}
     if len(done) >= n_validate:
@@ -381,7 +387,7 @@ def validate(manifest, path, cells, n_validate, where, workdir, knob_names) -> N
     for i, cell in enumerate(c for c in chosen if c.cell not in done):
         overrides, subset = cells[int(cell.cell[1:])]
         spec = prepare(
-            manifest, SCALE, overrides, list(subset), evaluate=False, mem_cap_bytes=capacity
+            manifest, scale, overrides, list(subset), evaluate=False, mem_cap_bytes=capacity
         )
         record = run_trial(spec, workdir)
         row = trial_row(
@@ -448,6 +454,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--validate", type=int, default=16, help="capped replay-rule checks")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--scale",
+        default=SCALE,
+        help="the manifest's scale to measure at (default bench; a drafted manifest's user run "
+        "is its 'full' scale)",
+    )
     parser.add_argument("--out", type=Path, default=tables.DATA)
     parser.add_argument(
         "--factor",
@@ -502,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         patch_sets,
         args.label,
         args.pilot,
+        args.scale,
     )
     path = measure(args.workload, plan, args.out)
     print(path)

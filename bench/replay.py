@@ -278,13 +278,8 @@ def problem_of(s: Setting, seed: int, prior: bool = True) -> Problem:
 
 
 def manifest_of(workload: str):
-    """A table's workload manifest, or None for a workload this checkout does not ship."""
-    from infrarsi.workloads import find
-
-    try:
-        return find(workload)
-    except Exception:  # a table of a workload this checkout does not ship
-        return None
+    """A table's workload manifest (``tables.manifest_of``), None for one not kept here."""
+    return tables.manifest_of(workload)
 
 
 class Oracle:

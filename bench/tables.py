@@ -18,6 +18,7 @@ from pathlib import Path
 from infrarsi.trial.record import TrialStatus
 
 DATA = Path(__file__).parent / "data"
+MANIFESTS = DATA / "manifests"  # drafted workloads whose tables are kept here
 
 COLUMNS = [
     "table",
@@ -205,18 +206,30 @@ def load(path: Path) -> Table:
     )
 
 
+def manifest_of(workload: str):
+    """A table's workload manifest: a bundled workload by name, else a drafted one kept beside
+    the tables (``data/manifests/<workload>/``: the manifest its user's script drafted, with
+    the script); None for a workload this checkout has neither of."""
+    from infrarsi.workloads import find
+
+    for where in (workload, MANIFESTS / workload):
+        try:
+            return find(str(where))
+        except Exception:  # not this one
+            continue
+    return None
+
+
 def merge_twins(cells: dict[str, Cell], workload: str) -> dict[str, Cell]:
     """The cells with those that are one configuration merged into the first of them (its
     repeats pooled): two cells that differ only in a knob the workload declares inert there
     (``inert_when``: accum_no_sync at grad_accum 1) were one configuration measured twice,
     and a searcher that "reached" either only drew one of its draws. Unchanged for a workload
     this checkout does not ship."""
-    from infrarsi.workloads import find
     from infrarsi.workloads.knobs import inert_at_default
 
-    try:
-        manifest = find(workload)
-    except Exception:  # a table of a workload this checkout does not ship
+    manifest = manifest_of(workload)
+    if manifest is None:
         return cells
     if not any(k.inert_when for k in manifest.knobs):
         return cells
