@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from infrarsi.audit import AUDIT_FILE, AuditLog
-from infrarsi.records import Measurement, Prediction
+from infrarsi.audit import AuditLog
+from infrarsi.records import AUDIT_FILE, Measurement, Prediction
 from infrarsi.stages import Stage
 from infrarsi.store import Store, sqlite_url
 from infrarsi.trial.record import TrialStatus

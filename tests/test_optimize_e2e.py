@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 from conftest import OPTIMIZE_ROUNDS
+from counted_stores import COUNTED_STORES
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "infrarsi"]
+COUNTING = [sys.executable, str(Path(__file__).parent / "counted_stores.py")]  # stores counted
 ROUNDS = OPTIMIZE_ROUNDS
 
 
@@ -128,13 +130,18 @@ def test_apply_again_resumes_from_its_progress_and_decides_the_same(optimized):
     answer, _ = optimized
     run_dir = Path(answer["run_dir"])
     before = json.loads((run_dir / "apply.json").read_text())
+    counted = run_dir.parent / "apply-again-stores.txt"
     again = subprocess.run(
-        [*CLI, "apply", str(run_dir), "--top", "1", "--rounds", str(ROUNDS), "--json"],
+        [*COUNTING, "apply", str(run_dir), "--top", "1", "--rounds", str(ROUNDS), "--json"],
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, COUNTED_STORES: str(counted)},
     )
     assert again.returncode == 0, again.stderr[-2000:]
+    # by hand, apply is its run's composer: one store for Apply, the audit and the bank
+    store_url = json.loads((run_dir / "run.json").read_text())["store_url"]
+    assert counted.read_text().splitlines().count(store_url) == 1
     after = json.loads(again.stdout.strip().splitlines()[-1])
     assert [m["trial_id"] for m in after["measurements"]] == [
         m["trial_id"] for m in before["measurements"]

@@ -16,12 +16,11 @@ from typing import Any
 from infrarsi.callbacks import Callback
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import proposed_by, who_proposed
-from infrarsi.records import Measurement
+from infrarsi.records import AUDIT_FILE, Measurement
 from infrarsi.stages import Stage
 from infrarsi.store import Ledger, StoredTrial
 from infrarsi.trial import TrialRecord
 
-AUDIT_FILE = "audit.jsonl"
 # what an Apply trial's line adds of the measurement it was stored with
 VERDICT_FIELDS = {"round", "label", "compared_s", "valid", "reasons", "flags"}
 

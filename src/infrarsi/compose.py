@@ -1,6 +1,7 @@
-"""What ``optimize`` and the command line both compose, in one place: the Run stage of a
+"""What ``optimize`` and the command line both compose, in one place: a run's ledger (its one
+store, opened here and handed to every stage), the audit that hears it, and the Run stage of a
 contract — its proposer of code patches (the catalog, an LLM or both) and the run loop — so
-that a round of ``optimize`` and ``infrarsi run`` start a search the same way. Like them, this
+that a round of ``optimize`` and a command run by hand start the same way. Like them, this
 module sits above the stages; no stage imports it."""
 
 from __future__ import annotations
@@ -9,21 +10,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from infrarsi.audit import AuditLog
 from infrarsi.contract import Contract
 from infrarsi.events import EventSink
 from infrarsi.executors import Executor
 from infrarsi.options import ProposerOptions, SearchOptions
 from infrarsi.proposers import make_proposer
 from infrarsi.records import RunStart
-from infrarsi.run.loop import RunLoop
-from infrarsi.store import Ledger
+from infrarsi.run.loop import RunError, RunLoop
+from infrarsi.store import Ledger, RunStatus, Store, StoredRun, new_run_id, sqlite_url
 
 
 @dataclass(frozen=True)
 class Listeners:
     """Who hears the Run stage: its events, the proposer's notes, and each trial's end as the
     round's ``ledger`` (opened by the composer) tells whoever it subscribed there (None: the
-    run opens its store, heard by the run's audit log alone)."""
+    run opens its store, heard by no one)."""
 
     on_event: EventSink
     on_note: Callable[[str], None]
@@ -61,3 +63,29 @@ def search_loop(
         on_event=listeners.on_event,
         ledger=listeners.ledger,
     )
+
+
+def new_ledger(
+    contract: Contract, run_dir: Path, search: SearchOptions, status: RunStatus
+) -> Ledger:
+    """A new run's ledger in ``run_dir``: its one store (``search.store_url``, else the
+    folder's SQLite file) with the run opened in it at ``status`` — made by the composer
+    before any stage runs, and refused where the folder already holds a run."""
+    run_dir = Path(run_dir)
+    if (run_dir / "run.json").exists():
+        raise RunError(
+            f"{run_dir} already holds a run: resume it with --resume {run_dir}, or give "
+            "another run directory"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(search.store_url or sqlite_url(run_dir))
+    name = contract.manifest().name
+    run = store.save_run(StoredRun.opened(new_run_id(), contract, name, search, status))
+    return Ledger(store, run.run_id)
+
+
+def audited(ledger: Ledger, run_dir: Path) -> Ledger:
+    """``ledger`` with its run's audit (``audit.jsonl`` in ``run_dir``) caught up and
+    subscribed: the one listener a command run by hand gives its store."""
+    AuditLog.following(ledger, Path(run_dir))
+    return ledger

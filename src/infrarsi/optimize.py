@@ -20,7 +20,7 @@ from infrarsi.apply import apply_run
 from infrarsi.audit import AuditLog
 from infrarsi.bank import BankIngester, BankStore, advice_for
 from infrarsi.callbacks import Callback, CallbackList, RoundEnd, Screen
-from infrarsi.compose import Listeners, search_loop
+from infrarsi.compose import Listeners, new_ledger, search_loop
 from infrarsi.contract import Contract
 from infrarsi.derive import derive_workload
 from infrarsi.doctor import UNDETECTABLE, headroom, run_doctor, sealed_contract
@@ -51,7 +51,7 @@ from infrarsi.records import (
 )
 from infrarsi.report import ReportWriter
 from infrarsi.stages import Stage
-from infrarsi.store import Ledger, RunStatus, Store, StoredRun, new_run_id, sqlite_url
+from infrarsi.store import Ledger, RunStatus
 from infrarsi.trial.record import TrialRecord
 from infrarsi.workloads import Manifest, find
 
@@ -271,14 +271,9 @@ def _open_round(
     ``hear``, subscribed here alone, is told of each then (the audit writes its line).
     The search brings the run to its sealed contract and its own settings
     (``Store.save_run``)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    store = Store(options.search.store_url or sqlite_url(run_dir))
-    name = contract.manifest().name
-    run = store.save_run(
-        StoredRun.opened(new_run_id(), contract, name, options.search, RunStatus.DOCTORING)
-    )
-    store.subscribe(hear.on_trial_end)
-    return Ledger(store, run.run_id)
+    ledger = new_ledger(contract, run_dir, options.search, RunStatus.DOCTORING)
+    ledger.store.subscribe(hear.on_trial_end)
+    return ledger
 
 
 def _stored_then(ledger: Ledger, emit: EventSink) -> Callable[[str, TrialRecord], None]:

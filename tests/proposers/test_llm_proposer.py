@@ -178,9 +178,10 @@ def test_an_llm_endpoint_that_does_not_answer_ends_an_llm_only_run_before_any_tr
 @pytest.mark.slow
 def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract, tmp_path, server):
     from infrarsi.apply import apply_run
+    from infrarsi.compose import audited, new_ledger
     from infrarsi.report import write_report
     from infrarsi.run.loop import RunLoop
-    from infrarsi.store import open_run_dir
+    from infrarsi.store import RunStatus, open_run_dir
 
     expectation = {
         "step_time_ratio": 0.8,
@@ -202,12 +203,10 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
     proposer = LLMProposer(
         contract, run_dir, executor, endpoint, LLMBudget(calls=5), with_catalog=False
     )
+    options = SearchOptions(budget=Budget(trials=4))
+    ledger = audited(new_ledger(contract, run_dir, options, RunStatus.RUNNING), run_dir)
     result = RunLoop(
-        contract,
-        run_dir,
-        SearchOptions(budget=Budget(trials=4)),
-        executor=executor,
-        proposer=proposer,
+        contract, run_dir, options, executor=executor, proposer=proposer, ledger=ledger
     ).start()
     lines = read_lines(run_dir)
     assert [(x.status, x.stage) for x in lines] == [
@@ -238,7 +237,7 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
     assert "proposal 1: REJECTED at files: data.py: locked file" in second_round
     assert "proposal 3: REJECTED at compile" in chat.prompt(3)
 
-    apply_run(run_dir, top_k=1, rounds=2)
+    apply_run(run_dir, top_k=1, rounds=2, ledger=ledger)
     audit = [json.loads(x) for x in (run_dir / "audit.jsonl").read_text().splitlines()]
     carrying = [
         r

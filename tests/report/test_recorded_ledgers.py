@@ -14,9 +14,9 @@ import pytest
 from conftest import FIXTURES
 
 from infrarsi.apply import judge
-from infrarsi.audit import AUDIT_FILE, AuditLog
+from infrarsi.audit import AuditLog
 from infrarsi.bank import ingest_run
-from infrarsi.records import ApplyResult
+from infrarsi.records import AUDIT_FILE, ApplyResult
 from infrarsi.report import write_report
 from infrarsi.store import Ledger
 from infrarsi.store.bank import BankStore

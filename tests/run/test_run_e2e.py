@@ -3,15 +3,20 @@ every trial exactly once (the one that was running stays as the lost attempt, no
 is proposed again in a row of its own)."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import run_cli
+from counted_stores import COUNTED_STORES
 
 from infrarsi.store import Store
+
+COUNTING = Path(__file__).parents[1] / "counted_stores.py"  # python -m infrarsi, stores counted
 
 pytestmark = pytest.mark.slow
 BUDGET = 5  # killed while its third trial runs: two finished before, two after the resume
@@ -31,11 +36,11 @@ def test_a_run_killed_midway_resumes_and_keeps_each_trial_once(tmp_path):
     )
     assert made.returncode == 0, made.stderr
     run_dir = tmp_path / "run"
+    counted = {**os.environ, COUNTED_STORES: str(tmp_path / "run-stores.txt")}
     tool = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "infrarsi",
+            str(COUNTING),
             "run",
             "contract.yaml",
             "--budget",
@@ -46,6 +51,7 @@ def test_a_run_killed_midway_resumes_and_keeps_each_trial_once(tmp_path):
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=counted,
     )
     try:
         deadline = time.monotonic() + 300
@@ -66,8 +72,20 @@ def test_a_run_killed_midway_resumes_and_keeps_each_trial_once(tmp_path):
     assert [t.status for t in before].count("running") == 1
     # the audit was written as each trial ended: the killed run's finished trials are in it
     assert _audited(run_dir) == sorted(t.trial_id for t in before if t.status != "running")
-    resumed = run_cli("run", "--resume", str(run_dir), "--json", cwd=tmp_path)
+    resumed = subprocess.run(
+        [sys.executable, str(COUNTING), "run", "--resume", str(run_dir), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        env={**os.environ, COUNTED_STORES: str(tmp_path / "resume-stores.txt")},
+    )
     assert resumed.returncode == 0, resumed.stderr
+    # by hand, each command is its run's composer: one store of the run for the search, its
+    # audit and the bank's ingest alike
+    store_url = json.loads((run_dir / "run.json").read_text())["store_url"]
+    for opened in ("run-stores.txt", "resume-stores.txt"):
+        assert (tmp_path / opened).read_text().splitlines().count(store_url) == 1, opened
     result = json.loads(resumed.stdout)  # the one answer, the whole of stdout
     everything = _trials(run_dir)
     (lost,) = [t for t in everything if t.status == "interrupted"]  # the attempt killed

@@ -9,14 +9,12 @@ measured configs otherwise), never through the Run stage's code.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from infrarsi.apply import decide, outputs
 from infrarsi.apply.ledger import ApplyLedger
 from infrarsi.apply.rounds import BASELINE, Rounds
-from infrarsi.audit import AUDIT_FILE, AuditLog
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.events import ApplyPlanned, EventSink, ignore
@@ -26,6 +24,7 @@ from infrarsi.identity import ConfigKey, Configuration
 from infrarsi.objective import compared_name
 from infrarsi.options import APPLY_TOP_K
 from infrarsi.records import (
+    AUDIT_FILE,
     DOCTOR_FILE,
     ApplyResult,
     CandidateResult,
@@ -35,7 +34,7 @@ from infrarsi.records import (
     ReferenceRun,
 )
 from infrarsi.stages import Stage
-from infrarsi.store import Ledger, RunDirError, Store, StoredRun, StoredTrial, open_run_dir
+from infrarsi.store import Ledger, RunDirError, Store, StoredRun, StoredTrial
 from infrarsi.trial.record import TrialStatus
 from infrarsi.verify import evidence_strength
 from infrarsi.workloads import knobs as knob_rules
@@ -47,31 +46,21 @@ class ApplyError(InfraRSIError):
 
 
 def open_run(
-    run_dir: Path,
-    on_trial_end: Callable[[StoredTrial], None] | None = None,
-    ledger: Ledger | None = None,
+    run_dir: Path, ledger: Ledger | None = None
 ) -> tuple[Store, StoredRun, list[StoredTrial], Contract]:
-    """The store, run, trials and contract of a run directory. Through ``ledger``, the round's
-    handle its composer opened and subscribed its listeners to, nothing more is subscribed;
-    else the store of ``run_dir`` is opened and tells ``on_trial_end`` of each trial as it ends
-    (None: it writes the trial's audit line, after appending the lines of stored trials the
-    audit lacks). The Doctor's trials are in the store (a run made before they were stored has
-    them added from its ``doctor.json``)."""
-    if ledger is not None:
-        _store_every_stage(ledger.store, ledger.run_id, Path(run_dir))
-        run = ledger.run
-        return ledger.store, run, ledger.store.trials(run.run_id), run.contract
-    try:
-        store, run = open_run_dir(run_dir)
-    except RunDirError as exc:
-        raise ApplyError(str(exc)) from None
-    contract = run.contract
-    if on_trial_end is None:
-        AuditLog.following(Ledger(store, run.run_id), Path(run_dir))
-    else:
-        store.subscribe(on_trial_end)
-    _store_every_stage(store, run.run_id, Path(run_dir))
-    return store, run, store.trials(run.run_id), contract
+    """The store, run, trials and contract of a run directory, read through ``ledger`` (the
+    round's handle its composer opened and subscribed its listeners to — the audit among
+    them), or, without one, from the store ``run_dir`` names, heard by no one. The Doctor's
+    trials are in the store (a run made before they were stored has them added from its
+    ``doctor.json``)."""
+    if ledger is None:
+        try:
+            ledger = Ledger.of_run_dir(run_dir)
+        except RunDirError as exc:
+            raise ApplyError(str(exc)) from None
+    _store_every_stage(ledger.store, ledger.run_id, Path(run_dir))
+    run = ledger.run
+    return ledger.store, run, ledger.store.trials(run.run_id), run.contract
 
 
 def candidates_of(
@@ -158,16 +147,14 @@ def apply_run(
     rounds: int | None = None,
     seed: int = 0,
     on_event: EventSink | None = None,
-    on_trial_end: Callable[[StoredTrial], None] | None = None,
     ledger: Ledger | None = None,
 ) -> ApplyResult:
     """Re-measure the top ``top_k`` against the baseline, decide, write what holds (apply.json);
-    each measurement heard by ``on_trial_end`` as it ends (None: the run's audit log), or,
-    through ``ledger`` (the round's handle), by whoever its composer subscribed. Refused while
-    another process runs in ``run_dir``."""
+    each measurement goes into the round's ``ledger`` as it ends, heard by whoever its
+    composer subscribed (the audit: ``AuditLog.following``); without one, into the store
+    ``run_dir`` names, heard by no one. Refused while another process runs in ``run_dir``."""
     with holding(Path(run_dir), create=False):
-        heard = (on_trial_end, ledger)
-        return _apply_run(run_dir, top_k, executor, rounds, seed, on_event, heard)
+        return _apply_run(run_dir, top_k, executor, rounds, seed, on_event, ledger)
 
 
 def _apply_run(
@@ -177,10 +164,10 @@ def _apply_run(
     rounds: int | None,
     seed: int,
     on_event: EventSink | None,
-    heard: tuple[Callable[[StoredTrial], None] | None, Ledger | None],
+    ledger: Ledger | None,
 ) -> ApplyResult:
     run_dir = Path(run_dir).resolve()
-    store, run, trials, contract = open_run(run_dir, *heard)
+    store, run, trials, contract = open_run(run_dir, ledger)
     manifest = contract.manifest()
     contract.check_locked(manifest.root)
     baseline_knobs = knob_rules.baseline(manifest, contract.scale)
@@ -193,8 +180,8 @@ def _apply_run(
     references: list[ReferenceRun] = []
     if candidates:  # one host for the whole comparison: times are compared on one clock
         with (executor or LocalExecutor(run_dir)).pinned(manifest) as one_host:
-            ledger = ApplyLedger(store, run.run_id)
-            rounds_run = Rounds(contract, ledger, one_host, candidates, baseline_knobs, on_event)
+            kept = ApplyLedger(store, run.run_id)
+            rounds_run = Rounds(contract, kept, one_host, candidates, baseline_knobs, on_event)
             measurements = rounds_run.run(n_rounds, contract.noise.confidence)
             references = list(rounds_run.references.runs.values())
     judged, promoted, decision = judge(

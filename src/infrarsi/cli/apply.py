@@ -11,11 +11,12 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
-from infrarsi.apply import apply_run
+from infrarsi.apply import ApplyError, apply_run
 from infrarsi.apply.branch import to_branch
 from infrarsi.bank import ingest_run
 from infrarsi.cli.answer import keep_stdout_for_the_answer, print_answer
 from infrarsi.cli.errors import user_error
+from infrarsi.compose import audited
 from infrarsi.contract import load_contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.events import (
@@ -29,6 +30,7 @@ from infrarsi.executors.choice import make_executor
 from infrarsi.identity import changed_knobs, describe_changes
 from infrarsi.options import APPLY_TOP_K, BankOptions, ExecutorOptions
 from infrarsi.records import ApplyResult, Measurement
+from infrarsi.store import Ledger, RunDirError
 from infrarsi.store.bank import BankStore
 from infrarsi.units import format_ratio_bound
 
@@ -161,6 +163,7 @@ def apply_command(command: ApplyCommand, out: Console, err: Console) -> None:
         runner = make_executor(
             command.executor.kind, Path(run_dir).resolve(), command.executor.ray_address
         )
+        ledger = _ledger(Path(run_dir))
         with screen:
             result = apply_run(
                 run_dir,
@@ -168,9 +171,10 @@ def apply_command(command: ApplyCommand, out: Console, err: Console) -> None:
                 rounds=command.rounds,
                 on_event=screen.event,
                 executor=runner,
+                ledger=ledger,
             )
         if store is not None:
-            added = ingest_run(Path(run_dir), store)
+            added = ingest_run(Path(run_dir), store, ledger)
             err.print(
                 f"bank: {added.added} experiences added to {store.url}",
                 markup=False,
@@ -188,3 +192,11 @@ def apply_command(command: ApplyCommand, out: Console, err: Console) -> None:
     show(result, out)
     if commit:
         out.print(f"committed the winner on branch {branch}: {commit[:12]}", markup=False)
+
+
+def _ledger(run_dir: Path) -> Ledger:
+    """The run's ledger, opened once for Apply and the bank, heard by the run's audit."""
+    try:
+        return audited(Ledger.of_run_dir(run_dir), run_dir)
+    except RunDirError as exc:
+        raise ApplyError(str(exc)) from None

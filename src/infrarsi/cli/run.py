@@ -15,7 +15,7 @@ from rich.table import Table
 from infrarsi.bank import advice_for, ingest_run
 from infrarsi.cli.answer import keep_stdout_for_the_answer, print_answer
 from infrarsi.cli.errors import user_error
-from infrarsi.compose import Listeners, search_loop
+from infrarsi.compose import Listeners, audited, new_ledger, search_loop
 from infrarsi.contract import Contract, load_contract
 from infrarsi.doctor import UNDETECTABLE
 from infrarsi.errors import InfraRSIError
@@ -39,6 +39,7 @@ from infrarsi.proposal import Proposer
 from infrarsi.proposers import check_kind, make_proposer
 from infrarsi.records import DoctorReport, Prediction, RunResult, RunStart
 from infrarsi.run.loop import RunError, RunLoop
+from infrarsi.store import Ledger, RunDirError, RunStatus
 from infrarsi.store.bank import BankStore
 from infrarsi.units import format_bytes
 
@@ -67,11 +68,11 @@ def run_command(command: RunCommand, out: Console, err: Console) -> None:
     try:
         bank_store = BankStore(command.bank.url) if command.bank.use else None
         if command.resume is not None:
-            result = _resume(command, screen, err)
+            result, ledger = _resume(command, screen, err)
         else:
-            result = _start(command, screen, err, bank_store)
+            result, ledger = _start(command, screen, err, bank_store)
         if bank_store is not None:
-            added = ingest_run(Path(result.run_dir), bank_store)
+            added = ingest_run(Path(result.run_dir), bank_store, ledger)
             err.print(
                 f"bank: {added.added} experiences added to {bank_store.url}",
                 markup=False,
@@ -85,11 +86,16 @@ def run_command(command: RunCommand, out: Console, err: Console) -> None:
         _summary(result, out)
 
 
-def _resume(command: RunCommand, screen: _Screen, err: Console) -> RunResult:
-    """The run in ``command.resume`` continued where it stopped."""
+def _resume(command: RunCommand, screen: _Screen, err: Console) -> tuple[RunResult, Ledger]:
+    """The run in ``command.resume`` continued where it stopped, and its ledger (opened here,
+    heard by its audit)."""
     assert command.resume is not None
     contract = load_contract(command.contract) if command.contract else None
     resume = Path(command.resume)
+    try:
+        ledger = audited(Ledger.of_run_dir(resume), resume)
+    except RunDirError as exc:
+        raise RunError(str(exc)) from None
     runner = make_executor(command.executor.kind, resume.resolve(), command.executor.ray_address)
     proposer = (
         _proposer(command.proposer, contract, resume, err, runner)
@@ -97,20 +103,23 @@ def _resume(command: RunCommand, screen: _Screen, err: Console) -> RunResult:
         else None
     )
     with screen.live():
-        return RunLoop.resume(
+        result = RunLoop.resume(
             resume,
             contract,
             on_event=screen.event,
             proposer=proposer,
             executor=runner,
             parallel=command.search.parallel,
+            ledger=ledger,
         )
+    return result, ledger
 
 
 def _start(
     command: RunCommand, screen: _Screen, err: Console, bank_store: BankStore | None
-) -> RunResult:
-    """A new run of ``command.contract``, from the Doctor's report beside it and the bank."""
+) -> tuple[RunResult, Ledger]:
+    """A new run of ``command.contract``, from the Doctor's report beside it and the bank,
+    and its ledger (opened here before the search, heard by its audit)."""
     if command.contract is None:
         raise RunError("give a contract (from `infrarsi init`) or --resume RUN_DIR")
     contract = load_contract(command.contract)
@@ -130,6 +139,7 @@ def _start(
     runner = make_executor(
         command.executor.kind, Path(directory).resolve(), command.executor.ray_address
     )
+    ledger = audited(new_ledger(contract, directory, command.search, RunStatus.RUNNING), directory)
     loop = search_loop(
         contract,
         directory,
@@ -137,10 +147,10 @@ def _start(
         command.proposer,
         runner,
         RunStart(doctor_report=report, bank_advice=advice),
-        Listeners(on_event=screen.event, on_note=_noted(err)),
+        Listeners(on_event=screen.event, on_note=_noted(err), ledger=ledger),
     )
     with screen.live():
-        return loop.start()
+        return loop.start(), ledger
 
 
 def _proposer(

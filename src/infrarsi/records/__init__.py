@@ -26,6 +26,7 @@ from infrarsi.trial.arrivals import Timing
 from infrarsi.trial.record import TrialStatus
 
 APPLY_FILE = "apply.json"
+AUDIT_FILE = "audit.jsonl"  # one line per finished trial of a run, written as it ends
 DOCTOR_BASELINE_LABEL = "baseline run"  # the Doctor's baseline trials' labels start with it
 DOCTOR_FILE = "doctor.json"
 DOCTOR_SCHEMA_VERSION = 1

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from infrarsi.audit import AuditLog
 from infrarsi.contract import Contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.events import (
@@ -62,7 +61,6 @@ from infrarsi.store import (
     StoredRun,
     StoredTrial,
     new_run_id,
-    open_run_dir,
     sqlite_url,
 )
 from infrarsi.trial import TrialRecord
@@ -119,8 +117,8 @@ class RunLoop:
         candidates and is tried on the baseline's knobs first. Trials in flight at once
         (``options.parallel``) need an executor with room for them (a cluster's nodes).
         ``ledger``: the round's store and run, opened by the composer, who subscribed its
-        listeners to it (None: the run opens its own store, ``options.store_url``, heard by
-        this run's audit log alone)."""
+        listeners to it — the audit among them (None: the run opens its own store,
+        ``options.store_url``, heard by no one)."""
         options = options or SearchOptions()
         if options.searcher not in registry.SEARCHERS:
             raise RunError(
@@ -221,13 +219,10 @@ class RunLoop:
         store = self.ledger.store if self.ledger else Store(self.store_url)
         run_id = self.ledger.run_id if self.ledger else self.begun.run_id or new_run_id()
         search = replace(self.options, budget=self.budget)
-        run = store.save_run(  # a run opened before its Doctor gets its sealed contract here
+        store.save_run(  # a run opened before its Doctor gets its sealed contract here
             StoredRun.opened(run_id, self.contract, self.manifest.name, search, RunStatus.RUNNING)
         )
-        if self.ledger is None:  # the composer's listeners already hear its ledger
-            store.subscribe(
-                AuditLog(self.run_dir, self.contract.objective, run.searcher).on_trial_end
-            )
+        self.ledger = Ledger(store, run_id)
         self.trial_seed = challenge_seed()
         (self.run_dir / "run.json").write_text(
             json.dumps(
@@ -252,11 +247,13 @@ class RunLoop:
         executor: Executor | None = None,
         proposer: Proposer | None = None,
         on_event: EventSink | None = None,
+        ledger: Ledger | None = None,
     ) -> RunResult:
         """Continue the run in ``run_dir`` where it stopped: its searcher, budget, seed and
         store as stored, from the Doctor's report and the bank's advice kept beside it; the
-        patches proposed before it stopped stay (``proposer`` None). Refused while another
-        process runs there."""
+        patches proposed before it stopped stay (``proposer`` None). ``ledger``: the run's
+        handle, opened by the composer who subscribed its listeners (None: the store
+        ``run_dir`` names, heard by no one). Refused while another process runs there."""
         with holding(Path(run_dir), create=False):
             return cls._resume(
                 run_dir,
@@ -265,6 +262,7 @@ class RunLoop:
                 executor=executor,
                 proposer=proposer,
                 on_event=on_event,
+                ledger=ledger,
             )
 
     @classmethod
@@ -277,11 +275,13 @@ class RunLoop:
         executor: Executor | None,
         proposer: Proposer | None,
         on_event: EventSink | None,
+        ledger: Ledger | None,
     ) -> RunResult:
         try:
-            store, run = open_run_dir(run_dir)
+            ledger = ledger or Ledger.of_run_dir(Path(run_dir))
         except RunDirError as exc:
             raise RunError(str(exc)) from None
+        store, run = ledger.store, ledger.run
         stored = run.contract
         if contract is not None and contract.contract_hash != stored.contract_hash:
             raise RunError(
@@ -308,7 +308,6 @@ class RunLoop:
         loop.trial_seed = json.loads((Path(run_dir) / "run.json").read_text()).get(TRIAL_SEED)
         requeue = store.interrupt_running(run.run_id)
         store.set_run_status(run.run_id, RunStatus.RUNNING)
-        store.subscribe(AuditLog(Path(run_dir), stored.objective, run.searcher).on_trial_end)
         return loop._loop(store, run.run_id, requeue)
 
     # -- the loop --------------------------------------------------------------------------
