@@ -492,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     manifest = find(args.workload)
+    if args.scale not in manifest.scales:
+        parser.error(f"--scale {args.scale}: {manifest.name} has {', '.join(manifest.scales)}")
     factors = dict(parse_factor(manifest, f) for f in args.factor)
     patch_sets = [tuple(p for p in s.split("+") if p) for s in args.patch_sets.split(";")]
     for subset in patch_sets:

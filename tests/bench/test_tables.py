@@ -114,6 +114,23 @@ def test_a_full_factorial_design_holds_every_combination_once_baseline_first():
         make_table.parse_factor(manifest, "no_such_knob=1,2")
 
 
+def test_a_drafted_workloads_table_is_designed_at_its_scale_and_replayed_with_its_manifest():
+    """A table of a user's drafted script: its manifest (kept beside the tables, the script a
+    link to the fixture it was drafted from) is found by the name its rows carry, so the
+    replay gives the search the priors a live run of it has; its cells resolve at the scale
+    the draft wrote for the user's run (``full``), where the bundled workloads' ``bench`` is
+    unknown."""
+    (kept,) = [p for p in tables.MANIFESTS.iterdir() if (p / "workload.yaml").is_file()]
+    manifest = tables.manifest_of(kept.name)
+    assert manifest is not None and manifest.name == kept.name
+    assert tables.manifest_of("no-such-workload") is None
+    factors = dict(make_table.parse_factor(manifest, f) for f in ("nproc=1,2", "micro_batch=1,4"))
+    cells = make_table.full_factorial(manifest, factors, [()], "full")
+    assert cells[0] == ({}, ()) and len(cells) == 4  # nproc 2, micro-batch 4 is the baseline
+    with pytest.raises(KeyError):
+        make_table.full_factorial(manifest, factors, [()], "bench")
+
+
 def test_the_log_of_other_work_reads_its_windows_and_skips_other_lines(tmp_path):
     log = tmp_path / "busy.log"
     log.write_text("10.5 20.0 pytest -q\nimport sys  # a command's second line\n30 40\n\n")
