@@ -192,16 +192,7 @@ def run_isolated(
         if launchers.read_stderr:
             pumps += [_Pump(proc.stderr, err, channel, "stderr") for proc in local]
         sampler = _RankSampler([p.pid for p in local])
-        sampler.start()
-        try:
-            failed = _wait(procs, t0, timeout_s)
-        except BaseException:  # Ctrl-C or the tool being killed: never leave the trial behind
-            _end(procs, trial_id)
-            for init in inits:
-                init.close()
-            raise
-        finally:
-            sampler.stop()
+        failed = _waited(procs, inits, sampler, trial_id, (t0, timeout_s))
         running = [p for p in procs if p.poll() is None]
         killed = _end(running, trial_id)
         for proc in procs:
@@ -222,6 +213,29 @@ def run_isolated(
         outlived=outlived,
         ownership=ownership.summary([i for i in inits if i.ready], spans_hosts),
     )
+
+
+def _waited(
+    procs: list[subprocess.Popen],
+    inits: list,
+    sampler: _RankSampler,
+    trial_id: str,
+    clock: tuple[float, float],
+) -> subprocess.Popen | None:
+    """``_wait`` for the launchers (``clock``: their start, the timeout) while ``sampler``
+    samples their ranks; the launcher that failed, if one did. Interrupted (Ctrl-C, the tool
+    killed), it ends the trial's processes and closes their namespaces' inits first: no trial
+    is left behind."""
+    sampler.start()
+    try:
+        return _wait(procs, *clock)
+    except BaseException:
+        _end(procs, trial_id)
+        for init in inits:
+            init.close()
+        raise
+    finally:
+        sampler.stop()
 
 
 def _closed(inits: list, pumps: list[_Pump], count: bool) -> int:

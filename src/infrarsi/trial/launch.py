@@ -221,32 +221,17 @@ def launch(
         if spread
         else None
     )
-    watch = for_trial(spec, trial_dir, workspace, [p.paths for p in base.patches])
-    with memcg.trial_cgroup(base.trial_id, owner_alive) as cgroup:
-        for env in envs[:1] if spread else envs:  # a remote launcher's host gives its own
-            env.update(cgroup.env() if cgroup else {})
-        how = spec.manifest.launch.metrics
-        launchers = Launchers(
-            commands=commands,
-            envs=envs,
-            cwd=workspace,
-            remote=remote.starters(len(commands)) if remote else {},
-            read_stderr=isinstance(how, StdoutMetrics) and how.read_stderr,
-        )
-        watch.start()
-        try:
-            result = run_isolated(
-                launchers,
-                trial_id=base.trial_id,
-                timeout_s=spec.cut_after_s,
-                logs=(trial_dir / "stdout.log", trial_dir / "stderr.log"),
-                channel=channel,
-                cgroup_procs=cgroup.launchers_procs if cgroup else None,
-            )
-        finally:
-            moments = watch.stop()
-        memory = cgroup.ranks() if cgroup else None
-        launcher_memory = cgroup.launchers() if cgroup else None
+    launchers = Launchers(
+        commands=commands,
+        envs=envs,
+        cwd=workspace,
+        remote=remote.starters(len(commands)) if remote else {},
+        read_stderr=isinstance(spec.manifest.launch.metrics, StdoutMetrics)
+        and spec.manifest.launch.metrics.read_stderr,
+    )
+    result, moments, memory, launcher_memory = _sandboxed(
+        spec, (trial_dir, workspace), base, launchers, (channel, spread is not None)
+    )
     base = base.model_copy(update={"ownership": result.ownership})
     if remote is not None:
         memory = remote.join(trial_dir, memory, result)
@@ -262,6 +247,38 @@ def launch(
     if outcome.status is TrialStatus.SLOW:  # cut at the search's bound: its time is censored
         base = base.model_copy(update={"censored_time_per_step_s": spec.censored_step_time_s})
     return _record(base, outcome, evaluated, commands, result, t0)
+
+
+def _sandboxed(
+    spec: TrialSpec,
+    where: tuple[Path, Path],
+    base: TrialBase,
+    launchers: Launchers,
+    heard: tuple[MetricsChannel, bool],
+) -> tuple[ProcessResult, Moments, dict[int, RankMemory] | None, RankMemory | None]:
+    """The launchers run in the trial's memory cgroup, its files watched (``where``: its folder
+    and workspace; ``heard``: the metrics' channel, whether it spans hosts, where a remote
+    launcher gets its own host's cgroup): what the processes did, the files' moments, the
+    ranks' and the launchers' memory (None without a cgroup)."""
+    (trial_dir, workspace), (channel, spread) = where, heard
+    watch = for_trial(spec, trial_dir, workspace, [p.paths for p in base.patches])
+    with memcg.trial_cgroup(base.trial_id, owner_alive) as cgroup:
+        for env in launchers.envs[:1] if spread else launchers.envs:
+            env.update(cgroup.env() if cgroup else {})
+        watch.start()
+        try:
+            result = run_isolated(
+                launchers,
+                trial_id=base.trial_id,
+                timeout_s=spec.cut_after_s,
+                logs=(trial_dir / "stdout.log", trial_dir / "stderr.log"),
+                channel=channel,
+                cgroup_procs=cgroup.launchers_procs if cgroup else None,
+            )
+        finally:
+            moments = watch.stop()
+        memory = cgroup.ranks() if cgroup else None
+        return result, moments, memory, cgroup.launchers() if cgroup else None
 
 
 def _evaluated(

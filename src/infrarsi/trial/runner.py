@@ -38,25 +38,7 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
     trial_id = new_trial_id(spec.manifest)
     trial_dir = Path(workdir).resolve() / trial_id
     workspace = trial_dir / "workspace"
-    base = TrialBase(
-        trial_id=trial_id,
-        workload=spec.manifest.name,
-        scale=spec.scale,
-        knobs=spec.knobs,
-        contract_hash=spec.contract_hash,
-        mem_cap_bytes=spec.mem_cap_bytes,
-        timeout_s=spec.effective_timeout_s,
-        slow_after_s=spec.slow_after_s,
-        started_unix_s=started,
-        trial_dir=str(trial_dir),
-        fingerprint=host_fingerprint(),
-        node=spec.node,
-        hosts=[spec.host] if spec.host else [],
-        seed=spec.seed,
-        steps=spec.steps,
-        seed_set_by=seed_setting(spec),
-        isolation=isolation(),
-    )
+    base = _base(spec, trial_id, trial_dir, started)
     copy_workload(spec.manifest.root, workspace)
     locked, problem = _apply_and_hash(spec, workspace)
     base = base.model_copy(update={"patches": _patch_refs(spec), "locked_files": locked})
@@ -84,6 +66,29 @@ def run_trial(spec: TrialSpec, workdir: Path) -> TrialRecord:
             raise
     record.save(trial_dir / "record.json")
     return record
+
+
+def _base(spec: TrialSpec, trial_id: str, trial_dir: Path, started: float) -> TrialBase:
+    """What the record says of the trial before it runs: what was asked, where and when."""
+    return TrialBase(
+        trial_id=trial_id,
+        workload=spec.manifest.name,
+        scale=spec.scale,
+        knobs=spec.knobs,
+        contract_hash=spec.contract_hash,
+        mem_cap_bytes=spec.mem_cap_bytes,
+        timeout_s=spec.effective_timeout_s,
+        slow_after_s=spec.slow_after_s,
+        started_unix_s=started,
+        trial_dir=str(trial_dir),
+        fingerprint=host_fingerprint(),
+        node=spec.node,
+        hosts=[spec.host] if spec.host else [],
+        seed=spec.seed,
+        steps=spec.steps,
+        seed_set_by=seed_setting(spec),
+        isolation=isolation(),
+    )
 
 
 def _patch_refs(spec: TrialSpec) -> list[PatchRef]:
