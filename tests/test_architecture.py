@@ -263,8 +263,6 @@ def test_the_audit_is_the_composers_listener_and_no_stage_subscribes_it():
     """Who hears a run's store is decided where the run is composed (``optimize``, ``compose``
     and the commands run by hand): the search and Apply take a ledger and subscribe no one."""
     hearing = {
-        m
-        for m, imports in GRAPH.items()
-        if "infrarsi.audit" in imports and _room(m) in STAGES
+        m for m, imports in GRAPH.items() if "infrarsi.audit" in imports and _room(m) in STAGES
     }
     assert hearing == set()
