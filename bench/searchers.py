@@ -319,6 +319,7 @@ def bench_table(
     feasible = table.feasible(s.capacity)
     detail = {
         "tests": tests_of(per),
+        "code": code_hash(),  # the search and the benchmark's rules it was replayed with
         "seeds": seeds,
         "budget_trials": budget,
         "checkpoints_trials": checkpoints(cells),
@@ -436,7 +437,18 @@ def merge(path: Path, table_name: str, new: dict) -> dict:
             "registry": "bench/constants.json",
             "held_out_tables": sorted(n for n in results if rules.held_out(n)),
         },
+        "code_versions": code_versions(details),
     }
+
+
+def code_versions(details: dict) -> dict[str, list[str]]:
+    """Which tables were replayed with which version of the search and the benchmark's rules
+    (``code_hash``): a results file whose tables span several versions says so. Tables
+    replayed before the version was kept are under ``"unknown"``."""
+    out: dict[str, list[str]] = {}
+    for table, detail in sorted(details.items()):
+        out.setdefault(detail.get("code") or "unknown", []).append(table)
+    return out
 
 
 def plot(results: dict, details: dict, path: Path) -> None:

@@ -320,3 +320,13 @@ def test_infrarsis_ablations_neither_make_a_table_informative_nor_take_a_rank():
     # a sampled table, or one whose truth is made from the repeats trials draw, takes no rank
     assert not bench.counts({**entry, **counted, "design": "sampled"})
     assert not bench.counts({**entry, **counted, "truth_split": False})
+
+
+def test_a_results_file_says_which_version_replayed_each_table():
+    """``searchers.json`` may hold tables replayed at different versions of the search: each
+    table's detail keeps the version (``code_hash``), and the file lists the tables per
+    version, those replayed before it was kept as unknown."""
+    details = {"b": {"code": "v2"}, "a": {"code": "v1"}, "c": {}, "d": {"code": "v2"}}
+    assert bench.code_versions(details) == {"v1": ["a"], "v2": ["b", "d"], "unknown": ["c"]}
+    committed = json.loads(bench.RESULTS.read_text())
+    assert committed["code_versions"] == bench.code_versions(committed["details"])
