@@ -17,11 +17,11 @@ import statistics
 
 import optuna
 
+from infrarsi.records.trial import TrialStatus
 from infrarsi.run.optuna_peers import OptunaSearcher
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
-from infrarsi.trial.record import TrialStatus
 
 MIN_STEPS = 2  # ASHA's minimum resource: steps before a trial may be stopped
 REDUCTION = 3  # ASHA's reduction factor (Optuna's default)

@@ -50,9 +50,9 @@ import tables
 from models import config_of, inferred_derived, offsets, space_of
 from peers import ABLATIONS, MODEL_PEERS, make_searcher
 
+from infrarsi.records.trial import TrialStatus
 from infrarsi.run.problem import UNSTEADY_CV, MemorySavers, Outcome, Parallelism, Problem
 from infrarsi.run.problem_build import parallelism, patch_speeds, run_to_run_var, savers
-from infrarsi.trial.record import TrialStatus
 
 OOM_FRACTION = 0.3
 DOCTOR_RUNS = 3

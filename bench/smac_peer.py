@@ -22,10 +22,10 @@ import math
 import tempfile
 from typing import Any
 
+from infrarsi.records.trial import TrialStatus
 from infrarsi.run.peer_space import PeerSearcher
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.space import Config
-from infrarsi.trial.record import TrialStatus
 
 INITIAL_RANDOM = 3
 

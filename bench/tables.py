@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infrarsi.trial.record import TrialStatus
+from infrarsi.records.trial import TrialStatus
 
 DATA = Path(__file__).parent / "data"
 MANIFESTS = DATA / "manifests"  # drafted workloads whose tables are kept here

@@ -62,9 +62,9 @@ from infrarsi.bank.signatures import (  # noqa: E402
 from infrarsi.bank.transfer import advise  # noqa: E402
 from infrarsi.bank.translate import translator  # noqa: E402
 from infrarsi.identity import config_key  # noqa: E402
+from infrarsi.records.trial import TrialStatus  # noqa: E402
 from infrarsi.run.problem_build import bank_gains, bank_peaks, bank_time_prior  # noqa: E402
 from infrarsi.store.bank import Experience  # noqa: E402
-from infrarsi.trial.record import TrialStatus  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 RESULTS = Path(__file__).parent / "results" / "transfer.json"

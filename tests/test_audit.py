@@ -9,9 +9,9 @@ from pathlib import Path
 
 from infrarsi.audit import AuditLog
 from infrarsi.records import AUDIT_FILE, Measurement, Prediction
+from infrarsi.records.trial import TrialStatus
 from infrarsi.stages import Stage
 from infrarsi.store import Store, sqlite_url
-from infrarsi.trial.record import TrialStatus
 
 sys.path.insert(0, str(Path(__file__).parent / "store"))
 from test_store import make_run, record  # noqa: E402

@@ -50,8 +50,8 @@ def test_a_proposal_over_the_varying_knobs_finds_the_candidate_that_spells_a_con
 def test_one_trial_status_enum_says_whether_a_trial_is_finished_and_ok():
     import pytest
 
+    from infrarsi.records.trial import TrialStatus
     from infrarsi.run.problem import Outcome
-    from infrarsi.trial.record import TrialStatus
 
     assert not TrialStatus.RUNNING.is_finished() and not TrialStatus.INTERRUPTED.is_finished()
     assert TrialStatus.OK.is_ok() and not TrialStatus.SLOW.is_ok()
@@ -67,7 +67,7 @@ def test_one_trial_status_enum_says_whether_a_trial_is_finished_and_ok():
 
 
 def test_a_record_that_travelled_from_a_node_has_its_file_paths_moved_not_its_text():
-    from infrarsi.trial.record import Evaluation, TrialRecord
+    from infrarsi.records.trial import Evaluation, TrialRecord
 
     node = "/tmp/node-7/trials"
     record = TrialRecord(

@@ -16,8 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infrarsi.errors import InfraRSIError, field_problems
-from infrarsi.paths import read_text
-from infrarsi.trial.patching import sha256_file
+from infrarsi.paths import read_text, sha256_file
 from infrarsi.workloads import Manifest, find
 from infrarsi.workloads.kinds import ChangeKind
 from infrarsi.workloads.registry import is_reference

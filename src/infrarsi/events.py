@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from infrarsi.records import BankSeed, CandidateResult, Measurement, Prediction
+from infrarsi.records.trial import TrialRecord, TrialStatus
 from infrarsi.stages import Stage
 from infrarsi.store import StoredTrial
-from infrarsi.trial.record import TrialRecord, TrialStatus
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,8 +19,8 @@ Both come from the harness's own clock, never from the times the workload report
 
 from __future__ import annotations
 
+from infrarsi.records.trial import TrialStatus
 from infrarsi.trial import TrialRecord
-from infrarsi.trial.record import TrialStatus
 
 
 def compared_time(record: TrialRecord, objective: str) -> float | None:

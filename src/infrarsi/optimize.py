@@ -49,10 +49,10 @@ from infrarsi.records import (
     RunResult,
     RunStart,
 )
+from infrarsi.records.trial import TrialRecord
 from infrarsi.report import ReportWriter
 from infrarsi.stages import Stage
 from infrarsi.store import Ledger, RunStatus
-from infrarsi.trial.record import TrialRecord
 from infrarsi.workloads import Manifest, find
 
 

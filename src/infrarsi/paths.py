@@ -7,6 +7,7 @@ disk — each named with the path and the fix, never a traceback. Reading goes t
 from __future__ import annotations
 
 import errno
+import hashlib
 from pathlib import Path
 
 from infrarsi.errors import InfraRSIError
@@ -89,3 +90,13 @@ def _under_home(name: object) -> bool:
         return Path(name).resolve().is_relative_to(Path.home().resolve())
     except (OSError, RuntimeError):
         return False
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex sha256 of some bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes (what a contract locks and a record names)."""
+    return sha256_bytes(Path(path).read_bytes())

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infrarsi.enums import ValueEnum
 from infrarsi.identity import Configuration
-from infrarsi.trial.record import TrialRecord, TrialStatus
+from infrarsi.records.trial import TrialRecord, TrialStatus
 
 PROPOSALS_DIR = "proposals"
 PROPOSALS_LOG = "proposals.jsonl"

@@ -11,7 +11,7 @@ from infrarsi.doctor.run import build_report
 from infrarsi.executors import LocalExecutor
 from infrarsi.init import make_contract, read_instruction
 from infrarsi.init.build import workload_files
-from infrarsi.trial.record import TrialRecord
+from infrarsi.records.trial import TrialRecord
 from infrarsi.workloads import find, reference_names
 
 pytestmark = pytest.mark.slow

@@ -2,9 +2,9 @@
 verify): for an end-to-end objective compile and warm-up count, for throughput they do not."""
 
 from infrarsi.objective import compared_name, compared_time, ranked_step_time_s
+from infrarsi.records.trial import Evaluation
 from infrarsi.run.loop import outcome_of
 from infrarsi.trial import TrialRecord
-from infrarsi.trial.record import Evaluation
 
 
 def _record(

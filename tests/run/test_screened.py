@@ -6,9 +6,9 @@ import pytest
 
 from infrarsi.contract import Contract
 from infrarsi.objective import steady_step_time_s
+from infrarsi.records.trial import PatchRef, TrialRecord, TrialStatus
 from infrarsi.run.screened import screened
 from infrarsi.trial.arrivals import Timing
-from infrarsi.trial.record import PatchRef, TrialRecord, TrialStatus
 from infrarsi.workloads import find
 
 PATCH = PatchRef(id="p.diff", sha256="0", catalog=False, paths=["model.py"])

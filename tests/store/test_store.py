@@ -6,9 +6,9 @@ import pytest
 from sqlalchemy import inspect
 
 from infrarsi.records import RankedConfig
+from infrarsi.records.trial import TrialRecord, TrialStatus
 from infrarsi.stages import Stage
 from infrarsi.store import Prediction, RunStatus, Store, StoredRun, revision, sqlite_url
-from infrarsi.trial.record import TrialRecord, TrialStatus
 
 NEWEST = "0004"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from infrarsi.trial.record import TrialRecord, TrialStatus
+from infrarsi.records.trial import TrialRecord, TrialStatus
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "store"))
 from test_store import record  # noqa: E402  (the store suite's record builder)

@@ -10,7 +10,7 @@ import torch
 
 from infrarsi.contract import Contract, Equivalence
 from infrarsi.doctor.calibrate import tolerances
-from infrarsi.trial.record import Evaluation, PatchRef, TrialRecord
+from infrarsi.records.trial import Evaluation, PatchRef, TrialRecord
 from infrarsi.verify import loss_drift, sampled_drift_sd, verify
 
 LOSS = [5.0, 4.6, 4.3, 4.1, 3.9, 3.8, 3.7, 3.6]

@@ -11,9 +11,9 @@ from test_checks import _contract  # the checks' own minimal contract, beside th
 from infrarsi.apply.rounds import harness_time
 from infrarsi.contract import NoisePolicy
 from infrarsi.doctor import noise
+from infrarsi.records.trial import PatchRef, TrialMetrics, TrialRecord
 from infrarsi.trial.arrivals import Timing, arrivals, held_back, paired_windows, window
 from infrarsi.trial.filewatch import POLL_S
-from infrarsi.trial.record import PatchRef, TrialMetrics, TrialRecord
 from infrarsi.verify import clock
 from infrarsi.verify.reference import References
 

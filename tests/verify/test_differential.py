@@ -6,7 +6,7 @@ from conftest import FIXTURES
 from test_checks import _contract, _record
 
 from infrarsi.doctor.calibrate import tolerances
-from infrarsi.trial.record import PatchRef
+from infrarsi.records.trial import PatchRef
 from infrarsi.verify import verify
 from infrarsi.verify.reference import References, Role, needed
 from infrarsi.workloads import find, load_manifest

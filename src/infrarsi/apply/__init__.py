@@ -33,9 +33,9 @@ from infrarsi.records import (
     RankedConfig,
     ReferenceRun,
 )
+from infrarsi.records.trial import TrialStatus
 from infrarsi.stages import Stage
 from infrarsi.store import Ledger, RunDirError, Store, StoredRun, StoredTrial
-from infrarsi.trial.record import TrialStatus
 from infrarsi.verify import evidence_strength
 from infrarsi.workloads import knobs as knob_rules
 from infrarsi.workloads.manifest import Manifest

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from infrarsi.records.trial import TrialRecord
 from infrarsi.stages import Stage
 from infrarsi.store import Store
-from infrarsi.trial.record import TrialRecord
 
 
 class ApplyLedger:

@@ -19,8 +19,8 @@ from infrarsi.contract import Contract
 from infrarsi.executors import Executor, TrialRequest
 from infrarsi.identity import Configuration, config_key
 from infrarsi.records import ReferenceRun
+from infrarsi.records.trial import TrialStatus
 from infrarsi.trial import TrialRecord
-from infrarsi.trial.record import TrialStatus
 from infrarsi.verify.reference import References, Role, needed
 from infrarsi.workloads import Manifest
 from infrarsi.workloads import knobs as knob_rules

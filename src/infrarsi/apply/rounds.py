@@ -26,8 +26,8 @@ from infrarsi.executors import Executor, TrialRequest
 from infrarsi.identity import Configuration, config_key
 from infrarsi.objective import compared_time
 from infrarsi.records import CandidateResult, Measurement
+from infrarsi.records.trial import TrialStatus
 from infrarsi.trial import TrialRecord
-from infrarsi.trial.record import TrialStatus
 from infrarsi.trial.spec import challenge_seed
 from infrarsi.verify import verify
 from infrarsi.verify.clock import compared_step_s, start_reasons, timing_of, timing_reference

@@ -28,10 +28,10 @@ from infrarsi.records import (
     DoctorReport,
     seed_held,
 )
+from infrarsi.records.trial import TrialRecord
 from infrarsi.stages import Stage
 from infrarsi.store import Ledger
 from infrarsi.store.bank import BankStore, StoredSeed
-from infrarsi.trial.record import TrialRecord
 
 __all__ = ["advice_for", "ingest_run", "BankIngester", "BankStore"]
 

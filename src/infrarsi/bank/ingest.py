@@ -33,10 +33,10 @@ from infrarsi.host import fingerprint, machine_facts
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.proposal import is_proposed
 from infrarsi.records import DOCTOR_BASELINE_LABEL, DOCTOR_FILE, ApplyResult, DoctorReport
+from infrarsi.records.trial import TrialStatus
 from infrarsi.stages import Stage
 from infrarsi.store import Ledger
 from infrarsi.store.bank import Experience
-from infrarsi.trial.record import TrialStatus
 
 # the Doctor's trials the bank learns from: its baseline runs and its calibration runs
 DOCTOR_LABELS = (DOCTOR_BASELINE_LABEL, "calibration")

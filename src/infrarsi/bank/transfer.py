@@ -43,8 +43,8 @@ from infrarsi.bank.signatures import similarity
 from infrarsi.bank.translate import Translate
 from infrarsi.identity import config_key
 from infrarsi.records import BankAdvice, BankSeed, bank_features
+from infrarsi.records.trial import TrialStatus
 from infrarsi.store.bank import Experience
-from infrarsi.trial.record import TrialStatus
 
 MIN_SIMILARITY = 0.02
 RIDGE = 1.0

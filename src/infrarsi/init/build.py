@@ -19,7 +19,8 @@ from infrarsi.contract import (
     workload_path,
 )
 from infrarsi.init.parse import Reading
-from infrarsi.trial.patching import matches, sha256_file
+from infrarsi.paths import sha256_file
+from infrarsi.trial.patching import matches
 from infrarsi.trial.spec import TrialSpec
 from infrarsi.workloads import baseline
 from infrarsi.workloads.manifest import Manifest

@@ -32,9 +32,10 @@ from pathlib import Path
 from infrarsi.contract import Contract
 from infrarsi.executors import Executor, TrialRequest
 from infrarsi.objective import ranked_step_time_s
+from infrarsi.paths import sha256_bytes
 from infrarsi.proposal import PROPOSALS_DIR, TrialSink
 from infrarsi.trial import TrialRecord, TrialStatus, prepare
-from infrarsi.trial.patching import check_paths, sha256_bytes
+from infrarsi.trial.patching import check_paths
 from infrarsi.trial.screen import screen
 from infrarsi.trial.spec import challenge_seed
 from infrarsi.verify import verify

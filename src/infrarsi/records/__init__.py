@@ -22,8 +22,8 @@ from infrarsi.records.bank import BankSeed as BankSeed
 from infrarsi.records.bank import bank_features as bank_features
 from infrarsi.records.bank import seed_held as seed_held
 from infrarsi.records.base import Configured, Frozen, known_version
+from infrarsi.records.trial import TrialStatus
 from infrarsi.trial.arrivals import Timing
-from infrarsi.trial.record import TrialStatus
 
 APPLY_FILE = "apply.json"
 AUDIT_FILE = "audit.jsonl"  # one line per finished trial of a run, written as it ends

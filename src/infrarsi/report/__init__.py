@@ -29,12 +29,12 @@ from infrarsi.records import (
     ReportSummary,
     seed_held,
 )
+from infrarsi.records.trial import TrialStatus
 from infrarsi.report import figures
 from infrarsi.report.render import html_report, markdown_report
 from infrarsi.stages import Stage
 from infrarsi.store import Ledger, RunDirError, StoredRun, StoredTrial
 from infrarsi.trial import TrialRecord
-from infrarsi.trial.record import TrialStatus
 from infrarsi.workloads import knobs as knob_rules
 from infrarsi.workloads.manifest import Manifest
 

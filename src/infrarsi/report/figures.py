@@ -13,8 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from infrarsi.records.trial import TrialStatus
 from infrarsi.store import StoredTrial
-from infrarsi.trial.record import TrialStatus
 
 STATUS_STYLE = {  # marker and colour per status (a str enum: its value finds it too)
     TrialStatus.OK: ("o", "tab:blue"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from infrarsi.identity import changed_knobs
 from infrarsi.proposal import ProposalStatus, patch_outcomes
-from infrarsi.trial.record import TrialStatus
+from infrarsi.records.trial import TrialStatus
 from infrarsi.units import format_bytes, format_ratio_bound
 
 CAPTIONS = {

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from infrarsi.proposal import ProposalState, patch_outcomes
 from infrarsi.records import Best, RankedConfig, RunResult
+from infrarsi.records.trial import TrialStatus
 from infrarsi.run.outcomes import config_from_json, config_json
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.store import StoredTrial
-from infrarsi.trial.record import TrialStatus
 
 RANKED = 5  # configs a run hands to Apply, best first
 

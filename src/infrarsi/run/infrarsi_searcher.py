@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from infrarsi.records import Prediction
+from infrarsi.records.trial import TrialStatus
 from infrarsi.run import drift, remeasure, slow, trust
 from infrarsi.run.cost import TrialCostModel
 from infrarsi.run.local import Scores, free_codes, local_step
@@ -40,7 +41,6 @@ from infrarsi.run.problem import (
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
 from infrarsi.run.steptime import StepTimeModel, log_expected_improvement
-from infrarsi.trial.record import TrialStatus
 
 Array = np.ndarray
 # the models fitted on the trials so far: memory, step time, the prior added to the step-time

@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 
 from infrarsi.records import DOCTOR_BASELINE_LABEL
+from infrarsi.records.trial import TrialStatus
 from infrarsi.run.outcomes import config_from_json, outcome_of
 from infrarsi.run.problem import Outcome
 from infrarsi.run.space import Config
 from infrarsi.store import StoredTrial
-from infrarsi.trial.record import TrialStatus
 
 OUTLIER_Z = 3.0  # standard deviations of the between-run noise (a priori, on no table)
 OUTLIER_MIN_LOG = math.log(1.05)  # and at least 5%, whatever the noise estimate says

@@ -28,10 +28,10 @@ import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
+from infrarsi.records.trial import TrialStatus
 from infrarsi.run.peer_space import PeerSearcher
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.space import Config
-from infrarsi.trial.record import TrialStatus
 
 OOM_EXCESS = 0.05
 CONSTRAINT = "memory"

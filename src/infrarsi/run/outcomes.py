@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from infrarsi.objective import ranked_step_time_s
+from infrarsi.records.trial import TrialStatus
 from infrarsi.run.problem import Outcome
 from infrarsi.run.space import Config
 from infrarsi.store import StoredTrial
 from infrarsi.trial import TrialRecord
-from infrarsi.trial.record import TrialStatus
 
 
 def outcome_of(

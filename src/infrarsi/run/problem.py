@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infrarsi.identity import ConfigKey, canonical_value, config_key
+from infrarsi.records.trial import TrialStatus
 from infrarsi.run.space import Config, Space
-from infrarsi.trial.record import TrialStatus
 
 
 @dataclass(frozen=True)

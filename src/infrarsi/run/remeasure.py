@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from infrarsi.records.trial import TrialStatus
 from infrarsi.run.problem import Outcome
 from infrarsi.run.space import Config
-from infrarsi.trial.record import TrialStatus
 
 RERUN_EVERY = 7  # one trial in seven re-measures a top candidate (METHODS: 10-15% of a budget)
 RERUN_MAX = 3

@@ -14,9 +14,9 @@ from typing import Any
 
 from infrarsi.contract import Contract
 from infrarsi.identity import same_config
+from infrarsi.records.trial import TrialStatus
 from infrarsi.trial import TrialRecord
 from infrarsi.trial.arrivals import Timing
-from infrarsi.trial.record import TrialStatus
 from infrarsi.verify.clock import charged_by_window, moved_work
 from infrarsi.workloads import Manifest
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from infrarsi.records.trial import TrialStatus
 from infrarsi.run.problem import Outcome, Problem, SlowBound
 from infrarsi.run.space import Config
-from infrarsi.trial.record import TrialStatus
 
 
 class Searcher:

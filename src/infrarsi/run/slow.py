@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from infrarsi.records.trial import TrialStatus
 from infrarsi.run.problem import Outcome, SlowBound
 from infrarsi.run.space import Config
-from infrarsi.trial.record import TrialStatus
 
 SLOW_MIN = 2.0
 SLOW_Z = 4.0

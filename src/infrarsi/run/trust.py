@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from infrarsi.records.trial import TrialStatus
 from infrarsi.run.problem import Outcome, distance
 from infrarsi.run.space import Config
-from infrarsi.trial.record import TrialStatus
 
 # the earlier search step's radius (the local search starts at its own LOCAL_RADIUS); chosen on
 # the 2026-12-03 replays of the six informative tables committed then (area under the

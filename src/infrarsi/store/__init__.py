@@ -24,13 +24,13 @@ from sqlalchemy.pool import StaticPool
 
 from infrarsi.errors import InfraRSIError, UnknownNameError
 from infrarsi.records import Prediction, RankedConfig
+from infrarsi.records.trial import TrialRecord, TrialStatus
 from infrarsi.redact import STORE_URL_ENV, masked_url, scrub, unmasked
 from infrarsi.stages import TRIAL_STAGES, Stage
 from infrarsi.store.schema import Base, RunRow, TrialRow
 from infrarsi.store.stored import RunStatus as RunStatus
 from infrarsi.store.stored import StoredRun as StoredRun
 from infrarsi.store.stored import StoredTrial as StoredTrial
-from infrarsi.trial.record import TrialRecord, TrialStatus
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 RowT = TypeVar("RowT", bound=Base)

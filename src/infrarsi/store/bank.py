@@ -26,10 +26,10 @@ from sqlalchemy.orm import Session
 from infrarsi import store
 from infrarsi.errors import InfraRSIError, UnknownNameError
 from infrarsi.identity import ConfigKey, config_key
+from infrarsi.records.trial import TrialStatus
 from infrarsi.redact import masked_url, scrub
 from infrarsi.stages import Stage
 from infrarsi.store.bank_schema import ExperienceRow, PatchTextRow, SeedRow
-from infrarsi.trial.record import TrialStatus
 
 MIGRATIONS = Path(__file__).parent / "bank_migrations"
 VERSION_TABLE = "bank_alembic_version"  # named in bank_migrations/env.py too

@@ -14,8 +14,8 @@ from infrarsi.identity import Configuration
 from infrarsi.objective import ranked_step_time_s
 from infrarsi.options import SearchOptions
 from infrarsi.records import Prediction, RankedConfig
+from infrarsi.records.trial import TrialRecord, TrialStatus
 from infrarsi.stages import Stage
-from infrarsi.trial.record import TrialRecord, TrialStatus
 
 
 class RunStatus(ValueEnum):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from infrarsi.trial.record import TrialMetrics, TrialRecord
+from infrarsi.records.trial import TrialMetrics, TrialRecord
 
 # A step line seen less than this share of the step's reported time after the line before it
 # was not written when its step ended: it was held back (an honest line trails its step by the

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infrarsi.records.trial import TrialMetrics, TrialStatus
 from infrarsi.sandbox.memcg import RankMemory
 from infrarsi.sandbox.ownership import OUTLIVE_TAIL_S
 from infrarsi.sandbox.process import ProcessResult
@@ -32,7 +33,6 @@ from infrarsi.trial.metrics import (
     reduce_ranks,
     steady_phases,
 )
-from infrarsi.trial.record import TrialMetrics, TrialStatus
 from infrarsi.trial.watch import OutsideTiming
 from infrarsi.workloads.stdout import StdoutMetrics
 

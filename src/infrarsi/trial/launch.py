@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from infrarsi.records.trial import Evaluation, TrialBase, TrialRecord, TrialStatus
 from infrarsi.sandbox import HOOKS_DIR, memcg, ownership
 from infrarsi.sandbox.memcg import RankMemory
 from infrarsi.sandbox.process import (
@@ -33,7 +34,6 @@ from infrarsi.trial import classify, evaluation
 from infrarsi.trial.evaluation.server import isolation_for
 from infrarsi.trial.filewatch import Moments, for_trial
 from infrarsi.trial.metrics import MetricsError
-from infrarsi.trial.record import Evaluation, TrialBase, TrialRecord, TrialStatus
 from infrarsi.trial.spec import TrialSpec, seed_names
 from infrarsi.trial.watch import MetricsChannel
 from infrarsi.workloads.stdout import StdoutMetrics

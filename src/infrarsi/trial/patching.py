@@ -11,7 +11,6 @@ what it does), first with ``--check`` so a patch that does not fit changes nothi
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import subprocess
 from dataclasses import dataclass
@@ -34,16 +33,6 @@ class DiffPaths:
 
     paths: tuple[str, ...]
     symlink: bool
-
-
-def sha256_bytes(data: bytes) -> str:
-    """Hex sha256 of some bytes."""
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    return sha256_bytes(Path(path).read_bytes())
 
 
 def diff_paths(diff: str) -> DiffPaths:

@@ -14,12 +14,13 @@ import uuid
 from pathlib import Path
 
 from infrarsi.host import host_fingerprint
+from infrarsi.paths import sha256_file
+from infrarsi.records.trial import PatchRef, TrialBase, TrialRecord, TrialStatus
 from infrarsi.sandbox.process import (
     sweep_orphans,
 )
 from infrarsi.trial import patching
 from infrarsi.trial.launch import isolation, launch, seed_setting
-from infrarsi.trial.record import PatchRef, TrialBase, TrialRecord, TrialStatus
 from infrarsi.trial.screen import screen
 from infrarsi.trial.spec import TrialSpec
 from infrarsi.workloads.folder import copy_workload
@@ -97,7 +98,7 @@ def _patch_refs(spec: TrialSpec) -> list[PatchRef]:
     return [
         PatchRef(
             id=p.id,
-            sha256=patching.sha256_file(p.path),
+            sha256=sha256_file(p.path),
             catalog=p.catalog,
             paths=list(patching.diff_paths(p.path.read_text()).paths),
             flags=[str(f) for f in screen(p.path.read_text())],
@@ -133,5 +134,5 @@ def locked_hashes(manifest: Manifest, root: Path) -> dict[str, str]:
             and "__pycache__" not in rel
             and patching.matches(rel, manifest.files.locked)
         ):
-            out[rel] = patching.sha256_file(path)
+            out[rel] = sha256_file(path)
     return out

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 from infrarsi.contract import Contract, ContractError
 from infrarsi.identity import differing_knobs
+from infrarsi.records.trial import TrialMetrics, TrialRecord, TrialStatus
 from infrarsi.sandbox.ownership import owns
 from infrarsi.trial.patching import matches
-from infrarsi.trial.record import TrialMetrics, TrialRecord, TrialStatus
 from infrarsi.verify import clock, evidence, timing
 from infrarsi.verify.reference import References, precision_ran
 from infrarsi.workloads import Manifest, change_kinds, precision_of

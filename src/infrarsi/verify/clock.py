@@ -49,9 +49,9 @@ import math
 from dataclasses import dataclass
 
 from infrarsi.contract import Contract, NoisePolicy
+from infrarsi.records.trial import TrialMetrics, TrialRecord, TrialStatus
 from infrarsi.trial.arrivals import Timing, arrivals, paired_windows, window
 from infrarsi.trial.filewatch import POLL_S
-from infrarsi.trial.record import TrialMetrics, TrialRecord, TrialStatus
 from infrarsi.verify.reference import References
 
 __all__ = [

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from infrarsi.contract import Contract
-from infrarsi.trial.record import Evaluation, TrialRecord
+from infrarsi.records.trial import Evaluation, TrialRecord
 
 if TYPE_CHECKING:  # torch is imported where weights are read: a command that never reads
     import torch  # any (bad input, a verdict from records) starts without it

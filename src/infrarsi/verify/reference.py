@@ -20,7 +20,7 @@ from typing import Any
 from infrarsi.contract import Contract
 from infrarsi.enums import ValueEnum
 from infrarsi.identity import config_key
-from infrarsi.trial.record import TrialRecord
+from infrarsi.records.trial import TrialRecord
 from infrarsi.verify.evidence import known_params, weight_distance
 from infrarsi.workloads import Manifest, change_kinds, precision_of
 

@@ -5,7 +5,7 @@ goes on after its last reported step, timed itself faster than it ran."""
 
 from __future__ import annotations
 
-from infrarsi.trial.record import TrialMetrics
+from infrarsi.records.trial import TrialMetrics
 from infrarsi.trial.watch import POLL_S
 
 # The harness times each line on arrival (its reader thread may be scheduled a little late on a

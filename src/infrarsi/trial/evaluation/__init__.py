@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infrarsi.paths import sha256_file
+from infrarsi.records.trial import Evaluation
 from infrarsi.trial.evaluation.frameworks import SCRIPTS, framework_command
 from infrarsi.trial.evaluation.server import SERVER, Completed, isolation_for
-from infrarsi.trial.patching import sha256_file
-from infrarsi.trial.record import Evaluation
 from infrarsi.workloads.folder import copy_workload
 
 if TYPE_CHECKING:
