@@ -27,6 +27,7 @@ from infrarsi.events import (
     MeasurementLaunched,
 )
 from infrarsi.executors.choice import make_executor
+from infrarsi.folder_lock import holding
 from infrarsi.identity import changed_knobs, describe_changes
 from infrarsi.options import APPLY_TOP_K, BankOptions, ExecutorOptions
 from infrarsi.records import ApplyResult, Measurement
@@ -163,16 +164,17 @@ def apply_command(command: ApplyCommand, out: Console, err: Console) -> None:
         runner = make_executor(
             command.executor.kind, Path(run_dir).resolve(), command.executor.ray_address
         )
-        ledger = _ledger(Path(run_dir))
-        with screen:
-            result = apply_run(
-                run_dir,
-                top_k=command.top,
-                rounds=command.rounds,
-                on_event=screen.event,
-                executor=runner,
-                ledger=ledger,
-            )
+        with holding(Path(run_dir), create=False):  # the folder's before its audit
+            ledger = _ledger(Path(run_dir))
+            with screen:
+                result = apply_run(
+                    run_dir,
+                    top_k=command.top,
+                    rounds=command.rounds,
+                    on_event=screen.event,
+                    executor=runner,
+                    ledger=ledger,
+                )
         if store is not None:
             added = ingest_run(Path(run_dir), store, ledger)
             err.print(

@@ -29,6 +29,7 @@ from infrarsi.events import (
 )
 from infrarsi.executors import Executor
 from infrarsi.executors.choice import make_executor
+from infrarsi.folder_lock import holding
 from infrarsi.options import (
     BankOptions,
     ExecutorOptions,
@@ -92,17 +93,17 @@ def _resume(command: RunCommand, screen: _Screen, err: Console) -> tuple[RunResu
     assert command.resume is not None
     contract = load_contract(command.contract) if command.contract else None
     resume = Path(command.resume)
-    try:
-        ledger = audited(Ledger.of_run_dir(resume), resume)
-    except RunDirError as exc:
-        raise RunError(str(exc)) from None
     runner = make_executor(command.executor.kind, resume.resolve(), command.executor.ray_address)
     proposer = (
         _proposer(command.proposer, contract, resume, err, runner)
         if command.proposer.kind
         else None
     )
-    with screen.live():
+    with holding(resume, create=False), screen.live():  # the folder's before its audit
+        try:
+            ledger = audited(Ledger.of_run_dir(resume), resume)
+        except RunDirError as exc:
+            raise RunError(str(exc)) from None
         result = RunLoop.resume(
             resume,
             contract,
@@ -139,18 +140,21 @@ def _start(
     runner = make_executor(
         command.executor.kind, Path(directory).resolve(), command.executor.ray_address
     )
-    ledger = audited(new_ledger(contract, directory, command.search, RunStatus.RUNNING), directory)
-    loop = search_loop(
-        contract,
-        directory,
-        command.search,
-        command.proposer,
-        runner,
-        RunStart(doctor_report=report, bank_advice=advice),
-        Listeners(on_event=screen.event, on_note=_noted(err), ledger=ledger),
-    )
-    with screen.live():
-        return loop.start(), ledger
+    with holding(directory):  # the folder's lock before its store and audit are opened
+        ledger = audited(
+            new_ledger(contract, directory, command.search, RunStatus.RUNNING), directory
+        )
+        loop = search_loop(
+            contract,
+            directory,
+            command.search,
+            command.proposer,
+            runner,
+            RunStart(doctor_report=report, bank_advice=advice),
+            Listeners(on_event=screen.event, on_note=_noted(err), ledger=ledger),
+        )
+        with screen.live():
+            return loop.start(), ledger
 
 
 def _proposer(
