@@ -17,6 +17,10 @@ module constants, e.g. ``nseeds:1+tr:1``:
 - ``local:1`` — the local search (``run/local.py``) after the start; with it ``lr:R`` (its
   starting radius), ``jz:Z`` (a far jump's margin in between-run sds), ``wg:G`` (the share of
   the stop effect below which a neighbourhood is spent);
+- ``capholds:1`` — ``CAP_HOLDS``: once the incumbent beats the baseline and no untried config
+  is under the P(OOM) cap, re-measure the top configs rather than propose one over it;
+- ``pmax:P`` / ``pfound:P`` — ``P_OOM_MAX`` (the most P(OOM) any proposal may carry) and
+  ``P_OOM_FOUND`` (the cap once the incumbent beats the baseline);
 - ``ablate:NAME`` — InfraRSI without one idea (``peers.ABLATIONS``: ``no-censor``,
   ``no-pairing``, ``no-cut``), with the other settings;
 - ``base`` — the committed search; ``greedy`` (or any peer's name) — a peer, for scale.
@@ -67,6 +71,9 @@ SETTINGS = {  # variant key -> the module constant it sets (the searcher's, or `
     "wg": "WIDEN_GAIN",
     "dnoise": "DOCTOR_NOISE_FLOOR",
     "restarts": "steptime.GP_RESTARTS",
+    "capholds": "CAP_HOLDS",
+    "pmax": "P_OOM_MAX",
+    "pfound": "P_OOM_FOUND",
 }
 MODULES = {
     "steptime": steptime,
@@ -119,25 +126,31 @@ def setting_and_budget(path: str) -> tuple[replay.Setting, int]:
     return replay.setting_of(table), budget
 
 
-def area_of(job: tuple[str, str, int]) -> tuple[str, str, int, float]:
-    """One (variant, table, seed) replay's area under the normalised regret curve."""
+def area_of(job: tuple[str, str, int]) -> tuple[str, str, int, float, int]:
+    """One (variant, table, seed) replay's area under the normalised regret curve, and its
+    OOM trials within the budget."""
     variant, path, seed = job
     name = apply_variant(variant)
     setting, budget = setting_and_budget(path)
     trace = replay.replay(name, setting, seed, budget)
-    return variant, setting.table.name, seed, scoring.area(trace["regret_norm"])
+    ooms = trace["oom"][budget - 1] if trace["oom"] else 0
+    return variant, setting.table.name, seed, scoring.area(trace["regret_norm"]), ooms
 
 
 def study(variants: list[str], paths: list[str], seeds: int, jobs: int) -> dict:
-    """Mean area per (table, variant) and each variant's mean rank over the tables."""
+    """Mean area per (table, variant), each variant's mean rank over the tables, and the
+    median seed's OOM trials per (table, variant)."""
     work = [(v, p, s) for v in variants for p in paths for s in range(seeds)]
     areas: dict[str, dict[str, list[float]]] = {}
+    ooms: dict[str, dict[str, list[int]]] = {}
     with ProcessPoolExecutor(jobs) as pool:
-        for variant, table, _, area in pool.map(area_of, work, chunksize=2):
+        for variant, table, _, area, oom in pool.map(area_of, work, chunksize=2):
             areas.setdefault(table, {}).setdefault(variant, []).append(area)
+            ooms.setdefault(table, {}).setdefault(variant, []).append(oom)
     means = {t: {v: statistics.fmean(a) for v, a in d.items()} for t, d in areas.items()}
+    oom_median = {t: {v: statistics.median(o) for v, o in d.items()} for t, d in ooms.items()}
     ranks = scoring.average_ranks(means)
-    return {"seeds": seeds, "area_mean": means, "average_rank": ranks}
+    return {"seeds": seeds, "area_mean": means, "average_rank": ranks, "oom_median": oom_median}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         apply_variant(v)  # a bad variant fails before any replay
     result = study(variants, args.table, args.seeds, args.jobs)
     for table, row in result["area_mean"].items():
-        print(table, "  ".join(f"{v}={a:.3f}" for v, a in row.items()))
+        oom = result["oom_median"][table]
+        print(table, "  ".join(f"{v}={a:.3f} (oom {oom[v]:g})" for v, a in row.items()))
     print("average rank", {v: round(r, 2) for v, r in result["average_rank"].items()})
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))

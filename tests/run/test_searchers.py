@@ -570,3 +570,44 @@ def test_what_the_baseline_measurably_used_at_this_capacity_fits_whatever_the_ma
     fits = measured.analytic_fits()
     assert not raw.analytic_fits()[raw.index[base]] and fits[measured.index[base]]
     assert all(fits[i] == (truth(c)[1] <= at_base) for i, c in enumerate(measured.candidates))
+
+
+def test_once_the_target_is_found_no_untried_config_over_the_cap_is_proposed_even_when_all_are():
+    """A space whose every config sits at the capacity (the runtime's memory, as a drafted
+    script's is): once the incumbent beats the baseline every untried config is a coin flip
+    to run out of memory, over the cap — the trial re-measures a top config instead
+    (``CAP_HOLDS``); after the start (the baseline and the priors' pick, which the analytic
+    formula says fit) no new config carries more than the cap of its moment."""
+    import infrarsi.run.infrarsi_searcher as searcher_module
+
+    p = problem()
+    p.analytic_log_peak = lambda cs: np.full(len(cs), math.log(CAPACITY))
+    searcher = InfraRSISearcher(p, seed=0, local=False)
+    rng = np.random.default_rng(0)
+    capped_then, over = [], []
+    for _ in range(16):
+        config = searcher.ask()
+        if config is None:
+            break
+        fresh = config not in searcher.tried
+        started = all(c in searcher.tried for c in searcher.start)
+        if started and searcher.last is not None and fresh:
+            mu, _, _, _, incumbent = searcher._predict()
+            cap = searcher._p_oom_cap(incumbent)
+            if searcher.last.p_oom > cap:
+                over.append((config.describe(), searcher.last.p_oom, cap))
+        if not fresh and searcher._capped:
+            capped_then.append(config)
+        step, _ = truth(config)
+        searcher.tell(
+            config,
+            Outcome(
+                "ok",
+                step_time_s=step * math.exp(rng.normal(0, 0.02)),
+                peak_bytes=CAPACITY * 0.999,
+                cost_s=5.0,
+            ),
+        )
+    assert searcher_module.CAP_HOLDS and searcher_module.P_OOM_MAX <= 0.6
+    assert over == []
+    assert capped_then, "the cap never held everything back: the case is not exercised"
