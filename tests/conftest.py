@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from postgres import bank_url, postgres_server, postgres_url, store_url  # noqa: F401 - one server per session for the store's and the bank's suites
+import seeded_bank
+from postgres import bank_url, new_database, postgres_server, postgres_url, store_url  # noqa: F401 - one server per session for the store's and the bank's suites
 
 from infrarsi.sandbox.process import trial_processes
 from infrarsi.workloads import find, load_manifest
@@ -125,7 +126,8 @@ def _doctor(name: str, folder: Path) -> Doctored:
     shutil.copyfile(contract, before)
     calibrate = find(name).launch.nodes == 1
     options = [] if calibrate else ["--no-calibrate"]
-    return Doctored(before, contract, doctor_json(str(contract), str(folder / "t"), *options))
+    report = doctor_json(str(contract), str(folder / "t"), *options, cwd=folder)
+    return Doctored(before, contract, report)
 
 
 @pytest.fixture(scope="session")
@@ -224,13 +226,31 @@ OPTIMIZE_INSTRUCTION = "cut time-to-train, loss within 1%"
 OPTIMIZE_ROUNDS = 2  # Apply's rounds: what the tests read of them needs no more
 
 
+@dataclass(frozen=True)
+class Optimized:
+    """The session's shared optimize: its JSON answer, its folder (its screen kept there) and
+    the bank it started from (``seeded_bank.py``)."""
+
+    answer: dict
+    out: Path
+    bank: "seeded_bank.SeededBank"
+
+
 @pytest.fixture(scope="session")
-def dense_optimized(tmp_path_factory):
+def dense_optimized(tmp_path_factory, request) -> Optimized:
     """One ``infrarsi optimize`` of dense-1node at tiny, shared by the tests that read what it
-    wrote (its run directory, its audit, its report, the bank it filled): each such run costs
-    a couple of minutes on two cores. Returns (answer, folder, bank path)."""
+    wrote (its run directory, its audit, its report, its Doctor, what it made of its bank):
+    each such run costs a couple of minutes on two cores. Its bank starts with an earlier
+    round of the job and an earlier run's 4x claim (``seeded_bank.py``), on the session's
+    PostgreSQL server with a password in its URL where there is one (CI), else a SQLite file."""
     out = tmp_path_factory.mktemp("optimize")
-    bank = out / "bank.sqlite"
+    try:
+        server = request.getfixturevalue("postgres_server")
+    except pytest.skip.Exception:  # no server here (never in CI, which requires one)
+        seeded = seeded_bank.seed(f"sqlite:///{out / 'bank.sqlite'}")
+    else:
+        url = new_database(server).replace("://infrarsi@", f"://infrarsi:{seeded_bank.SECRET}@")
+        seeded = seeded_bank.seed(url, seeded_bank.SECRET)
     answer = optimize_json(
         Path("dense-1node"),
         OPTIMIZE_INSTRUCTION,
@@ -244,7 +264,7 @@ def dense_optimized(tmp_path_factory):
         "--doctor-repeats",
         "2",
         "--bank",
-        str(bank),
+        seeded.url,
         counted=out / "stores-opened.txt",
     )
-    return answer, out, bank
+    return Optimized(answer, out, seeded)

@@ -85,18 +85,23 @@ def postgres_server():
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def postgres_url(postgres_server):
-    """A fresh database on the session's server, as a SQLAlchemy URL."""
+def new_database(server: tuple[str, int, str]) -> str:
+    """A fresh database on ``server`` (``postgres_server``), as a SQLAlchemy URL."""
     import psycopg
 
-    host, port, user = postgres_server
+    host, port, user = server
     name = f"bank_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(
         host=host, port=port, user=user, dbname="postgres", autocommit=True
     ) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     return f"postgresql+psycopg://{user}@{host}:{port}/{name}"
+
+
+@pytest.fixture
+def postgres_url(postgres_server):
+    """A fresh database on the session's server, as a SQLAlchemy URL."""
+    return new_database(postgres_server)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -23,8 +23,7 @@ ROUNDS = OPTIMIZE_ROUNDS
 @pytest.fixture
 def optimized(dense_optimized):
     """The session's shared optimize of dense-1node (conftest.dense_optimized)."""
-    answer, out, _ = dense_optimized
-    return answer, out
+    return dense_optimized.answer, dense_optimized.out
 
 
 def test_optimize_ends_with_one_json_object_and_every_file(optimized):

@@ -30,7 +30,7 @@ def test_doctor_json_on_each_workload(doctored, name):
 def test_doctor_report_of_dense_1node_within_optimize(dense_optimized):
     """dense-1node's Doctor is the one the session's shared ``optimize`` ran (same code, same
     report; a Doctor of its own would cost another minute on two cores)."""
-    run_dir = Path(dense_optimized[0]["run_dir"])
+    run_dir = Path(dense_optimized.answer["run_dir"])
     _check_report(
         json.loads((run_dir / "doctor.json").read_text()),
         "dense-1node",
