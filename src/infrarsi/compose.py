@@ -16,7 +16,7 @@ from infrarsi.events import EventSink
 from infrarsi.executors import Executor
 from infrarsi.options import ProposerOptions, SearchOptions
 from infrarsi.proposers import make_proposer
-from infrarsi.records import RunStart
+from infrarsi.records import DoctorReport, RunStart
 from infrarsi.run.loop import RunError, RunLoop
 from infrarsi.store import Ledger, RunStatus, Store, StoredRun, new_run_id, sqlite_url
 
@@ -82,6 +82,41 @@ def new_ledger(
     name = contract.manifest().name
     run = store.save_run(StoredRun.opened(new_run_id(), contract, name, search, status))
     return Ledger(store, run.run_id)
+
+
+def doctors_folder(contract: Contract, runs: Path = Path(".infrarsi") / "runs") -> Path:
+    """Where a Doctor run by hand opens its ledger: the run folder ``infrarsi run`` then
+    continues — the contract's (by its hash as given: the Doctor seals it anew), or where
+    that holds a started run, the first of ``<hash>-2``, ``<hash>-3``, ... that does not."""
+    base = Path(runs) / contract.contract_hash[:12]
+    folder, n = base, 1
+    while (folder / "run.json").exists():
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    return folder
+
+
+def doctors_ledger(
+    report: DoctorReport | None, run_dir: Path | None, store_url: str | None
+) -> tuple[Path, Ledger] | None:
+    """The ledger a Doctor run by hand wrote its trials to (``report.run_dir``), and its
+    folder, where a new run continues it: the run not started there yet (no ``run.json``,
+    its run still ``doctoring``), no other run folder (``run_dir``) nor store (``store_url``)
+    asked for. None otherwise: the run opens a ledger of its own, which reads the Doctor's
+    trials from their records."""
+    if report is None or report.run_dir is None or report.run_id is None or store_url:
+        return None
+    folder = Path(report.run_dir)
+    if run_dir is not None and Path(run_dir).resolve() != folder.resolve():
+        return None
+    if (folder / "run.json").exists() or not (folder / "run.sqlite").is_file():
+        return None
+    store = Store(sqlite_url(folder))
+    runs = {r.run_id: r for r in store.runs()}
+    run = runs.get(report.run_id)
+    if run is None or run.status != RunStatus.DOCTORING:
+        return None
+    return folder, Ledger(store, run.run_id)
 
 
 def audited(ledger: Ledger, run_dir: Path) -> Ledger:

@@ -117,24 +117,40 @@ def test_a_script_is_drafted_then_doctored_and_searched_with_no_hand_edit(case, 
     assert report["tokens_per_s"] > 0
     assert ("flops" in raw) is case.counts_flops
     assert (report["mfu_pct"] is not None) is case.counts_flops  # else "not available"
+    # by hand too, the Doctor's trials went into the run's ledger as they ended
+    doctor_ids = [t["trial_id"] for t in report["trials"]]
+    assert doctor_trials(tmp_path, report["run_id"]) == doctor_ids
 
     run = run_cli("run", "c.yaml", "--budget", "2", "--no-bank", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
+    assert result["run_id"] == report["run_id"]  # the run the Doctor opened, continued
+    assert doctor_trials(tmp_path, report["run_id"]) == doctor_ids  # each once
+    (audit,) = tmp_path.glob(".infrarsi/runs/*/audit.jsonl")  # heard once each, too
+    lines = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert [line["trial_id"] for line in lines if line["stage"] == "doctor"] == doctor_ids
     assert result["trials"] == 2 and result["stop_reason"] == "budget spent"
-    ranked = result["ranking"]  # the configs that ran to the end (one may be cut as slow)
+    # the configs that ran to the end (one may be cut as slow); the baseline ranks too, by
+    # the Doctor's runs the search was told (none of its own: `trials` 0)
+    ranked = [r for r in result["ranking"] if r["trials"]]
     assert len(ranked) + result["slow_trials"] + result["oom_trials"] == 2, result
     assert all(0.0005 < r["step_time_s"] < 5 for r in ranked), ranked
     trials = store_trials(tmp_path, result["run_id"])
     assert len(trials) == 2 and trials[0].config_json != trials[1].config_json  # a knob moved
 
 
-def store_trials(where, run_id):
-    """The run's trials, in order, from its store."""
+def store_trials(where, run_id, stage="run"):
+    """The run's trials of ``stage``, in order, from its store (the one run folder there)."""
+    from infrarsi.stages import Stage
     from infrarsi.store import Store
 
     (path,) = where.glob(".infrarsi/runs/*/run.sqlite")
-    return Store(f"sqlite:///{path}").trials(run_id)
+    return Store(f"sqlite:///{path}").trials(run_id, Stage(stage))
+
+
+def doctor_trials(where, run_id) -> list[str]:
+    """The trial ids of the Doctor's trials the run's store holds, in order."""
+    return [t.trial_id for t in store_trials(where, run_id, "doctor")]
 
 
 def test_the_patch_agent_edits_a_drafted_scripts_model_file(tmp_path, monkeypatch):

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
+from rich.status import Status
 from rich.table import Table
 
 from infrarsi.cli.answer import keep_stdout_for_the_answer, print_answer
 from infrarsi.cli.errors import user_error
+from infrarsi.compose import audited, doctors_folder, new_ledger
 from infrarsi.contract import load_contract
 from infrarsi.doctor import UNDETECTABLE, headroom, run_doctor, sealed_contract
 from infrarsi.errors import InfraRSIError
 from infrarsi.executors.choice import make_executor
+from infrarsi.folder_lock import holding
+from infrarsi.options import SearchOptions
 from infrarsi.records import DoctorReport
+from infrarsi.records.trial import TrialRecord
+from infrarsi.stages import Stage
+from infrarsi.store import Ledger, RunStatus
 from infrarsi.units import format_bytes
 
 
@@ -28,37 +36,55 @@ def run_doctor_command(
     executor: tuple[str, str | None] = ("local", None),
 ) -> None:
     """Doctor the contract's baseline; the contract gets the measured noise policy. Its trials
-    run on the executor named by ``executor`` (kind, Ray address)."""
+    run on the executor named by ``executor`` (kind, Ray address) and go, as each ends, into
+    the ledger of the run ``infrarsi run`` then continues (``compose.doctors_folder``: this
+    command is that round's composer — its store opened once, its audit heard)."""
     answer = keep_stdout_for_the_answer() if as_json else None
     try:
         contract = load_contract(contract_path)
         runner = make_executor(executor[0], Path(workdir).resolve(), executor[1])
-        with err.status("doctor: measuring the hardware and the baseline ...") as status:
-            report = run_doctor(
-                contract,
-                repeats,
-                workdir,
-                on_trial=lambda label, r: status.update(
-                    f"doctor: {label} ended {r.status.value} ({r.cost_s:.1f} s)"
-                ),
-                calibrate_tolerances=calibrate,
-                executor=runner,
+        folder = doctors_folder(contract)
+        with holding(folder):  # the folder's lock before its store and audit are opened
+            ledger = audited(
+                new_ledger(contract, folder, SearchOptions(), RunStatus.DOCTORING), folder
             )
+            with err.status("doctor: measuring the hardware and the baseline ...") as status:
+                report = run_doctor(
+                    contract,
+                    repeats,
+                    workdir,
+                    on_trial=_stored_and_shown(ledger, status),
+                    calibrate_tolerances=calibrate,
+                    executor=runner,
+                )
     except InfraRSIError as exc:
         user_error(err, exc)
     sealed, report = sealed_contract(contract, report)
+    report = report.model_copy(update={"run_dir": str(folder), "run_id": ledger.run_id})
     sealed.save(contract_path)
     Path(workdir).mkdir(parents=True, exist_ok=True)
     report.save(Path(workdir) / f"doctor-{sealed.contract_hash[:12]}.json")
+    report.save(folder / f"doctor-{sealed.contract_hash[:12]}.json")  # `run` finds it there
     if answer is not None:
         print_answer(report.to_json(), answer)
     else:
         show(report, out)
     err.print(
         f"noise policy and equivalence tolerances written to {contract_path} (contract "
-        f"{sealed.contract_hash[:12]})",
+        f"{sealed.contract_hash[:12]}); the Doctor's trials are in the run folder {folder}, "
+        "where `infrarsi run` continues",
         markup=False,
     )
+
+
+def _stored_and_shown(ledger: Ledger, status: Status) -> Callable[[str, TrialRecord], None]:
+    """What the Doctor calls as each of its trials ends: into the run's ledger, then shown."""
+
+    def ended(label: str, record: TrialRecord) -> None:
+        ledger.store.add_trial(ledger.run_id, Stage.DOCTOR, record, label=label)
+        status.update(f"doctor: {label} ended {record.status.value} ({record.cost_s:.1f} s)")
+
+    return ended
 
 
 def show(report: DoctorReport, out: Console) -> None:

@@ -15,7 +15,7 @@ from rich.table import Table
 from infrarsi.bank import advice_for, ingest_run
 from infrarsi.cli.answer import keep_stdout_for_the_answer, print_answer
 from infrarsi.cli.errors import user_error
-from infrarsi.compose import Listeners, audited, new_ledger, search_loop
+from infrarsi.compose import Listeners, audited, doctors_ledger, new_ledger, search_loop
 from infrarsi.contract import Contract, load_contract
 from infrarsi.doctor import UNDETECTABLE
 from infrarsi.errors import InfraRSIError
@@ -135,15 +135,21 @@ def _start(
     if report is not None and report.noise.undetectable:  # said before the budget is spent
         err.print(f"warning: {UNDETECTABLE} ({report.noise.headroom})", markup=False)
     directory = command.run_dir or Path(".infrarsi") / "runs" / contract.contract_hash[:12]
+    if report is not None and report.run_dir is not None and command.run_dir is None:
+        directory = Path(report.run_dir)  # where the Doctor, by hand, opened the run
     advice = advice_for(contract, report, bank_store) if bank_store is not None else None
     check_kind(command.proposer.kind)  # a missing endpoint fails before the folder is made
     runner = make_executor(
         command.executor.kind, Path(directory).resolve(), command.executor.ray_address
     )
     with holding(directory):  # the folder's lock before its store and audit are opened
-        ledger = audited(
-            new_ledger(contract, directory, command.search, RunStatus.RUNNING), directory
+        doctored = doctors_ledger(report, directory, command.search.store_url)
+        opened = (
+            doctored[1]
+            if doctored is not None
+            else new_ledger(contract, directory, command.search, RunStatus.RUNNING)
         )
+        ledger = audited(opened, directory)
         loop = search_loop(
             contract,
             directory,
@@ -181,12 +187,14 @@ def _noted(err: Console) -> Callable[[str], None]:
 
 
 def _doctor_report(contract, contract_path: Path) -> DoctorReport | None:
-    """The Doctor's report of this contract, when one was written beside the trials."""
+    """The Doctor's report of this contract, when one was written beside the trials, beside
+    the contract or in the run folder the Doctor opened (the newest there)."""
+    name = f"doctor-{contract.contract_hash[:12]}.json"
     for folder in (Path(".infrarsi") / "trials", Path(contract_path).parent):
-        path = folder / f"doctor-{contract.contract_hash[:12]}.json"
-        if path.exists():
-            return DoctorReport.load(path)
-    return None
+        if (folder / name).exists():
+            return DoctorReport.load(folder / name)
+    opened = sorted((Path(".infrarsi") / "runs").glob(f"*/{name}"), key=lambda p: p.stat().st_mtime)
+    return DoctorReport.load(opened[-1]) if opened else None
 
 
 class _Screen:

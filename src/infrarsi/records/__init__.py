@@ -155,6 +155,12 @@ class DoctorReport(Frozen):
     equivalence_notes: list[str] = []
     warnings: list[str] = []
     trials: list[DoctorTrial] = []
+    run_dir: str | None = Field(
+        None,
+        description="a Doctor run by hand: the run folder whose ledger its trials went into "
+        "as they ended (``infrarsi run`` continues that run); None within optimize",
+    )
+    run_id: str | None = Field(None, description="that ledger's run")
 
     @field_validator("schema_version")
     @classmethod
