@@ -17,7 +17,8 @@ from infrarsi.executors import Executor
 from infrarsi.options import ProposerOptions, SearchOptions
 from infrarsi.proposers import make_proposer
 from infrarsi.records import DoctorReport, RunStart
-from infrarsi.run.loop import RunError, RunLoop
+from infrarsi.run.loop import RunLoop
+from infrarsi.run.setup import RunError
 from infrarsi.store import Ledger, RunStatus, Store, StoredRun, new_run_id, sqlite_url
 
 

@@ -262,7 +262,7 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
 
 
 def test_a_run_whose_llm_cannot_be_reached_searches_the_catalog(contract, tmp_path):
-    from infrarsi.run.loop import RunLoop
+    from infrarsi.run.setup import Asking, RunSetup, ask_proposer, problem_of
     from infrarsi.store import Store, sqlite_url
 
     env = {
@@ -270,15 +270,16 @@ def test_a_run_whose_llm_cannot_be_reached_searches_the_catalog(contract, tmp_pa
         "INFRARSI_LLM_MODEL": "m",
     }
     events = []
-    loop = RunLoop(
+    setup = RunSetup.of(
         contract,
         tmp_path,
         SearchOptions(budget=Budget(trials=3)),
         proposer=_proposer(contract, tmp_path, env),
         on_event=events.append,
     )
-    before = loop._problem()
+    before = problem_of(setup)
     assert before.space.patches == []  # llm only: the catalog is left out
-    changed = loop._propose(Store(sqlite_url(tmp_path)), "no-run-yet", 0, before.baseline)
+    store = Store(sqlite_url(tmp_path))
+    changed = ask_proposer(setup, Asking({}), store, "no-run-yet", 0, before.baseline)
     assert changed and [type(e).__name__ for e in events] == ["PatchesAsked", "PatchesProposed"]
-    assert set(loop._problem().space.patches) == {p.id for p in find("dense-1node").patches}
+    assert set(problem_of(setup).space.patches) == {p.id for p in find("dense-1node").patches}

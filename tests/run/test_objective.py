@@ -3,7 +3,7 @@ verify): for an end-to-end objective compile and warm-up count, for throughput t
 
 from infrarsi.objective import compared_name, compared_time, ranked_step_time_s
 from infrarsi.records.trial import Evaluation
-from infrarsi.run.loop import outcome_of
+from infrarsi.run.outcomes import outcome_of
 from infrarsi.trial import TrialRecord
 
 

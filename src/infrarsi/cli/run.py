@@ -39,7 +39,8 @@ from infrarsi.options import (
 from infrarsi.proposal import Proposer
 from infrarsi.proposers import check_kind, make_proposer
 from infrarsi.records import DoctorReport, Prediction, RunResult, RunStart
-from infrarsi.run.loop import RunError, RunLoop
+from infrarsi.run.loop import RunLoop
+from infrarsi.run.setup import RunError
 from infrarsi.store import Ledger, RunDirError, RunStatus
 from infrarsi.store.bank import BankStore
 from infrarsi.units import format_bytes
