@@ -18,7 +18,7 @@ from infrarsi.options import ProposerOptions, SearchOptions
 from infrarsi.proposers import make_proposer
 from infrarsi.records import DoctorReport, RunStart
 from infrarsi.run.loop import RunLoop
-from infrarsi.run.setup import RunError
+from infrarsi.run.setup import RunError, RunSetup
 from infrarsi.store import Ledger, RunStatus, Store, StoredRun, new_run_id, sqlite_url
 
 
@@ -54,7 +54,7 @@ def search_loop(
         patches.llm_budget,
         on_note=listeners.on_note,
     )
-    return RunLoop(
+    setup = RunSetup.of(
         contract,
         run_dir,
         search,
@@ -62,8 +62,8 @@ def search_loop(
         executor=executor,
         proposer=proposer,
         on_event=listeners.on_event,
-        ledger=listeners.ledger,
     )
+    return RunLoop(setup, listeners.ledger)
 
 
 def new_ledger(

@@ -168,19 +168,20 @@ def test_a_node_lost_mid_run_ends_that_trial_crash_and_the_run_goes_on(
     import threading
 
     from infrarsi.options import Budget, SearchOptions
-    from infrarsi.run.loop import RunLoop
+    from infrarsi.run.loop import start_run
+    from infrarsi.run.setup import RunSetup
     from infrarsi.store import open_run_dir
 
     c, _ = cluster
     spare = spare_nodes
     run_dir = tmp_path / "run"
-    loop = RunLoop(
+    setup = RunSetup.of(
         _contract(),
         run_dir,
         SearchOptions(searcher="random", budget=Budget(trials=3)),
         executor=RayExecutor(run_dir, c.address, resources={"spare": 1}),
     )
-    thread = threading.Thread(target=loop.start, daemon=True)
+    thread = threading.Thread(target=start_run, args=(setup,), daemon=True)
     thread.start()
     deadline = time.monotonic() + 120
     seen: list[str] = []  # each trial's scratch folder, in the order they appear
@@ -220,7 +221,8 @@ def test_a_node_lost_mid_run_ends_that_trial_crash_and_the_run_goes_on(
 def test_a_run_keeps_two_trials_in_flight_one_per_node(cluster, tmp_path):
     from infrarsi.executors import LocalExecutor
     from infrarsi.options import Budget, SearchOptions
-    from infrarsi.run.loop import RunLoop
+    from infrarsi.run.loop import start_run
+    from infrarsi.run.setup import RunSetup
     from infrarsi.store import open_run_dir
 
     c, nodes = cluster
@@ -232,7 +234,7 @@ def test_a_run_keeps_two_trials_in_flight_one_per_node(cluster, tmp_path):
         # the random searcher sets no slow bound: two trials at once on this machine's two
         # cores slow each other, and InfraRSI would cut one short
         options = SearchOptions(searcher="random", budget=Budget(trials=budget), parallel=parallel)
-        RunLoop(contract, run_dir, options, executor=executor).start()
+        start_run(RunSetup.of(contract, run_dir, options, executor=executor))
         store, run = open_run_dir(run_dir)
         runs[kind] = store.trials(run.run_id)
     ray_trials, local_trials = runs["ray"], runs["local"]

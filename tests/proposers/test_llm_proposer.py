@@ -180,7 +180,8 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
     from infrarsi.apply import apply_run
     from infrarsi.compose import audited, new_ledger
     from infrarsi.report import write_report
-    from infrarsi.run.loop import RunLoop
+    from infrarsi.run.loop import start_run
+    from infrarsi.run.setup import RunSetup
     from infrarsi.store import RunStatus, open_run_dir
 
     expectation = {
@@ -205,9 +206,8 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
     )
     options = SearchOptions(budget=Budget(trials=4))
     ledger = audited(new_ledger(contract, run_dir, options, RunStatus.RUNNING), run_dir)
-    result = RunLoop(
-        contract, run_dir, options, executor=executor, proposer=proposer, ledger=ledger
-    ).start()
+    setup = RunSetup.of(contract, run_dir, options, executor=executor, proposer=proposer)
+    result = start_run(setup, ledger)
     lines = read_lines(run_dir)
     assert [(x.status, x.stage) for x in lines] == [
         ("rejected", "files"),

@@ -39,7 +39,7 @@ from infrarsi.options import (
 from infrarsi.proposal import Proposer
 from infrarsi.proposers import check_kind, make_proposer
 from infrarsi.records import DoctorReport, Prediction, RunResult, RunStart
-from infrarsi.run.loop import RunLoop
+from infrarsi.run.loop import resume_run
 from infrarsi.run.setup import RunError
 from infrarsi.store import Ledger, RunDirError, RunStatus
 from infrarsi.store.bank import BankStore
@@ -105,7 +105,7 @@ def _resume(command: RunCommand, screen: _Screen, err: Console) -> tuple[RunResu
             ledger = audited(Ledger.of_run_dir(resume), resume)
         except RunDirError as exc:
             raise RunError(str(exc)) from None
-        result = RunLoop.resume(
+        result = resume_run(
             resume,
             contract,
             on_event=screen.event,

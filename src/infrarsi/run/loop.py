@@ -93,63 +93,6 @@ class _Loop:
         return self.problem.baseline
 
 
-class RunLoop:
-    """The Run stage's handle, as the composer builds it: a ``RunSetup`` and the round's
-    ledger, started (``start_run``) or resumed (``resume_run``)."""
-
-    def __init__(
-        self,
-        contract: Contract,
-        run_dir: Path,
-        options: SearchOptions | None = None,
-        *,
-        start: RunStart | None = None,
-        executor: Executor | None = None,
-        proposer: Proposer | None = None,
-        on_event: EventSink | None = None,
-        ledger: Ledger | None = None,
-    ):
-        """As ``RunSetup.of``; ``ledger``: the round's store and run, opened by the composer,
-        who subscribed its listeners to it — the audit among them (None: the run opens its
-        own store, ``options.store_url``, heard by no one)."""
-        self.setup = RunSetup.of(
-            contract,
-            run_dir,
-            options,
-            start=start,
-            executor=executor,
-            proposer=proposer,
-            on_event=on_event,
-        )
-        self.ledger = ledger
-
-    def start(self) -> RunResult:
-        """A new run in ``run_dir`` (which must not hold one, nor another process run there)."""
-        return start_run(self.setup, self.ledger)
-
-    @staticmethod
-    def resume(
-        run_dir: Path,
-        contract: Contract | None = None,
-        *,
-        parallel: int = 1,
-        executor: Executor | None = None,
-        proposer: Proposer | None = None,
-        on_event: EventSink | None = None,
-        ledger: Ledger | None = None,
-    ) -> RunResult:
-        """``resume_run``."""
-        return resume_run(
-            run_dir,
-            contract,
-            parallel=parallel,
-            executor=executor,
-            proposer=proposer,
-            on_event=on_event,
-            ledger=ledger,
-        )
-
-
 # -- starting and resuming -------------------------------------------------------------------
 def start_run(setup: RunSetup, ledger: Ledger | None = None) -> RunResult:
     """A new run in ``setup.run_dir`` (which must not hold one, nor another process run
@@ -237,6 +180,21 @@ def resume_run(
         requeue = store.interrupt_running(run.run_id)
         store.set_run_status(run.run_id, RunStatus.RUNNING)
         return search(replace(setup, trial_seed=seed), store, run.run_id, requeue)
+
+
+class RunLoop:
+    """The Run stage's handle, as the composer builds it: a ``RunSetup`` (``RunSetup.of``) and
+    the round's ledger, to be started (``start_run``; a stopped run: ``resume_run``)."""
+
+    def __init__(self, setup: RunSetup, ledger: Ledger | None = None):
+        """``ledger``: the round's store and run, opened by the composer, who subscribed its
+        listeners to it — the audit among them (None: the run opens its own store,
+        ``setup.options.store_url``, heard by no one)."""
+        self.setup, self.ledger = setup, ledger
+
+    def start(self) -> RunResult:
+        """A new run in ``run_dir`` (which must not hold one, nor another process run there)."""
+        return start_run(self.setup, self.ledger)
 
 
 # -- the loop ----------------------------------------------------------------------------------
