@@ -47,11 +47,12 @@ def key_of(e: Experience) -> tuple:
     return config_key(e.knobs_json, [p["id"] for p in e.patches_json])
 
 
-def on_this_host(e: Experience) -> Experience:
-    """``e`` as this host would have measured it: its hardware signature this host's."""
+def on_this_host(e: Experience, probed: dict) -> Experience:
+    """``e`` as this host would have measured it: its hardware signature this host's
+    (``probed``: this host's ``probe_hardware``)."""
     old = e.hardware_json
     here = hardware_signature(
-        probe_hardware(),
+        probed,
         old.get("capacity_per_rank_bytes"),
         old.get("ranks_per_node"),
         old.get("nodes"),
@@ -64,7 +65,8 @@ def on_this_host(e: Experience) -> Experience:
 def seed(url: str, secret: str | None = None) -> SeededBank:
     """Fill the bank at ``url`` with the recorded round and the 4x claim."""
     recorded = BankStore(f"sqlite:///{RECORDED / 'bank.sqlite'}")
-    first = [on_this_host(e) for e in recorded.experiences()]
+    probed = probe_hardware()  # once: its cache file read, or the host measured
+    first = [on_this_host(e, probed) for e in recorded.experiences()]
     bank = BankStore(url)
     assert bank.add(first, recorded.patch_texts()) == len(first)
     run_id = json.loads((RECORDED / "run.json").read_text())["run_id"]
