@@ -237,7 +237,7 @@ def test_an_accepted_patch_is_smoke_tested_tried_audited_and_told_back(contract,
     assert "proposal 1: REJECTED at files: data.py: locked file" in second_round
     assert "proposal 3: REJECTED at compile" in chat.prompt(3)
 
-    apply_run(run_dir, top_k=1, rounds=2, ledger=ledger)
+    apply_run(run_dir, top_k=1, rounds=1, ledger=ledger)
     audit = [json.loads(x) for x in (run_dir / "audit.jsonl").read_text().splitlines()]
     carrying = [
         r

@@ -56,9 +56,14 @@ def test_pytorch_allocation_beyond_the_cap_is_oom(toy, tmp_path):
     assert record.mem_cap_bytes == 400 * 2**20
 
 
+@pytest.fixture(scope="module")
+def plain(toy, tmp_path_factory):
+    """One plain training run of the toy, what both kinds of shared memory are compared with."""
+    return _run(toy, tmp_path_factory.mktemp("plain"), mode="train")
+
+
 @pytest.mark.parametrize("mode", ["shm", "devshm"])
-def test_shared_memory_a_rank_creates_is_counted_and_capped(toy, tmp_path, mode):
-    plain = _run(toy, tmp_path, mode="train")
+def test_shared_memory_a_rank_creates_is_counted_and_capped(toy, plain, tmp_path, mode):
     hidden = _run(toy, tmp_path, mode=mode, alloc_mb=200)
     assert plain.status is hidden.status is TrialStatus.OK, hidden.error
     grown = [h - p for h, p in zip(hidden.metrics.peak_mem_bytes, plain.metrics.peak_mem_bytes)]
