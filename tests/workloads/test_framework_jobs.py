@@ -46,18 +46,20 @@ def _drafted(fixture, command, tmp_path):
 
 
 def _doctored_and_searched(folder):
-    """``init``, ``doctor`` and a two-trial ``run`` from the workload's own folder, as a user
-    runs them (the tool's runs kept there); (the contract, the Doctor's baseline records)."""
+    """``init``, ``doctor`` and a one-trial ``run`` from the workload's own folder, as a user
+    runs them (the tool's runs kept there); (the contract, the Doctor's baseline records). One
+    search trial shows the drafted job searched; the drafted scripts' tests
+    (``test_draft_fixtures.py``) show a knob moved between two."""
     init = run_cli(
         "init", str(folder / "workload.yaml"), THROUGHPUT, "-o", "c.yaml", "--yes", cwd=folder
     )
     assert init.returncode == 0, init.stderr
     report = doctor_json("c.yaml", "w", "--no-calibrate", cwd=folder)
     assert 0.0005 < report["step_time_s"] < 5 and report["tokens_per_s"] > 0
-    run = run_cli("run", "c.yaml", "--budget", "2", "--no-bank", "--json", cwd=folder)
+    run = run_cli("run", "c.yaml", "--budget", "1", "--no-bank", "--json", cwd=folder)
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
-    assert result["trials"] == 2 and result["stop_reason"] == "budget spent"
+    assert result["trials"] == 1 and result["stop_reason"] == "budget spent"
     baselines = [TrialRecord.load(p) for p in sorted((folder / "w").glob("*/record.json"))]
     assert len(baselines) == 2 and all(b.status.value == "ok" for b in baselines)
     return load_contract(folder / "c.yaml"), baselines
