@@ -200,7 +200,7 @@ def doctor_runs(s: Setting, seed: int) -> list[Outcome]:
     return [
         Outcome(
             "ok",
-            step_time_s=pool.step_time_s[i],
+            ranked_time_per_step_s=pool.step_time_s[i],
             peak_bytes=pool.peak_bytes[i] if pool.peak_bytes else None,
             cost_s=pool.cost_s[i] if pool.cost_s else 0.0,
         )
@@ -313,18 +313,20 @@ class Oracle:
         r = self.draw(config)
         cost = pool.cost_s[r] if pool.cost_s else 0.0
         if bound is not None and cost > bound.after_s:
-            return Outcome("slow", step_time_s=bound.censored_step_time_s, cost_s=bound.after_s)
+            return Outcome(
+                "slow", ranked_time_per_step_s=bound.censored_step_time_s, cost_s=bound.after_s
+            )
         steps = pool.per_step_s[r] if pool.per_step_s else []
         cut = stop_after(config, steps)
         if cut is not None and steps and 0 < cut < len(steps):  # a fidelity: fewer steps
             return Outcome(
                 "slow",
-                step_time_s=statistics.median(steps[1:cut] or steps[:cut]),
+                ranked_time_per_step_s=statistics.median(steps[1:cut] or steps[:cut]),
                 cost_s=cost - sum(steps[cut:]),
             )
         return Outcome(
             "ok",
-            step_time_s=pool.step_time_s[r],
+            ranked_time_per_step_s=pool.step_time_s[r],
             peak_bytes=pool.peak_bytes[r] if pool.peak_bytes else None,
             cost_s=cost,
         )
@@ -347,7 +349,7 @@ class Oracle:
         for config in top:
             cell, pool = self.s.by_config[config], self.s.pools[config]
             seen = [
-                o.step_time_s
+                o.ranked_time_per_step_s
                 for c, o in searcher.history
                 if c == config and o.status == TrialStatus.OK
             ]

@@ -14,6 +14,8 @@ host's Doctor measured slow, bf16 where it is emulated, is no start point), the 
 fewest times. ``tests/bank/test_bank_e2e.py`` reads what the optimize made of them."""
 
 import json
+import shutil
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,11 +66,15 @@ def on_this_host(e: Experience, probed: dict) -> Experience:
 
 def seed(url: str, secret: str | None = None) -> SeededBank:
     """Fill the bank at ``url`` with the recorded round and the 4x claim."""
-    recorded = BankStore(f"sqlite:///{RECORDED / 'bank.sqlite'}")
+    with tempfile.TemporaryDirectory() as folder:  # a copy: opening a bank upgrades its schema
+        copy = Path(shutil.copy(RECORDED / "bank.sqlite", folder))
+        recorded = BankStore(f"sqlite:///{copy}")
+        experiences, texts = recorded.experiences(), recorded.patch_texts()
+        recorded.engine.dispose()
     probed = probe_hardware()  # once: its cache file read, or the host measured
-    first = [on_this_host(e, probed) for e in recorded.experiences()]
+    first = [on_this_host(e, probed) for e in experiences]
     bank = BankStore(url)
-    assert bank.add(first, recorded.patch_texts()) == len(first)
+    assert bank.add(first, texts) == len(first)
     run_id = json.loads((RECORDED / "run.json").read_text())["run_id"]
     baseline = json.loads((RECORDED / "doctor.json").read_text())["knobs"]
     earlier = _earlier_gain(first, run_id, baseline)

@@ -97,6 +97,17 @@ def test_a_bank_moves_to_another_host_by_export_and_import(bank_url, tmp_path):
     assert other.import_file(tmp_path / "bank.json") == {"experiences": 0, "skipped": 4, "seeds": 0}
     assert [e.knobs_json for e in other.experiences()] == [e.knobs_json for e in bank.experiences()]
     assert other.patch_text("sp") == "patch text"
+    # a file exported before the times were renamed (format version 1) is read under the new names
+    data = json.loads((tmp_path / "bank.json").read_text())
+    assert data["version"] == bank_store.EXPORT_VERSION == 2
+    data["version"] = 1
+    for e in data["experiences"]:
+        e["step_time_s"] = e.pop("ranked_time_per_step_s") or 0.25
+        e["baseline_step_time_s"] = e.pop("baseline_ranked_time_per_step_s")
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    older = BankStore(f"sqlite:///{tmp_path / 'older.sqlite'}")
+    assert older.import_file(tmp_path / "old.json")["experiences"] == 4
+    assert {e.ranked_time_per_step_s for e in older.experiences()} == {0.25}
     (tmp_path / "junk.json").write_text('{"experiences": []}')
     with pytest.raises(BankError, match="infrarsi bank export"):
         other.import_file(tmp_path / "junk.json")
@@ -135,7 +146,11 @@ def test_a_bank_made_at_the_first_revision_upgrades_and_keeps_its_rows(bank_url)
         command.upgrade(config, "0001")
     assert bank_store.revision(engine) == "0001"
     assert "seeds" not in inspect(engine).get_table_names()
-    row = experience("old", {"nproc": 1}, 1.2).model_dump(exclude={"id"})
+    made = experience("old", {"nproc": 1}, 1.2).model_copy(
+        update={"ranked_time_per_step_s": 0.5, "baseline_ranked_time_per_step_s": 0.6}
+    )
+    old_names = {new: old for old, new in bank_store.EXPORT_RENAMED.items()}  # 0001's columns
+    row = {old_names.get(k, k): v for k, v in made.model_dump(exclude={"id"}).items()}
     columns = ", ".join(row)
     with engine.begin() as connection:
         connection.execute(
@@ -143,10 +158,12 @@ def test_a_bank_made_at_the_first_revision_upgrades_and_keeps_its_rows(bank_url)
             {k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in row.items()},
         )
     bank = BankStore(bank_url)  # opening upgrades
-    assert bank_store.revision(bank.engine) == "0002"
+    assert bank_store.revision(bank.engine) == "0003"
     assert "seeds" in inspect(bank.engine).get_table_names()
     (kept,) = bank.experiences()
     assert kept.key == "run-1/run/old" and kept.knobs_json == {"nproc": 1}
+    # the times kept under their later names (0003: what the search ranked by)
+    assert (kept.ranked_time_per_step_s, kept.baseline_ranked_time_per_step_s) == (0.5, 0.6)
     assert "alembic_version" not in inspect(bank.engine).get_table_names()  # its own table
 
 

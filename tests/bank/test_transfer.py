@@ -169,7 +169,7 @@ def test_the_bank_seeds_a_run_of_the_same_workload_first():
     assert not any("not_in_this_catalog" in s.patches for s in problem.seeds)
     searcher = InfraRSISearcher(problem, seed=0)
     first = [searcher.ask()]
-    searcher.tell(first[0], Outcome("ok", step_time_s=1.0, peak_bytes=1e8, cost_s=5.0))
+    searcher.tell(first[0], Outcome("ok", ranked_time_per_step_s=1.0, peak_bytes=1e8, cost_s=5.0))
     assert first[0] == problem.baseline and searcher.ask() == config
 
 
@@ -223,7 +223,10 @@ def test_the_banks_prior_is_kept_while_trials_agree_and_dropped_once_they_contra
     for visit in range(8):
         config = searcher.ask()
         searcher.tell(
-            config, Outcome("ok", step_time_s=_measured(config, visit), peak_bytes=1e8, cost_s=5.0)
+            config,
+            Outcome(
+                "ok", ranked_time_per_step_s=_measured(config, visit), peak_bytes=1e8, cost_s=5.0
+            ),
         )
     searcher.recommend()  # refits on every trial
     bank = {k: v for k, v in searcher.patch_weights.items() if k.startswith(BANK + ":")}
@@ -267,7 +270,10 @@ def test_a_bank_split_by_knob_that_contradicts_this_host_loses_its_say_within_fo
     for visit in range(4):
         config = searcher.ask()
         searcher.tell(
-            config, Outcome("ok", step_time_s=_measured(config, visit), peak_bytes=1e8, cost_s=5.0)
+            config,
+            Outcome(
+                "ok", ranked_time_per_step_s=_measured(config, visit), peak_bytes=1e8, cost_s=5.0
+            ),
         )
     searcher._fit()
     bank = {k: v for k, v in searcher.patch_weights.items() if k.startswith(BANK + ":")}
@@ -288,11 +294,14 @@ def test_a_bank_claim_smaller_than_one_runs_noise_is_left_out_of_the_prior():
     assert faint.bank_testable() == []
     searcher = InfraRSISearcher(faint, seed=0)
     config = searcher.ask()
-    searcher.tell(config, Outcome("ok", step_time_s=1.0, peak_bytes=1e8, cost_s=5.0))
+    searcher.tell(config, Outcome("ok", ranked_time_per_step_s=1.0, peak_bytes=1e8, cost_s=5.0))
     for visit in range(3):
         config = searcher.ask()
         searcher.tell(
-            config, Outcome("ok", step_time_s=_measured(config, visit), peak_bytes=1e8, cost_s=5.0)
+            config,
+            Outcome(
+                "ok", ranked_time_per_step_s=_measured(config, visit), peak_bytes=1e8, cost_s=5.0
+            ),
         )
     searcher._fit()
     assert not any(k.startswith(BANK + ":") for k in searcher.patch_weights)
@@ -328,7 +337,9 @@ def test_a_bank_seed_that_does_not_hold_ends_the_banks_say(name, first_holds):
             config,
             Outcome(
                 "ok",
-                step_time_s=1.3 if slower else (1.0 if config == problem.baseline else 0.8),
+                ranked_time_per_step_s=1.3
+                if slower
+                else (1.0 if config == problem.baseline else 0.8),
                 peak_bytes=1e8,
                 cost_s=5.0,
             ),

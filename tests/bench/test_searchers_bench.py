@@ -145,7 +145,7 @@ def test_a_replayed_trial_is_one_of_the_cells_replay_repeats_or_an_oom_above_the
             if cell.peak_bytes > s.capacity:
                 assert outcome.status == "oom" and outcome.cap_bytes == s.capacity
             else:
-                assert outcome.status == "ok" and outcome.step_time_s in pool.step_time_s
+                assert outcome.status == "ok" and outcome.ranked_time_per_step_s in pool.step_time_s
 
 
 def test_the_remeasures_of_a_trial_are_the_same_for_every_searcher(tmp_path):
@@ -244,7 +244,7 @@ def test_a_replayed_trial_past_the_slow_bound_is_cut_there_and_costs_the_bound(t
         c: oracle.run(c, bound) for c, cell in s.by_config.items() if cell.peak_bytes <= s.capacity
     }
     slow = [o for o in outcomes.values() if o.status == "slow"]
-    assert slow and all(o.cost_s == 6.5 and o.step_time_s == 2.0 for o in slow)
+    assert slow and all(o.cost_s == 6.5 and o.ranked_time_per_step_s == 2.0 for o in slow)
     assert all(o.cost_s <= 6.5 for o in outcomes.values() if o.status == "ok")
 
 

@@ -73,7 +73,7 @@ def test_applys_decision_replayed_from_its_measurements_is_the_one_it_made(recor
 def _experiences(bank: BankStore) -> list[tuple]:
     """What the bank learned of a round, without when it was written down."""
     fields = ("key", "stage", "status", "knobs_json", "patches_json", "speedup", "censored")
-    fields += ("step_time_s", "peak_mem_bytes", "hardware_fp", "workload_fp")
+    fields += ("ranked_time_per_step_s", "peak_mem_bytes", "hardware_fp", "workload_fp")
     return sorted(tuple(str(getattr(e, f)) for f in fields) for e in bank.experiences())
 
 

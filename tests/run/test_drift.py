@@ -35,7 +35,8 @@ def test_a_search_measures_the_baseline_again_and_ranks_by_ratio_to_the_nearest_
     for _ in range(len(searcher.start) + drift.REBASE_EVERY + 1):  # the baseline, again
         config = searcher.ask()
         searcher.tell(
-            config, Outcome("ok", step_time_s=1.0 - 0.01 * config.knob_dict["a"], cost_s=1.0)
+            config,
+            Outcome("ok", ranked_time_per_step_s=1.0 - 0.01 * config.knob_dict["a"], cost_s=1.0),
         )
     assert [c for c, _ in searcher.history].count(configs[0]) >= 2
     # a config measured under a 2x load is compared with the baseline of its time
@@ -50,6 +51,6 @@ def test_a_search_measures_the_baseline_again_and_ranks_by_ratio_to_the_nearest_
         (base, 2.0),
         (configs[25], 1.9),
     ]:
-        told.tell(config, Outcome("ok", step_time_s=seconds, cost_s=1.0))
+        told.tell(config, Outcome("ok", ranked_time_per_step_s=seconds, cost_s=1.0))
     assert told.ranking(2)[0] == slow_looking  # 0.8 of its baseline, against 0.9
     assert np.ptp(told.drift_log) > 0.5

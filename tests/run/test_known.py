@@ -19,7 +19,7 @@ from infrarsi.store import (
 
 
 def _ok(step_s: float) -> Outcome:
-    return Outcome("ok", step_time_s=step_s)
+    return Outcome("ok", ranked_time_per_step_s=step_s)
 
 
 def test_a_measurement_far_outside_the_doctors_runs_disagrees():

@@ -76,8 +76,11 @@ def test_e2e_objective_charges_what_the_harness_saw_not_what_the_workload_report
 
 def test_the_searcher_sees_the_objective_and_failures_carry_no_time():
     compiled = _record(0.05, 30.0)
-    assert outcome_of(compiled, None, "e2e_time").step_time_s == (0.05 * 10 + 30.0 + 3.0) / 10
-    assert outcome_of(compiled, None, "tokens_per_s").step_time_s == 0.05
+    assert (
+        outcome_of(compiled, None, "e2e_time").ranked_time_per_step_s
+        == (0.05 * 10 + 30.0 + 3.0) / 10
+    )
+    assert outcome_of(compiled, None, "tokens_per_s").ranked_time_per_step_s == 0.05
     crashed = _record(0.05, 0.0, status="crash")
     assert compared_time(crashed, "e2e_time") is None
-    assert outcome_of(crashed, None, "e2e_time").step_time_s is None
+    assert outcome_of(crashed, None, "e2e_time").ranked_time_per_step_s is None

@@ -106,7 +106,9 @@ def test_a_run_killed_midway_resumes_and_keeps_each_trial_once(tmp_path):
             assert t.trial_id == finished_before[t.id].trial_id
     assert result["best"]["step_time_s"] > 0 and "knobs" in result["best"]
     assert result["oom_trials"] == sum(t.status == "oom" for t in after)
-    assert any(t.predicted_step_time_s for t in after)  # predictions stored beside measurements
+    assert any(
+        t.predicted_ranked_time_per_step_s for t in after
+    )  # predictions stored beside measurements
     assert _audited(run_dir) == sorted(t.trial_id for t in after)  # each finished trial, once
 
 

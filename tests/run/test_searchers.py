@@ -25,7 +25,8 @@ def truth(config):
     return step, peak
 
 
-def problem():
+def problem(analytic_scale: float = 1.1):
+    """The toy problem; its analytic memory estimate is the true peak times ``analytic_scale``."""
     configs = [
         Config.of({"micro_batch": mb, "accum": 8 // mb, "threads": t, "ckpt": c}, p)
         for mb, t, c in itertools.product([1, 2, 4, 8], [1, 2], [False, True])
@@ -40,7 +41,7 @@ def problem():
         },
         ["fast", "lean"],
     )
-    analytic = lambda cs: np.log([truth(c)[1] * 1.1 for c in cs])  # noqa: E731
+    analytic = lambda cs: np.log([truth(c)[1] * analytic_scale for c in cs])  # noqa: E731
     return Problem(
         configs,
         space,
@@ -58,7 +59,10 @@ def outcome_of(config, rng):
     if peak > CAPACITY:
         return Outcome("oom", cost_s=2.0, cap_bytes=CAPACITY)
     return Outcome(
-        "ok", step_time_s=step * math.exp(rng.normal(0, 0.02)), peak_bytes=peak, cost_s=5.0
+        "ok",
+        ranked_time_per_step_s=step * math.exp(rng.normal(0, 0.02)),
+        peak_bytes=peak,
+        cost_s=5.0,
     )
 
 
@@ -168,7 +172,7 @@ def test_infrarsi_firms_up_its_top_configs_once_exploring_is_expected_to_gain_no
             config,
             Outcome("oom", cost_s=2.0, cap_bytes=CAPACITY)
             if peak > CAPACITY
-            else Outcome("ok", step_time_s=step, peak_bytes=peak, cost_s=5.0),
+            else Outcome("ok", ranked_time_per_step_s=step, peak_bytes=peak, cost_s=5.0),
         )
     assert firmed >= 5, "the toy problem is solved well within 40 trials"
     assert max(sum(c == h for h, _ in searcher.history) for c in p.candidates) <= mod.FIRM_MAX
@@ -220,7 +224,12 @@ def _ask_tell(searcher, n, truth_s):
             break
         searcher.tell(
             config,
-            Outcome("ok", step_time_s=truth_s(config), peak_bytes=1e9, cost_s=truth_s(config) * 10),
+            Outcome(
+                "ok",
+                ranked_time_per_step_s=truth_s(config),
+                peak_bytes=1e9,
+                cost_s=truth_s(config) * 10,
+            ),
         )
         asked.append(config)
     return asked
@@ -262,7 +271,9 @@ def test_the_slow_bound_is_k_times_the_incumbents_cost_and_time():
     p = _precision_problem(None)
     searcher = InfraRSISearcher(p, seed=0)
     assert searcher.slow_bound() is None  # nothing ran yet: no trial is cut
-    searcher.tell(p.baseline, Outcome("ok", step_time_s=0.5, peak_bytes=1e9, cost_s=10.0))
+    searcher.tell(
+        p.baseline, Outcome("ok", ranked_time_per_step_s=0.5, peak_bytes=1e9, cost_s=10.0)
+    )
     bound = searcher.slow_bound()
     k = slow_factor(p.noise_var_log)
     assert k >= SLOW_MIN and bound.after_s == pytest.approx(k * 10.0)
@@ -270,7 +281,8 @@ def test_the_slow_bound_is_k_times_the_incumbents_cost_and_time():
     # a slow outcome is told at its bound: never the incumbent, and the models see it slow
     other = next(c for c in p.candidates if c != p.baseline)
     searcher.tell(
-        other, Outcome("slow", step_time_s=bound.censored_step_time_s, cost_s=bound.after_s)
+        other,
+        Outcome("slow", ranked_time_per_step_s=bound.censored_step_time_s, cost_s=bound.after_s),
     )
     assert searcher.recommend() == p.baseline
     mu = searcher._predict()[0]
@@ -326,15 +338,15 @@ def test_the_trust_region_narrows_after_failures_widens_after_wins_and_bounds_pr
     s = InfraRSISearcher(p, seed=0, local=False)
     assert s.trust_radius() == mod.TRUST_RADIUS
     for c in s.start:  # the start counts for the best time, not for the region
-        s.tell(c, Outcome("ok", step_time_s=1.0, peak_bytes=1e9, cost_s=5.0))
+        s.tell(c, Outcome("ok", ranked_time_per_step_s=1.0, peak_bytes=1e9, cost_s=5.0))
     assert s.trust_radius() == mod.TRUST_RADIUS
     others = [c for c in p.candidates if c not in s.tried]
     for c in others[: mod.TRUST_FAILURES]:  # none faster than the best measured
-        s.tell(c, Outcome("ok", step_time_s=2.0, peak_bytes=1e9, cost_s=5.0))
+        s.tell(c, Outcome("ok", ranked_time_per_step_s=2.0, peak_bytes=1e9, cost_s=5.0))
     assert s.trust_radius() == mod.TRUST_RADIUS - 1
     rest = others[mod.TRUST_FAILURES :]
     for k, c in enumerate(rest[: 2 * mod.TRUST_SUCCESSES]):  # each faster than the last
-        s.tell(c, Outcome("ok", step_time_s=0.9 - 0.01 * k, peak_bytes=1e9, cost_s=5.0))
+        s.tell(c, Outcome("ok", ranked_time_per_step_s=0.9 - 0.01 * k, peak_bytes=1e9, cost_s=5.0))
     assert s.trust_radius() == mod.TRUST_RADIUS + 1
     radius, centre = s.trust_radius(), s.recommend()
     assert all(distance(c, centre) <= radius for c in s.ask_batch(3))
@@ -364,7 +376,7 @@ def test_a_proposal_for_a_parallel_slot_keeps_away_from_the_trials_in_flight():
         s.tried.discard(first)
         step, peak = truth(first)
         status = "ok" if peak <= CAPACITY else "oom"
-        s.tell(first, Outcome(status, step_time_s=step, peak_bytes=peak, cost_s=5.0))
+        s.tell(first, Outcome(status, ranked_time_per_step_s=step, peak_bytes=peak, cost_s=5.0))
     assert cases >= 2 and moved >= cases / 2, (cases, moved)
 
 
@@ -603,7 +615,7 @@ def test_once_the_target_is_found_no_untried_config_over_the_cap_is_proposed_eve
             config,
             Outcome(
                 "ok",
-                step_time_s=step * math.exp(rng.normal(0, 0.02)),
+                ranked_time_per_step_s=step * math.exp(rng.normal(0, 0.02)),
                 peak_bytes=CAPACITY * 0.999,
                 cost_s=5.0,
             ),

@@ -10,7 +10,7 @@ from infrarsi.records.trial import TrialRecord, TrialStatus
 from infrarsi.stages import Stage
 from infrarsi.store import Prediction, RunStatus, Store, StoredRun, revision, sqlite_url
 
-NEWEST = "0004"
+NEWEST = "0005"
 
 
 def make_run(store, run_id="r1"):
@@ -78,8 +78,9 @@ def test_a_store_of_the_first_revision_is_upgraded_and_keeps_its_runs_and_trials
         )
         connection.execute(
             text(
-                "INSERT INTO trials (run_id, seq, config_json, status, started_unix_s) "
-                "VALUES ('old', 0, '{\"knobs\": {}, \"patches\": []}', 'crash', 1)"
+                "INSERT INTO trials (run_id, seq, config_json, status, started_unix_s, "
+                "predicted_step_time_s) "
+                "VALUES ('old', 0, '{\"knobs\": {}, \"patches\": []}', 'crash', 1, 0.25)"
             )
         )
     assert revision(engine) == "0001"
@@ -90,6 +91,8 @@ def test_a_store_of_the_first_revision_is_upgraded_and_keeps_its_runs_and_trials
     assert store.run("old").ranking[0].knobs == {"a": 1}
     (old,) = store.trials("old")  # a trial written before stages were stored: the search's
     assert old.stage is Stage.RUN and old.status is TrialStatus.CRASH and old.record is None
+    # the prediction kept under the column's later name (0005: what the search ranks by)
+    assert old.predicted_ranked_time_per_step_s == 0.25
 
 
 def test_trials_are_running_then_final_and_survive_reopening(store_url):

@@ -124,7 +124,9 @@ def time_vs_memory(trials: list[StoredTrial], objective: str, capacity_bytes: in
             xs = [getattr(t, field) / mib for t in shown]
             ax.scatter(xs, [_ranked_or_nan(t, objective) for t in shown], s=18, **style)
     typical = float(np.median([_ranked_or_nan(o, objective) for o in ok])) if ok else 1.0
-    y_oom = [t.predicted_step_time_s or typical for t in trials if t.status == TrialStatus.OOM]
+    y_oom = [
+        t.predicted_ranked_time_per_step_s or typical for t in trials if t.status == TrialStatus.OOM
+    ]
     if capacity_bytes:
         ax.axvline(
             capacity_bytes / mib,

@@ -84,7 +84,7 @@ def trial_rows(data) -> list[list[str]]:
                 _x(t.ranked_time_per_step_s(data.contract.objective), "{:.4f}")
                 if t.status is not TrialStatus.SLOW
                 else ">= " + _x(t.censored_time_per_step_s, "{:.4f}"),
-                _x(t.predicted_step_time_s, "{:.4f}"),
+                _x(t.predicted_ranked_time_per_step_s, "{:.4f}"),
                 _bytes(t.peak_mem_bytes),
                 _bytes(t.predicted_peak_bytes),
                 _x(t.predicted_p_oom, "{:.2f}"),

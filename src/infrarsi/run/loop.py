@@ -321,7 +321,7 @@ def _finish_next(setup: RunSetup, store: Store, st: _Loop) -> None:
         TrialEnded(
             trial=ended,
             changes=config.describe_from(st.baseline),
-            ranked_time_per_step_s=outcome.step_time_s,
+            ranked_time_per_step_s=outcome.ranked_time_per_step_s,
             best=None if best is None else best.describe_from(st.baseline),
         )
     )

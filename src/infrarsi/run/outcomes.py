@@ -22,7 +22,9 @@ def outcome_of(
     m = record.metrics
     if record.status is TrialStatus.SLOW and record.censored_time_per_step_s:
         return Outcome(
-            TrialStatus.SLOW, step_time_s=record.censored_time_per_step_s, cost_s=record.cost_s
+            TrialStatus.SLOW,
+            ranked_time_per_step_s=record.censored_time_per_step_s,
+            cost_s=record.cost_s,
         )
     if record.status is TrialStatus.SLOW:  # cut without a bound on record: says nothing of time
         return Outcome(TrialStatus.TIMEOUT, cost_s=record.cost_s)
@@ -36,7 +38,7 @@ def outcome_of(
     steady = max(1, m.steps - m.warmup_steps)
     return Outcome(
         TrialStatus.OK,
-        step_time_s=ranked_step_time_s(record, objective),
+        ranked_time_per_step_s=ranked_step_time_s(record, objective),
         peak_bytes=m.max_peak_mem_bytes,
         cost_s=record.cost_s,
         noise_var_log=(m.step_time_cv**2) / steady,
@@ -59,7 +61,7 @@ def outcome_of_stored(trial: StoredTrial, capacity: float | None, objective: str
         return outcome_of(trial.record, capacity, objective)
     return Outcome(
         trial.status,
-        step_time_s=trial.step_time_s,
+        ranked_time_per_step_s=trial.step_time_s,
         peak_bytes=trial.peak_mem_bytes,
         cost_s=trial.cost_s or 0.0,
         cap_bytes=capacity if trial.status == TrialStatus.OOM else None,

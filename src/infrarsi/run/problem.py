@@ -16,11 +16,13 @@ from infrarsi.run.space import Config, Space
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one trial of a config showed. ``peak_bytes`` is the largest per-rank peak when
-    known; an ``oom`` trial carries the capacity it exceeded in ``cap_bytes`` (right-censored)."""
+    """What one trial of a config showed. ``ranked_time_per_step_s`` is what the search ranks
+    it by (the objective's reading of its record: the steady step, or the end-to-end time per
+    step); ``peak_bytes`` is the largest per-rank peak when known; an ``oom`` trial carries the
+    capacity it exceeded in ``cap_bytes`` (right-censored)."""
 
     status: TrialStatus  # a finished one; given as its value ("ok"), it becomes the enum
-    step_time_s: float | None = None
+    ranked_time_per_step_s: float | None = None
     peak_bytes: float | None = None
     cost_s: float = 0.0
     cap_bytes: float | None = None
@@ -31,9 +33,9 @@ class Outcome:
             raise ValueError(f"outcome status {self.status!r}: one of {TrialStatus.finished()}")
         status = TrialStatus(self.status)
         object.__setattr__(self, "status", status)
-        if status in (TrialStatus.OK, TrialStatus.SLOW) and self.step_time_s is None:
+        if status in (TrialStatus.OK, TrialStatus.SLOW) and self.ranked_time_per_step_s is None:
             raise ValueError(
-                f"an {self.status} outcome needs its step_time_s (for slow: the "
+                f"an {self.status} outcome needs its ranked_time_per_step_s (for slow: the "
                 "lower bound it was cut at)"
             )
 
@@ -41,16 +43,16 @@ class Outcome:
     def time_s(self) -> float:
         """The time per step of an ``ok`` outcome (for ``slow``: the bound it was cut at);
         ValueError for an outcome that measured none."""
-        if self.step_time_s is None:
+        if self.ranked_time_per_step_s is None:
             raise ValueError(f"a {self.status} outcome measured no time per step")
-        return self.step_time_s
+        return self.ranked_time_per_step_s
 
 
 @dataclass(frozen=True)
 class SlowBound:
     """A trial still running after ``after_s`` seconds (of its cost: set-up included) is cut
-    short and told as ``slow`` with ``step_time_s`` = ``censored_step_time_s``, a lower bound
-    on its time per step (right-censored, as an OOM's peak is at the capacity)."""
+    short and told as ``slow`` with ``ranked_time_per_step_s`` = ``censored_step_time_s``, a
+    lower bound on its time per step (right-censored, as an OOM's peak is at the capacity)."""
 
     after_s: float
     censored_step_time_s: float

@@ -40,7 +40,7 @@ class Searcher:
     def recommend(self) -> Config | None:
         """The config this searcher would ship now: the fastest ok trial it has seen."""
         ok = [
-            (o.step_time_s, i)
+            (o.ranked_time_per_step_s, i)
             for i, (c, o) in enumerate(self.history)
             if o.status == TrialStatus.OK
         ]

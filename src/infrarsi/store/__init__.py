@@ -194,7 +194,7 @@ class Store:
                 proposed_by=proposed_by,
                 config_json=config,
                 status=TrialStatus.RUNNING,
-                predicted_step_time_s=p.ranked_time_per_step_s,
+                predicted_ranked_time_per_step_s=p.ranked_time_per_step_s,
                 predicted_p_oom=p.p_oom,
                 predicted_peak_bytes=p.peak_bytes,
                 started_unix_s=time.time(),
@@ -305,7 +305,7 @@ class Store:
             row.status, row.error, row.ended_unix_s = TrialStatus.RUNNING, None, None
             row.started_unix_s = time.time()
             if predictions is not None:
-                row.predicted_step_time_s = predictions.ranked_time_per_step_s
+                row.predicted_ranked_time_per_step_s = predictions.ranked_time_per_step_s
                 row.predicted_p_oom = predictions.p_oom
                 row.predicted_peak_bytes = predictions.peak_bytes
 

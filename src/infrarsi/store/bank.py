@@ -33,6 +33,13 @@ from infrarsi.store.bank_schema import ExperienceRow, PatchTextRow, SeedRow
 
 MIGRATIONS = Path(__file__).parent / "bank_migrations"
 VERSION_TABLE = "bank_alembic_version"  # named in bank_migrations/env.py too
+# an export file's format version: 2 names an experience's times ``ranked_time_per_step_s``
+# and ``baseline_ranked_time_per_step_s``; a version 1 file's older names are read as those
+EXPORT_VERSION = 2
+EXPORT_RENAMED = {  # version 1 -> 2
+    "step_time_s": "ranked_time_per_step_s",
+    "baseline_step_time_s": "baseline_ranked_time_per_step_s",
+}
 DEFAULT_PATH = Path.home() / ".infrarsi" / "bank.sqlite"
 RETRIES = 8
 T = TypeVar("T")
@@ -61,8 +68,10 @@ class Experience(BaseModel):
     status: TrialStatus
     speedup: float | None = None
     censored: bool = False
-    step_time_s: float | None = None
-    baseline_step_time_s: float | None = None
+    ranked_time_per_step_s: float | None = Field(
+        None, description="what the search ranked the trial by (the objective's time per step)"
+    )
+    baseline_ranked_time_per_step_s: float | None = None
     peak_mem_bytes: float | None = None
     baseline_peak_mem_bytes: float | None = None
     capacity_bytes: float | None = None
@@ -258,7 +267,7 @@ class BankStore:
         """Write the whole bank to one JSON file (experiences, patch texts, seeds)."""
         data: dict[str, Any] = {
             "format": "infrarsi-bank",
-            "version": 1,
+            "version": EXPORT_VERSION,
             "experiences": [e.model_dump(mode="json", exclude={"id"}) for e in self.experiences()],
             "patch_texts": {sha: list(v) for sha, v in self.patch_texts().items()},
             "seeds": [x.model_dump(mode="json", exclude={"id"}) for x in self.seeds()],
@@ -278,7 +287,10 @@ class BankStore:
                 "write one with `infrarsi bank export FILE`"
             )
         try:
-            experiences = [_experience(e) for e in data.get("experiences", [])]
+            old = data.get("version", 1) < 2
+            experiences = [
+                _experience(_renamed(e) if old else e) for e in data.get("experiences", [])
+            ]
             texts = {sha: tuple(v) for sha, v in data.get("patch_texts", {}).items()}
             seeds = [_seed(x) for x in data.get("seeds", [])]
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -327,6 +339,11 @@ def upgrade(engine: Engine) -> None:
 def revision(engine: Engine) -> str | None:
     """The schema revision a bank is at."""
     return store.revision(engine, VERSION_TABLE)
+
+
+def _renamed(entry: dict[str, Any]) -> dict[str, Any]:
+    """A version 1 export's experience under the names of version 2 (``EXPORT_RENAMED``)."""
+    return {EXPORT_RENAMED.get(k, k): v for k, v in entry.items()}
 
 
 def _experience(source: object) -> Experience:

@@ -46,7 +46,7 @@ class TrialRow(Base):
     config_json: Mapped[dict[str, Any]] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16))
     trial_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
-    predicted_step_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    predicted_ranked_time_per_step_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     predicted_p_oom: Mapped[float | None] = mapped_column(Float, nullable=True)
     predicted_peak_bytes: Mapped[float | None] = mapped_column(Float, nullable=True)
     step_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)

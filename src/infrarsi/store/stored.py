@@ -107,7 +107,7 @@ class StoredTrial(BaseModel):
     config_json: dict[str, Any]
     status: TrialStatus
     trial_id: str | None = None
-    predicted_step_time_s: float | None = None
+    predicted_ranked_time_per_step_s: float | None = None
     predicted_p_oom: float | None = None
     predicted_peak_bytes: float | None = None
     step_time_s: float | None = None
@@ -150,7 +150,7 @@ class StoredTrial(BaseModel):
     def predicted(self) -> Prediction:
         """The models' predictions at proposal (all None for a trial nobody predicted)."""
         return Prediction(
-            ranked_time_per_step_s=self.predicted_step_time_s,
+            ranked_time_per_step_s=self.predicted_ranked_time_per_step_s,
             p_oom=self.predicted_p_oom,
             peak_bytes=self.predicted_peak_bytes,
         )
