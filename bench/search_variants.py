@@ -21,6 +21,10 @@ module constants, e.g. ``nseeds:1+tr:1``:
   is under the P(OOM) cap, re-measure the top configs rather than propose one over it;
 - ``pmax:P`` / ``pfound:P`` — ``P_OOM_MAX`` (the most P(OOM) any proposal may carry) and
   ``P_OOM_FOUND`` (the cap once the incumbent beats the baseline);
+- ``rescue:R`` — ``pairing.RESCUE`` (on since 2026-12-07; 0: off): a start point that ran out
+  of memory is followed by its memory-saving variant the acquisition scores highest under the
+  cap; ``rkeep:K`` — ``pairing.RESCUE_KEEPS_MICRO_BATCH`` (1: only a variant at the same
+  micro-batch, checkpointing or a memory patch; 0: a smaller micro-batch too);
 - ``ablate:NAME`` — InfraRSI without one idea (``peers.ABLATIONS``: ``no-censor``,
   ``no-pairing``, ``no-cut``), with the other settings;
 - ``base`` — the committed search; ``greedy`` (or any peer's name) — a peer, for scale.
@@ -55,7 +59,7 @@ import tables  # noqa: E402
 from peers import ABLATIONS, PEERS  # noqa: E402
 
 import infrarsi.run.infrarsi_searcher as search  # noqa: E402
-from infrarsi.run import prior_fade, remeasure, steptime, trust  # noqa: E402
+from infrarsi.run import pairing, prior_fade, remeasure, steptime, trust  # noqa: E402
 from infrarsi.run import searchers as registry  # noqa: E402
 
 SETTINGS = {  # variant key -> the module constant it sets (the searcher's, or ``module.NAME``)
@@ -74,12 +78,15 @@ SETTINGS = {  # variant key -> the module constant it sets (the searcher's, or `
     "capholds": "CAP_HOLDS",
     "pmax": "P_OOM_MAX",
     "pfound": "P_OOM_FOUND",
+    "rescue": "pairing.RESCUE",
+    "rkeep": "pairing.RESCUE_KEEPS_MICRO_BATCH",
 }
 MODULES = {
     "steptime": steptime,
     "prior_fade": prior_fade,
     "trust": trust,
     "remeasure": remeasure,
+    "pairing": pairing,
 }
 PEER_NAMES = [n for n in (*registry.SEARCHERS, *PEERS) if n != "infrarsi"]
 

@@ -623,3 +623,30 @@ def test_once_the_target_is_found_no_untried_config_over_the_cap_is_proposed_eve
     assert searcher_module.CAP_HOLDS and searcher_module.P_OOM_MAX <= 0.6
     assert over == []
     assert capped_then, "the cap never held everything back: the case is not exercised"
+
+
+def test_a_start_point_that_ran_out_of_memory_is_followed_by_its_memory_saving_variant(
+    monkeypatch,
+):
+    """An analytic formula that misses much of the activations: the priors' pick (the largest
+    micro-batch it admits) runs out of memory; the next trial is that pick with one memory
+    saver at its micro-batch (checkpointing, a leaner patch: ``pairing.RESCUE``), under the
+    P(OOM) cap, and only once."""
+    import infrarsi.run.infrarsi_searcher as searcher_module
+    import infrarsi.run.pairing as pairing
+
+    assert pairing.RESCUE and pairing.RESCUE_KEEPS_MICRO_BATCH
+    p = problem(analytic_scale=0.6)
+    searcher = InfraRSISearcher(p, seed=0)
+    rng = np.random.default_rng(0)
+    asked = []
+    for _ in range(3):
+        config = searcher.ask()
+        asked.append(config)
+        searcher.tell(config, outcome_of(config, rng))
+    baseline, pick, after = asked
+    assert baseline == p.baseline and truth(pick)[1] > CAPACITY  # the pick ran out of memory
+    assert after in memory_savers(p, pick), after.describe()
+    assert after.knob_dict["micro_batch"] == pick.knob_dict["micro_batch"]
+    assert searcher.last is not None and searcher.last.p_oom <= searcher_module.P_OOM_MAX
+    assert searcher._rescue() is None  # one of its variants was tried: no second rescue

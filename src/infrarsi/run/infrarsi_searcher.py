@@ -1,19 +1,21 @@
 """The InfraRSI searcher: global models, a local search ordered by them, censored memory.
 
-Its start is the baseline, the Doctor's suggestions, the experience bank's seeds and the
-config the priors expect fastest among those the analytic memory estimate says fit. Then a
-local search (``LOCAL``, ``run/local.py``): the incumbent's untried one-change neighbours
-ordered by the acquisition — ``log EI + log P(fits)`` per expected second, EI against the best
-posterior mean (not the luckiest draw) — a far jump when the models predict one clearly better
-(``JUMP_Z``), the region widening while spent (``WIDEN_GAIN``) and as a trust region
-(``run/trust.py``); nothing measured twice but the drift check's baseline (``run/drift.py``).
-The step-time model's prior is the Doctor's measurements plus the catalog's patch ratios at
-half strength, each faded where the trials contradict it (``run/prior_fade.py``); the memory
-model takes OOMs as right-censored observations (``run/memory.py``); a trial past the slow
-bound is cut and told ``slow``; the search stops when the trials left are not expected to gain
-the minimum detectable effect. The earlier step (``local=False``: ``_cover``, re-measures, the
-global acquisition) and pairing (``run/pairing.py``) stay for the benchmark's ablations.
-docs/search.md says why each part is there and what it measured.
+Its start is the baseline, the Doctor's suggestions, the experience bank's seeds and the config
+the priors expect fastest among those the analytic memory estimate says fit; a start point that
+ran out of memory is followed by its memory-saving variant at the same micro-batch
+(``run/pairing.py``'s rescue). Then a local search (``LOCAL``, ``run/local.py``): the
+incumbent's untried one-change neighbours ordered by the acquisition — ``log EI + log P(fits)``
+per expected second, EI against the best posterior mean (not the luckiest draw) — a far jump
+when the models predict one clearly better (``JUMP_Z``), the region widening while spent
+(``WIDEN_GAIN``) and as a trust region (``run/trust.py``); nothing measured twice but the drift
+check's baseline (``run/drift.py``). The step-time model's prior is the Doctor's measurements
+plus the catalog's patch ratios at half strength, each faded where the trials contradict it
+(``run/prior_fade.py``); the memory model takes OOMs as right-censored observations
+(``run/memory.py``); a trial past the slow bound is cut and told ``slow``; the search stops when
+the trials left are not expected to gain the minimum detectable effect. The earlier step
+(``local=False``: ``_cover``, re-measures, the global acquisition) and pairing
+(``run/pairing.py``) stay for the benchmark's ablations. docs/search.md says why each part is
+there and what it measured.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 from infrarsi.records import Prediction
 from infrarsi.records.trial import TrialStatus
-from infrarsi.run import drift, remeasure, slow, trust
+from infrarsi.run import drift, pairing, remeasure, slow, trust
 from infrarsi.run.cost import TrialCostModel
 from infrarsi.run.local import Scores, free_codes, local_step
 from infrarsi.run.memory import MemoryObservation, TobitMemoryModel
@@ -225,6 +227,10 @@ class InfraRSISearcher(Searcher):
         if first is not None:
             self.last = self._describe(self.problem.index[first])
             return first
+        saved = self._rescue()
+        if saved is not None:
+            self.last = self._describe(self.problem.index[saved])
+            return saved
         if self.local:
             near = self._local_step()
             if near is not None:
@@ -253,6 +259,16 @@ class InfraRSISearcher(Searcher):
         if again is not None:
             self.last = self._describe(self.problem.index[again])
         return [again] if again is not None else []
+
+    def _rescue(self) -> Config | None:
+        """A start point's memory-saving variant after it ran out of memory
+        (``pairing.rescue_pick``, while ``pairing.RESCUE``)."""
+        ended_oom = {c for c, o in self.history if o.status is TrialStatus.OOM}
+        if not pairing.RESCUE or not ended_oom & set(self.start):
+            return None
+        acq, _, p_oom, incumbent = self._acquisition()
+        cap = self._p_oom_cap(incumbent)
+        return pairing.rescue_pick(self.problem, self.start, ended_oom, self.tried, acq, p_oom, cap)
 
     @staticmethod
     def _proposed(batch: list[Config]) -> Config | None:
