@@ -640,16 +640,15 @@ def test_a_script_that_prints_one_micro_batch_loss_is_judged_per_kind_of_change(
     lm = load_manifest(FIXTURES / "microbatch-lm")
     instruction = "cut time, keep loss within 1%"
     contract = make_contract(lm, "tiny", instruction, read_instruction(instruction, []))
-    baseline = run_trial(prepare(lm, "tiny", contract_hash=contract.contract_hash), tmp_path)
-    equivalence, notes = calibrate(lm, "tiny", baseline, tmp_path)
+    # each config runs once (``_run``): the sealed contract's baseline and split are the
+    # calibration's runs, relabelled with its hash
+    baseline = _run(lm, contract, tmp_path, {}, ())
+    equivalence, notes = calibrate(
+        lm, "tiny", baseline, tmp_path, run=lambda _, knobs: _run(lm, contract, tmp_path, knobs, ())
+    )
     assert "split" in equivalence.by_kind and "loss" in equivalence.by_kind["split"], notes
     contract = contract.model_copy(update={"equivalence": equivalence}).sealed()
-    run = lambda knobs, patches=(): run_trial(
-        prepare(  # noqa: E731
-            lm, "tiny", knobs, list(patches), contract_hash=contract.contract_hash
-        ),
-        tmp_path,
-    )
+    run = lambda knobs, patches=(): _run(lm, contract, tmp_path, knobs, patches)  # noqa: E731
     baseline = run({})
     split = run({"batch_size": 4})
     assert verify(contract, baseline, split).valid, verify(contract, baseline, split).reasons
