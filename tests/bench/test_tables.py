@@ -121,16 +121,18 @@ def test_a_drafted_workloads_table_is_designed_at_its_scale_and_replayed_with_it
     the draft wrote for the user's run (``full``), where the bundled workloads' ``bench`` is
     unknown."""
     kept = [p for p in tables.MANIFESTS.iterdir() if (p / "workload.yaml").is_file()]
-    assert len(kept) >= 2  # the accelerate and the torchrun scripts
+    assert len(kept) >= 3  # the accelerate, torchrun and logging scripts
     assert tables.manifest_of("no-such-workload") is None
     for folder in kept:
         manifest = tables.manifest_of(folder.name)
         assert manifest is not None and manifest.name == folder.name
-        factors = dict(
-            make_table.parse_factor(manifest, f) for f in ("nproc=1,2", "micro_batch=1,4")
-        )
+        # its micro-batch and (a script launched one process per rank) its ranks, each at 1 and
+        # at the draft's value
+        roles = [n for role in ("micro_batch", "ranks") for n in manifest.knobs_with_role(role)[:1]]
+        specs = [f"{n}=1,{manifest.knob(n).default}" for n in roles]
+        factors = dict(make_table.parse_factor(manifest, f) for f in specs)
         cells = make_table.full_factorial(manifest, factors, [()], "full")
-        assert cells[0] == ({}, ()) and len(cells) == 4  # nproc 2, micro-batch 4: the baseline
+        assert cells[0] == ({}, ()) and len(cells) == 2 ** len(specs)  # the draft's: the baseline
         with pytest.raises(KeyError):
             make_table.full_factorial(manifest, factors, [()], "bench")
 
