@@ -136,7 +136,7 @@ def setting_of(
     capacity, so the baseline fits (fewer cells then fail; ``oom_share`` says how many).
     ``capacity``: this one instead (a test of a baseline that does not fit)."""
     if capacity is None:
-        capacity = table.capacity_for(oom_fraction)
+        capacity = table.replay_capacity(oom_fraction)
         base_cell = table.cells[table.baseline]
         if base_cell.ok and base_cell.peak_bytes:
             capacity = max(capacity, base_cell.peak_bytes)

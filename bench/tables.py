@@ -122,6 +122,13 @@ class Table:
             if c.ok and (capacity is None or c.peak_bytes is None or c.peak_bytes <= capacity)
         ]
 
+    def replay_capacity(self, oom_fraction: float) -> float:
+        """The capacity a replay runs at, in the units of the cells' (margin-divided) peaks:
+        the uncapped peaks' ``oom_fraction`` quantile — where the capped rows ran — so a cell
+        whose peak lies between that and ``margin`` times it fits, as the capped rows showed.
+        (The quantile of the divided peaks would pick the same cells as without a margin.)"""
+        return self.capacity_for(oom_fraction) * self.margin
+
     def capacity_for(self, oom_fraction: float) -> float:
         """A per-rank capacity at which about ``oom_fraction`` of the ok cells are OOM."""
         peaks = sorted(c.peak_bytes for c in self.cells.values() if c.ok and c.peak_bytes)
@@ -255,8 +262,11 @@ def replay_margin(cells: dict[str, Cell], validation: list[dict]) -> float:
     An uncapped peak (the memory cgroup's high-water mark) includes page cache the kernel
     reclaims under a cap before it ends a rank, so a cell whose uncapped peak is a little above
     the capacity may still run. The margin is the midpoint between the largest peak/capacity
-    that ran ``ok`` and the smallest that ran out of memory (1.0 when the rows do not separate
-    cleanly or do not exist); the replay rule is then "OOM at C iff peak / margin > C".
+    that ran ``ok`` and the smallest that ran out of memory; where no capped row ran out of
+    memory, the largest peak/capacity that ran ``ok`` (what is known to fit: a lower bound); 1.0
+    when the rows do not separate cleanly, none ran ok above its cap, or there are none. The
+    replay rule is then "OOM at C iff peak / margin > C", C the capped rows' own capacity
+    (``Table.replay_capacity``).
     """
     ok, oom = [], []
     for row in validation:
@@ -271,9 +281,9 @@ def replay_margin(cells: dict[str, Cell], validation: list[dict]) -> float:
             if row["status"] == TrialStatus.OOM
             else []
         ).append(ratio)
-    if not ok or not oom or max(ok) >= min(oom) or max(ok) <= 1.0:
+    if not ok or max(ok) <= 1.0 or (oom and max(ok) >= min(oom)):
         return 1.0
-    return (max(ok) + min(oom)) / 2
+    return (max(ok) + min(oom)) / 2 if oom else max(ok)
 
 
 def append_row(path: Path, row: dict, knob_names: list[str]) -> None:

@@ -97,6 +97,28 @@ def test_the_replay_margin_separates_the_capped_rows_or_is_one():
     ) == pytest.approx(1.04)
     assert tables.replay_margin(cells, [row("b", "oom"), row("c", "ok")]) == 1.0  # no clean cut
     assert tables.replay_margin(cells, []) == 1.0
+    # none ran out of memory: what ran ok above its cap is known to fit
+    assert tables.replay_margin(cells, [row("a", "ok"), row("c", "ok")]) == pytest.approx(1.06)
+    assert tables.replay_margin(cells, [row("a", "ok")]) == 1.0
+
+
+def test_a_cell_whose_peak_lies_within_the_margin_over_the_capped_rows_capacity_fits():
+    peaks = {"c000": 100.0, "c001": 200.0, "c002": 300.0, "c003": 310.0, "c004": 400.0}
+    cells = {
+        name: tables.Cell(name, {}, (), status=["ok"], peak_mem_bytes=[peak / 1.05])
+        for name, peak in peaks.items()
+    }
+    table = tables.Table("t", "w", "", [], cells, [], margin=1.05)
+    capacity = table.capacity_for(0.4)  # between the divided peaks of c002 and c003
+    assert {c.cell for c in table.feasible(capacity)} == {"c000", "c001", "c002"}
+    # at the capped rows' own capacity (305 in the peaks' units) c003 fits: 310 / 1.05 <= 305
+    assert table.replay_capacity(0.4) == pytest.approx(305.0)
+    assert {c.cell for c in table.feasible(table.replay_capacity(0.4))} == {
+        "c000",
+        "c001",
+        "c002",
+        "c003",
+    }
 
 
 def test_a_full_factorial_design_holds_every_combination_once_baseline_first():
