@@ -52,7 +52,13 @@ from peers import ABLATIONS, MODEL_PEERS, make_searcher
 
 from infrarsi.records.trial import TrialStatus
 from infrarsi.run.problem import UNSTEADY_CV, MemorySavers, Outcome, Parallelism, Problem
-from infrarsi.run.problem_build import parallelism, patch_speeds, run_to_run_var, savers
+from infrarsi.run.problem_build import (
+    parallelism,
+    patch_speeds,
+    precision_prior,
+    run_to_run_var,
+    savers,
+)
 
 OOM_FRACTION = 0.3
 DOCTOR_RUNS = 3
@@ -216,14 +222,20 @@ def doctor_noise_var(s: Setting, seed: int) -> float:
     return run_to_run_var(statistics.stdev(times) / statistics.fmean(times))
 
 
+def hardware_of(table: tables.Table) -> dict:
+    """What the Doctor's probe measured on the table's host (``data/hardware-<fingerprint>.json``),
+    empty where this checkout has no probe of it."""
+    path = Path(__file__).parent / "data" / f"hardware-{table.fingerprint}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def parallelism_of(table: tables.Table, manifest) -> Parallelism:
     """The ranks and threads knobs of a table's workload, its nodes (all on the table's host:
     ``make_table.py`` runs them locally) and that host's cores (its hardware probe, where the
     table's fingerprint has one; unknown otherwise)."""
     if manifest is None:
         return Parallelism()
-    path = Path(__file__).parent / "data" / f"hardware-{table.fingerprint}.json"
-    cores = json.loads(path.read_text())["facts"].get("cores") if path.exists() else None
+    cores = hardware_of(table).get("facts", {}).get("cores")
     return dataclasses.replace(parallelism(manifest, None), cores=cores)
 
 
@@ -272,6 +284,11 @@ def problem_of(s: Setting, seed: int, prior: bool = True) -> Problem:
         noise_var_log=doctor_noise_var(s, seed),
         baseline_peak_bytes=doctor_peak_bytes(s, seed),
         unsteady=doctor_unsteady(s, seed),
+        precision_log_speed=precision_prior(
+            manifest, config_of(table.cells[table.baseline]), hardware_of(table).get("peak_flops")
+        )
+        if known
+        else None,
         derived=derived,
         complete=table.design == "full_factorial",
     )

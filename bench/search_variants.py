@@ -25,6 +25,8 @@ module constants, e.g. ``nseeds:1+tr:1``:
   of memory is followed by its memory-saving variant the acquisition scores highest under the
   cap; ``rkeep:K`` — ``pairing.RESCUE_KEEPS_MICRO_BATCH`` (1: only a variant at the same
   micro-batch, checkpointing or a memory patch; 0: a smaller micro-batch too);
+- ``prec:L`` — ``problem.PRECISION_PRIOR_LOG`` (on since 2026-12-07, round seven; 0: off):
+  the knob prior's claim for a precision the host's measured matmul peaks set apart;
 - ``ablate:NAME`` — InfraRSI without one idea (``peers.ABLATIONS``: ``no-censor``,
   ``no-pairing``, ``no-cut``), with the other settings;
 - ``base`` — the committed search; ``greedy`` (or any peer's name) — a peer, for scale.
@@ -59,7 +61,7 @@ import tables  # noqa: E402
 from peers import ABLATIONS, PEERS  # noqa: E402
 
 import infrarsi.run.infrarsi_searcher as search  # noqa: E402
-from infrarsi.run import pairing, prior_fade, remeasure, steptime, trust  # noqa: E402
+from infrarsi.run import pairing, prior_fade, problem, remeasure, steptime, trust  # noqa: E402
 from infrarsi.run import searchers as registry  # noqa: E402
 
 SETTINGS = {  # variant key -> the module constant it sets (the searcher's, or ``module.NAME``)
@@ -80,6 +82,7 @@ SETTINGS = {  # variant key -> the module constant it sets (the searcher's, or `
     "pfound": "P_OOM_FOUND",
     "rescue": "pairing.RESCUE",
     "rkeep": "pairing.RESCUE_KEEPS_MICRO_BATCH",
+    "prec": "problem.PRECISION_PRIOR_LOG",
 }
 MODULES = {
     "steptime": steptime,
@@ -87,6 +90,7 @@ MODULES = {
     "trust": trust,
     "remeasure": remeasure,
     "pairing": pairing,
+    "problem": problem,
 }
 PEER_NAMES = [n for n in (*registry.SEARCHERS, *PEERS) if n != "infrarsi"]
 

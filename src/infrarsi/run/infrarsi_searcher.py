@@ -26,10 +26,11 @@ import numpy as np
 
 from infrarsi.records import Prediction
 from infrarsi.records.trial import TrialStatus
-from infrarsi.run import drift, pairing, remeasure, slow, trust
+from infrarsi.run import drift, opening, pairing, remeasure, slow, trust
 from infrarsi.run.cost import TrialCostModel
+from infrarsi.run.fitting import fit_memory, prior_columns
 from infrarsi.run.local import Scores, free_codes, local_step
-from infrarsi.run.memory import MemoryObservation, TobitMemoryModel
+from infrarsi.run.memory import TobitMemoryModel
 from infrarsi.run.pairing import PAIR_SAFE, PAIRING, paired_pick
 from infrarsi.run.prior_fade import TimedTrials, faded_time_model
 from infrarsi.run.problem import (
@@ -38,7 +39,6 @@ from infrarsi.run.problem import (
     Problem,
     SlowBound,
     distance,
-    free_change,
 )
 from infrarsi.run.searcher_base import Searcher
 from infrarsi.run.space import Config
@@ -100,70 +100,26 @@ class InfraRSISearcher(Searcher):
         self.pairing = PAIRING if pairing is None else pairing
         self.local = LOCAL if local is None else local
         self._codes: Array | None = None
-        self.start = self._initial_design()
+        # the start: the baseline, the seeds, the priors' pick (``opening.initial_design``)
+        self.start = opening.initial_design(self.problem, self.rng, N_SEEDS)
         self.last: Prediction | None = None  # the models' predictions for the last proposal
         self.paired = 0
         self._cache: tuple[int, Predicted] | None = None
         self._capped = False  # the last batch was empty because the cap held (``CAP_HOLDS``)
-
-    # -- the start ------------------------------------------------------------------------
-    def _initial_design(self) -> list[Config]:
-        """The baseline and the Doctor's seeds; then the candidate the priors expect fastest
-        among those the analytic estimate says fit; then space-filling picks (each the fitting
-        candidate farthest from the design so far) so the first trials also tell the models
-        what the priors do not know — which knobs matter here, and whether the patches' prior
-        speed-ups hold on this host."""
-        p = self.problem
-        design = p.start_points()
-        # what this host measured slow (the Doctor's calibration: bf16 where it is emulated)
-        # is not worth a trial to learn what is already known
-        fits = p.analytic_fits() & (p.measured <= math.log(MEASURED_SLOW))
-        pool = [i for i in range(len(p.candidates)) if fits[i]]
-        order = list(self.rng.permutation(pool))
-        while len(design) < N_SEEDS + 1 + len(p.seeds) and order:
-            gap = [min(distance(p.candidates[i], d) for d in design) for i in order]
-            best = int(np.argmax(gap))
-            if gap[best] == 0:
-                break
-            design.append(p.candidates[order[best]])
-        return list(dict.fromkeys(design))
 
     # -- the models ------------------------------------------------------------------------
     def _fit(self) -> Fitted:
         p = self.problem
         idx = [p.index[c] for c, _ in self.history]
         outs = [o for _, o in self.history]
-        mem_rows = [
-            (i, o)
-            for i, o in zip(idx, outs)
-            if (o.status == TrialStatus.OK and o.peak_bytes)
-            or (self.censored and o.status == TrialStatus.OOM and o.cap_bytes)
-        ]
-        memory = TobitMemoryModel().fit(
-            p.X[[i for i, _ in mem_rows]],
-            [
-                MemoryObservation(_peak_or_bound(o), o.status is TrialStatus.OOM)
-                for _, o in mem_rows
-            ],
-            None if p.offsets is None else p.offsets[[i for i, _ in mem_rows]],
-        )
+        memory = fit_memory(p, self.history, self.censored)
         ok = [(i, o) for i, o in zip(idx, outs) if o.status == TrialStatus.OK]
         # a slow trial enters at the time it was cut at: a lower bound, k times the incumbent's
         # (taken as observed: far from the best either way, it only needs to look slow)
         at = [k for k, o in enumerate(outs) if o.status in (TrialStatus.OK, TrialStatus.SLOW)]
         timed = [(idx[k], outs[k]) for k in at]
         rows = [i for i, _ in timed]
-        # (n, P + K): the catalog's patches and the knob priors, each fading on its own
-        catalog = PRIOR_SHRINK * np.hstack([p.catalog_parts, p.knob_prior_parts])
-        names = list(p.patch_ids) + list(p.knob_prior_names)
-        n_catalog = len(names)
-        used = p.bank_testable()
-        if p.bank_contradicted(self.history):  # a seed of the bank's did not hold here
-            used = []
-        if used:  # the bank's prior: a column per knob or patch, each trusted as far as
-            # its own trials agree (the negative-transfer guard)
-            catalog = np.hstack([catalog, p.bank_parts[:, used]])
-            names = names + [f"{BANK}:{p.bank_names[j]}" for j in used]
+        catalog, names, n_catalog = prior_columns(p, self.history, PRIOR_SHRINK)
         self.drift_log = self._drift(outs)  # each trial against the baseline nearest in time
         logs = (
             np.array([math.log(o.time_s) for _, o in timed]) - p.measured[rows] - self.drift_log[at]
@@ -434,33 +390,16 @@ class InfraRSISearcher(Searcher):
         return P_OOM_FOUND if mu[incumbent] < base - self._stop_effect() else P_OOM_MAX
 
     def _cover(self) -> Config | None:
-        """While some free knob or patch has never been compared alone — no measured config
-        has a tried neighbour that differs from it in that one change — the incumbent changed
-        in one such dimension (the change the acquisition scores highest). A knob never varied
-        looks flat to the step-time model, however much it matters; one comparison each lets
-        the model see which do before it exploits. A change the Doctor measured slow on this
-        host is known already and not tried. Off unless ``COVER``."""
+        """The incumbent changed in one free knob or patch never compared alone
+        (``opening.cover_pick``); off unless ``COVER``."""
         if not COVER or not self.history:
             return None
-        p = self.problem
-        ok = [c for c, o in self.history if o.status.is_ok()]
-        covered = {free_change(p, a, b) for a in ok for b in self.tried if a != b}
         acq, _, p_oom, incumbent = self._acquisition()
         if incumbent is None:
             return None
-        centre = p.candidates[incumbent]
         cap = self._p_oom_cap(incumbent) if CAP_HOLDS else P_OOM_MAX
-        known_slow = p.measured > math.log(MEASURED_SLOW)  # the Doctor measured it already
-        options = [
-            i
-            for i, c in enumerate(p.candidates)
-            if c not in self.tried
-            and p_oom[i] <= cap
-            and not known_slow[i]
-            and (change := free_change(p, c, centre)) is not None
-            and change not in covered
-        ]
-        return p.candidates[max(options, key=lambda i: acq[i])] if options else None
+        scores = (acq, p_oom, cap)
+        return opening.cover_pick(self.problem, self.history, self.tried, scores, incumbent)
 
     def _trust_region(self, incumbent: int | None) -> Array | None:
         """The candidates within the trust radius of the incumbent, or None (no region:
@@ -555,14 +494,4 @@ STOP_EFFECT_MAX = 0.05
 # mean is half its effect in log time (the mean of "holds" and "no effect"); replays, 10 seeds,
 # budget 40: dense-2node 23.5 -> 7.5 trials to 95% of the best, moe-1node 6 -> 6.5
 PRIOR_SHRINK = 0.5
-BANK = "bank"  # the bank's prior columns in ``patch_weights`` are ``bank:<knob or patch>``
 # how the prior fades where the trials contradict it: run/prior_fade.py
-
-
-def _peak_or_bound(o: Outcome) -> float:
-    """What an outcome says of peak memory: the measured peak, or (OOM) the capacity it
-    exceeded — a right-censored observation."""
-    value = o.peak_bytes if o.status.is_ok() else o.cap_bytes
-    if value is None:
-        raise ValueError(f"a {o.status} outcome without a peak or a bound enters no memory model")
-    return value

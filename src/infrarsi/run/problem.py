@@ -116,6 +116,9 @@ class Problem:
     # it speaks of (their names in the callable's ``names``); the searcher drops each part
     # whose trials here contradict it
     bank_log_speed: Callable[[list[Config]], np.ndarray] | None = None
+    # the host's word on each candidate's compute precision (``precision_prior``: its measured
+    # bf16 and fp32 peaks), where the Doctor measured no change of precision; a knob prior
+    precision_log_speed: Callable[[list[Config]], np.ndarray] | None = None
     derived: tuple[str, ...] = ()  # knobs that follow the others (the accumulation steps)
     savers: MemorySavers = field(default_factory=MemorySavers)
     parallelism: Parallelism = field(default_factory=Parallelism)
@@ -360,6 +363,11 @@ MICRO_BATCH_PRIOR_LOG = math.log(0.9)
 # and for threads past the cores: half again as slow a doubling past them (set a priori: ranks
 # that share cores wait on each other's threads)
 OVERSUBSCRIBED_PRIOR_LOG = math.log(1.5)
+# and for a precision the host's matmul peaks set apart (set a priori, before any replay of
+# it: a tenth, as a doubled micro-batch — a small model's step is not all matmul — once the
+# measured peaks differ by the Doctor's own threshold for "faster in bf16")
+PRECISION_PRIOR_LOG = math.log(0.9)
+PRECISION_PEAK_RATIO = 1.2
 MEASURED_SLOW = 1.5  # a config the Doctor measured this much slower is no start point
 PRIOR_TIE = 1e-9  # log ratios this close are one prior (sums of the same catalog ratios)
 
@@ -371,8 +379,10 @@ def knob_priors(problem: Problem) -> tuple[tuple[str, ...], np.ndarray]:
     steps of the same work, the rule DeepSpeed's autotuner starts from; with the memory
     estimate's prefilter the priors' pick is then the largest micro-batch that fits. And
     threads past the host's cores (ranks x threads > cores) slower by
-    ``OVERSUBSCRIBED_PRIOR_LOG`` a doubling past them. No column where the space does not
-    vary the knob (or the cores are unknown)."""
+    ``OVERSUBSCRIBED_PRIOR_LOG`` a doubling past them. And a precision whose matmul peak this
+    host measured faster (slower) than the baseline's by ``PRECISION_PEAK_RATIO`` is faster
+    (slower) by ``PRECISION_PRIOR_LOG`` (``precision_log_speed``). No column where the space
+    does not vary the knob (or the cores, or the peaks, are unknown)."""
     names, columns = [], []
     mb, varied = problem.savers.micro_batch, {d.name for d in problem.space.dims}
     if mb is not None and problem.savers.follows and mb in varied:
@@ -390,6 +400,11 @@ def knob_priors(problem: Problem) -> tuple[tuple[str, ...], np.ndarray]:
         if any(over):
             names.append(par.threads)
             columns.append([OVERSUBSCRIBED_PRIOR_LOG * o for o in over])
+    if problem.precision_log_speed is not None:
+        claims = np.asarray(problem.precision_log_speed(problem.candidates), dtype=float)
+        if claims.any():
+            names.append("precision")
+            columns.append(list(claims))
     n = len(problem.candidates)
     return tuple(names), np.array(columns, dtype=float).T.reshape(n, len(names))
 

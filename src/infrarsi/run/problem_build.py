@@ -16,6 +16,7 @@ from infrarsi.host import usable_threads
 from infrarsi.identity import changed_knobs
 from infrarsi.proposal import ProposedPatch
 from infrarsi.records import DOCTOR_BASELINE_LABEL, BankAdvice, BankSeed, DoctorReport
+from infrarsi.run import problem as rules
 from infrarsi.run.problem import UNSTEADY_CV, MemorySavers, Parallelism, Problem
 from infrarsi.run.space import Config, Space
 from infrarsi.workloads import expr, knobs
@@ -176,6 +177,42 @@ def measured_prior(
                 effect for changed, effect in effects if not changed_knobs(changed, c.knob_dict)
             )
         return out
+
+    return prior
+
+
+def precision_prior(
+    manifest: Manifest,
+    baseline: Config,
+    peak_flops: dict[str, float] | None,
+    measured: list[tuple[dict[str, Any], float]] = (),  # type: ignore[assignment]
+) -> ConfigPrior | None:
+    """Each config's log step-time claim for its compute precision against the baseline's,
+    from the host's measured matmul peaks (``PRECISION_PRIOR_LOG`` faster where its
+    precision's peak is ``PRECISION_PEAK_RATIO`` over the baseline's, as much slower where
+    under): what a practitioner knows of bf16 on this hardware before a trial. None without a
+    precision knob or the peaks, and where the Doctor's calibration measured a change of
+    precision (``measured``, ``measured_effects``: a measurement, not a claim)."""
+    names = set(manifest.knobs_with_role("precision"))
+    fp32 = (peak_flops or {}).get("fp32")
+    if not names or not fp32 or not peak_flops:
+        return None
+    if any(names & set(changed) for changed, _ in measured):
+        return None
+    peaks = dict(peak_flops)
+
+    def claim(config: Config) -> float:
+        typed = {k: manifest.knob(k).coerce(v) for k, v in config.knob_dict.items() if k in names}
+        precision = knobs.precision_of(manifest, typed)
+        ratio = (peaks.get(precision) or fp32) / fp32
+        if ratio >= rules.PRECISION_PEAK_RATIO:  # read here: the variant study sets them
+            return rules.PRECISION_PRIOR_LOG
+        return -rules.PRECISION_PRIOR_LOG if ratio <= 1 / rules.PRECISION_PEAK_RATIO else 0.0
+
+    base = claim(baseline)
+
+    def prior(configs: list[Config]) -> np.ndarray:
+        return np.array([claim(c) - base for c in configs])
 
     return prior
 
@@ -373,6 +410,12 @@ def build_problem(
         baseline_peak_bytes=measured_peak(report),
         measured_log_speed=measured_prior(manifest, scale, report),
         bank_log_speed=bank_time_prior(bank, configs[0]),
+        precision_log_speed=precision_prior(
+            manifest,
+            configs[0],
+            report.hardware.get("peak_flops") if report is not None else None,
+            measured_effects(manifest, scale, report),
+        ),
         derived=tuple(k.name for k in manifest.knobs if k.derive is not None),
         savers=savers(manifest),
         parallelism=parallelism(manifest, report),
