@@ -21,7 +21,8 @@ from infrarsi.bank.signatures import (
 )
 from infrarsi.bank.transfer import advise, ridge
 from infrarsi.records import BankAdvice, BankSeed
-from infrarsi.run.infrarsi_searcher import BANK, InfraRSISearcher
+from infrarsi.run.fitting import BANK
+from infrarsi.run.infrarsi_searcher import InfraRSISearcher
 from infrarsi.run.problem import Outcome, Problem
 from infrarsi.run.problem_build import build_problem
 from infrarsi.run.space import Config, Space

@@ -47,3 +47,27 @@ def test_a_true_bool_knob_selects_bf16_in_its_drafted_spelling():
     assert prior is not None
     claims = prior([base, Config.of({"micro_batch": 4, "bf16": True})])
     assert list(claims) == pytest.approx([0.0, PRECISION_PRIOR_LOG])
+
+
+def test_a_live_run_claims_bf16_from_the_doctors_peaks_until_its_calibration_measured_it():
+    from types import SimpleNamespace
+
+    from infrarsi.records import DOCTOR_BASELINE_LABEL
+    from infrarsi.run.problem_build import host_priors
+    from infrarsi.workloads import knobs
+
+    manifest = find("dense-1node")
+    base = knobs.resolve(manifest, "tiny", {})
+    baseline = Config.of({k: base[k] for k in ("micro_batch", "precision")})
+    run = lambda label, t, **changed: SimpleNamespace(  # noqa: E731
+        label=label, ranked_time_per_step_s=t, knobs={**base, **changed}
+    )
+    hardware = {"peak_flops": {"fp32": 1e11, "bf16": 6e11}}
+    report = SimpleNamespace(hardware=hardware, trials=[run(DOCTOR_BASELINE_LABEL, 0.1)])
+    measured, precision = host_priors(manifest, "tiny", report, baseline)
+    assert measured is None and precision is not None
+    assert list(precision([BF16])) == pytest.approx([PRECISION_PRIOR_LOG])
+    report.trials.append(run("calibration bf16", 0.07, precision="bf16"))
+    measured, precision = host_priors(manifest, "tiny", report, baseline)
+    assert precision is None and measured is not None
+    assert list(measured([BF16])) == pytest.approx([math.log(0.7)])

@@ -217,6 +217,19 @@ def precision_prior(
     return prior
 
 
+def host_priors(
+    manifest: Manifest, scale: str, report: DoctorReport | None, baseline: Config
+) -> tuple[ConfigPrior | None, ConfigPrior | None]:
+    """What this host said before the search: the Doctor's measured effects
+    (``measured_prior``) and, where it measured no change of precision, its matmul peaks'
+    claim for one (``precision_prior``)."""
+    peaks = report.hardware.get("peak_flops") if report is not None else None
+    effects = measured_effects(manifest, scale, report)
+    return measured_prior(manifest, scale, report), precision_prior(
+        manifest, baseline, peaks, effects
+    )
+
+
 def savers(manifest: Manifest) -> MemorySavers:
     """The knobs and patches that save memory, by role."""
 
@@ -396,6 +409,7 @@ def build_problem(
     configs += [c for c in proposed if c not in set(configs)]
     seeds = list(dict.fromkeys(proposed + from_bank + seeds))
     cv = report.noise.cv_between if report is not None else None
+    measured, precision = host_priors(manifest, scale, report, configs[0])
     return Problem(
         configs,
         space,
@@ -408,14 +422,9 @@ def build_problem(
         bank_gain=bank_gains(banked),
         bank_peak=bank_peaks(banked),
         baseline_peak_bytes=measured_peak(report),
-        measured_log_speed=measured_prior(manifest, scale, report),
+        measured_log_speed=measured,
         bank_log_speed=bank_time_prior(bank, configs[0]),
-        precision_log_speed=precision_prior(
-            manifest,
-            configs[0],
-            report.hardware.get("peak_flops") if report is not None else None,
-            measured_effects(manifest, scale, report),
-        ),
+        precision_log_speed=precision,
         derived=tuple(k.name for k in manifest.knobs if k.derive is not None),
         savers=savers(manifest),
         parallelism=parallelism(manifest, report),
