@@ -83,6 +83,23 @@ def test_precision_comes_from_the_knob_with_that_role(foreign, dense):
     assert precision_of(dense, {"precision": "fp32"}) == "fp32"
 
 
+@pytest.mark.parametrize(
+    "spelling, precision",
+    [("bfloat16", "bf16"), ("BF16", "bf16"), ("float16", "fp16"), ("half", "fp16")]
+    + [("float32", "fp32"), ("no", "fp32"), ("fp32", "fp32")],
+)
+def test_a_precision_is_read_in_pytorchs_own_spelling_and_the_doctor_calibrates_it(
+    spelling, precision
+):
+    """A user's ``--dtype=bfloat16`` (nanoGPT's spelling) is bf16 to every reader: the
+    verification's tolerances, the MFU's peak, the Doctor's bf16 calibration run."""
+    from infrarsi.doctor.calibrate import bf16_variant
+
+    drafted = load_manifest(FIXTURES.parent.parent / "bench/data/manifests/train-9ce01a41")
+    assert precision_of(drafted, {"dtype": spelling}) == precision
+    assert bf16_variant(drafted, "tiny")["dtype"] == "bfloat16"
+
+
 def test_every_reference_knob_and_patch_has_a_role():
     from infrarsi.workloads import all_reference
 

@@ -24,6 +24,7 @@ from infrarsi.verify.evidence import held_out_share, load_params, weight_distanc
 from infrarsi.workloads import change_kinds
 from infrarsi.workloads import knobs as knob_rules
 from infrarsi.workloads.kinds import KINDS, ChangeKind
+from infrarsi.workloads.knobs import precision_named
 from infrarsi.workloads.manifest import Manifest
 
 MULTIPLE = {"fp32": 10.0, "bf16": 3.0}
@@ -82,7 +83,7 @@ def bf16_variant(manifest: Manifest, scale: str) -> dict | None:
         value = (
             True
             if knob.type == "bool"
-            else next((v for v in knob.values if "bf16" in str(v).lower()), None)
+            else next((v for v in knob.values if precision_named(str(v)) == "bf16"), None)
         )
         if value is not None:
             return knob_rules.resolve(manifest, scale, {name: value})

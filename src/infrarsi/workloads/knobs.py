@@ -106,19 +106,33 @@ def _check_constraints(manifest: Manifest, env: dict[str, Any]) -> None:
             )
 
 
+def precision_named(text: str) -> str | None:
+    """The reduced precision a value's text names — ``bf16`` for ``bf16`` or PyTorch's own
+    ``bfloat16``, ``fp16`` for ``fp16``, ``float16`` or ``half`` — None for any other (fp32,
+    ``float32``, ``no``)."""
+    text = text.lower()
+    if "bf16" in text or "bfloat16" in text:
+        return "bf16"
+    if "fp16" in text or "float16" in text or "half" in text:
+        return "fp16"
+    return None
+
+
 def precision_of(manifest: Manifest, values: Mapping[str, Any]) -> str:
     """The compute precision an assignment runs in (``fp32``, ``bf16`` or ``fp16``): the lowest
-    that a knob with role ``precision`` selects — a choice's value, or a true bool knob (whose
-    name or flag says which; ``bf16`` when it does not)."""
+    that a knob with role ``precision`` selects — a choice's value in any common spelling
+    (``precision_named``), or a true bool knob (whose name or flag says which; ``bf16`` when it
+    does not)."""
     for name in manifest.knobs_with_role("precision"):
         knob, value = manifest.knob(name), values.get(name)
         if knob.type == "bool":
-            text = f"{knob.name} {knob.flag or ''}".lower() if value else ""
+            text = f"{knob.name} {knob.flag or ''}" if value else ""
         else:
-            text = str(value).lower()
-        if "fp16" in text or "half" in text:
+            text = str(value)
+        named = precision_named(text)
+        if named == "fp16":
             return "fp16"
-        if "bf16" in text or (knob.type == "bool" and value):
+        if named == "bf16" or (knob.type == "bool" and value):
             return "bf16"
     return "fp32"
 
