@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,7 +185,7 @@ def precision_prior(
     manifest: Manifest,
     baseline: Config,
     peak_flops: dict[str, float] | None,
-    measured: list[tuple[dict[str, Any], float]] = (),  # type: ignore[assignment]
+    measured: Sequence[tuple[dict[str, Any], float]] = (),
 ) -> ConfigPrior | None:
     """Each config's log step-time claim for its compute precision against the baseline's,
     from the host's measured matmul peaks (``PRECISION_PRIOR_LOG`` faster where its
