@@ -37,6 +37,7 @@ re-measures of trial *i* are drawn by (seed, cell, *i*), the same for every sear
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import statistics
@@ -222,10 +223,15 @@ def doctor_noise_var(s: Setting, seed: int) -> float:
     return run_to_run_var(statistics.stdev(times) / statistics.fmean(times))
 
 
-def hardware_of(table: tables.Table) -> dict:
+def probe_of(table: tables.Table) -> dict:
     """What the Doctor's probe measured on the table's host (``data/hardware-<fingerprint>.json``),
-    empty where this checkout has no probe of it."""
-    path = Path(__file__).parent / "data" / f"hardware-{table.fingerprint}.json"
+    empty where this checkout has no probe of it; read once per host."""
+    return _probe(table.fingerprint)
+
+
+@functools.cache
+def _probe(fingerprint: str) -> dict:
+    path = Path(__file__).parent / "data" / f"hardware-{fingerprint}.json"
     return json.loads(path.read_text()) if path.exists() else {}
 
 
@@ -235,7 +241,7 @@ def parallelism_of(table: tables.Table, manifest) -> Parallelism:
     table's fingerprint has one; unknown otherwise)."""
     if manifest is None:
         return Parallelism()
-    cores = hardware_of(table).get("facts", {}).get("cores")
+    cores = probe_of(table).get("facts", {}).get("cores")
     return dataclasses.replace(parallelism(manifest, None), cores=cores)
 
 
@@ -285,7 +291,7 @@ def problem_of(s: Setting, seed: int, prior: bool = True) -> Problem:
         baseline_peak_bytes=doctor_peak_bytes(s, seed),
         unsteady=doctor_unsteady(s, seed),
         precision_log_speed=precision_prior(
-            manifest, config_of(table.cells[table.baseline]), hardware_of(table).get("peak_flops")
+            manifest, config_of(table.cells[table.baseline]), probe_of(table).get("peak_flops")
         )
         if known
         else None,

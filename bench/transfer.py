@@ -51,7 +51,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import tables  # noqa: E402
 from models import config_of  # noqa: E402
-from replay import OOM_FRACTION, manifest_of, problem_of, replay, setting_of  # noqa: E402
+from replay import (  # noqa: E402
+    OOM_FRACTION,
+    manifest_of,
+    probe_of,
+    problem_of,
+    replay,
+    setting_of,
+)
 
 from infrarsi.bank.signatures import (  # noqa: E402
     hardware_signature,
@@ -78,12 +85,12 @@ def hardware_of(table: tables.Table) -> dict:
     """The hardware signature of a table's host (``bench/data/hardware-<fp>.json``: the
     Doctor's probe there), or the fingerprint alone; every node of the workload ran on that
     host (``make_table.py`` runs its trials locally)."""
-    path = DATA / f"hardware-{table.fingerprint}.json"
-    if not path.exists():
+    probe = probe_of(table)
+    if not probe:
         return {"fingerprint": table.fingerprint}
     manifest = manifest_of(table.workload)
     nodes = manifest.launch.nodes if manifest is not None else None
-    return hardware_signature(json.loads(path.read_text()), nodes=nodes, nodes_per_host=nodes)
+    return hardware_signature(probe, nodes=nodes, nodes_per_host=nodes)
 
 
 def workload_of(table: tables.Table) -> dict:

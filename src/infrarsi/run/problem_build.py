@@ -161,12 +161,11 @@ def measured_effects(
 
 
 def measured_prior(
-    manifest: Manifest, scale: str, report: DoctorReport | None
+    effects: Sequence[tuple[dict[str, Any], float]],
 ) -> ConfigPrior | None:
     """The log step-time ratio the Doctor measured for the knob values its calibration runs
-    set, added up for each config that holds those values (None when nothing was measured):
-    a host where bf16 is 100x slower says so before any trial of the search."""
-    effects = measured_effects(manifest, scale, report)
+    set (``measured_effects``), added up for each config that holds those values (None when
+    nothing was measured): a host where bf16 is 100x slower says so before any trial."""
     if not effects:
         return None
 
@@ -225,9 +224,7 @@ def host_priors(
     claim for one (``precision_prior``)."""
     peaks = report.hardware.get("peak_flops") if report is not None else None
     effects = measured_effects(manifest, scale, report)
-    return measured_prior(manifest, scale, report), precision_prior(
-        manifest, baseline, peaks, effects
-    )
+    return measured_prior(effects), precision_prior(manifest, baseline, peaks, effects)
 
 
 def savers(manifest: Manifest) -> MemorySavers:
