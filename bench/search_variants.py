@@ -27,9 +27,14 @@ module constants, e.g. ``nseeds:1+tr:1``:
   micro-batch, checkpointing or a memory patch; 0: a smaller micro-batch too);
 - ``prec:L`` — ``problem.PRECISION_PRIOR_LOG`` (on since 2026-12-07, round seven; 0: off):
   the knob prior's claim for a precision the host's measured matmul peaks set apart;
+- ``kpick:1`` / ``kprior:1`` — ``problem.KNOWN_MICRO_BATCH_PICK`` / ``_PRIOR``: without a
+  memory estimate, the priors' pick keeps the baseline's micro-batch or a smaller one / the
+  micro-batch prior claims nothing over the baseline's;
 - ``ablate:NAME`` — InfraRSI without one idea (``peers.ABLATIONS``: ``no-censor``,
   ``no-pairing``, ``no-cut``), with the other settings;
-- ``base`` — the committed search; ``greedy`` (or any peer's name) — a peer, for scale.
+- ``base`` — the committed search; ``greedy`` (or any peer's name) — a peer, for scale; a
+  peer's name joined to settings (``greedy+kpick:1``) runs that peer under them (the start
+  points every searcher runs first are the problem's).
 
     .venv/bin/python bench/search_variants.py --variants base,greedy,nseeds:1+tr:1 \\
         --table bench/data/moe-1node-wide-fb737a3983921667.csv --seeds 20 --out FILE
@@ -83,6 +88,8 @@ SETTINGS = {  # variant key -> the module constant it sets (the searcher's, or `
     "rescue": "pairing.RESCUE",
     "rkeep": "pairing.RESCUE_KEEPS_MICRO_BATCH",
     "prec": "problem.PRECISION_PRIOR_LOG",
+    "kpick": "problem.KNOWN_MICRO_BATCH_PICK",
+    "kprior": "problem.KNOWN_MICRO_BATCH_PRIOR",
 }
 MODULES = {
     "steptime": steptime,
@@ -115,6 +122,9 @@ def apply_variant(variant: str) -> str:
     name = "infrarsi"
     for part in variant.split("+"):
         key, _, value = part.partition(":")
+        if part in PEER_NAMES:
+            name = part  # a peer under the variant's settings (the start points are shared)
+            continue
         if key == "ablate" and f"infrarsi-{value}" in ABLATIONS:
             name = f"infrarsi-{value}"
             continue

@@ -15,15 +15,18 @@ from infrarsi.run.space import Config
 
 def initial_design(problem: Problem, rng: np.random.Generator, n_seeds: int) -> list[Config]:
     """The baseline and the Doctor's seeds; then the candidate the priors expect fastest
-    among those the analytic estimate says fit; then space-filling picks up to ``n_seeds``
+    among those the analytic estimate says fit (without one, at most the baseline's
+    micro-batch: ``Problem.within_known_micro_batch``); then space-filling picks up to ``n_seeds``
     (each the fitting candidate farthest from the design so far) so the first trials also
     tell the models what the priors do not know — which knobs matter here, and whether the
     patches' prior speed-ups hold on this host."""
     p = problem
     design = p.start_points()
     # what this host measured slow (the Doctor's calibration: bf16 where it is emulated)
-    # is not worth a trial to learn what is already known
+    # is not worth a trial to learn what is already known; without a memory estimate, a
+    # micro-batch over the baseline's is not known to fit
     fits = p.analytic_fits() & (p.measured <= math.log(MEASURED_SLOW))
+    fits &= p.within_known_micro_batch()
     pool = [i for i in range(len(p.candidates)) if fits[i]]
     order = list(rng.permutation(pool))
     while len(design) < n_seeds + 1 + len(p.seeds) and order:
