@@ -83,8 +83,9 @@ def test_without_an_estimate_the_pick_and_the_prior_stop_at_the_baselines_micro_
 
 @pytest.mark.parametrize("rule", [True, False])
 def test_the_blind_start_spends_no_trial_on_a_micro_batch_that_does_not_fit(monkeypatch, rule):
-    """Before the rule, the pick was the largest micro-batch, which ran out of memory; with it
-    the first trials all fit and the search still raises the micro-batch once it has tried."""
+    """Without the rule, the priors' pick after the baseline is the largest micro-batch, which
+    runs out of memory; with it, the first two trials fit (the pick, else the space-filling
+    point, keeps to the baseline's micro-batch or under it)."""
     monkeypatch.setattr(problem_module, "KNOWN_MICRO_BATCH_PICK", rule)
     monkeypatch.setattr(problem_module, "KNOWN_MICRO_BATCH_PRIOR", rule)
     p = _problem(estimate=False)
