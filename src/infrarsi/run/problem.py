@@ -245,16 +245,19 @@ class Problem:
         pick = min((self.candidates[i] for i in best), key=lambda c: distance(c, self.baseline))
         return pick, -float(prior[self.index[pick]])
 
+    @property
+    def memory_unestimated(self) -> bool:
+        """Whether a capacity binds and no memory estimate speaks to it (a drafted script: no
+        formula): then only the baseline's micro-batch is known to fit."""
+        return self.offsets is None and bool(self.capacity_bytes)
+
     def within_known_micro_batch(self) -> np.ndarray:
         """Per candidate, whether its micro-batch is one this run knows to fit before any
         trial: every one where a memory estimate speaks (or no capacity binds), else those at
         or under the baseline's, the one micro-batch measured (``KNOWN_MICRO_BATCH_PICK``)."""
         mb = self.savers.micro_batch
-        n = len(self.candidates)
-        if not KNOWN_MICRO_BATCH_PICK or mb is None or self.offsets is not None:
-            return np.ones(n, dtype=bool)
-        if not self.capacity_bytes:
-            return np.ones(n, dtype=bool)
+        if not KNOWN_MICRO_BATCH_PICK or mb is None or not self.memory_unestimated:
+            return np.ones(len(self.candidates), dtype=bool)
         base = float(self.baseline.knob_dict[mb])
         return np.array([float(c.knob_dict.get(mb, base)) <= base for c in self.candidates])
 
@@ -414,7 +417,7 @@ def knob_priors(problem: Problem) -> tuple[tuple[str, ...], np.ndarray]:
     if mb is not None and problem.savers.follows and mb in varied:
         base = float(problem.baseline.knob_dict[mb])
         sizes = [float(c.knob_dict.get(mb, base)) for c in problem.candidates]
-        if KNOWN_MICRO_BATCH_PRIOR and problem.offsets is None and problem.capacity_bytes:
+        if KNOWN_MICRO_BATCH_PRIOR and problem.memory_unestimated:
             sizes = [min(size, base) for size in sizes]
         names.append(mb)
         columns.append([MICRO_BATCH_PRIOR_LOG * math.log2(size / base) for size in sizes])
