@@ -287,3 +287,25 @@ def test_a_charge_within_the_watchs_resolution_of_nothing_is_not_a_refusal_and_c
     assert "the window did not contain the run" in lost.impossible
     resolved = clock.Charged(2.0, 2.5, "x", 0.05, 90, lines_s=0.05, room_s=1.0, ref_step_s=0.055)
     assert not resolved.unresolved and resolved.compared_s == 0.05
+
+
+def test_a_smokes_few_short_steps_below_zero_by_the_windows_noise_credit_no_gain():
+    """Six 3 ms steps (18 ms together): an honest smoke's window 1.01 s against its baseline's
+    1.14 s on a loaded host, where launch to exit moves by 0.05 s between identical runs —
+    charged -0.019 s a step, all six steps 0.11 s below zero, which the set-up's spread inside
+    two windows alone can make. Not impossible, and no gain credited; a window that lost a
+    second (beyond that spread) is still a refusal, and so is the same shortfall where the
+    runs' spread is unknown (no timing)."""
+    ref = _record(_metrics(steps=6, step_s=0.003, first=0.003, start=1.0, tail=0.1, opened=0.2))
+    timing = clock.timing_of(NoisePolicy(e2e_sd_s=0.05), [ref])
+    m = ref.metrics
+    assert timing is not None and m is not None
+    honest = clock._charge(m, 1.01, 1.14, "x", 0.003, timing)
+    assert honest.step_s == pytest.approx(0.003 - 0.13 / 6)
+    assert honest.noise_s == pytest.approx(clock.NEGATIVE_SLACK_SD * 2**0.5 * 0.05)
+    assert honest.impossible is None and honest.unresolved
+    assert honest.compared_s == pytest.approx(0.003)  # the reference's step: no gain
+    lost = clock._charge(m, 0.14, 1.14, "x", 0.003, timing)
+    assert "the window did not contain the run" in (lost.impossible or "")
+    untimed = clock._charge(m, 1.01, 1.14, "x", 0.003, None)
+    assert "the window did not contain the run" in (untimed.impossible or "")

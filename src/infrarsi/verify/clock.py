@@ -26,14 +26,17 @@ states the bound.
 A knob's own effect is timed by arrivals: a config without a patch runs the workload's code.
 
 A charge the window cannot have made is a refusal, never a fallback to the lines
-(``Charged.impossible``): a charged step below zero, or below the candidate's own lines by more
-than the window can have saved outside the steps (the reference's time in its window outside
-its steady steps) and the window's noise, means the window did not contain the run — by more
-than the clock's resolution (``resolution_s``: each moment is timed at the edge of the watch's
-read that delivered it, tens of milliseconds). Where all the charged steps together are within
-that resolution of nothing (a smoke trial of seven 3 ms steps: its window 24 ms shorter than
-its baseline's, charged -0.4 ms a step, was refused as impossible), the clock resolves no gain
-and credits none (``Charged.unresolved``: the reference's step is compared).
+(``Charged.impossible``): all the charged steps together below zero by more than two windows'
+noise (a smoke's six 3 ms steps are shorter than the set-up's spread inside its window: one
+window 0.13 s shorter than its baseline's on a loaded host), or a charged step below the
+candidate's own lines by more than the window can have saved outside the steps (the
+reference's time in its window outside its steady steps) and the window's noise, means the
+window did not contain the run — each by more than the clock's resolution (``resolution_s``:
+each moment is timed at the edge of the watch's read that delivered it, tens of milliseconds).
+Where all the charged steps together are within that resolution of nothing, or below it by no
+more than the noise (a smoke trial of seven 3 ms steps: its window 24 ms shorter than its
+baseline's, charged -0.4 ms a step, was refused as impossible), the clock resolves no gain and
+credits none (``Charged.unresolved``: the reference's step is compared).
 
 Arrivals stay a hint for the search, where lines that cannot be real are refused
 (``moved_work``): the steps claim a saving the harness's clock does not show, the start line
@@ -80,6 +83,10 @@ MIN_SPREAD_RUNS = 3
 # The warm-up may grow past the reference's by at most the largest of these: half of the
 # reference's steady span (a rehearsal of the run moves all of it), a floor, the noise.
 WARMUP_SLACK_SHARE, WARMUP_SLACK_S, WARMUP_SLACK_SD = 0.5, 0.25, 5.0
+# All the charged steps together may fall below zero by the clock's resolution and this many
+# sds of a difference of two windows (the set-up inside a window moves between identical runs
+# by more than a smoke's few short steps take): such a charge credits no gain (``unresolved``).
+NEGATIVE_SLACK_SD = 3.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,7 @@ class Charged:
     room_s: float = 0.0
     resolution_s: float = 0.0
     ref_step_s: float = 0.0
+    noise_s: float = 0.0
 
     @property
     def unresolved(self) -> bool:
@@ -109,15 +117,16 @@ class Charged:
 
     @property
     def impossible(self) -> str | None:
-        """Why this charge cannot be the run's (None: it can): below zero, or below the
-        candidate's own lines by more than ``room_s`` over the steps — the window did not
-        contain the run (its end moved before the training's, or its start after it) — by more
-        than the clock's resolution (``resolution_s``: a few steps of a few milliseconds are
-        shorter than the watch's reads)."""
+        """Why this charge cannot be the run's (None: it can): all its steps below zero by more
+        than the windows' noise (``noise_s``: a smoke's few steps of a few milliseconds are
+        shorter than the set-up's spread inside the window), or below the candidate's own lines
+        by more than ``room_s`` over the steps — the window did not contain the run (its end
+        moved before the training's, or its start after it) — each by more than the clock's
+        resolution (``resolution_s``: the watch's reads). A negative charge that is possible
+        credits no gain (``unresolved``)."""
         below = (self.lines_s - self.step_s) * self.steps
-        if self.step_s * self.steps >= -self.resolution_s and below <= (
-            self.room_s + self.resolution_s
-        ):
+        floor_s = -(self.resolution_s + self.noise_s)
+        if self.step_s * self.steps >= floor_s and below <= (self.room_s + self.resolution_s):
             return None
         return (
             f"the harness's clock charges {self.step_s:.4f} s a step, the candidate's own lines "
@@ -181,10 +190,13 @@ def _charge(
     timing: Timing | None,
     ref_lag_s: float | None = None,
 ) -> Charged:
-    room = 0.0
+    room = noise = 0.0
     if timing is not None:
         room = max(0.0, theirs - timing.steady_span_s)
         room += CLAIM_SLACK_SD * math.sqrt(2) * timing.window_sd_s
+        # a window's spread, or launch to exit's where one run gave none (it holds the window)
+        sd = max(timing.window_sd_s, timing.e2e_sd_s)
+        noise = NEGATIVE_SLACK_SD * math.sqrt(2) * sd
     return Charged(
         mine,
         theirs,
@@ -195,6 +207,7 @@ def _charge(
         room_s=room,
         resolution_s=resolution_s(cand.watch_lag_s, ref_lag_s),
         ref_step_s=ref_step_s,
+        noise_s=noise,
     )
 
 
