@@ -133,8 +133,9 @@ class Charged:
             f"say {self.lines_s:.4f} s: its window ({self.cand_window_s:.2f} s against "
             f"{self.ref_window_s:.2f} s) shows {self.ref_window_s - self.cand_window_s:.2f} s "
             f"saved, {below:.2f} s more than its steps do (allowed {self.room_s:.2f} s: what the "
-            "window can save outside the steps, and its noise): the window did not contain the "
-            "run"
+            "window can save outside the steps, and its noise), all its steps together "
+            f"{self.step_s * self.steps:.2f} s (allowed down to {floor_s:.2f} s: the watch's "
+            "reads and the windows' noise): the window did not contain the run"
         )
 
     @property
