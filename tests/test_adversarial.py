@@ -765,7 +765,8 @@ def test_cheats_on_a_throughput_clock_are_refused_through_apply_and_honest_patch
     assert again and all(r.patches == [] for r in again)  # the baseline, measured again
     rehearsed = judged[(str(CHEATS / "rehearse_before_the_start_line.diff"),)]
     timed = [m for m in result.measurements if m.label == rehearsed.label]
-    assert any("its start-up measured again" in r for m in timed for r in m.ran)
+    said = [(m.reasons, m.ran) for m in timed]  # what decided, should a slack move it
+    assert any("its start-up measured again" in r for m in timed for r in m.ran), said
     trials = [m for m in result.measurements]
     assert {TrialRecord.load(Path(m.trial_dir) / "record.json").steps for m in trials} == {
         TIMED_STEPS
