@@ -30,6 +30,8 @@ module constants, e.g. ``nseeds:1+tr:1``:
 - ``kpick:1`` / ``kprior:1`` — ``problem.KNOWN_MICRO_BATCH_PICK`` / ``_PRIOR``: without a
   memory estimate, the priors' pick keeps the baseline's micro-batch or a smaller one / the
   micro-batch prior claims nothing over the baseline's;
+- ``amargin:M`` — ``problem.ANALYTIC_MARGIN``: how far (log) under the capacity an analytic
+  estimate must be to be taken to fit (the prefilter of the priors' pick and of the start);
 - ``ablate:NAME`` — InfraRSI without one idea (``peers.ABLATIONS``: ``no-censor``,
   ``no-pairing``, ``no-cut``), with the other settings;
 - ``base`` — the committed search; ``greedy`` (or any peer's name) — a peer, for scale; a
@@ -90,6 +92,7 @@ SETTINGS = {  # variant key -> the module constant it sets (the searcher's, or `
     "prec": "problem.PRECISION_PRIOR_LOG",
     "kpick": "problem.KNOWN_MICRO_BATCH_PICK",
     "kprior": "problem.KNOWN_MICRO_BATCH_PRIOR",
+    "amargin": "problem.ANALYTIC_MARGIN",
 }
 MODULES = {
     "steptime": steptime,
